@@ -1,0 +1,27 @@
+# tpucared in a container: `docker run -v tpucared:/var/lib/tpucared -v ./fleet.toml:/etc/tpucared/config.toml:ro tpucared`
+# Stage 1 builds the wheel; stage 2 installs it into a venv on a slim base, non-root.
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md alembic.ini ./
+COPY tpucared ./tpucared
+COPY migrations ./migrations
+RUN pip wheel --no-deps --wheel-dir /wheels .
+
+FROM python:3.11-slim
+RUN useradd --system --create-home --home-dir /var/lib/tpucared --shell /usr/sbin/nologin tpucared
+COPY --from=build /wheels /wheels
+RUN python -m venv /opt/tpucared \
+    && /opt/tpucared/bin/pip install --no-cache-dir /wheels/*.whl \
+    && rm -rf /wheels
+ENV PATH=/opt/tpucared/bin:$PATH \
+    TPUCARED_CONFIG=/etc/tpucared/config.toml \
+    TPUCARED_DB=/var/lib/tpucared/state.db \
+    PYTHONUNBUFFERED=1
+USER tpucared
+VOLUME ["/var/lib/tpucared"]
+# /healthz fails when the reconcile loop has not ticked recently. The config's daemon.http
+# must listen on 0.0.0.0:9464 inside the container for this and for scraping /metrics.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+    CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:9464/healthz', timeout=4).status == 200 else 1)"
+ENTRYPOINT ["tpucared"]
+CMD ["run"]

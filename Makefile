@@ -1,0 +1,38 @@
+# tpucared: `make demo` runs the daemon against the built-in emulator; `make test` runs the checks.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck pytest bench bench-quick clean
+
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/tpucared demo $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/pytest -q
+
+test: lint typecheck pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.run
+
+bench-quick: $(STAMP)
+	$(BIN)/python -m bench.run --quick
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache
