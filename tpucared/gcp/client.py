@@ -1,0 +1,490 @@
+"""`TpuClient`: the TPU v2 REST calls tpucared makes, over one aiohttp session.
+
+Every request goes through `_call` -> `call_with_retry` -> `_send`, so each one:
+- sends `Content-Type: application/json`, our User-Agent and the token source's
+  Authorization header;
+- answers a 401 by invalidating the token and trying once more with a fresh one;
+- is retried with backoff for TRANSIENT / RATE_LIMITED / CONFLICT failures (retry.py);
+- fails only with a classified `ApiError` (errors.py), never an aiohttp exception;
+- is counted in `request_counts[(call, status)]`, e.g. `("nodes.list", "200")`, with
+  `"error"` as the status when no response came back; `on_request` sees each one too.
+
+Methods return parsed JSON dicts (the API's camelCase shapes) or `Operation`s; turning them
+into domain types is convert.py's job. Every list follows `nextPageToken` to the end, and
+a page that reports unreachable locations fails the whole list (TRANSIENT): a partial list
+would make present nodes look vanished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, overload
+
+import aiohttp
+import structlog
+
+from tpucared import __version__
+from tpucared.core.model import CapacityKind, ErrorKind
+from tpucared.gcp import bodies, names
+from tpucared.gcp.auth import TokenSource
+from tpucared.gcp.errors import (
+    ApiError,
+    OperationTimeout,
+    classify_http,
+    classify_transport,
+    malformed_response,
+)
+from tpucared.gcp.operation import Operation
+from tpucared.gcp.retry import RetryPolicy, Rng, Sleep, call_with_retry
+
+JSON = dict[str, Any]
+RequestHook = Callable[[str, str, float], None]  # (call, status, seconds)
+
+DEFAULT_ENDPOINT = "https://tpu.googleapis.com"
+USER_AGENT = f"tpucared/{__version__}"
+
+log = structlog.get_logger(__name__)
+
+
+def _resolve(parts: tuple[str, ...], build: Callable[[str, str, str], str]) -> str:
+    """A full resource name from either (name,) or (project, zone, id)."""
+    if len(parts) == 1:
+        return parts[0]
+    if len(parts) == 3:
+        return build(*parts)
+    raise TypeError("pass a full resource name, or project, zone and id")
+
+
+class TpuClient:
+    """Async client of tpu.googleapis.com/v2 (or the emulator at `endpoint`).
+
+    Owns the token source (closed with the client) and, unless one is injected, the aiohttp
+    session. Use as `async with TpuClient(...) as client:` or call `aclose()`.
+    """
+
+    def __init__(
+        self,
+        endpoint: str = DEFAULT_ENDPOINT,
+        *,
+        token_source: TokenSource,
+        retry: RetryPolicy | None = None,
+        timeout: float = 60.0,  # the API's own per-call deadline (grpc service config)
+        session: aiohttp.ClientSession | None = None,
+        user_agent: str = USER_AGENT,
+        sleep: Sleep = asyncio.sleep,
+        rng: Rng = random.random,
+        clock: Callable[[], float] = time.monotonic,
+        on_request: RequestHook | None = None,
+    ) -> None:
+        if not endpoint.startswith(("http://", "https://")):
+            raise ValueError(f"endpoint {endpoint!r} must start with http:// or https://")
+        self.endpoint = endpoint.rstrip("/")
+        self._tokens = token_source
+        self._retry = retry if retry is not None else RetryPolicy()
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session = session
+        self._owns_session = session is None
+        self._user_agent = user_agent
+        self._sleep = sleep
+        self._rng = rng
+        self._clock = clock
+        self._on_request = on_request
+        self.request_counts: Counter[tuple[str, str]] = Counter()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> TpuClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._owns_session and self._session is not None and not self._session.closed:
+            await self._session.close()
+        await self._tokens.aclose()
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        # Created lazily: an aiohttp session belongs to the running loop.
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    # -- the one request path -------------------------------------------------------------------
+
+    def _url(self, resource: str, verb: str | None = None) -> str:
+        """The only place a URL is built: `{endpoint}/v2/{resource}[:verb]`."""
+        return f"{self.endpoint}/{names.API_VERSION}/{resource}" + (f":{verb}" if verb else "")
+
+    async def _call(
+        self,
+        call: str,
+        method: str,
+        url: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> JSON:
+        payload = json.dumps(body).encode() if body is not None else None
+        return await call_with_retry(
+            lambda: self._send(call, method, url, params, payload),
+            policy=self._retry,
+            sleep=self._sleep,
+            rng=self._rng,
+            what=call,
+        )
+
+    def _record(self, call: str, status: str, started: float) -> None:
+        self.request_counts[(call, status)] += 1
+        seconds = self._clock() - started
+        log.debug("tpu api request", call=call, status=status, seconds=round(seconds, 4))
+        if self._on_request is not None:
+            self._on_request(call, status, seconds)
+
+    async def _send(
+        self,
+        call: str,
+        method: str,
+        url: str,
+        params: Mapping[str, str] | None,
+        payload: bytes | None,
+    ) -> JSON:
+        session = self._get_session()
+        for round_ in (1, 2):
+            authorization = await self._tokens.authorization()
+            headers = {"Content-Type": "application/json", "User-Agent": self._user_agent}
+            if authorization is not None:
+                headers["Authorization"] = authorization
+            started = self._clock()
+            try:
+                async with session.request(
+                    method,
+                    url,
+                    params=params,
+                    data=payload,
+                    headers=headers,
+                    timeout=self._timeout,
+                ) as response:
+                    status = response.status
+                    raw = await response.read()
+                    response_headers = response.headers
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                self._record(call, "error", started)
+                raise classify_transport(exc, method=method, url=url) from exc
+            self._record(call, str(status), started)
+            text = raw.decode("utf-8", errors="replace")
+            if status == 401 and round_ == 1 and authorization is not None:
+                # Tokens can be revoked or expire early: refresh once before calling it a
+                # permission problem. This is not a retry and costs no attempt.
+                log.info("tpu api answered 401, refreshing the token", call=call)
+                await self._tokens.invalidate(authorization)
+                continue
+            if not 200 <= status < 300:
+                raise classify_http(status, text, response_headers, method=method, url=url)
+            if not text.strip():
+                return {}  # e.g. an Empty response
+            try:
+                data = json.loads(text)
+            except ValueError:
+                raise malformed_response(
+                    status, text, method=method, url=url, why="not JSON"
+                ) from None
+            if not isinstance(data, dict):
+                raise malformed_response(status, text, method=method, url=url)
+            return data
+        raise AssertionError("unreachable: the second round always returns or raises")
+
+    async def _operation(
+        self,
+        call: str,
+        method: str,
+        url: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> Operation:
+        data = await self._call(call, method, url, params=params, body=body)
+        try:
+            return Operation.from_json(data)
+        except ValueError as exc:
+            raise malformed_response(200, str(data), method=method, url=url, why=str(exc)) from exc
+
+    async def _list(
+        self, call: str, parent: str, collection: str, *, page_size: int | None
+    ) -> list[JSON]:
+        url = self._url(f"{parent}/{collection}")
+        items: list[JSON] = []
+        seen: set[str] = set()
+        token: str | None = None
+        while True:
+            params: dict[str, str] = {}
+            if page_size is not None:
+                params["pageSize"] = str(page_size)
+            if token:
+                params["pageToken"] = token
+            page = await self._call(call, "GET", url, params=params)
+            unreachable = page.get("unreachable")
+            if unreachable:
+                raise ApiError.of(
+                    ErrorKind.TRANSIENT,
+                    f"the list is incomplete: unreachable {unreachable}",
+                    method="GET",
+                    url=url,
+                )
+            batch = page.get(collection, [])
+            if not isinstance(batch, list) or not all(isinstance(i, dict) for i in batch):
+                raise malformed_response(200, str(page), method="GET", url=url)
+            items.extend(batch)
+            token = page.get("nextPageToken") or None
+            if token is None:
+                return items
+            if token in seen:
+                # A server that hands out the same token again would keep us here forever.
+                raise malformed_response(
+                    200, token, method="GET", url=url, why="repeated nextPageToken"
+                )
+            seen.add(token)
+
+    # -- nodes ----------------------------------------------------------------------------------
+
+    async def list_nodes(
+        self, project: str, zone: str, *, page_size: int | None = None
+    ) -> list[JSON]:
+        """Every node of the zone, across all pages."""
+        return await self._list(
+            "nodes.list", names.location(project, zone), "nodes", page_size=page_size
+        )
+
+    @overload
+    async def get_node(self, name: str, /) -> JSON: ...
+    @overload
+    async def get_node(self, project: str, zone: str, node_id: str, /) -> JSON: ...
+    async def get_node(self, *parts: str) -> JSON:
+        name = _resolve(parts, names.node_name)
+        return await self._call("nodes.get", "GET", self._url(name))
+
+    async def create_node(
+        self,
+        project: str,
+        zone: str,
+        node_id: str,
+        *,
+        accelerator_type: str,
+        runtime_version: str,
+        capacity: CapacityKind,
+        labels: Mapping[str, str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        tags: Sequence[str] = (),
+        enable_external_ips: bool = True,
+        network: str | None = None,
+        subnetwork: str | None = None,
+        service_account: str | None = None,
+        description: str | None = None,
+    ) -> Operation:
+        """Start creating a node; wait on the returned Operation for capacity errors."""
+        body = bodies.node_body(
+            accelerator_type=accelerator_type,
+            runtime_version=runtime_version,
+            capacity=capacity,
+            labels=labels,
+            metadata=metadata,
+            tags=tags,
+            enable_external_ips=enable_external_ips,
+            network=network,
+            subnetwork=subnetwork,
+            service_account=service_account,
+            description=description,
+        )
+        url = self._url(f"{names.location(project, zone)}/nodes")
+        return await self._operation(
+            "nodes.create", "POST", url, params={"nodeId": node_id}, body=body
+        )
+
+    @overload
+    async def delete_node(self, name: str, /) -> Operation: ...
+    @overload
+    async def delete_node(self, project: str, zone: str, node_id: str, /) -> Operation: ...
+    async def delete_node(self, *parts: str) -> Operation:
+        """Start deleting a node. NOT_FOUND means it is already gone (callers treat as done)."""
+        name = _resolve(parts, names.node_name)
+        return await self._operation("nodes.delete", "DELETE", self._url(name))
+
+    async def patch_node(
+        self, name: str, body: Mapping[str, Any], update_mask: Sequence[str]
+    ) -> Operation:
+        """Update the fields named in `update_mask` (e.g. ["metadata"] to add ssh-keys)."""
+        if not update_mask:
+            raise ValueError("update_mask must name at least one field")
+        return await self._operation(
+            "nodes.patch",
+            "PATCH",
+            self._url(name),
+            params={"updateMask": ",".join(update_mask)},
+            body=body,
+        )
+
+    async def get_guest_attributes(
+        self,
+        name: str,
+        query_path: str | None = None,
+        worker_ids: Sequence[str | int] | None = None,
+    ) -> JSON:
+        """Guest attributes of the node's workers, e.g. query_path="hostkeys/" for host keys."""
+        body: JSON = {}
+        if query_path is not None:
+            body["queryPath"] = query_path
+        if worker_ids:
+            body["workerIds"] = [str(w) for w in worker_ids]
+        return await self._call(
+            "nodes.getGuestAttributes", "POST", self._url(name, "getGuestAttributes"), body=body
+        )
+
+    # -- operations -----------------------------------------------------------------------------
+
+    async def get_operation(self, name: str) -> Operation:
+        return await self._operation("operations.get", "GET", self._url(name))
+
+    async def wait_operation(
+        self,
+        operation: Operation | str,
+        *,
+        poll_interval: float = 1.0,
+        # Not asyncio.timeout: that would cut a poll mid-request, and the deadline must
+        # follow the injected clock in tests.
+        timeout: float = 900.0,  # noqa: ASYNC109
+        sleep: Sleep | None = None,
+    ) -> Operation:
+        """Poll until done. Raises the operation's classified ApiError if it failed (e.g.
+        CAPACITY for a stockout), or OperationTimeout if still running after `timeout` s."""
+        pause = sleep if sleep is not None else self._sleep
+        current = operation if isinstance(operation, Operation) else None
+        if current is None:
+            current = await self.get_operation(str(operation))
+        deadline = self._clock() + timeout
+        while not current.done:
+            if self._clock() >= deadline:
+                raise OperationTimeout(f"still running after {timeout:g}s", operation=current.name)
+            await pause(poll_interval)
+            current = await self.get_operation(current.name)
+        error = current.exception()
+        if error is not None:
+            raise error
+        return current
+
+    # -- queued resources -----------------------------------------------------------------------
+
+    async def create_queued_resource(
+        self,
+        project: str,
+        zone: str,
+        qr_id: str,
+        *,
+        node_id: str,
+        accelerator_type: str,
+        runtime_version: str,
+        capacity: CapacityKind,
+        labels: Mapping[str, str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        tags: Sequence[str] = (),
+        enable_external_ips: bool = True,
+        network: str | None = None,
+        subnetwork: str | None = None,
+        service_account: str | None = None,
+        reservation_name: str | None = None,
+        valid_until_seconds: float | None = None,
+    ) -> Operation:
+        node = bodies.node_body(
+            accelerator_type=accelerator_type,
+            runtime_version=runtime_version,
+            labels=labels,
+            metadata=metadata,
+            tags=tags,
+            enable_external_ips=enable_external_ips,
+            network=network,
+            subnetwork=subnetwork,
+            service_account=service_account,
+        )
+        body = bodies.queued_resource_body(
+            project,
+            zone,
+            node_id=node_id,
+            node=node,
+            capacity=capacity,
+            reservation_name=reservation_name,
+            valid_until_seconds=valid_until_seconds,
+        )
+        url = self._url(f"{names.location(project, zone)}/queuedResources")
+        return await self._operation(
+            "queuedResources.create", "POST", url, params={"queuedResourceId": qr_id}, body=body
+        )
+
+    @overload
+    async def get_queued_resource(self, name: str, /) -> JSON: ...
+    @overload
+    async def get_queued_resource(self, project: str, zone: str, qr_id: str, /) -> JSON: ...
+    async def get_queued_resource(self, *parts: str) -> JSON:
+        name = _resolve(parts, names.queued_resource_name)
+        return await self._call("queuedResources.get", "GET", self._url(name))
+
+    async def list_queued_resources(
+        self, project: str, zone: str, *, page_size: int | None = None
+    ) -> list[JSON]:
+        return await self._list(
+            "queuedResources.list",
+            names.location(project, zone),
+            "queuedResources",
+            page_size=page_size,
+        )
+
+    @overload
+    async def delete_queued_resource(self, name: str, /, *, force: bool = False) -> Operation: ...
+    @overload
+    async def delete_queued_resource(
+        self, project: str, zone: str, qr_id: str, /, *, force: bool = False
+    ) -> Operation: ...
+    async def delete_queued_resource(self, *parts: str, force: bool = False) -> Operation:
+        """Delete a queued resource; `force` deletes its nodes first (else they must be gone)."""
+        name = _resolve(parts, names.queued_resource_name)
+        params = {"force": "true"} if force else None
+        return await self._operation(
+            "queuedResources.delete", "DELETE", self._url(name), params=params
+        )
+
+    async def reset_queued_resource(self, name: str) -> Operation:
+        """Put a FAILED/SUSPENDED queued resource back in the queue."""
+        return await self._operation(
+            "queuedResources.reset", "POST", self._url(name, "reset"), body={}
+        )
+
+    # -- catalogue ------------------------------------------------------------------------------
+
+    async def list_accelerator_types(
+        self, project: str, zone: str, *, page_size: int | None = None
+    ) -> list[JSON]:
+        return await self._list(
+            "acceleratorTypes.list",
+            names.location(project, zone),
+            "acceleratorTypes",
+            page_size=page_size,
+        )
+
+    async def list_runtime_versions(
+        self, project: str, zone: str, *, page_size: int | None = None
+    ) -> list[JSON]:
+        return await self._list(
+            "runtimeVersions.list",
+            names.location(project, zone),
+            "runtimeVersions",
+            page_size=page_size,
+        )

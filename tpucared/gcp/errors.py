@@ -1,0 +1,480 @@
+"""Every failure of the TPU API, classified into an `ErrorKind`, in this one module.
+
+The client raises nothing but `ApiError` (or a subclass per kind); the planner decides on
+`error.kind` alone. Three entry points feed one decision function, `_decide`:
+
+- `classify_http`: a non-2xx response (Google error envelope, AIP-193).
+- `classify_operation_error`: the `error` Status of a finished long-running Operation.
+- `classify_transport` / `classify_refresh_error` / `malformed_response`: no usable answer.
+
+Decisions, in precedence order (see `_decide`; the field notes hold the real message texts):
+
+1. A capacity message wins over any code: "There is no more capacity in the zone ...",
+   "Insufficient reserved capacity ..." (seen with code 8 and 9) -> CAPACITY.
+2. "Location Z is not found or access is unauthorized" -> PERMISSION, never NOT_FOUND: a
+   NOT_FOUND for a node means "it vanished" to the planner, and a wrong or forbidden zone
+   must not look like that.
+3. RESOURCE_EXHAUSTED: an ErrorInfo reason RATE_LIMIT_EXCEEDED or a per-minute/per-second
+   limit -> RATE_LIMITED (API request rate quotas are worded "Quota exceeded ... per
+   minute"); a google.rpc.QuotaFailure detail or a "Quota ... exhausted/exceeded" message ->
+   QUOTA; otherwise a 429 response -> RATE_LIMITED and a failed operation (code 8) ->
+   CAPACITY, because an asynchronous create that ran out of resources is a stockout.
+4. "unable to queue the operation" -> CONFLICT (another operation on the node is in flight).
+5. Otherwise by canonical status: INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE,
+   UNIMPLEMENTED -> INVALID; NOT_FOUND; ALREADY_EXISTS; ABORTED -> CONFLICT;
+   PERMISSION_DENIED, UNAUTHENTICATED -> PERMISSION (the client refreshes the token once
+   before surfacing a 401); CANCELLED, UNKNOWN, DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE,
+   DATA_LOSS -> TRANSIENT.
+
+Only a Google error envelope is trusted to say NOT_FOUND, ALREADY_EXISTS or INVALID: those
+drive irreversible decisions (forget a node, adopt a node). An HTML 404 from a proxy or a
+load balancer says nothing about our node, so an error response without an envelope is
+TRANSIENT unless its HTTP status is 401/403 (PERMISSION) or 429 (RATE_LIMITED). Timeouts,
+connection resets, dropped connections and unparseable 2xx bodies are TRANSIENT too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, ClassVar
+
+import aiohttp
+import google.auth.exceptions
+
+from tpucared.core.model import ErrorKind
+
+# google.rpc.Code by number (the order is the numbering).
+GRPC_CODES: tuple[str, ...] = (
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+)
+
+# Canonical status of an HTTP status when the body does not name one (AIP-193 mapping).
+_HTTP_STATUS: dict[int, str] = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    408: "DEADLINE_EXCEEDED",
+    409: "ABORTED",
+    412: "FAILED_PRECONDITION",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+# Status -> kind when no message or detail says more (rule 5 of the module docstring).
+_STATUS_KIND: dict[str, ErrorKind] = {
+    "OK": ErrorKind.TRANSIENT,  # an error that claims OK is nonsense; try again
+    "CANCELLED": ErrorKind.TRANSIENT,
+    "UNKNOWN": ErrorKind.TRANSIENT,
+    "INVALID_ARGUMENT": ErrorKind.INVALID,
+    "DEADLINE_EXCEEDED": ErrorKind.TRANSIENT,
+    "NOT_FOUND": ErrorKind.NOT_FOUND,
+    "ALREADY_EXISTS": ErrorKind.ALREADY_EXISTS,
+    "PERMISSION_DENIED": ErrorKind.PERMISSION,
+    "FAILED_PRECONDITION": ErrorKind.INVALID,  # e.g. "update is not supported while PREEMPTED"
+    "ABORTED": ErrorKind.CONFLICT,
+    "OUT_OF_RANGE": ErrorKind.INVALID,
+    "UNIMPLEMENTED": ErrorKind.INVALID,  # permanent: retrying will not implement it
+    "INTERNAL": ErrorKind.TRANSIENT,
+    "UNAVAILABLE": ErrorKind.TRANSIENT,
+    "DATA_LOSS": ErrorKind.TRANSIENT,
+    "UNAUTHENTICATED": ErrorKind.PERMISSION,
+}
+
+_CAPACITY_RE = re.compile(
+    r"no more capacity|insufficient (?:reserved )?capacity|does not have enough resources"
+    r"|resource[ _]pool[ _]exhausted",
+    re.IGNORECASE,
+)
+_LOCATION_RE = re.compile(r"location \S+ is not found or access is unauthorized", re.IGNORECASE)
+_RATE_RE = re.compile(r"\bper (?:user )?(?:minute|second|100 seconds)\b", re.IGNORECASE)
+_QUOTA_RE = re.compile(r"\bquota\b.*\b(?:exhausted|exceeded)\b", re.IGNORECASE | re.DOTALL)
+_CONFLICT_RE = re.compile(r"unable to queue the operation", re.IGNORECASE)
+_ALREADY_RE = re.compile(r"already exists", re.IGNORECASE)
+
+_QUOTA_FAILURE = "type.googleapis.com/google.rpc.QuotaFailure"
+_ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+_RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
+
+# Error bodies can be whole HTML pages; keep enough to recognise one in a log line.
+_SNIPPET = 300
+
+
+class ApiError(Exception):
+    """A classified failure of one TPU API call (or of the operation it started).
+
+    `kind` is what callers decide on. The rest is for logs and records: `http_status` (None
+    for transport and operation errors), `status` (canonical name, e.g. RESOURCE_EXHAUSTED),
+    `code` (google.rpc.Code number), `retry_after` (seconds the server asked us to wait),
+    `method`/`url` of the request, `operation` (name, for operation errors), `details`
+    (the envelope's details list) and `attempts` (requests made before giving up).
+
+    Construct with `ApiError.of(kind, ...)` to get the subclass for the kind, so callers may
+    `except NotFoundError`. A subclass can also be built directly: `NotFoundError("gone")`.
+    """
+
+    default_kind: ClassVar[ErrorKind | None] = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: ErrorKind | None = None,
+        http_status: int | None = None,
+        status: str | None = None,
+        code: int | None = None,
+        retry_after: float | None = None,
+        method: str | None = None,
+        url: str | None = None,
+        operation: str | None = None,
+        details: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        resolved = kind if kind is not None else self.default_kind
+        if resolved is None:
+            raise TypeError("ApiError needs a kind")
+        if self.default_kind is not None and resolved is not self.default_kind:
+            raise TypeError(f"{type(self).__name__} cannot carry kind {resolved}")
+        super().__init__(message)
+        self.kind: ErrorKind = resolved
+        self.message = message
+        self.http_status = http_status
+        self.status = status
+        self.code = code
+        self.retry_after = retry_after
+        self.method = method
+        self.url = url
+        self.operation = operation
+        self.details: tuple[Mapping[str, Any], ...] = tuple(details)
+        self.attempts = 1
+
+    @staticmethod
+    def of(kind: ErrorKind, message: str, **fields: Any) -> ApiError:
+        """The error of the subclass that belongs to `kind`."""
+        return _CLASSES[kind](message, kind=kind, **fields)
+
+    def __str__(self) -> str:
+        where = []
+        if self.method or self.url:
+            where.append(" ".join(p for p in (self.method, self.url) if p))
+        if self.operation:
+            where.append(f"operation {self.operation}")
+        if self.http_status is not None:
+            where.append(f"HTTP {self.http_status}")
+        if self.status:
+            where.append(self.status)
+        suffix = f" ({', '.join(where)})" if where else ""
+        return f"{self.kind.value}: {self.message}{suffix}"
+
+
+class CapacityError(ApiError):
+    default_kind = ErrorKind.CAPACITY
+
+
+class QuotaError(ApiError):
+    default_kind = ErrorKind.QUOTA
+
+
+class RateLimitedError(ApiError):
+    default_kind = ErrorKind.RATE_LIMITED
+
+
+class PermissionDeniedError(ApiError):
+    default_kind = ErrorKind.PERMISSION
+
+
+class NotFoundError(ApiError):
+    default_kind = ErrorKind.NOT_FOUND
+
+
+class AlreadyExistsError(ApiError):
+    default_kind = ErrorKind.ALREADY_EXISTS
+
+
+class ConflictError(ApiError):
+    default_kind = ErrorKind.CONFLICT
+
+
+class InvalidRequestError(ApiError):
+    default_kind = ErrorKind.INVALID
+
+
+class TransientError(ApiError):
+    default_kind = ErrorKind.TRANSIENT
+
+
+class OperationTimeout(TransientError):
+    """`wait_operation` gave up waiting; the operation may still finish. Poll it later."""
+
+
+_CLASSES: dict[ErrorKind, type[ApiError]] = {
+    ErrorKind.CAPACITY: CapacityError,
+    ErrorKind.QUOTA: QuotaError,
+    ErrorKind.RATE_LIMITED: RateLimitedError,
+    ErrorKind.PERMISSION: PermissionDeniedError,
+    ErrorKind.NOT_FOUND: NotFoundError,
+    ErrorKind.ALREADY_EXISTS: AlreadyExistsError,
+    ErrorKind.CONFLICT: ConflictError,
+    ErrorKind.INVALID: InvalidRequestError,
+    ErrorKind.TRANSIENT: TransientError,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# The decision.
+
+
+def _detail_types(details: Sequence[Mapping[str, Any]]) -> set[str]:
+    return {str(d.get("@type", "")) for d in details}
+
+
+def _error_info_reasons(details: Sequence[Mapping[str, Any]]) -> set[str]:
+    return {str(d.get("reason", "")) for d in details if d.get("@type") == _ERROR_INFO}
+
+
+def _decide(
+    status: str, message: str, details: Sequence[Mapping[str, Any]], *, from_operation: bool
+) -> ErrorKind:
+    if _CAPACITY_RE.search(message):
+        return ErrorKind.CAPACITY
+    if _LOCATION_RE.search(message):
+        return ErrorKind.PERMISSION
+    if status == "RESOURCE_EXHAUSTED":
+        if "RATE_LIMIT_EXCEEDED" in _error_info_reasons(details) or _RATE_RE.search(message):
+            return ErrorKind.RATE_LIMITED
+        if _QUOTA_FAILURE in _detail_types(details) or _QUOTA_RE.search(message):
+            return ErrorKind.QUOTA
+        return ErrorKind.CAPACITY if from_operation else ErrorKind.RATE_LIMITED
+    if _CONFLICT_RE.search(message):
+        return ErrorKind.CONFLICT
+    return _STATUS_KIND.get(status, ErrorKind.TRANSIENT)
+
+
+def _dict_list(value: object) -> list[Mapping[str, Any]]:
+    if not isinstance(value, list):
+        return []
+    return [d for d in value if isinstance(d, Mapping)]
+
+
+def _snippet(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _SNIPPET else flat[:_SNIPPET] + "..."
+
+
+def _parse_body(body: object) -> object:
+    if isinstance(body, bytes | bytearray):
+        body = bytes(body).decode("utf-8", errors="replace")
+    if isinstance(body, str):
+        try:
+            return json.loads(body)
+        except ValueError:
+            return body
+    return body
+
+
+def _envelope(parsed: object) -> Mapping[str, Any] | None:
+    """The `error` object of a Google error envelope, or None if `parsed` is not one."""
+    if isinstance(parsed, list) and len(parsed) == 1:
+        parsed = parsed[0]  # some front ends wrap the envelope in a one-element list
+    if isinstance(parsed, Mapping):
+        error = parsed.get("error")
+        if isinstance(error, Mapping):
+            return error
+    return None
+
+
+def _duration_seconds(value: object) -> float | None:
+    """A google.protobuf.Duration in JSON form ("1.5s") or as {seconds, nanos}."""
+    try:
+        if isinstance(value, str) and value.endswith("s"):
+            return max(0.0, float(value[:-1]))
+        if isinstance(value, Mapping):
+            return max(0.0, float(value.get("seconds", 0)) + float(value.get("nanos", 0)) / 1e9)
+    except ValueError:
+        return None
+    return None
+
+
+def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Retry-After as seconds: either delta-seconds or an HTTP date (RFC 9110 10.2.3)."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def _retry_delay(
+    headers: Mapping[str, str] | None,
+    details: Sequence[Mapping[str, Any]],
+    now: datetime | None,
+) -> float | None:
+    header = None
+    if headers is not None:
+        # aiohttp's CIMultiDict is case-insensitive; a plain dict from a test may not be.
+        header = headers.get("Retry-After") or headers.get("retry-after")
+    delay = parse_retry_after(header, now=now)
+    if delay is not None:
+        return delay
+    for d in details:
+        if d.get("@type") == _RETRY_INFO:
+            return _duration_seconds(d.get("retryDelay"))
+    return None
+
+
+def classify_http(
+    http_status: int,
+    body: object,
+    headers: Mapping[str, str] | None = None,
+    *,
+    method: str | None = None,
+    url: str | None = None,
+    now: datetime | None = None,
+) -> ApiError:
+    """The ApiError for a non-2xx response. `body` may be raw text/bytes or parsed JSON."""
+    parsed = _parse_body(body)
+    envelope = _envelope(parsed)
+    if envelope is None:
+        # Not the API talking (a proxy, a load balancer, an OAuth error): trust only the
+        # statuses that mean the same whoever says them.
+        if isinstance(parsed, Mapping) and "error_description" in parsed:
+            message = f"{parsed.get('error')}: {parsed.get('error_description')}"
+        elif isinstance(parsed, str):
+            message = _snippet(parsed) or f"HTTP {http_status}"
+        else:
+            message = _snippet(json.dumps(parsed)) if parsed is not None else ""
+        message = message or f"HTTP {http_status}"
+        if http_status in (401, 403):
+            kind = ErrorKind.PERMISSION
+        elif http_status == 429:
+            kind = ErrorKind.RATE_LIMITED
+        else:
+            kind = ErrorKind.TRANSIENT
+        return ApiError.of(
+            kind,
+            message,
+            http_status=http_status,
+            status=_HTTP_STATUS.get(http_status),
+            retry_after=_retry_delay(headers, (), now),
+            method=method,
+            url=url,
+        )
+
+    details = _dict_list(envelope.get("details"))
+    message = str(envelope.get("message") or f"HTTP {http_status}")
+    status = envelope.get("status")
+    if not isinstance(status, str) or not status:
+        status = _HTTP_STATUS.get(
+            http_status, "INTERNAL" if http_status >= 500 else "INVALID_ARGUMENT"
+        )
+        if http_status == 409 and _ALREADY_RE.search(message):
+            status = "ALREADY_EXISTS"  # a 409 without a status: the message must decide
+    kind = _decide(status, message, details, from_operation=False)
+    return ApiError.of(
+        kind,
+        message,
+        http_status=http_status,
+        status=status,
+        code=GRPC_CODES.index(status) if status in GRPC_CODES else None,
+        retry_after=_retry_delay(headers, details, now),
+        method=method,
+        url=url,
+        details=details,
+    )
+
+
+def classify_operation_error(error: Mapping[str, Any], *, operation: str | None = None) -> ApiError:
+    """The ApiError for the `error` Status of a finished Operation (`{code, message, details}`)."""
+    raw_code = error.get("code")
+    code: int | None
+    try:
+        code = int(raw_code) if raw_code is not None else None
+    except (TypeError, ValueError):
+        code = None
+    if code is not None and 0 <= code < len(GRPC_CODES):
+        status = GRPC_CODES[code]
+    elif isinstance(raw_code, str) and raw_code in GRPC_CODES:
+        status, code = raw_code, GRPC_CODES.index(raw_code)  # a code sent by name
+    else:
+        status = "UNKNOWN"
+    details = _dict_list(error.get("details"))
+    message = str(error.get("message") or f"operation failed with code {raw_code}")
+    kind = _decide(status, message, details, from_operation=True)
+    return ApiError.of(
+        kind,
+        message,
+        status=status,
+        code=code,
+        retry_after=_retry_delay(None, details, None),
+        operation=operation,
+        details=details,
+    )
+
+
+def classify_transport(exc: BaseException, *, method: str, url: str) -> ApiError:
+    """No response at all: a timeout, a refused/reset/dropped connection, a bad URL."""
+    if isinstance(exc, aiohttp.InvalidURL):
+        # A configuration error (the endpoint), not something that heals by itself.
+        return ApiError.of(ErrorKind.INVALID, f"invalid URL: {exc}", method=method, url=url)
+    if isinstance(exc, TimeoutError):
+        message = "request timed out"
+    else:
+        message = f"{type(exc).__name__}: {exc}".rstrip(": ")
+    return ApiError.of(ErrorKind.TRANSIENT, message, method=method, url=url)
+
+
+def malformed_response(
+    http_status: int, text: str, *, method: str, url: str, why: str = "not a JSON object"
+) -> ApiError:
+    """A 2xx whose body we cannot use: a broken proxy or a truncated answer. Retry it."""
+    return ApiError.of(
+        ErrorKind.TRANSIENT,
+        f"malformed response ({why}): {_snippet(text)!r}",
+        http_status=http_status,
+        method=method,
+        url=url,
+    )
+
+
+def classify_refresh_error(exc: Exception) -> ApiError:
+    """A failed OAuth token refresh. google-auth marks the transient ones `retryable`."""
+    if isinstance(exc, google.auth.exceptions.TransportError):
+        kind = ErrorKind.TRANSIENT
+    elif isinstance(exc, google.auth.exceptions.RefreshError):
+        kind = ErrorKind.TRANSIENT if getattr(exc, "retryable", False) else ErrorKind.PERMISSION
+    else:
+        kind = ErrorKind.PERMISSION
+    return ApiError.of(kind, f"token refresh failed: {_snippet(str(exc))}")

@@ -1,0 +1,114 @@
+"""Bounded retries of one API request, at the adapter edge (STYLE 7).
+
+`call_with_retry` runs a request up to `RetryPolicy.max_attempts` times. It retries only the
+kinds in `RetryPolicy.retry_kinds`:
+
+- TRANSIENT: 5xx, timeouts, dropped connections, garbage bodies.
+- RATE_LIMITED: 429 without a quota detail; clears within seconds.
+- CONFLICT: 409 "unable to queue the operation" means another operation on the node is in
+  flight; the field notes say to retry it. If it is still busy after the last attempt the
+  planner gets CONFLICT and decides (budgets live there, not here).
+
+CAPACITY, QUOTA, PERMISSION, NOT_FOUND, ALREADY_EXISTS and INVALID never clear within a
+request's lifetime, so they surface at once. Only the request is retried, never a failed
+long-running operation: whether to create again is the planner's call.
+
+The delay before retry n (1-based) is "full jitter": `rng() * min(cap, base * 2**(n-1))`,
+raised to the server's Retry-After when it asked for longer. A Retry-After beyond
+`max_retry_after` is not slept through here: the error surfaces with `retry_after` set, so
+the daemon's loop, not a request, does the long wait. `sleep` and `rng` are injected so tests
+run the whole schedule without sleeping.
+
+Note: a retried POST may have reached the server the first time, so a create may answer
+ALREADY_EXISTS for a node our own earlier attempt made; the planner adopts it by its labels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import structlog
+
+from tpucared.core.model import ErrorKind
+from tpucared.gcp.errors import ApiError
+
+T = TypeVar("T")
+
+Sleep = Callable[[float], Awaitable[None]]
+Rng = Callable[[], float]
+
+log = structlog.get_logger(__name__)
+
+RETRYABLE_KINDS = frozenset({ErrorKind.TRANSIENT, ErrorKind.RATE_LIMITED, ErrorKind.CONFLICT})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 6  # total requests, the first one included
+    base: float = 0.5  # seconds; the ceiling of the first delay
+    cap: float = 30.0  # seconds; the ceiling of any jittered delay
+    max_retry_after: float = 120.0  # a longer server-requested wait surfaces instead
+    retry_kinds: frozenset[ErrorKind] = field(default=RETRYABLE_KINDS)
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        if self.base < 0 or self.cap < 0 or self.max_retry_after < 0:
+            raise ValueError("base, cap and max_retry_after must not be negative")
+
+    def backoff(self, retry: int, rng: Rng) -> float:
+        """Full-jitter delay before retry number `retry` (1-based)."""
+        return rng() * min(self.cap, self.base * 2.0 ** (retry - 1))
+
+    def delay(self, retry: int, error: ApiError, rng: Rng) -> float | None:
+        """Seconds to wait before retry `retry` after `error`, or None to give up now."""
+        if error.kind not in self.retry_kinds or retry >= self.max_attempts:
+            return None
+        jittered = self.backoff(retry, rng)
+        if error.retry_after is None:
+            return jittered
+        if error.retry_after > self.max_retry_after:
+            return None
+        return max(jittered, error.retry_after)
+
+
+NO_RETRY = RetryPolicy(max_attempts=1)
+
+
+async def call_with_retry(
+    request: Callable[[], Awaitable[T]],
+    *,
+    policy: RetryPolicy,
+    sleep: Sleep = asyncio.sleep,
+    rng: Rng = random.random,
+    what: str = "request",
+) -> T:
+    """Run `request()` until it succeeds, fails for good, or the attempts run out.
+
+    `what` names the call in the "attempt i/N" log lines (e.g. "nodes.list"). The error that
+    finally surfaces carries `attempts`, the number of requests made.
+    """
+    attempt = 1
+    while True:
+        try:
+            return await request()
+        except ApiError as error:
+            error.attempts = attempt
+            delay = policy.delay(attempt, error, rng)
+            if delay is None:
+                raise
+            log.warning(
+                "tpu api call failed, retrying",
+                call=what,
+                attempt=f"{attempt}/{policy.max_attempts}",
+                kind=error.kind.value,
+                delay_s=round(delay, 3),
+                retry_after_s=error.retry_after,
+                error=str(error),
+            )
+            await sleep(delay)
+            attempt += 1
