@@ -1,0 +1,55 @@
+"""The workload environment contract: the TPUCARED_* variables every worker's process gets.
+
+Owns `workload_environment()`, which merges the fleet's `env` with the contract variables for
+one worker of one attempt. The runtime passes the result to `scripts.launch_script`. Pure;
+it would sit equally well in `core` (proposed in the SSH layer's notes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tpucared.ssh.shell import check_env_name, check_env_value
+
+CONTRACT_PREFIX = "TPUCARED_"
+
+
+def workload_environment(
+    *,
+    fleet: str,
+    slot: int,
+    node: str,
+    worker: int,
+    num_workers: int,
+    run_id: str,
+    attempt: int,
+    preemptions: int,
+    failures: int,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """User `env` plus the contract variables (DESIGN.md, "Workload environment").
+
+    A user variable named TPUCARED_* is rejected: it would silently shadow or be shadowed by
+    the contract.
+    """
+    if not 0 <= worker < num_workers:
+        raise ValueError(f"worker {worker} out of range for {num_workers} workers")
+    result: dict[str, str] = {}
+    for name, value in (env or {}).items():
+        if name.startswith(CONTRACT_PREFIX):
+            raise ValueError(f"{name}: the TPUCARED_ prefix is reserved for tpucared")
+        result[check_env_name(name)] = check_env_value(name, value)
+    result.update(
+        {
+            "TPUCARED_FLEET": fleet,
+            "TPUCARED_SLOT": str(slot),
+            "TPUCARED_NODE": node,
+            "TPUCARED_WORKER": str(worker),
+            "TPUCARED_NUM_WORKERS": str(num_workers),
+            "TPUCARED_RUN_ID": run_id,
+            "TPUCARED_ATTEMPT": str(attempt),
+            "TPUCARED_PREEMPTIONS": str(preemptions),
+            "TPUCARED_FAILURES": str(failures),
+        }
+    )
+    return result
