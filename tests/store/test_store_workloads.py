@@ -1,0 +1,101 @@
+"""Workload attempts: numbering, one running attempt per slot, outcomes and counters."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from store_support import T0, facts
+
+from tpucared.core.model import AttemptOutcome, IncarnationRecord, NodePhase
+from tpucared.store import AttemptRunning, NotFound, StaleWrite, Store
+
+P = NodePhase
+T1 = T0 + timedelta(minutes=1)
+
+
+async def ready_node(store: Store, slot: int = 0) -> IncarnationRecord:
+    async with store.write() as tx:
+        inc = await tx.request_node("sweep", slot, f"sweep-{slot}", "z", "v4-32", T0)
+        return await tx.transition(inc.id, P.REQUESTED, P.READY, T0, cloud=facts(workers=4))
+
+
+async def test_attempts_are_numbered_per_slot_and_counted(seeded: Store):
+    inc = await ready_node(seeded)
+    outcomes = [AttemptOutcome.FAILED, AttemptOutcome.HUNG, AttemptOutcome.SUCCEEDED]
+    for number, outcome in enumerate(outcomes, start=1):
+        async with seeded.write() as tx:
+            started = await tx.start_attempt(inc.id, T0)
+        assert (started.number, started.outcome, started.ended_at) == (number, None, None)
+        assert (await seeded.load_snapshot()).running[("sweep", 0)] == started
+        async with seeded.write() as tx:
+            ended = await tx.finish_attempt(
+                started.id, outcome, T1, exit_codes={0: 1, 1: None}, detail="exit 1 on worker 0"
+            )
+        assert (ended.outcome, ended.ended_at, ended.exit_codes) == (outcome, T1, {0: 1, 1: None})
+    snap = await seeded.load_snapshot()
+    slot = snap.slots[("sweep", 0)]
+    # failed and hung count against the crash budget; success does not.
+    assert (slot.attempts, slot.failures) == (3, 2)
+    assert snap.running == {}
+    assert snap.last_attempts[("sweep", 0)].number == 3
+    kinds = [e.kind for e in await seeded.events() if e.kind.startswith("attempt.")]
+    assert kinds == [
+        "attempt.started",
+        "attempt.failed",
+        "attempt.started",
+        "attempt.hung",
+        "attempt.started",
+        "attempt.succeeded",
+    ]
+
+
+async def test_one_running_attempt_per_slot(seeded: Store):
+    inc = await ready_node(seeded)
+    async with seeded.write() as tx:
+        first = await tx.start_attempt(inc.id, T0)
+    with pytest.raises(AttemptRunning) as err:
+        async with seeded.write() as tx:
+            await tx.start_attempt(inc.id, T1)
+    assert err.value.actual == first.id
+    # The refused attempt consumed no number.
+    assert (await seeded.load_snapshot()).slots[("sweep", 0)].attempts == 1
+
+
+async def test_finishing_twice_is_a_stale_write(seeded: Store):
+    inc = await ready_node(seeded)
+    async with seeded.write() as tx:
+        attempt = await tx.start_attempt(inc.id, T0)
+        await tx.finish_attempt(attempt.id, AttemptOutcome.FAILED, T1)
+    with pytest.raises(StaleWrite):
+        async with seeded.write() as tx:
+            await tx.finish_attempt(attempt.id, AttemptOutcome.FAILED, T1)
+    assert (await seeded.load_snapshot()).slots[("sweep", 0)].failures == 1
+    with pytest.raises(NotFound):
+        async with seeded.write() as tx:
+            await tx.finish_attempt(999, AttemptOutcome.FAILED, T1)
+
+
+async def test_launching_needs_a_ready_node(seeded: Store):
+    async with seeded.write() as tx:
+        inc = await tx.request_node("sweep", 0, "sweep-0", "z", "v4-32", T0)
+    with pytest.raises(StaleWrite):
+        async with seeded.write() as tx:
+            await tx.start_attempt(inc.id, T0)
+    with pytest.raises(NotFound):
+        async with seeded.write() as tx:
+            await tx.start_attempt(999, T0)
+
+
+async def test_attempt_numbers_continue_across_incarnations(seeded: Store):
+    first = await ready_node(seeded)
+    async with seeded.write() as tx:
+        attempt = await tx.start_attempt(first.id, T0)
+        await tx.finish_attempt(attempt.id, AttemptOutcome.PREEMPTED, T1)
+        await tx.transition(first.id, P.READY, P.DEAD, T1, end_reason="preempted")
+        await tx.transition(first.id, P.DEAD, P.DELETED, T1)
+    second = await ready_node(seeded)
+    async with seeded.write() as tx:
+        attempt = await tx.start_attempt(second.id, T1)
+    assert (attempt.number, attempt.incarnation_id) == (2, second.id)
+    assert (await seeded.load_snapshot()).slots[("sweep", 0)].failures == 0  # preempted: no

@@ -1,0 +1,53 @@
+"""tpucared's memory: a SQL database (SQLite by default) that survives `kill -9` at any instant.
+
+The runtime records intent here before acting and outcomes after, and rebuilds its view from here
+after a restart; the CLI's read-only commands and people with `sqlite3` read it directly
+(docs/inspecting.md). Modules:
+
+- `engine`: URL from the `daemon.db` setting, the async engine, SQLite pragmas and transactions.
+- `models` / `types`: the schema (typed declarative tables) and its portable column types.
+- `migrate`: Alembic upgrades at start-up, safe when processes race; drift check for CI.
+  (Not imported here: read-only commands need not load Alembic.)
+- `repository`: `Store`, the handle: `read()` / `write()` transactions, one-call reads.
+- `reads` / `writes`: the queries (`Reader`) and the changes (`Tx`), returning core records.
+- `snapshot`: `Snapshot` (the planner's input) and the status read models.
+- `errors`: `StaleWrite` (lost compare-and-set), `IllegalTransition`, `NotFound`.
+"""
+
+from tpucared.store.engine import database_url, make_engine
+from tpucared.store.errors import (
+    AttemptRunning,
+    CasConflict,
+    IllegalTransition,
+    LiveIncarnationExists,
+    NotFound,
+    StaleWrite,
+    StoreError,
+)
+from tpucared.store.reads import Reader
+from tpucared.store.repository import Store
+from tpucared.store.snapshot import FleetStatus, SlotKey, SlotStatus, Snapshot
+from tpucared.store.tx import Tx
+from tpucared.store.write_base import KEEP
+from tpucared.store.write_nodes import CloudWrites
+
+__all__ = [
+    "KEEP",
+    "AttemptRunning",
+    "CasConflict",
+    "CloudWrites",
+    "FleetStatus",
+    "IllegalTransition",
+    "LiveIncarnationExists",
+    "NotFound",
+    "Reader",
+    "SlotKey",
+    "SlotStatus",
+    "Snapshot",
+    "StaleWrite",
+    "Store",
+    "StoreError",
+    "Tx",
+    "database_url",
+    "make_engine",
+]

@@ -1,0 +1,159 @@
+"""Connections to the state database: URL resolution, the async engine and SQLite pragmas.
+
+Everything that opens the database goes through `make_engine`, so the daemon, the read-only CLI
+commands, the migrations and the tests all get the same connection settings. The store above it
+(`tpucared.store.repository`) never sets pragmas or opens files itself.
+
+SQLite settings, and why:
+
+- `journal_mode=WAL`: readers (`tpucared status`, a person with `sqlite3`) never block the
+  daemon's writes and never see a half-written transaction.
+- `synchronous=FULL`: each commit syncs the WAL. NORMAL is already safe against a process crash
+  (`kill -9`: the commit is in the OS page cache), but can lose the last commits on power loss or
+  a kernel panic. We record intent before calling the cloud, so losing a recorded intent would
+  orphan a node until the next observation adopts it; one fsync per commit is cheap at our write
+  rate (a handful of commits per poll interval).
+- `foreign_keys=ON`: SQLite leaves them off by default. Migrations turn them off (see
+  `tpucared.store.migrate`) because table rebuilds must not cascade.
+- `busy_timeout`: a writer waits for another writer's lock instead of failing at once.
+- Transactions are started by us (`BEGIN IMMEDIATE` for writes, plain `BEGIN` for reads) instead
+  of by the `sqlite3` module's legacy implicit transactions, which skip BEGIN for SELECT and DDL.
+  Taking the write lock up front means a write transaction can never fail half-way with
+  SQLITE_BUSY when it upgrades from reading to writing; it waits `busy_timeout` at BEGIN instead.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+# Execution option that marks a connection's transactions as read-only: they BEGIN DEFERRED and
+# never take the write lock. Set by `Store.read()`.
+READ_ONLY_OPTION = "tpucared_read_only"
+
+DEFAULT_BUSY_TIMEOUT_MS = 5000
+# Cap on the WAL file left behind after a checkpoint, so weeks of uptime don't leave a huge file.
+JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
+
+# Sync drivers people may write in a config, mapped to the async driver we run on.
+_ASYNC_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "sqlite+pysqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "postgresql+psycopg2": "postgresql+asyncpg",
+}
+
+
+def database_url(setting: str | os.PathLike[str]) -> URL:
+    """The async SQLAlchemy URL for the `daemon.db` setting.
+
+    A plain path (relative paths are made absolute, `~` is expanded) becomes a SQLite file URL;
+    anything with a scheme is taken as a SQLAlchemy URL, with sync drivers swapped for their
+    async counterparts (`sqlite:///x` -> `sqlite+aiosqlite:///x`).
+    """
+    text = os.fspath(setting)
+    if not text.strip():
+        raise ValueError("daemon.db is empty: expected a file path or a SQLAlchemy URL")
+    if "://" not in text:
+        path = Path(text).expanduser().resolve()
+        return URL.create("sqlite+aiosqlite", database=str(path))
+    try:
+        url = make_url(text)
+    except ArgumentError as exc:
+        raise ValueError(f"daemon.db is not a valid SQLAlchemy URL: {text!r}") from exc
+    return url.set(drivername=_ASYNC_DRIVERS.get(url.drivername, url.drivername))
+
+
+def sqlite_path(url: URL) -> Path | None:
+    """The database file of a SQLite URL; None for other backends and in-memory databases."""
+    if url.get_backend_name() != "sqlite":
+        return None
+    database = url.database or ""
+    if database in ("", ":memory:") or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+def make_engine(
+    setting: str | os.PathLike[str] | URL,
+    *,
+    read_only: bool = False,
+    foreign_keys: bool = True,
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    synchronous: str = "FULL",
+    **engine_kwargs: Any,
+) -> AsyncEngine:
+    """An async engine on the state database with our connection settings applied.
+
+    For SQLite the parent directory is created if missing, unless `read_only`: then the file
+    must exist (it is opened with `mode=ro`) and every connection refuses writes, which is what
+    the CLI's read-only commands want. The caller owns the engine and must
+    `await engine.dispose()` when done.
+    """
+    url = setting if isinstance(setting, URL) else database_url(setting)
+    path = sqlite_path(url)
+    if path is not None and read_only:
+        # An SQLite URI filename: percent-encoded, so "?" or "#" in a path cannot cut it.
+        uri = f"file:{quote(str(path))}"
+        url = url.set(database=uri, query={**url.query, "mode": "ro", "uri": "true"})
+    elif path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    engine = create_async_engine(url, **engine_kwargs)
+    if url.get_backend_name() == "sqlite":
+        _install_sqlite_listeners(
+            engine,
+            read_only=read_only,
+            foreign_keys=foreign_keys,
+            busy_timeout_ms=busy_timeout_ms,
+            synchronous=synchronous,
+        )
+    return engine
+
+
+def _install_sqlite_listeners(
+    engine: AsyncEngine,
+    *,
+    read_only: bool,
+    foreign_keys: bool,
+    busy_timeout_ms: int,
+    synchronous: str,
+) -> None:
+    if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+        raise ValueError(f"invalid synchronous setting {synchronous!r}")
+
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Hand transaction control to SQLAlchemy's `begin` event below (the sqlite3 module's
+        # legacy mode would otherwise run SELECTs and DDL outside any transaction).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            # busy_timeout first: switching to WAL needs a lock another process may hold.
+            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            if not read_only:  # a reader cannot switch modes, and needs no particular one
+                cursor.execute("PRAGMA journal_mode = WAL")
+                (mode,) = cursor.fetchone()
+                if str(mode).lower() != "wal":
+                    # e.g. an in-memory database, or a network filesystem without shared
+                    # memory: refuse rather than run with readers that block the daemon.
+                    raise RuntimeError(f"SQLite refused WAL mode (journal_mode={mode})")
+            cursor.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+            cursor.execute(f"PRAGMA foreign_keys = {'ON' if foreign_keys else 'OFF'}")
+            cursor.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
+            if read_only:
+                cursor.execute("PRAGMA query_only = ON")
+        finally:
+            cursor.close()
+
+    def on_begin(conn: Connection) -> None:
+        reading = read_only or conn.get_execution_options().get(READ_ONLY_OPTION, False)
+        conn.exec_driver_sql("BEGIN" if reading else "BEGIN IMMEDIATE")
+
+    event.listen(engine.sync_engine, "connect", on_connect)
+    event.listen(engine.sync_engine, "begin", on_begin)

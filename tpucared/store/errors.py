@@ -1,0 +1,53 @@
+"""The errors the store raises, so callers can tell a lost race from a bug.
+
+- `StaleWrite` (alias `CasConflict`): a compare-and-set found a different state than the caller
+  read. Nothing was written; re-read (`Store.load_snapshot`) and decide again.
+- `IllegalTransition` (re-exported from `tpucared.core.lifecycle`): the edge is not in the
+  lifecycle table at all. A bug in the caller, never retried.
+- `NotFound`: the record the write refers to does not exist.
+"""
+
+from __future__ import annotations
+
+from tpucared.core.lifecycle import IllegalTransition
+
+__all__ = [
+    "AttemptRunning",
+    "CasConflict",
+    "IllegalTransition",
+    "LiveIncarnationExists",
+    "NotFound",
+    "StaleWrite",
+    "StoreError",
+]
+
+
+class StoreError(Exception):
+    """Base of the store's own errors."""
+
+
+class NotFound(StoreError, LookupError):
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what} not found")
+        self.what = what
+
+
+class StaleWrite(StoreError):
+    """A compare-and-set lost: `what` was `actual`, not the `expected` the caller read."""
+
+    def __init__(self, what: str, expected: object, actual: object) -> None:
+        super().__init__(f"stale write to {what}: expected {expected!r}, found {actual!r}")
+        self.what = what
+        self.expected = expected
+        self.actual = actual
+
+
+CasConflict = StaleWrite
+
+
+class LiveIncarnationExists(StaleWrite):
+    """`request_node` for a slot that still has a live incarnation (`actual` is its id)."""
+
+
+class AttemptRunning(StaleWrite):
+    """`start_attempt` for a slot whose previous attempt has not finished (`actual` is its id)."""

@@ -1,0 +1,235 @@
+"""Queries: everything the daemon and the CLI read from the store, inside one transaction.
+
+A `Reader` wraps a connection that is already inside a transaction (`Store.read()` opens a
+deferred read transaction, `Store.write()` an immediate write transaction whose `Tx` inherits
+these methods), so several queries see one consistent state. Results are `core.model` records
+or the read models of `tpucared.store.snapshot`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Executable, Select, func, select, text
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from tpucared.core.model import (
+    CreateAttemptRecord,
+    EventRecord,
+    FleetRecord,
+    IncarnationRecord,
+    SlotRecord,
+    WorkerRecord,
+    WorkloadAttemptRecord,
+)
+from tpucared.store import convert
+from tpucared.store.models import (
+    LIVE_NODE_SQL,
+    CreateAttemptRow,
+    EventRow,
+    FleetRow,
+    NodeRow,
+    SlotRow,
+    WorkerRow,
+    WorkloadAttemptRow,
+)
+from tpucared.store.snapshot import FleetStatus, SlotKey, SlotStatus, Snapshot, frozen_mapping
+
+# Written as the partial indexes' own WHERE text so SQLite can use them (it cannot prove that a
+# bound-parameter IN list implies the index condition).
+_LIVE = text(LIVE_NODE_SQL)
+
+
+def _newest_per_slot(model: type[WorkloadAttemptRow] | type[CreateAttemptRow]) -> Select[Any]:
+    newest = select(func.max(model.id)).group_by(model.fleet, model.slot)
+    return select(model.__table__).where(model.id.in_(newest))
+
+
+class Reader:
+    """Read queries on one transaction's connection."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def _rows(self, stmt: Executable) -> Sequence[RowMapping]:
+        return (await self._conn.execute(stmt)).mappings().all()
+
+    # -- single records -----------------------------------------------------------------------
+
+    async def fleet(self, name: str) -> FleetRecord | None:
+        rows = await self._rows(select(FleetRow.__table__).where(FleetRow.name == name))
+        return convert.fleet(rows[0]) if rows else None
+
+    async def slot(self, fleet: str, slot: int) -> SlotRecord | None:
+        stmt = select(SlotRow.__table__).where(SlotRow.fleet == fleet, SlotRow.slot == slot)
+        rows = await self._rows(stmt)
+        return convert.slot(rows[0]) if rows else None
+
+    async def incarnation(self, incarnation_id: int) -> IncarnationRecord | None:
+        rows = await self._rows(select(NodeRow.__table__).where(NodeRow.id == incarnation_id))
+        return convert.incarnation(rows[0]) if rows else None
+
+    async def workload_attempt(self, attempt_id: int) -> WorkloadAttemptRecord | None:
+        stmt = select(WorkloadAttemptRow.__table__).where(WorkloadAttemptRow.id == attempt_id)
+        rows = await self._rows(stmt)
+        return convert.workload_attempt(rows[0]) if rows else None
+
+    # -- collections --------------------------------------------------------------------------
+
+    async def fleets(self) -> list[FleetRecord]:
+        rows = await self._rows(select(FleetRow.__table__).order_by(FleetRow.name))
+        return [convert.fleet(r) for r in rows]
+
+    async def slots(self, fleet: str | None = None) -> list[SlotRecord]:
+        stmt = select(SlotRow.__table__).order_by(SlotRow.fleet, SlotRow.slot)
+        if fleet is not None:
+            stmt = stmt.where(SlotRow.fleet == fleet)
+        return [convert.slot(r) for r in await self._rows(stmt)]
+
+    async def incarnations(
+        self,
+        fleet: str | None = None,
+        slot: int | None = None,
+        *,
+        live_only: bool = False,
+        limit: int | None = None,
+    ) -> list[IncarnationRecord]:
+        """Newest first."""
+        stmt = select(NodeRow.__table__).order_by(NodeRow.id.desc()).limit(limit)
+        if fleet is not None:
+            stmt = stmt.where(NodeRow.fleet == fleet)
+        if slot is not None:
+            stmt = stmt.where(NodeRow.slot == slot)
+        if live_only:
+            stmt = stmt.where(_LIVE)
+        return [convert.incarnation(r) for r in await self._rows(stmt)]
+
+    async def workers(
+        self, incarnation_ids: Collection[int]
+    ) -> dict[int, tuple[WorkerRecord, ...]]:
+        if not incarnation_ids:
+            return {}
+        stmt = (
+            select(WorkerRow.__table__)
+            .where(WorkerRow.node_id.in_(list(incarnation_ids)))
+            .order_by(WorkerRow.node_id, WorkerRow.worker)
+        )
+        grouped: dict[int, list[WorkerRecord]] = defaultdict(list)
+        for row in await self._rows(stmt):
+            grouped[row["node_id"]].append(convert.worker(row))
+        return {node_id: tuple(ws) for node_id, ws in grouped.items()}
+
+    async def workload_attempts(
+        self, fleet: str | None = None, slot: int | None = None, *, limit: int | None = None
+    ) -> list[WorkloadAttemptRecord]:
+        """Newest first."""
+        stmt = (
+            select(WorkloadAttemptRow.__table__).order_by(WorkloadAttemptRow.id.desc()).limit(limit)
+        )
+        if fleet is not None:
+            stmt = stmt.where(WorkloadAttemptRow.fleet == fleet)
+        if slot is not None:
+            stmt = stmt.where(WorkloadAttemptRow.slot == slot)
+        return [convert.workload_attempt(r) for r in await self._rows(stmt)]
+
+    async def create_attempts(
+        self, fleet: str | None = None, *, since: datetime | None = None, limit: int | None = 100
+    ) -> list[CreateAttemptRecord]:
+        """Newest first."""
+        stmt = select(CreateAttemptRow.__table__).order_by(CreateAttemptRow.id.desc()).limit(limit)
+        if fleet is not None:
+            stmt = stmt.where(CreateAttemptRow.fleet == fleet)
+        if since is not None:
+            stmt = stmt.where(CreateAttemptRow.started_at >= since)
+        return [convert.create_attempt(r) for r in await self._rows(stmt)]
+
+    async def events(
+        self,
+        since_id: int | None = None,
+        limit: int = 100,
+        fleet: str | None = None,
+        *,
+        incarnation_id: int | None = None,
+    ) -> list[EventRecord]:
+        """Events in id order. With `since_id`, the first `limit` events after it (for
+        `events --follow`: pass the last id seen); without, the newest `limit` events."""
+        stmt = select(EventRow.__table__)
+        if fleet is not None:
+            stmt = stmt.where(EventRow.fleet == fleet)
+        if incarnation_id is not None:
+            stmt = stmt.where(EventRow.node_id == incarnation_id)
+        if since_id is not None:
+            stmt = stmt.where(EventRow.id > since_id).order_by(EventRow.id).limit(limit)
+            rows = await self._rows(stmt)
+        else:
+            rows = list(reversed(await self._rows(stmt.order_by(EventRow.id.desc()).limit(limit))))
+        return [convert.event(r) for r in rows]
+
+    async def last_event_id(self) -> int:
+        value = (await self._conn.execute(select(func.max(EventRow.id)))).scalar()
+        return int(value or 0)
+
+    # -- assembled views ----------------------------------------------------------------------
+
+    async def snapshot(self) -> Snapshot:
+        """The planner's input; see `Snapshot`. Six queries, whatever the fleet size."""
+        fleets = await self.fleets()
+        slots = await self.slots()
+        live = await self.incarnations(live_only=True)
+        workers = await self.workers([n.id for n in live])
+        attempts = [
+            convert.workload_attempt(r)
+            for r in await self._rows(_newest_per_slot(WorkloadAttemptRow))
+        ]
+        creates = [
+            convert.create_attempt(r) for r in await self._rows(_newest_per_slot(CreateAttemptRow))
+        ]
+        return Snapshot(
+            fleets=frozen_mapping({f.name: f for f in fleets}),
+            slots=frozen_mapping({(s.fleet, s.index): s for s in slots}),
+            nodes=frozen_mapping({(n.fleet, n.slot): n for n in live}),
+            workers=frozen_mapping(workers),
+            last_attempts=frozen_mapping({(a.fleet, a.slot): a for a in attempts}),
+            last_creates=frozen_mapping({(c.fleet, c.slot): c for c in creates}),
+            last_event_id=await self.last_event_id(),
+        )
+
+    async def status(self, fleet: str | None = None) -> list[FleetStatus]:
+        """Fleets with, per slot, the current (else latest) incarnation, its workers and the
+        last workload attempt: what `tpucared status` prints."""
+        fleets = [f for f in await self.fleets() if fleet is None or f.name == fleet]
+        slots = await self.slots(fleet)
+        # The newest incarnation per slot: the live one if any, since a slot's live incarnation
+        # is always its newest (a new one can only be requested once the previous is terminal).
+        newest_ids = select(func.max(NodeRow.id)).group_by(NodeRow.fleet, NodeRow.slot)
+        node_stmt = select(NodeRow.__table__).where(NodeRow.id.in_(newest_ids))
+        nodes: dict[SlotKey, IncarnationRecord] = {}
+        for row in await self._rows(node_stmt):
+            inc = convert.incarnation(row)
+            nodes[(inc.fleet, inc.slot)] = inc
+        workers = await self.workers([n.id for n in nodes.values()])
+        attempts: dict[SlotKey, WorkloadAttemptRecord] = {}
+        for row in await self._rows(_newest_per_slot(WorkloadAttemptRow)):
+            att = convert.workload_attempt(row)
+            attempts[(att.fleet, att.slot)] = att
+        result = []
+        for f in fleets:
+            rows = []
+            for s in slots:
+                if s.fleet != f.name:
+                    continue
+                node = nodes.get((s.fleet, s.index))
+                rows.append(
+                    SlotStatus(
+                        slot=s,
+                        node=node,
+                        workers=workers.get(node.id, ()) if node else (),
+                        last_attempt=attempts.get((s.fleet, s.index)),
+                    )
+                )
+            result.append(FleetStatus(fleet=f, slots=tuple(rows)))
+        return result

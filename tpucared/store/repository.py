@@ -1,0 +1,111 @@
+"""`Store`: the daemon's and the CLI's handle on the state database.
+
+It owns one async engine and hands out transactions: `read()` (a deferred read transaction: one
+consistent view, never blocks or is blocked by the daemon's writes under WAL) and `write()` (an
+immediate write transaction whose effects commit together, or not at all when the block
+raises). The common reads have one-call shortcuts. Every result is a frozen record from
+`tpucared.core.model` or `tpucared.store.snapshot`.
+
+    store = Store.open(config.daemon.db)
+    try:
+        snap = await store.load_snapshot()
+        async with store.write() as tx:
+            node = await tx.request_node("sweep", 3, "sweep-3", "us-central2-b", "v4-32", now)
+    finally:
+        await store.close()
+
+The schema must already be at head (`tpucared.store.migrate.upgrade_to_head`); the store does
+not migrate by itself, so a read-only CLI never changes the database file.
+
+Compare-and-set failures (`StaleWrite`) roll back the whole `write()` block. If a commit itself
+fails (the connection dropped), whether it landed is unknown: re-read before deciding again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tpucared.core.model import EventRecord, IncarnationRecord
+from tpucared.store.engine import READ_ONLY_OPTION, make_engine
+from tpucared.store.reads import Reader
+from tpucared.store.snapshot import FleetStatus, Snapshot
+from tpucared.store.tx import Tx
+
+
+class Store:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self._reader_engine = engine.execution_options(**{READ_ONLY_OPTION: True})
+        # Tasks inside `write()`: a nested write in the same task would wait for its own lock.
+        self._writing: set[asyncio.Task[Any]] = set()
+
+    @classmethod
+    def open(
+        cls, setting: str | os.PathLike[str] | URL, *, read_only: bool = False, **engine_kwargs: Any
+    ) -> Store:
+        """A store on the `daemon.db` setting (path or URL). Opens no connection yet.
+        `read_only` (the CLI's status/events): never creates the file, refuses every write."""
+        return cls(make_engine(setting, read_only=read_only, **engine_kwargs))
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[Reader]:
+        """A read transaction: every query inside sees the same committed state."""
+        async with self._reader_engine.begin() as conn:
+            yield Reader(conn)
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[Tx]:
+        """A write transaction: commits when the block ends, rolls back if it raises.
+        Not re-entrant: inside the block, use the `Tx` it gave you."""
+        task = asyncio.current_task()
+        assert task is not None
+        if task in self._writing:
+            raise RuntimeError("nested Store.write() in one task would deadlock on its own lock")
+        self._writing.add(task)
+        try:
+            async with self.engine.begin() as conn:
+                yield Tx(conn)
+        finally:
+            self._writing.discard(task)
+
+    # -- one-call reads -----------------------------------------------------------------------
+
+    async def load_snapshot(self) -> Snapshot:
+        async with self.read() as r:
+            return await r.snapshot()
+
+    async def status(self, fleet: str | None = None) -> list[FleetStatus]:
+        async with self.read() as r:
+            return await r.status(fleet)
+
+    async def events(
+        self, since_id: int | None = None, limit: int = 100, fleet: str | None = None
+    ) -> list[EventRecord]:
+        async with self.read() as r:
+            return await r.events(since_id, limit, fleet)
+
+    async def incarnation(self, incarnation_id: int) -> IncarnationRecord | None:
+        async with self.read() as r:
+            return await r.incarnation(incarnation_id)

@@ -1,0 +1,99 @@
+"""Column types that keep the database readable by people and portable across backends.
+
+Each is a `TypeDecorator` over a generic SQL type (DATETIME, VARCHAR, TEXT), so the schema has
+nothing SQLite-only and PostgreSQL can come later without touching the models:
+
+- `UTCDateTime`: timezone-aware UTC datetimes in, timezone-aware UTC datetimes out. SQLite stores
+  them as readable text (`2025-06-01 12:00:00.000000`, always UTC), which its date functions
+  (`julianday`, `datetime`) understand.
+- `StrEnumType`: a `StrEnum` stored as its value (`'ready'`, not `'READY'` or `3`). No CHECK
+  constraint: adding an enum member must not require rebuilding a table.
+- `JSONText`: a JSON document stored as TEXT with sorted keys (`json_extract` works on it).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import DateTime, String, Text
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+
+E = TypeVar("E", bound=StrEnum)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware datetimes only; stored in UTC; returned with `tzinfo=UTC`."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            # A naive datetime is ambiguous; refusing it keeps every stored instant honest.
+            raise ValueError(f"naive datetime {value!r}: tpucared stores aware UTC datetimes")
+        utc = value.astimezone(UTC)
+        # SQLite has no time zones: store the UTC wall clock, re-attach UTC on the way out.
+        return utc.replace(tzinfo=None) if dialect.name == "sqlite" else utc
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+class StrEnumType(TypeDecorator[E], Generic[E]):
+    """A `StrEnum` stored as its string value in a VARCHAR."""
+
+    impl = String
+    cache_ok = True
+
+    def __init__(self, enum_cls: type[E], length: int = 32) -> None:
+        super().__init__(length=length)
+        self.enum_cls = enum_cls
+
+    def process_bind_param(self, value: E | str | None, dialect: Dialect) -> str | None:
+        if value is None:
+            return None
+        # Validates plain strings too: an unknown value never reaches the database.
+        return self.enum_cls(value).value
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> E | None:
+        return None if value is None else self.enum_cls(value)
+
+    def copy(self, **kw: Any) -> StrEnumType[E]:
+        return StrEnumType(self.enum_cls, self.length)
+
+    @property
+    def length(self) -> int:
+        impl = self.impl_instance
+        assert isinstance(impl, String)
+        return impl.length or 32
+
+
+def _json_default(value: object) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+class JSONText(TypeDecorator[Any]):
+    """Any JSON-serializable value, stored as compact TEXT with sorted keys."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        if value is None:
+            return None
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_json_default)
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> Any:
+        return None if value is None else json.loads(value)

@@ -1,0 +1,266 @@
+"""The shared half of a write transaction: events, fleets, slots and create attempts.
+
+`WriterBase` extends `Reader` with the writes every other writer builds on; `Tx`
+(`tpucared.store.tx`) assembles it with the node and workload writers. Rules all writers follow:
+
+- Each method is one logical change; all of them inside one `Store.write()` block commit
+  together (SQLite `BEGIN IMMEDIATE` ... `COMMIT`) or not at all, so a `kill -9` never leaves
+  half a change, and an exception rolls the whole block back.
+- State changes append their event row in the same transaction: state and event log agree.
+- `now` is always passed in; the store never reads the clock.
+- Optional update arguments default to `KEEP` (leave the column alone); `None` sets NULL.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from enum import Enum
+from typing import Any, Final, Literal
+
+from sqlalchemy import insert, update
+
+from tpucared.core.actions import SlotUpdate
+from tpucared.core.model import (
+    CreateAttemptRecord,
+    EventRecord,
+    FleetRecord,
+    IncarnationRecord,
+    SlotRecord,
+)
+from tpucared.store import convert
+from tpucared.store.errors import NotFound
+from tpucared.store.models import CreateAttemptRow, EventRow, FleetRow, SlotRow
+from tpucared.store.reads import Reader
+
+
+class _Keep(Enum):
+    KEEP = "keep"
+
+
+KEEP: Final = _Keep.KEEP
+Keep = Literal[_Keep.KEEP]
+
+
+def given(**values: object) -> dict[str, object]:
+    """The keyword arguments that are not `KEEP`: the columns to write."""
+    return {k: v for k, v in values.items() if v is not KEEP}
+
+
+def new_run_id(fleet: str, slot: int) -> str:
+    """Readable and unique: `sweep-3-4f1c2a9b0d7e`. Made once per slot, never changed."""
+    return f"{fleet}-{slot}-{uuid.uuid4().hex[:12]}"
+
+
+def slot_update_details(su: SlotUpdate) -> dict[str, Any]:
+    return {
+        "create_failures": su.create_failures,
+        "next_create_at": su.next_create_at,
+        "next_zone": su.next_zone,
+        "last_error": su.last_error,
+        "add_preemptions": su.add_preemptions,
+    }
+
+
+class WriterBase(Reader):
+    # -- events -------------------------------------------------------------------------------
+
+    async def append_event(
+        self,
+        kind: str,
+        message: str,
+        now: datetime,
+        *,
+        fleet: str | None = None,
+        slot: int | None = None,
+        node: str | None = None,
+        incarnation_id: int | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> EventRecord:
+        """Append one event (e.g. kind="notice", details={"severity": ..., "key": ...})."""
+        stmt = (
+            insert(EventRow)
+            .values(
+                at=now,
+                kind=kind,
+                message=message,
+                fleet=fleet,
+                slot=slot,
+                node=node,
+                node_id=incarnation_id,
+                details=dict(details or {}),
+            )
+            .returning(*EventRow.__table__.c)
+        )
+        return convert.event((await self._conn.execute(stmt)).mappings().one())
+
+    async def _node_event(
+        self, inc: IncarnationRecord, kind: str, message: str, now: datetime, **details: Any
+    ) -> None:
+        await self.append_event(
+            kind,
+            message,
+            now,
+            fleet=inc.fleet,
+            slot=inc.slot,
+            node=inc.node_name,
+            incarnation_id=inc.id,
+            details=details,
+        )
+
+    # -- fleets -------------------------------------------------------------------------------
+
+    async def record_fleet(
+        self, name: str, spec_hash: str, spec_json: str, now: datetime, *, reason: str = ""
+    ) -> FleetRecord:
+        """Insert or update a fleet's spec (RecordFleet); `applied_at` moves only when the
+        spec changed, `down` is kept."""
+        current = await self.fleet(name)
+        if current is None:
+            await self._conn.execute(
+                insert(FleetRow).values(
+                    name=name, spec_hash=spec_hash, spec_json=spec_json, applied_at=now
+                )
+            )
+        elif current.spec_hash != spec_hash or current.spec_json != spec_json:
+            await self._conn.execute(
+                update(FleetRow)
+                .where(FleetRow.name == name)
+                .values(spec_hash=spec_hash, spec_json=spec_json, applied_at=now)
+            )
+        else:
+            return current
+        await self.append_event(
+            "fleet.recorded",
+            reason or f"fleet {name}: spec {spec_hash}",
+            now,
+            fleet=name,
+            details={
+                "spec_hash": spec_hash,
+                "previous_spec_hash": current.spec_hash if current else None,
+            },
+        )
+        return await self._require_fleet(name)
+
+    async def set_fleet_down(
+        self, name: str, down: bool, now: datetime, *, reason: str = ""
+    ) -> FleetRecord:
+        """`tpucared down` (keep no nodes for this fleet), or undo it."""
+        before = await self._require_fleet(name)
+        if before.down == down:
+            return before
+        await self._conn.execute(update(FleetRow).where(FleetRow.name == name).values(down=down))
+        await self.append_event(
+            "fleet.down" if down else "fleet.up",
+            reason or f"fleet {name}: {'down, deleting its nodes' if down else 'up again'}",
+            now,
+            fleet=name,
+        )
+        return await self._require_fleet(name)
+
+    async def _require_fleet(self, name: str) -> FleetRecord:
+        record = await self.fleet(name)
+        if record is None:
+            raise NotFound(f"fleet {name}")
+        return record
+
+    # -- slots --------------------------------------------------------------------------------
+
+    async def open_slot(
+        self, fleet: str, slot: int, now: datetime, *, reason: str = ""
+    ) -> SlotRecord:
+        """Create the slot (with its run_id, once) unless it exists (OpenSlot)."""
+        existing = await self.slot(fleet, slot)
+        if existing is not None:
+            return existing
+        await self._conn.execute(
+            insert(SlotRow).values(
+                fleet=fleet, slot=slot, run_id=new_run_id(fleet, slot), created_at=now
+            )
+        )
+        await self.append_event(
+            "slot.opened", reason or f"{fleet}/{slot} opened", now, fleet=fleet, slot=slot
+        )
+        return await self._require_slot(fleet, slot)
+
+    async def ensure_slots(self, fleet: str, size: int, now: datetime) -> list[SlotRecord]:
+        """`open_slot` for 0..size-1; returns every slot of the fleet (also any beyond)."""
+        for index in range(size):
+            await self.open_slot(fleet, index, now)
+        return await self.slots(fleet)
+
+    async def apply_slot_update(self, su: SlotUpdate) -> SlotRecord:
+        """The planner's slot bookkeeping (SlotUpdate): absolute create backoff fields, plus
+        `add_preemptions` added to the counter. Normally passed to `transition`, which
+        applies it in the same compare-and-set transaction."""
+        await self._require_slot(su.fleet, su.slot)
+        await self._conn.execute(
+            update(SlotRow)
+            .where(SlotRow.fleet == su.fleet, SlotRow.slot == su.slot)
+            .values(
+                create_failures=su.create_failures,
+                next_create_at=su.next_create_at,
+                next_zone=su.next_zone,
+                last_error=su.last_error,
+                preemptions=SlotRow.preemptions + su.add_preemptions,
+            )
+        )
+        return await self._require_slot(su.fleet, su.slot)
+
+    async def update_slot(
+        self,
+        fleet: str,
+        slot: int,
+        now: datetime,
+        *,
+        done: bool | Keep = KEEP,
+        last_error: str | Keep | None = KEEP,
+        next_create_at: datetime | Keep | None = KEEP,
+        next_zone: str | Keep | None = KEEP,
+        reason: str = "",
+    ) -> SlotRecord:
+        """Set some of a slot's fields. The counters change only with what they count."""
+        before = await self._require_slot(fleet, slot)
+        values = given(
+            done=done, last_error=last_error, next_create_at=next_create_at, next_zone=next_zone
+        )
+        if values:
+            await self._conn.execute(
+                update(SlotRow).where(SlotRow.fleet == fleet, SlotRow.slot == slot).values(values)
+            )
+        if done is not KEEP and done != before.done:
+            await self.append_event(
+                "slot.done" if done else "slot.reopened",
+                reason or f"{fleet}/{slot}: {'done, no node wanted' if done else 'wanted again'}",
+                now,
+                fleet=fleet,
+                slot=slot,
+            )
+        return await self._require_slot(fleet, slot)
+
+    async def _require_slot(self, fleet: str, slot: int) -> SlotRecord:
+        record = await self.slot(fleet, slot)
+        if record is None:
+            raise NotFound(f"slot {fleet}/{slot}")
+        return record
+
+    # -- create attempts ----------------------------------------------------------------------
+
+    async def record_create_attempt(self, attempt: CreateAttemptRecord) -> CreateAttemptRecord:
+        """Log one create call once its fate is known (our only view of capacity). Backoff
+        bookkeeping is the planner's, through `SlotUpdate`."""
+        await self._conn.execute(
+            insert(CreateAttemptRow).values(
+                fleet=attempt.fleet,
+                slot=attempt.slot,
+                zone=attempt.zone,
+                accelerator_type=attempt.accelerator_type,
+                started_at=attempt.started_at,
+                outcome=attempt.outcome,
+                latency_s=attempt.latency_s,
+                message=attempt.message,
+                node_id=attempt.incarnation_id,
+            )
+        )
+        return attempt

@@ -1,0 +1,453 @@
+"""Writes to node incarnations and their workers: the executor's half of core/actions.py.
+
+Every phase change is a compare-and-set on the phase the planner saw
+(`UPDATE nodes ... WHERE id = :id AND phase = :expected`, row count checked), checked against
+`core.lifecycle` first, and stamped into `<phase>_at` / `phase_since`; each write appends its
+event in the same transaction. A lost race raises `StaleWrite` and writes nothing, which the
+executor treats as "skip this stale action".
+
+Which method carries out which action (see core/actions.py for the contract):
+  CreateNode  request_node (intent), then transition REQUESTED->CREATING or record_outcome
+  DeleteNode  begin_delete (intent), then record_outcome
+  Transition  transition (with CloudFacts and SlotUpdate)
+  RecordCloud record_cloud, or record_clouds for a whole tick
+  Adopt       adopt
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from tpucared.core.actions import CloudFacts, RecordCloud, SlotUpdate
+from tpucared.core.lifecycle import check_transition, is_terminal
+from tpucared.core.model import (
+    ErrorKind,
+    IncarnationRecord,
+    NodePhase,
+    WorkerEndpoint,
+    WorkerRecord,
+)
+from tpucared.store import convert
+from tpucared.store.errors import LiveIncarnationExists, NotFound, StaleWrite
+from tpucared.store.models import NodeRow, WorkerRow
+from tpucared.store.write_base import KEEP, Keep, WriterBase, given, slot_update_details
+
+# Column recording when an incarnation entered each phase.
+PHASE_AT: Final = {
+    NodePhase.REQUESTED: "requested_at",
+    NodePhase.CREATING: "creating_at",
+    NodePhase.READY: "ready_at",
+    NodePhase.DEAD: "dead_at",
+    NodePhase.DELETING: "deleting_at",
+    NodePhase.DELETED: "deleted_at",
+    NodePhase.FAILED: "failed_at",
+}
+
+
+def _cloud_values(cloud: CloudFacts) -> dict[str, object]:
+    return {
+        "cloud_state": cloud.cloud_state,
+        "cloud_state_since": cloud.cloud_state_since,
+        "health": cloud.health,
+        "unhealthy_since": cloud.unhealthy_since,
+        "cloud_id": cloud.cloud_id,
+        "create_time": cloud.create_time,
+    }
+
+
+def _entering(current: IncarnationRecord, new: NodePhase, now: datetime) -> dict[str, object]:
+    """Columns stamped when `current` enters phase `new`."""
+    values: dict[str, object] = {"phase": new, "phase_since": now, PHASE_AT[new]: now}
+    if new is NodePhase.DELETING and current.dead_at is None:
+        values["dead_at"] = now  # its useful life ended when we decided to delete it
+    if is_terminal(new):
+        values["operation"] = None  # nothing is in flight for a finished incarnation
+    return values
+
+
+@dataclass(frozen=True)
+class CloudWrites:
+    """What `record_clouds` did: the incarnations it changed, and the stale actions' ids."""
+
+    changed: tuple[IncarnationRecord, ...]
+    stale: tuple[int, ...]
+
+
+class NodeWrites(WriterBase):
+    async def _require_incarnation(self, incarnation_id: int) -> IncarnationRecord:
+        inc = await self.incarnation(incarnation_id)
+        if inc is None:
+            raise NotFound(f"node incarnation {incarnation_id}")
+        return inc
+
+    async def _cas(
+        self, incarnation_id: int, expected: NodePhase, values: dict[str, object]
+    ) -> IncarnationRecord:
+        """UPDATE the incarnation only if its phase is still `expected`; StaleWrite if not."""
+        stmt = (
+            update(NodeRow)
+            .where(NodeRow.id == incarnation_id, NodeRow.phase == expected)
+            .values(values)
+            .returning(*NodeRow.__table__.c)
+        )
+        row = (await self._conn.execute(stmt)).mappings().one_or_none()
+        if row is None:
+            current = await self._require_incarnation(incarnation_id)
+            raise StaleWrite(f"phase of node incarnation {incarnation_id}", expected, current.phase)
+        return convert.incarnation(row)
+
+    async def request_node(
+        self,
+        fleet: str,
+        slot: int,
+        node_name: str,
+        zone: str,
+        accelerator_type: str,
+        now: datetime,
+        *,
+        queued_resource: str | None = None,
+        reason: str = "",
+    ) -> IncarnationRecord:
+        """Record the intent to create a node, before the create call (CreateNode T1).
+        `LiveIncarnationExists` if the slot, or the node name in that zone, has a live
+        incarnation: the executor skips the action."""
+        await self._require_slot(fleet, slot)
+        live = await self.incarnations(fleet, slot, live_only=True)
+        if live:
+            raise LiveIncarnationExists(f"live incarnation of {fleet}/{slot}", None, live[0].id)
+        stmt = (
+            insert(NodeRow)
+            .values(
+                fleet=fleet,
+                slot=slot,
+                node_name=node_name,
+                zone=zone,
+                accelerator_type=accelerator_type,
+                phase=NodePhase.REQUESTED,
+                phase_since=now,
+                requested_at=now,
+                queued_resource=queued_resource,
+            )
+            .returning(*NodeRow.__table__.c)
+        )
+        try:
+            row = (await self._conn.execute(stmt)).mappings().one()
+        except IntegrityError as exc:
+            if "UNIQUE" not in str(exc.orig):
+                raise
+            # uq_nodes_live_name: another slot's live incarnation has this name in this zone.
+            raise LiveIncarnationExists(f"live node {zone}/{node_name}", None, str(exc)) from exc
+        inc = convert.incarnation(row)
+        await self._node_event(
+            inc,
+            "node.requested",
+            reason or f"{node_name}: create requested in {zone} ({accelerator_type})",
+            now,
+            to=NodePhase.REQUESTED.value,
+            zone=zone,
+            accelerator_type=accelerator_type,
+            queued_resource=queued_resource,
+        )
+        return inc
+
+    async def transition(
+        self,
+        incarnation_id: int,
+        expected: NodePhase,
+        new: NodePhase,
+        now: datetime,
+        *,
+        reason: str = "",
+        end_reason: str | Keep | None = KEEP,
+        operation: str | Keep | None = KEEP,
+        cloud: CloudFacts | None = None,
+        slot_update: SlotUpdate | None = None,
+    ) -> IncarnationRecord:
+        """Move an incarnation from `expected` to `new` (compare-and-set) and append a
+        `node.<new>` event whose message is `reason`.
+
+        Also: `<new>_at` and `phase_since` = now (and `dead_at` on entering DELETING if
+        unset); `error` cleared (the planner has decided on it); `operation` cleared on
+        entering a terminal phase unless given; `end_reason` and the cloud facts if given
+        (workers replaced by `cloud.endpoints` unless None); `slot_update` applied to the
+        incarnation's slot. Raises `IllegalTransition` for an edge not in the lifecycle
+        table, `StaleWrite` if the phase is no longer `expected`, `NotFound`.
+        """
+        check_transition(expected, new)
+        current = await self._require_incarnation(incarnation_id)
+        if slot_update is not None and (slot_update.fleet, slot_update.slot) != (
+            current.fleet,
+            current.slot,
+        ):
+            raise ValueError(
+                f"slot update for {slot_update.fleet}/{slot_update.slot} "
+                f"on an incarnation of {current.fleet}/{current.slot}"
+            )
+        values = _entering(current, new, now)
+        values["error"] = None
+        values.update(given(end_reason=end_reason, operation=operation))
+        if cloud is not None:
+            values.update(_cloud_values(cloud))
+        inc = await self._cas(incarnation_id, expected, values)
+        if cloud is not None and cloud.endpoints is not None:
+            await self.set_workers(inc.id, cloud.endpoints)
+        if slot_update is not None:
+            await self.apply_slot_update(slot_update)
+        details: dict[str, Any] = {"from": expected.value, "to": new.value}
+        details.update(given(end_reason=end_reason, operation=operation))
+        if cloud is not None:
+            details["cloud"] = _cloud_values(cloud)
+        if slot_update is not None:
+            details["slot_update"] = slot_update_details(slot_update)
+        await self._node_event(
+            inc,
+            f"node.{new.value}",
+            reason or f"{inc.node_name}: {expected.value} -> {new.value}",
+            now,
+            **details,
+        )
+        return inc
+
+    async def begin_delete(
+        self,
+        incarnation_id: int,
+        expected: NodePhase,
+        now: datetime,
+        *,
+        end_reason: str | None = None,
+        reason: str = "",
+    ) -> IncarnationRecord:
+        """Record the intent to delete, before the delete call (DeleteNode T1): CAS on
+        `expected`; move to DELETING unless already there (end_reason if given); count the
+        call (`delete_calls`, `last_delete_at`) and clear `error`."""
+        current = await self._require_incarnation(incarnation_id)
+        values: dict[str, object] = {
+            "delete_calls": NodeRow.delete_calls + 1,
+            "last_delete_at": now,
+            "error": None,
+        }
+        if expected is not NodePhase.DELETING:
+            check_transition(expected, NodePhase.DELETING)
+            values.update(_entering(current, NodePhase.DELETING, now))
+        if end_reason is not None:
+            values["end_reason"] = end_reason
+        inc = await self._cas(incarnation_id, expected, values)
+        await self._node_event(
+            inc,
+            "node.deleting",
+            reason or f"{inc.node_name}: delete call {inc.delete_calls}",
+            now,
+            **{"from": expected.value},
+            to=NodePhase.DELETING.value,
+            delete_calls=inc.delete_calls,
+            end_reason=end_reason,
+        )
+        return inc
+
+    async def record_outcome(
+        self,
+        incarnation_id: int,
+        expected: NodePhase,
+        now: datetime,
+        *,
+        operation: str | Keep | None = KEEP,
+        error: ErrorKind | Keep | None = KEEP,
+        last_error: str | Keep | None = KEEP,
+        reason: str = "",
+    ) -> IncarnationRecord:
+        """Record what a create/delete call or its operation came to, without deciding
+        anything (the planner does, next tick): the operation in flight (or None when it
+        finished), the classified `error`, and the slot's `last_error` message. CAS on the
+        phase the call was made in."""
+        values = given(operation=operation, error=error)
+        if not values and last_error is KEEP:
+            raise ValueError("record_outcome needs operation, error or last_error")
+        # With only last_error to write, the CAS still checks the phase (a no-op SET).
+        inc = await self._cas(incarnation_id, expected, values or {"phase": expected})
+        if last_error is not KEEP:
+            await self.update_slot(inc.fleet, inc.slot, now, last_error=last_error)
+        details = given(operation=operation, error=error, last_error=last_error)
+        what = f"error {error}" if error not in (KEEP, None) else f"operation {operation}"
+        await self._node_event(
+            inc, "node.outcome", reason or f"{inc.node_name}: {what}", now, **details
+        )
+        return inc
+
+    async def record_cloud(
+        self,
+        incarnation_id: int,
+        expected: NodePhase,
+        cloud: CloudFacts,
+        now: datetime,
+        *,
+        reason: str = "",
+    ) -> IncarnationRecord:
+        """Overwrite the cloud facts (and the workers when `cloud.endpoints` is not None)
+        without a phase change (RecordCloud). CAS on `expected` (`StaleWrite`). Writes
+        nothing, not even an event, when the facts are unchanged."""
+        current = await self._require_incarnation(incarnation_id)
+        if current.phase is not expected:
+            raise StaleWrite(f"phase of node incarnation {incarnation_id}", expected, current.phase)
+        workers = (await self.workers([incarnation_id])).get(incarnation_id, ())
+        return await self._record_cloud(current, workers, cloud, now, reason) or current
+
+    async def record_clouds(self, actions: Sequence[RecordCloud], now: datetime) -> CloudWrites:
+        """A tick's RecordCloud actions in one go (two queries to read, a write per changed
+        incarnation). An action whose incarnation left its `expected` phase is skipped and
+        reported in `stale`, so one stale action does not undo the others."""
+        ids = [a.incarnation_id for a in actions]
+        stmt = select(NodeRow.__table__).where(NodeRow.id.in_(ids))
+        current = {r["id"]: convert.incarnation(r) for r in await self._rows(stmt)}
+        if missing := sorted(set(ids) - set(current)):
+            raise NotFound(f"node incarnations {missing}")
+        workers = await self.workers(ids)
+        changed, stale = [], []
+        for action in actions:
+            inc = current[action.incarnation_id]
+            if inc.phase is not action.expected:
+                stale.append(inc.id)
+                continue
+            written = await self._record_cloud(
+                inc, workers.get(inc.id, ()), action.cloud, now, action.reason
+            )
+            if written is not None:
+                changed.append(written)
+        return CloudWrites(changed=tuple(changed), stale=tuple(stale))
+
+    async def _record_cloud(
+        self,
+        current: IncarnationRecord,
+        workers: Sequence[WorkerRecord],
+        cloud: CloudFacts,
+        now: datetime,
+        reason: str,
+    ) -> IncarnationRecord | None:
+        """Write the facts if they differ; None when there was nothing to write."""
+        values = _cloud_values(cloud)
+        same_facts = all(getattr(current, k) == v for k, v in values.items())
+        same_workers = cloud.endpoints is None or sorted(
+            (w.index, w.internal_ip, w.external_ip) for w in workers
+        ) == sorted((ep.index, ep.internal_ip, ep.external_ip) for ep in cloud.endpoints)
+        if same_facts and same_workers:
+            return None
+        inc = await self._cas(current.id, current.phase, values)
+        if cloud.endpoints is not None:
+            await self.set_workers(inc.id, cloud.endpoints)
+        health = f", health {inc.health}" if inc.health else ""
+        await self._node_event(
+            inc,
+            "node.cloud",
+            reason or f"{inc.node_name}: cloud {inc.cloud_state}{health}",
+            now,
+            cloud=values,
+            previous_cloud_state=current.cloud_state,
+            previous_health=current.health,
+        )
+        return inc
+
+    async def adopt(
+        self,
+        fleet: str,
+        slot: int,
+        node_name: str,
+        zone: str,
+        accelerator_type: str,
+        phase: NodePhase,
+        cloud: CloudFacts,
+        now: datetime,
+        *,
+        queued_resource: str | None = None,
+        end_reason: str | None = None,
+        reason: str = "",
+    ) -> IncarnationRecord:
+        """Take on a node we own but have no live record of (Adopt): a REQUESTED record moved
+        at once to `phase`, with the cloud facts. `LiveIncarnationExists` if one is live."""
+        inc = await self.request_node(
+            fleet,
+            slot,
+            node_name,
+            zone,
+            accelerator_type,
+            now,
+            queued_resource=queued_resource,
+            reason=reason or f"{node_name}: adopting the node found in {zone}",
+        )
+        if phase is NodePhase.REQUESTED:
+            return await self.record_cloud(inc.id, phase, cloud, now, reason=reason)
+        return await self.transition(
+            inc.id,
+            NodePhase.REQUESTED,
+            phase,
+            now,
+            reason=reason or f"{node_name}: adopted as {phase.value}",
+            end_reason=end_reason if end_reason is not None else KEEP,
+            cloud=cloud,
+        )
+
+    # -- workers ------------------------------------------------------------------------------
+
+    async def set_workers(
+        self, incarnation_id: int, endpoints: Sequence[WorkerEndpoint]
+    ) -> tuple[WorkerRecord, ...]:
+        """Make the incarnation's workers exactly `endpoints`. A worker keeps its pinned
+        host keys while its internal address is unchanged; a moved worker is a different
+        host, so its keys are dropped and pinned again on the next connection."""
+        known = {w.index: w for w in (await self.workers([incarnation_id])).get(incarnation_id, ())}
+        wanted = {ep.index: ep for ep in endpoints}
+        gone = [i for i in known if i not in wanted]
+        if gone:
+            await self._conn.execute(
+                delete(WorkerRow).where(
+                    WorkerRow.node_id == incarnation_id, WorkerRow.worker.in_(gone)
+                )
+            )
+        for index, ep in wanted.items():
+            old = known.get(index)
+            if old is None:
+                await self._conn.execute(
+                    insert(WorkerRow).values(
+                        node_id=incarnation_id,
+                        worker=index,
+                        internal_ip=ep.internal_ip,
+                        external_ip=ep.external_ip,
+                        host_keys=[],
+                    )
+                )
+            elif (old.internal_ip, old.external_ip) != (ep.internal_ip, ep.external_ip):
+                keys = list(old.host_keys) if old.internal_ip == ep.internal_ip else []
+                await self._conn.execute(
+                    update(WorkerRow)
+                    .where(WorkerRow.node_id == incarnation_id, WorkerRow.worker == index)
+                    .values(internal_ip=ep.internal_ip, external_ip=ep.external_ip, host_keys=keys)
+                )
+        return (await self.workers([incarnation_id])).get(incarnation_id, ())
+
+    async def pin_host_keys(
+        self, incarnation_id: int, worker: int, host_keys: Sequence[str]
+    ) -> WorkerRecord:
+        """Pin a worker's SSH host keys (trust on first use, for this incarnation only).
+        Pinning the same keys again is a no-op; different keys raise `StaleWrite`."""
+        keys = sorted(set(host_keys))
+        if not keys:
+            raise ValueError("no host keys to pin")
+        where = (WorkerRow.node_id == incarnation_id, WorkerRow.worker == worker)
+        await self._conn.execute(
+            update(WorkerRow).where(*where, WorkerRow.host_keys == []).values(host_keys=keys)
+        )
+        rows = await self._rows(select(WorkerRow.__table__).where(*where))
+        if not rows:
+            raise NotFound(f"worker {worker} of node incarnation {incarnation_id}")
+        record = convert.worker(rows[0])
+        if list(record.host_keys) != keys:
+            raise StaleWrite(
+                f"host keys of worker {worker} of node incarnation {incarnation_id}",
+                keys,
+                list(record.host_keys),
+            )
+        return record
