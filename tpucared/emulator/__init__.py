@@ -1,0 +1,15 @@
+"""A local, faithful Cloud TPU v2 API: how tests, benchmarks and demos see "the cloud".
+
+`tpucared.emulator.server` serves the real `/v2/...` REST paths (errors, operations, paging
+and all) plus a control API under `/_emulator/v1/` for preemptions, capacity, faults and
+timing. Layout: `state` owns the emulated cloud (nodes, operations, queued resources,
+capacity, timers); `api` and `control` translate HTTP; `middleware` applies faults and logs
+requests; `driver` runs timers and the worker-hosts hook; `server` wires it all and is the CLI;
+`thread` runs one in a background thread for synchronous callers.
+"""
+
+from tpucared.emulator.options import EmulatorOptions
+from tpucared.emulator.server import EmulatorServer, running_emulator
+from tpucared.emulator.thread import EmulatorThread
+
+__all__ = ["EmulatorOptions", "EmulatorServer", "EmulatorThread", "running_emulator"]

@@ -1,0 +1,145 @@
+"""The emulator's own control API under /_emulator/v1: what the cloud does to you, on demand.
+
+Contract (DESIGN.md, "Emulator"):
+    POST   /_emulator/v1/projects/{p}/locations/{zone}/nodes/{id}:preempt
+           (also :terminate, :vanish, :unhealthy, :heal)         -> the node (internal view)
+    GET    /_emulator/v1/capacity                                 -> {"capacity": [...]}
+    PUT    /_emulator/v1/capacity {"zone", "accelerator_type", "available": N | null}
+    GET|PUT|DELETE /_emulator/v1/faults                           (see faults.py)
+    GET|PUT /_emulator/v1/timing {"create_seconds", "delete_seconds", "queued_provision_seconds",
+                                  "preemptible_max_seconds", "spot_mean_lifetime_seconds"}
+    GET    /_emulator/v1/requests[?since=epoch]  -> [{method, path, query, status, time, fault}]
+    DELETE /_emulator/v1/requests
+    GET    /_emulator/v1/nodes                   -> {"nodes": [internal view incl. worker IPs]}
+    POST   /_emulator/v1/reset                   -> forget all nodes, operations, queued
+                                                    resources, capacity limits, faults, log
+Never subject to fault injection or the request log.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from tpucared.emulator import errors
+from tpucared.emulator.faults import FaultInjector
+from tpucared.emulator.requestlog import RequestLog
+from tpucared.emulator.state import EmulatorState
+
+PREFIX = "/_emulator/v1"
+
+
+class ControlApi:
+    def __init__(self, state: EmulatorState, faults: FaultInjector, requests: RequestLog):
+        self.state = state
+        self.faults = faults
+        self.requests = requests
+
+    def add_routes(self, app: web.Application) -> None:
+        nodes = PREFIX + "/projects/{project}/locations/{zone}/nodes/{node_action}"
+        app.router.add_post(nodes, self.node_action)
+        app.router.add_get(PREFIX + "/nodes", self.list_nodes)
+        app.router.add_get(PREFIX + "/capacity", self.get_capacity)
+        app.router.add_put(PREFIX + "/capacity", self.put_capacity)
+        app.router.add_get(PREFIX + "/faults", self.get_faults)
+        app.router.add_put(PREFIX + "/faults", self.put_faults)
+        app.router.add_delete(PREFIX + "/faults", self.delete_faults)
+        app.router.add_get(PREFIX + "/timing", self.get_timing)
+        app.router.add_put(PREFIX + "/timing", self.put_timing)
+        app.router.add_get(PREFIX + "/requests", self.get_requests)
+        app.router.add_delete(PREFIX + "/requests", self.delete_requests)
+        app.router.add_post(PREFIX + "/reset", self.reset)
+
+    async def node_action(self, request: web.Request) -> web.Response:
+        project, zone = request.match_info["project"], request.match_info["zone"]
+        node_id, _, action = request.match_info["node_action"].partition(":")
+        if action == "vanish":
+            self.state.vanish(project, zone, node_id)
+            return web.json_response({})
+        actions = {
+            "preempt": self.state.preempt,
+            "terminate": self.state.terminate,
+            "unhealthy": self.state.unhealthy,
+            "heal": self.state.heal,
+        }
+        if action not in actions:
+            raise errors.invalid_argument(
+                f"unknown node action {action!r}; one of {[*actions, 'vanish']}"
+            )
+        node = actions[action](project, zone, node_id)
+        return web.json_response(node.internal_json())
+
+    async def list_nodes(self, _: web.Request) -> web.Response:
+        return web.json_response({"nodes": [n.internal_json() for n in self.state.all_nodes()]})
+
+    async def get_capacity(self, _: web.Request) -> web.Response:
+        return web.json_response({"capacity": self.state.capacity()})
+
+    async def put_capacity(self, request: web.Request) -> web.Response:
+        body = await _json_object(request)
+        zone, accelerator_type = body.get("zone"), body.get("accelerator_type")
+        available = body.get("available")
+        if not isinstance(zone, str) or not isinstance(accelerator_type, str):
+            raise errors.invalid_argument("zone and accelerator_type are required strings")
+        if available is not None and (
+            not isinstance(available, int) or isinstance(available, bool) or available < 0
+        ):
+            raise errors.invalid_argument("available must be an integer >= 0 or null")
+        self.state.set_capacity(zone, accelerator_type, available)
+        entry = next(
+            (
+                c
+                for c in self.state.capacity()
+                if (c["zone"], c["accelerator_type"]) == (zone, accelerator_type)
+            ),
+            {"zone": zone, "accelerator_type": accelerator_type, "available": None, "in_use": 0},
+        )
+        return web.json_response(entry)
+
+    async def get_faults(self, _: web.Request) -> web.Response:
+        return web.json_response(self.faults.to_json())
+
+    async def put_faults(self, request: web.Request) -> web.Response:
+        self.faults.configure(await _json_object(request))
+        return web.json_response(self.faults.to_json())
+
+    async def delete_faults(self, _: web.Request) -> web.Response:
+        self.faults.clear()
+        return web.json_response(self.faults.to_json())
+
+    async def get_timing(self, _: web.Request) -> web.Response:
+        return web.json_response(self.state.timing.to_json())
+
+    async def put_timing(self, request: web.Request) -> web.Response:
+        self.state.timing.update(await _json_object(request))
+        return web.json_response(self.state.timing.to_json())
+
+    async def get_requests(self, request: web.Request) -> web.Response:
+        raw = request.query.get("since")
+        try:
+            since = float(raw) if raw else None
+        except ValueError:
+            raise errors.invalid_argument("since must be epoch seconds") from None
+        return web.json_response(self.requests.entries(since))
+
+    async def delete_requests(self, _: web.Request) -> web.Response:
+        self.requests.clear()
+        return web.json_response({})
+
+    async def reset(self, _: web.Request) -> web.Response:
+        self.state.reset()
+        self.faults.clear()
+        self.requests.clear()
+        return web.json_response({})
+
+
+async def _json_object(request: web.Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.text() or "{}")
+    except ValueError:
+        raise errors.invalid_argument("the body must be JSON") from None
+    if not isinstance(body, dict):
+        raise errors.invalid_argument("the body must be a JSON object")
+    return body

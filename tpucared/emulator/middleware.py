@@ -1,0 +1,90 @@
+"""The request pipeline every /v2 call goes through, and the Google error envelope for all.
+
+For a /v2 request, in order: bring the state's clock up to date (`state.advance()`), ask the
+fault injector what to do (latency, an error instead of a response, a dropped connection, or an
+error after the request took effect), run the handler, turn `ApiError` into the AIP-193
+envelope, and append one record to the request log. /_emulator requests skip faults and the
+log but get the same clock update and error envelope, so tests see consistent state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from tpucared.emulator.errors import ApiError, internal
+from tpucared.emulator.faults import Fault, FaultInjector, fault_error
+from tpucared.emulator.requestlog import RequestLog, RequestRecord
+from tpucared.emulator.state import EmulatorState
+
+log = structlog.get_logger(__name__)
+
+API_PREFIX = "/v2/"
+
+
+def error_response(error: ApiError) -> web.Response:
+    return web.json_response(error.envelope(), status=error.http_status, headers=error.headers)
+
+
+async def _run(handler: Handler, request: web.Request) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as error:
+        return error_response(error)
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("emulator.handler_failed", method=request.method, path=request.path)
+        return error_response(internal())
+
+
+def _drop(request: web.Request) -> web.Response:
+    """Close the connection without answering; the client sees a disconnect."""
+    if request.transport is not None:
+        request.transport.close()
+    return web.Response(status=500)  # never reaches the client: the transport is closed
+
+
+def make_middleware(
+    state: EmulatorState, faults: FaultInjector, requests: RequestLog
+) -> Middleware:
+    @web.middleware
+    async def pipeline(request: web.Request, handler: Handler) -> web.StreamResponse:
+        state.advance()
+        if not request.path.startswith(API_PREFIX):
+            return await _run(handler, request)
+        arrived = state.now()
+        delay, fault = faults.decide(request.method, request.path)
+        if delay:
+            await asyncio.sleep(delay)
+            state.advance()
+        response: web.StreamResponse
+        if fault is not None and not fault.after:
+            response = _apply(fault, request)
+        else:
+            response = await _run(handler, request)
+            if fault is not None:
+                response = _apply(fault, request)
+        status = 0 if fault is not None and fault.kind == "drop" else response.status
+        requests.add(
+            RequestRecord(
+                method=request.method,
+                path=request.path,
+                query=dict(request.query),
+                status=status,
+                time=arrived,
+                fault=fault.kind if fault is not None else None,
+            )
+        )
+        return response
+
+    return pipeline
+
+
+def _apply(fault: Fault, request: web.Request) -> web.Response:
+    if fault.kind == "drop":
+        return _drop(request)
+    return error_response(fault_error(fault, request.method, request.path))

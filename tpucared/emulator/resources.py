@@ -1,0 +1,308 @@
+"""The emulator's resources (Node, Operation, QueuedResource) and their v2 JSON renderings.
+
+Mutable records owned by `state.EmulatorState`; nothing here decides transitions. `to_json()`
+renders the exact v2 shape (camelCase, enum names, int64 as strings, output-only fields filled
+in, unset fields omitted as proto3 JSON does). A node keeps the normalized request body it was
+created from (`spec`) and overlays what the service owns (state, endpoints, id, times).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpucared.emulator.clock import rfc3339
+from tpucared.emulator.topology import AcceleratorShape
+from tpucared.emulator.workers import TPU_RUNTIME_PORT, Worker
+
+TYPE_URL = "type.googleapis.com/google.cloud.tpu.v2."
+EMPTY_TYPE = "type.googleapis.com/google.protobuf.Empty"
+
+
+def region_of(zone: str) -> str:
+    return zone.rsplit("-", 1)[0]
+
+
+class Node:
+    __slots__ = (
+        "accelerator_type",
+        "create_op",
+        "create_time",
+        "doomed",
+        "generation",
+        "health",
+        "health_description",
+        "node_id",
+        "project",
+        "queued_resource",
+        "shape",
+        "spec",
+        "state",
+        "uid",
+        "workers",
+        "zone",
+    )
+
+    def __init__(
+        self,
+        *,
+        project: str,
+        zone: str,
+        node_id: str,
+        spec: dict[str, Any],
+        shape: AcceleratorShape,
+        uid: int,
+        create_time: float,
+        workers: list[Worker],
+    ) -> None:
+        self.project = project
+        self.zone = zone
+        self.node_id = node_id
+        self.spec = spec  # normalized create body, updated by patch
+        self.shape = shape
+        self.accelerator_type = shape.name
+        self.uid = uid
+        self.create_time = create_time
+        self.workers = workers
+        self.state = "CREATING"
+        self.health: str | None = None
+        self.health_description: str | None = None
+        self.queued_resource: str | None = None
+        # Set when the create can never succeed (no capacity): the error its operation gets.
+        self.doomed: dict[str, Any] | None = None
+        self.create_op: str | None = None  # name of the create operation while it runs
+        # Bumped on every state change; timers scheduled for an older generation are stale.
+        self.generation = 0
+
+    @property
+    def parent(self) -> str:
+        return f"projects/{self.project}/locations/{self.zone}"
+
+    @property
+    def name(self) -> str:
+        return f"{self.parent}/nodes/{self.node_id}"
+
+    @property
+    def scheduling(self) -> dict[str, bool]:
+        config: dict[str, bool] = self.spec.get("schedulingConfig", {})
+        return config
+
+    @property
+    def preemptible(self) -> bool:
+        return bool(self.scheduling.get("preemptible") or self.scheduling.get("spot"))
+
+    @property
+    def external_ips(self) -> bool:
+        # The API default is false; gcloud sends true unless --internal-ips.
+        return bool(self.spec.get("networkConfig", {}).get("enableExternalIps"))
+
+    def to_json(self) -> dict[str, Any]:
+        spec = self.spec
+        out: dict[str, Any] = {
+            "name": self.name,
+            "acceleratorType": self.accelerator_type,
+            "state": self.state,
+            "runtimeVersion": spec.get("runtimeVersion", ""),
+            "networkConfig": {
+                "network": f"projects/{self.project}/global/networks/default",
+                "subnetwork": (
+                    f"projects/{self.project}/regions/{region_of(self.zone)}/subnetworks/default"
+                ),
+                **spec.get("networkConfig", {}),
+            },
+        }
+        for key in ("cidrBlock", "serviceAccount"):
+            if key in spec:
+                out[key] = spec[key]
+        out["createTime"] = rfc3339(self.create_time)
+        if "schedulingConfig" in spec:
+            out["schedulingConfig"] = spec["schedulingConfig"]
+        if self.state != "CREATING":
+            out["networkEndpoints"] = [self._endpoint(w) for w in self.workers]
+        if self.health:
+            out["health"] = self.health
+        if self.health_description:
+            out["healthDescription"] = self.health_description
+        for key in ("labels", "metadata"):
+            if spec.get(key):
+                out[key] = spec[key]
+        out["id"] = str(self.uid)
+        out["apiVersion"] = "V2"
+        for key in (
+            "tags",
+            "description",
+            "acceleratorConfig",
+            "dataDisks",
+            "shieldedInstanceConfig",
+            "networkConfigs",
+        ):
+            if spec.get(key):
+                out[key] = spec[key]
+        if self.queued_resource:
+            out["queuedResource"] = self.queued_resource
+        return out
+
+    def _endpoint(self, worker: Worker) -> dict[str, Any]:
+        endpoint: dict[str, Any] = {"ipAddress": worker.ip, "port": TPU_RUNTIME_PORT}
+        if self.external_ips:
+            endpoint["accessConfig"] = {"externalIp": worker.ip}
+        return endpoint
+
+    def internal_json(self) -> dict[str, Any]:
+        """The control API's view: the API resource plus what only the emulator knows."""
+        return {
+            "project": self.project,
+            "zone": self.zone,
+            "node_id": self.node_id,
+            "name": self.name,
+            "state": self.state,
+            "health": self.health,
+            "accelerator_type": self.accelerator_type,
+            "doomed": self.doomed is not None,
+            "workers": [
+                {"index": w.index, "ip": w.ip, "host_key": w.host_public_key} for w in self.workers
+            ],
+            "node": self.to_json(),
+        }
+
+
+class Operation:
+    __slots__ = (
+        "create_time",
+        "done",
+        "end_time",
+        "error",
+        "name",
+        "response",
+        "target",
+        "verb",
+    )
+
+    def __init__(self, *, name: str, target: str, verb: str, create_time: float) -> None:
+        self.name = name
+        self.target = target
+        self.verb = verb
+        self.create_time = create_time
+        self.end_time: float | None = None
+        self.done = False
+        self.error: dict[str, Any] | None = None
+        self.response: dict[str, Any] | None = None
+
+    @property
+    def parent(self) -> str:
+        return self.name.rsplit("/operations/", 1)[0]
+
+    def finish(
+        self,
+        now: float,
+        *,
+        response: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.end_time = now
+        self.error = error
+        self.response = None if error else (response or {"@type": EMPTY_TYPE})
+
+    def to_json(self) -> dict[str, Any]:
+        metadata: dict[str, Any] = {
+            "@type": TYPE_URL + "OperationMetadata",
+            "createTime": rfc3339(self.create_time),
+        }
+        if self.end_time is not None:
+            metadata["endTime"] = rfc3339(self.end_time)
+        metadata.update(target=self.target, verb=self.verb, apiVersion="v2")
+        out: dict[str, Any] = {"name": self.name, "metadata": metadata}
+        if self.done:  # proto3 JSON omits `done: false`
+            out["done"] = True
+            if self.error is not None:
+                out["error"] = self.error
+            else:
+                out["response"] = self.response
+        return out
+
+
+# A node a queued resource asks for: (node id, normalized node spec, its shape).
+NodeRequest = tuple[str, dict[str, Any], AcceleratorShape]
+
+
+class QueuedResource:
+    __slots__ = (
+        "create_time",
+        "failed_error",
+        "generation",
+        "node_names",
+        "project",
+        "qr_id",
+        "requests",
+        "spec",
+        "state",
+        "state_initiator",
+        "valid_after",
+        "valid_until",
+        "zone",
+    )
+
+    def __init__(
+        self,
+        *,
+        project: str,
+        zone: str,
+        qr_id: str,
+        spec: dict[str, Any],
+        create_time: float,
+        valid_after: float,
+        valid_until: float | None,
+        requests: list[NodeRequest],
+    ) -> None:
+        self.project = project
+        self.zone = zone
+        self.qr_id = qr_id
+        self.requests = requests  # validated at creation; provisioned as a whole
+        self.spec = spec
+        self.create_time = create_time
+        self.valid_after = valid_after  # not provisioned before this instant
+        self.valid_until = valid_until  # FAILED if not provisioned by then
+        self.state = "WAITING_FOR_RESOURCES"
+        self.state_initiator: str | None = None
+        self.failed_error: dict[str, Any] | None = None
+        self.node_names: list[str] = []  # nodes it provisioned that still exist
+        self.generation = 0
+
+    @property
+    def parent(self) -> str:
+        return f"projects/{self.project}/locations/{self.zone}"
+
+    @property
+    def name(self) -> str:
+        return f"{self.parent}/queuedResources/{self.qr_id}"
+
+    @property
+    def is_spot(self) -> bool:
+        return "spot" in self.spec
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "createTime": rfc3339(self.create_time)}
+        for key in ("tpu", "spot", "guaranteed", "queueingPolicy"):
+            if key in self.spec:
+                out[key] = self.spec[key]
+        state: dict[str, Any] = {"state": self.state}
+        data_key = _state_data_key(self.state)
+        if data_key is not None:
+            state[data_key] = {"error": self.failed_error} if self.state == "FAILED" else {}
+        if self.state_initiator:
+            state["stateInitiator"] = self.state_initiator
+        out["state"] = state
+        if self.spec.get("reservationName"):
+            out["reservationName"] = self.spec["reservationName"]
+        return out
+
+
+def _state_data_key(state: str) -> str | None:
+    """QueuedResourceState's oneof member for a state (`activeData`, `failedData`, ...).
+    WAITING_FOR_RESOURCES has none in v2."""
+    if state in ("WAITING_FOR_RESOURCES", "STATE_UNSPECIFIED"):
+        return None
+    head, *rest = state.lower().split("_")
+    return head + "".join(p.title() for p in rest) + "Data"

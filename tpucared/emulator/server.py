@@ -1,0 +1,207 @@
+"""EmulatorServer: the emulated TPU v2 API on a local port, its lifecycle, and `tpucared emulator`.
+
+Wires the pieces together: one `EmulatorState` (the cloud), the v2 API (api.py) and the control
+API (control.py) on one aiohttp application behind the request pipeline (middleware.py), and
+the driver (driver.py) that fires timers and calls the worker-hosts hook.
+
+    async with running_emulator(create_seconds=0.2) as emulator:
+        client = TpuClient(endpoint=emulator.url)   # "http://127.0.0.1:<port>"
+
+`main(argv)` is the `tpucared emulator` command: it serves until SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+from collections.abc import AsyncIterator
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from tpucared.emulator.api import V2Api
+from tpucared.emulator.clock import Clock
+from tpucared.emulator.control import ControlApi
+from tpucared.emulator.driver import Driver
+from tpucared.emulator.faults import FaultInjector
+from tpucared.emulator.middleware import make_middleware
+from tpucared.emulator.options import EmulatorOptions
+from tpucared.emulator.persistence import load_state, save_state
+from tpucared.emulator.requestlog import RequestLog
+from tpucared.emulator.state import EmulatorState
+from tpucared.emulator.workers import NoWorkerHosts, WorkerHosts
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_PORT = 8471
+
+
+class EmulatorServer:
+    def __init__(
+        self,
+        options: EmulatorOptions | None = None,
+        *,
+        worker_hosts: WorkerHosts | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.options = options or EmulatorOptions()
+        self.state = EmulatorState(self.options, clock)
+        self.faults = FaultInjector()
+        self.requests = RequestLog(self.options.request_log_size)
+        self.worker_hosts: WorkerHosts = worker_hosts or NoWorkerHosts()
+        self._driver: Driver | None = None
+        self._runner: web.AppRunner | None = None
+        self._url: str | None = None
+
+    def build_app(self) -> web.Application:
+        app = web.Application(middlewares=[make_middleware(self.state, self.faults, self.requests)])
+        api = V2Api(self.state)
+
+        async def v2(request: web.Request) -> web.Response:
+            return web.json_response(await api.dispatch(request))
+
+        app.router.add_route("*", "/v2/{tail:.*}", v2)
+        ControlApi(self.state, self.faults, self.requests).add_routes(app)
+        return app
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        if self._runner is not None:
+            raise RuntimeError("emulator already started")
+        if self.options.state_file:
+            load_state(self.state, self.options.state_file)
+        self._driver = Driver(self.state, self.worker_hosts)
+        self._driver.start()
+        runner = web.AppRunner(self.build_app(), access_log=None)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, host, port)
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            await self._driver.stop()
+            self._driver = None
+            raise
+        self._runner = runner
+        bound_host, bound_port = runner.addresses[0][:2]
+        self._url = f"http://{bound_host}:{bound_port}"
+        log.info("emulator.started", url=self._url)
+
+    @property
+    def url(self) -> str:
+        """Base URL of the API, e.g. "http://127.0.0.1:8471" (no trailing slash)."""
+        if self._url is None:
+            raise RuntimeError("emulator not started")
+        return self._url
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._driver is not None:
+            await self._driver.stop()
+            self._driver = None
+        if self.options.state_file:
+            save_state(self.state, self.options.state_file)
+        if self._url is not None:
+            log.info("emulator.stopped", url=self._url)
+        self._url = None
+
+    async def __aenter__(self) -> EmulatorServer:
+        if self._runner is None:
+            await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+@contextlib.asynccontextmanager
+async def running_emulator(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    worker_hosts: WorkerHosts | None = None,
+    clock: Clock | None = None,
+    **options: Any,
+) -> AsyncIterator[EmulatorServer]:
+    """A started emulator for the duration of the block; keyword options are EmulatorOptions."""
+    server = EmulatorServer(EmulatorOptions(**options), worker_hosts=worker_hosts, clock=clock)
+    await server.start(host, port)
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tpucared emulator",
+        description="Serve the Cloud TPU v2 API locally, with fault injection under /_emulator.",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--create-seconds", type=float, default=EmulatorOptions.create_seconds)
+    parser.add_argument("--delete-seconds", type=float, default=EmulatorOptions.delete_seconds)
+    parser.add_argument(
+        "--queued-provision-seconds",
+        type=float,
+        default=EmulatorOptions.queued_provision_seconds,
+    )
+    parser.add_argument(
+        "--spot-mean-lifetime-seconds",
+        type=float,
+        default=None,
+        help="preempt READY spot/preemptible nodes at random with this mean lifetime",
+    )
+    parser.add_argument("--page-size", type=int, default=EmulatorOptions.default_page_size,
+                        help="default nodes.list page size")  # fmt: skip
+    parser.add_argument(
+        "--ssh-port",
+        type=int,
+        default=EmulatorOptions.ssh_port,
+        help="port of every worker's simulated SSH server (on the worker's own address)",
+    )
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument(
+        "--state-file", default=None, help="JSON file to load at start, save at exit"
+    )
+    return parser
+
+
+async def serve(options: EmulatorOptions, host: str, port: int) -> None:
+    """Run until SIGINT or SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    server = EmulatorServer(options)
+    await server.start(host, port)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    options = EmulatorOptions(
+        create_seconds=args.create_seconds,
+        delete_seconds=args.delete_seconds,
+        queued_provision_seconds=args.queued_provision_seconds,
+        spot_mean_lifetime_seconds=args.spot_mean_lifetime_seconds,
+        default_page_size=args.page_size,
+        ssh_port=args.ssh_port,
+        seed=args.seed,
+        state_file=args.state_file,
+    )
+    asyncio.run(serve(options, args.host, args.port))
+    return 0
