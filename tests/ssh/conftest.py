@@ -14,6 +14,7 @@ import asyncssh
 import pytest
 from ssh_localhost import LocalWorkerHost
 from ssh_sshd import OpenSshServer, generate_host_keys, require_sshd
+from ssh_targets import targets_of
 
 from tpucared.ssh import ConnectionPool, Target, ensure_client_key, openssh_public_key
 
@@ -70,14 +71,6 @@ def sshd_factory(
     yield make
     for server in servers:
         server.stop()
-
-
-def targets_of(server: OpenSshServer | LocalWorkerHost, **kwargs: object) -> list[Target]:
-    user = server.user if isinstance(server, OpenSshServer) else "tester"
-    return [
-        Target(worker=i, host=a, port=server.port, user=user, **kwargs)  # type: ignore[arg-type]
-        for i, a in enumerate(server.addresses)
-    ]
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import asyncssh
 import pytest
-from conftest import targets_of
 from ssh_localhost import LocalWorkerHost
+from ssh_targets import targets_of
 from structlog.testing import capture_logs
 
 from tpucared.ssh import (

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import asyncssh
 import pytest
-from conftest import targets_of
 from ssh_sshd import OpenSshServer
+from ssh_targets import targets_of
 
 from tpucared.ssh import (
     ConnectionPool,

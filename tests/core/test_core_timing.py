@@ -1,0 +1,192 @@
+"""Pure timing pieces: backoff arithmetic, the stuck-state table, human durations."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tpucared.core import durations
+from tpucared.core.backoff import BackoffRule, ceiling, delay, jitter
+from tpucared.core.cloud import DEAD_STATES, TRANSIENT_STATES
+from tpucared.core.model import CloudState, ErrorKind, NodePhase, QueuedState
+from tpucared.core.policy import HARD_ERRORS, Policy
+from tpucared.core.stuck import (
+    CLOUD_RULE,
+    DEFAULT_TIMEOUTS,
+    PHASE_RULE,
+    QUEUED_RULE,
+    STUCK_RULES,
+    with_overrides,
+)
+
+S = timedelta(seconds=1)
+RULE = BackoffRule(base=5 * S, cap=30 * S)
+
+
+@pytest.mark.parametrize(
+    ("attempt", "top"),
+    [(0, 5), (1, 5), (2, 10), (3, 20), (4, 30), (5, 30), (10**6, 30)],
+)
+def test_ceiling_doubles_then_caps(attempt: int, top: int) -> None:
+    assert ceiling(RULE, attempt) == top * S
+
+
+@pytest.mark.parametrize(("u", "expected"), [(0.0, 0), (0.5, 10), (0.999, 19.98)])
+def test_full_jitter_spans_zero_to_ceiling(u: float, expected: float) -> None:
+    assert delay(RULE, 3, u) == timedelta(seconds=expected)
+
+
+def test_floor_keeps_long_backoff_long() -> None:
+    rule = BackoffRule(base=600 * S, cap=1800 * S, floor=600 * S)
+    assert delay(rule, 1, 0.0) == delay(rule, 1, 0.99) == 600 * S
+    assert delay(rule, 3, 0.0) == 600 * S
+    assert delay(rule, 3, 0.5) == 1200 * S
+
+
+@given(st.integers(min_value=0, max_value=10**9), st.floats(min_value=0, max_value=0.999999))
+def test_delay_is_bounded(attempt: int, u: float) -> None:
+    d = delay(RULE, attempt, u)
+    assert timedelta(0) <= d <= RULE.cap
+
+
+@pytest.mark.parametrize("u", [-0.1, 1.0, float("nan")])
+def test_jitter_must_be_a_unit_fraction(u: float) -> None:
+    with pytest.raises(ValueError, match="jitter"):
+        delay(RULE, 1, u)
+
+
+@pytest.mark.parametrize(
+    ("base", "cap", "floor"), [(0, 1, 0), (10, 5, 0), (5, 30, 40), (5, 30, -1)]
+)
+def test_bad_rules_are_refused(base: int, cap: int, floor: int) -> None:
+    with pytest.raises(ValueError, match="backoff"):
+        BackoffRule(base=base * S, cap=cap * S, floor=floor * S)
+
+
+def test_jitter_is_stable_and_spread() -> None:
+    assert jitter("sweep", 3, 1) == jitter("sweep", 3, 1)
+    values = {jitter("sweep", slot, 1) for slot in range(200)}
+    assert len(values) == 200
+    assert all(0 <= v < 1 for v in values)
+    assert min(values) < 0.1 and max(values) > 0.9
+
+
+@pytest.mark.parametrize(
+    ("kind", "rule"),
+    [
+        (ErrorKind.CAPACITY, "capacity_backoff"),
+        (ErrorKind.QUOTA, "error_backoff"),
+        (ErrorKind.PERMISSION, "error_backoff"),
+        (ErrorKind.INVALID, "error_backoff"),
+        (ErrorKind.NOT_FOUND, "error_backoff"),
+        (ErrorKind.TRANSIENT, "transient_backoff"),
+        (ErrorKind.RATE_LIMITED, "transient_backoff"),
+        (ErrorKind.CONFLICT, "transient_backoff"),
+        (ErrorKind.ALREADY_EXISTS, "transient_backoff"),
+    ],
+)
+def test_backoff_per_error_kind(kind: ErrorKind, rule: str) -> None:
+    policy = Policy()
+    assert policy.backoff_for(kind) is getattr(policy, rule)
+    assert (kind in HARD_ERRORS) is (rule == "error_backoff")
+
+
+# ---- the stuck-state table
+
+
+def test_stuck_rules_have_unique_names_and_say_what_happens() -> None:
+    names = [r.name for r in STUCK_RULES]
+    assert len(names) == len(set(names))
+    assert all(r.situation and r.then for r in STUCK_RULES)
+
+
+def test_every_transient_cloud_state_is_timed() -> None:
+    assert set(CLOUD_RULE) == TRANSIENT_STATES
+    assert set(CLOUD_RULE.values()) <= set(DEFAULT_TIMEOUTS)
+    assert not TRANSIENT_STATES & DEAD_STATES
+    untimed = set(CloudState) - TRANSIENT_STATES - DEAD_STATES
+    assert untimed == {CloudState.READY, CloudState.DELETING}
+
+
+def test_every_waiting_queued_state_is_timed() -> None:
+    assert set(QUEUED_RULE.values()) <= set(DEFAULT_TIMEOUTS)
+    waiting = set(QueuedState) - {
+        QueuedState.FAILED,
+        QueuedState.SUSPENDING,
+        QueuedState.SUSPENDED,
+        QueuedState.DELETING,
+    }
+    assert set(QUEUED_RULE) == waiting
+
+
+def test_pending_and_deleting_phases_are_timed() -> None:
+    assert set(PHASE_RULE) == {NodePhase.REQUESTED, NodePhase.CREATING, NodePhase.DELETING}
+    for rule in PHASE_RULE.values():
+        assert DEFAULT_TIMEOUTS[rule] is not None
+
+
+def test_queue_waits_forever_by_default() -> None:
+    assert DEFAULT_TIMEOUTS["queued"] is None
+
+
+def test_overrides() -> None:
+    table = with_overrides({"creating": 45 * 60 * S, "repairing": None})
+    assert table["creating"] == 45 * 60 * S
+    assert table["repairing"] is None
+    assert table["deleting"] == DEFAULT_TIMEOUTS["deleting"]
+    with pytest.raises(ValueError, match="creatin"):
+        with_overrides({"creatin": S})
+
+
+# ---- durations
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30s", 30),
+        ("10m", 600),
+        ("24h", 86400),
+        ("1h30m", 5400),
+        ("2d", 172800),
+        ("500ms", 0.5),
+        ("1.5h", 5400),
+        (" 0s ", 0),
+    ],
+)
+def test_parse(text: str, seconds: float) -> None:
+    assert durations.parse(text) == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("text", ["", "30", "s", "1x", "-5s", "1h 30m", "10 m", "400d"])
+def test_parse_refuses(text: str) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        durations.parse(text)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0, "0s"),
+        (0.25, "250ms"),
+        (45, "45s"),
+        (600, "10m"),
+        (750, "12m30s"),
+        (3900, "1h05m"),
+        (7200, "2h"),
+        (183600, "2d3h"),
+        (-30, "-30s"),
+    ],
+)
+def test_fmt(seconds: float, text: str) -> None:
+    assert durations.fmt(timedelta(seconds=seconds)) == text
+
+
+@given(st.integers(min_value=0, max_value=300 * 86400))
+def test_fmt_reads_back(seconds: int) -> None:
+    back = durations.parse(durations.fmt(timedelta(seconds=seconds)))
+    # Days drop minutes and hours drop seconds: what is lost is below the shown unit.
+    assert abs(back.total_seconds() - seconds) < 3600
