@@ -54,11 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"tpucared {__version__}")
     parser.add_argument(
-        "--log-level", default=os.environ.get("TPUCARED_LOG_LEVEL", "info"),
+        "--log-level",
+        default=os.environ.get("TPUCARED_LOG_LEVEL", "info"),
         choices=["debug", "info", "warning", "error"],
     )
     parser.add_argument(
-        "--log-format", choices=["auto", "json", "console"], default="auto",
+        "--log-format",
+        choices=["auto", "json", "console"],
+        default="auto",
         help="auto: JSON when stdout is not a TTY, console otherwise",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

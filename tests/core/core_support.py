@@ -128,9 +128,9 @@ def failed(zone: str, kind: ErrorKind = ErrorKind.TRANSIENT) -> ZoneObservation:
     return ZoneObservation(zone=zone, observed_at=T0, error=kind, error_message="boom")
 
 
-def world(*nodes: ObservedNode, queued: bool = False, zones: Iterable[str] = (Z1, Z2)) -> list[
-    ZoneObservation
-]:
+def world(
+    *nodes: ObservedNode, queued: bool = False, zones: Iterable[str] = (Z1, Z2)
+) -> list[ZoneObservation]:
     """Successful lists of every zone, with `nodes` placed in their zones."""
     return [
         listed(
@@ -166,7 +166,9 @@ def inc(
     )
 
 
-def seen(record: IncarnationRecord, n: ObservedNode, since: datetime | None = None) -> IncarnationRecord:
+def seen(
+    record: IncarnationRecord, n: ObservedNode, since: datetime | None = None
+) -> IncarnationRecord:
     """`record` as if the planner had already recorded what `n` shows (no RecordCloud due)."""
     unhealthy = n.health in ("UNHEALTHY_MAINTENANCE", "TIMEOUT")
     return replace(

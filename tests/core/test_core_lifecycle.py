@@ -31,7 +31,7 @@ def test_every_phase_has_a_row() -> None:
 
 def test_terminal_phases() -> None:
     assert {p for p in P if is_terminal(p)} == {P.DELETED, P.FAILED}
-    assert LIVE_PHASES == frozenset(p for p in P if not is_terminal(p))
+    assert frozenset(p for p in P if not is_terminal(p)) == LIVE_PHASES
 
 
 def test_no_self_loops() -> None:

@@ -10,7 +10,6 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-
 from core_support import (
     FLEET,
     OWNER,
@@ -32,6 +31,7 @@ from core_support import (
     spec,
     world,
 )
+
 from tpucared.core.actions import (
     Adopt,
     CreateNode,
@@ -56,15 +56,20 @@ from tpucared.core.plan import Plan
 P = NodePhase
 C = CloudState
 SPEC = spec(size=1)
-NO = ()
 DEAD_DELETE = [("ready", "dead")]
 
 
-def plan_for(record: IncarnationRecord, observations: list[ZoneObservation], **kw: object) -> Plan:
-    return run([kw.pop("fleet_spec", SPEC)], observations, snapshot(record, specs=[SPEC]), **kw)  # type: ignore[arg-type]
+def plan_for(
+    record: IncarnationRecord,
+    observations: list[ZoneObservation],
+    reported: frozenset[str] = frozenset(),
+) -> Plan:
+    return run([SPEC], observations, snapshot(record, specs=[SPEC]), reported=reported)
 
 
-def ready(n: ObservedNode, *, since: timedelta = timedelta(minutes=5), **kw: object) -> IncarnationRecord:
+def ready(
+    n: ObservedNode, *, since: timedelta = timedelta(minutes=5), **kw: object
+) -> IncarnationRecord:
     return seen(inc(1, 0, P.READY, since=T0 - since, **kw), n)  # type: ignore[arg-type]
 
 
@@ -166,9 +171,7 @@ READY_ROWS = [
     ),
     (
         "same-name-other-node",
-        replace(
-            ready(READY_NODE), cloud_state=ABSENT, cloud_state_since=ago(seconds=30)
-        ),
+        replace(ready(READY_NODE), cloud_state=ABSENT, cloud_state_since=ago(seconds=30)),
         world(node(cloud_id="999")),
         [("ready", "dead"), ("dead", "deleted")],
         [],
@@ -250,7 +253,9 @@ def test_facts_are_recorded_when_they_change() -> None:
 # REQUESTED / CREATING: the create's outcome, the list-after-create window, stuck creates
 
 
-def pending(phase: NodePhase, age: timedelta = timedelta(minutes=1), **kw: object) -> IncarnationRecord:
+def pending(
+    phase: NodePhase, age: timedelta = timedelta(minutes=1), **kw: object
+) -> IncarnationRecord:
     return inc(1, 0, phase, since=T0 - age, **kw)  # type: ignore[arg-type]
 
 
@@ -517,7 +522,8 @@ def test_a_ready_node_resets_the_budget() -> None:
     assert t.slot_update is not None
     assert (t.slot_update.create_failures, t.slot_update.next_create_at) == (0, None)
     assert t.slot_update.next_zone == Z1  # sticky: the zone that worked
-    assert t.cloud is not None and t.cloud.endpoints is not None
+    assert t.cloud is not None
+    assert t.cloud.endpoints is not None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -646,8 +652,12 @@ QUEUED_ROWS = [
     ),
     (
         "waits-for-days",
-        qinc(P.CREATING, since=ago(days=3), cloud_state="QUEUED:WAITING_FOR_RESOURCES",
-             cloud_state_since=ago(days=3)),
+        qinc(
+            P.CREATING,
+            since=ago(days=3),
+            cloud_state="QUEUED:WAITING_FOR_RESOURCES",
+            cloud_state_since=ago(days=3),
+        ),
         [listed(Z1, queued=[qr()]), listed(Z2, queued=[])],
         [],
         [],

@@ -6,7 +6,6 @@ import json
 from dataclasses import replace
 
 import pytest
-
 from core_support import (
     FLEET,
     T0,
@@ -28,6 +27,7 @@ from core_support import (
     spec,
     world,
 )
+
 from tpucared.core.actions import (
     Adopt,
     CreateNode,
@@ -118,7 +118,14 @@ CREATE_ROWS = [
         [],
     ),
     ("rotated-zone", 1, [slot(0, next_zone=Z2)], world(), [("sweep-0", Z2)], []),
-    ("zone-removed-from-config", 1, [slot(0, next_zone="us-east1-d")], world(), [("sweep-0", Z1)], []),
+    (
+        "zone-removed-from-config",
+        1,
+        [slot(0, next_zone="us-east1-d")],
+        world(),
+        [("sweep-0", Z1)],
+        [],
+    ),
     ("first-zone-blind", 1, None, [failed(Z1), listed(Z2)], [], ["sweep-0"]),
     ("first-zone-not-listed", 1, None, [listed(Z2)], [], ["sweep-0"]),
     (
@@ -296,7 +303,8 @@ def test_strays(observed, phase, notice) -> None:  # type: ignore[no-untyped-def
     assert [a.phase for a in adopts] == ([phase] if phase else [])
     keys = [n.key for n in p.of(Notice)]
     if notice:
-        assert len(keys) == 1 and keys[0].startswith(notice)
+        assert len(keys) == 1
+        assert keys[0].startswith(notice)
     else:
         assert keys == []
     assert not p.of(DeleteNode)  # never in the same tick: adopt first
@@ -334,7 +342,8 @@ def test_unmanaged_fleet_records_are_left_alone_and_reported() -> None:
     p = run([spec()], world(n0), snapshot(*live, specs=[spec()], extra_fleets=["old"]))
     assert [a for a in p.actions if getattr(a, "fleet", None) == "old" and a.kind != "notice"] == []
     (n,) = [n for n in p.of(Notice) if n.key == "unmanaged/old"]
-    assert "old-0" in n.reason and n.severity is Severity.WARNING
+    assert "old-0" in n.reason
+    assert n.severity is Severity.WARNING
 
 
 # ---------------------------------------------------------------------------------------------
@@ -379,8 +388,10 @@ def test_render_has_one_line_per_action_and_hold() -> None:
     p = run([s], world(), snap)
     lines = p.render().splitlines()
     assert len(lines) == len(p.actions) + len(p.holds)
-    assert lines[0].startswith("create") and "sweep-0 in us-central2-b" in lines[0]
-    assert lines[-1].startswith("hold") and "backoff until" in lines[-1]
+    assert lines[0].startswith("create")
+    assert "sweep-0 in us-central2-b" in lines[0]
+    assert lines[-1].startswith("hold")
+    assert "backoff until" in lines[-1]
     assert run([spec(size=0)], world()).render() == "nothing to do"
 
 

@@ -93,7 +93,8 @@ def test_core_module_is_pure(path: Path) -> None:
 @pytest.mark.parametrize("path", CORE_FILES, ids=lambda p: p.name)
 def test_core_module_introduces_itself(path: Path) -> None:
     doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
-    assert doc and len(doc) > 40, f"{path.name} needs a module docstring saying what it owns"
+    assert doc, f"{path.name} needs a module docstring saying what it owns"
+    assert len(doc) > 40, f"{path.name}: say more than that in the module docstring"
 
 
 @pytest.mark.parametrize(

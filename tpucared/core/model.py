@@ -62,8 +62,12 @@ class ErrorKind(StrEnum):
     @property
     def retryable_soon(self) -> bool:
         """Errors that clear by themselves and deserve a short backoff."""
-        return self in (ErrorKind.CAPACITY, ErrorKind.RATE_LIMITED, ErrorKind.CONFLICT,
-                        ErrorKind.TRANSIENT)
+        return self in (
+            ErrorKind.CAPACITY,
+            ErrorKind.RATE_LIMITED,
+            ErrorKind.CONFLICT,
+            ErrorKind.TRANSIENT,
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,16 +172,63 @@ class ObservedNode:
         return self.owner == owner and self.fleet is not None
 
 
+class QueuedState(StrEnum):
+    """QueuedResourceState.State of the TPU v2 API, by name."""
+
+    STATE_UNSPECIFIED = "STATE_UNSPECIFIED"
+    CREATING = "CREATING"
+    ACCEPTED = "ACCEPTED"
+    PROVISIONING = "PROVISIONING"
+    FAILED = "FAILED"  # stays until deleted and keeps holding quota
+    DELETING = "DELETING"
+    ACTIVE = "ACTIVE"
+    SUSPENDING = "SUSPENDING"
+    SUSPENDED = "SUSPENDED"  # its nodes were deleted (e.g. spot preemption); holds quota
+    WAITING_FOR_RESOURCES = "WAITING_FOR_RESOURCES"
+
+
+@dataclass(frozen=True)
+class ObservedQueuedResource:
+    """One queued resource from queuedResources.list. A queued resource has no labels of its
+    own: `labels` are those of its node spec, which is where our ownership labels go."""
+
+    name: str  # the short queued resource id; ours always equals the node id, e.g. "sweep-3"
+    zone: str
+    state: QueuedState
+    labels: Mapping[str, str] = field(default_factory=dict)
+    node_names: tuple[str, ...] = ()  # node ids of its node spec
+    create_time: datetime | None = None
+    error: ErrorKind | None = None  # classified failedData.error when state is FAILED
+    error_message: str | None = None
+
+    @property
+    def fleet(self) -> str | None:
+        return self.labels.get(FLEET_LABEL)
+
+    @property
+    def owner(self) -> str | None:
+        return self.labels.get(OWNER_LABEL)
+
+    def owned_by(self, owner: str) -> bool:
+        return self.owner == owner and self.fleet is not None
+
+
 @dataclass(frozen=True)
 class ZoneObservation:
     """One paginated nodes.list of a (project, zone). When the list failed, `nodes` is empty
-    and `error` is set: the planner must then not conclude that nodes of this zone vanished."""
+    and `error` is set: the planner must then not conclude that nodes of this zone vanished.
+
+    `queued_resources` is the paginated queuedResources.list of the same zone, or None when
+    it was not listed (the runtime lists it only in zones where a fleet provisions through
+    queued resources or a live incarnation has one). A failure of that list sets `error` too:
+    the whole zone is then unknown for the tick."""
 
     zone: str
     observed_at: datetime
     nodes: tuple[ObservedNode, ...] = ()
     error: ErrorKind | None = None
     error_message: str | None = None
+    queued_resources: tuple[ObservedQueuedResource, ...] | None = None
 
     @property
     def ok(self) -> bool:
@@ -229,6 +280,9 @@ class SlotRecord:
     next_create_at: datetime | None = None  # create backoff: not before this instant
     last_error: str | None = None
     done: bool = False  # workload finished for good; no node wanted any more
+    # The zone the next create tries; the planner advances it past a zone on a capacity
+    # error and keeps it on a zone that worked. None: the fleet's first zone.
+    next_zone: str | None = None
 
 
 @dataclass(frozen=True)
@@ -250,8 +304,17 @@ class IncarnationRecord:
     dead_at: datetime | None = None
     deleted_at: datetime | None = None
     end_reason: str | None = None  # why it ended: preempted, terminated, vanished, stuck, ...
-    cloud_state: str | None = None  # last observed Node.state
+    cloud_state: str | None = None  # last observed Node.state (see core/cloud.py for the
+    # pseudo states "ABSENT" and "QUEUED:<state>")
     health: str | None = None  # last observed Node.health
+    # Facts the planner needs to time things (all written as the planner's actions say):
+    cloud_state_since: datetime | None = None  # when cloud_state took its current value
+    unhealthy_since: datetime | None = None  # start of the current unhealthy health streak
+    # Outcome of the last create/delete call or operation on this incarnation, recorded by
+    # the executor and decided on by the planner at the next tick (see core/actions.py).
+    error: ErrorKind | None = None
+    delete_calls: int = 0  # delete calls issued so far (bounded retries of a stuck delete)
+    last_delete_at: datetime | None = None
 
 
 @dataclass(frozen=True)
