@@ -3,6 +3,8 @@
 Contract (DESIGN.md, "Emulator"):
     POST   /_emulator/v1/projects/{p}/locations/{zone}/nodes/{id}:preempt
            (also :terminate, :vanish, :unhealthy, :heal)         -> the node (internal view)
+    POST   .../nodes/{id}:wedge {"worker": i}   (simulated SSH hosts only) leave worker i's TPU
+           held: -> {"worker", "pid", "device", "device_pattern", "lockfile"} for cleanup_script
     GET    /_emulator/v1/capacity                                 -> {"capacity": [...]}
     PUT    /_emulator/v1/capacity {"zone", "accelerator_type", "available": N | null}
     GET|PUT|DELETE /_emulator/v1/faults                           (see faults.py)
@@ -25,17 +27,26 @@ from aiohttp import web
 
 from tpucared.emulator import errors
 from tpucared.emulator.faults import FaultInjector
+from tpucared.emulator.hosts import SshWorkerHosts
 from tpucared.emulator.requestlog import RequestLog
 from tpucared.emulator.state import EmulatorState
+from tpucared.emulator.workers import NoWorkerHosts, WorkerHosts
 
 PREFIX = "/_emulator/v1"
 
 
 class ControlApi:
-    def __init__(self, state: EmulatorState, faults: FaultInjector, requests: RequestLog):
+    def __init__(
+        self,
+        state: EmulatorState,
+        faults: FaultInjector,
+        requests: RequestLog,
+        hosts: WorkerHosts | None = None,
+    ):
         self.state = state
         self.faults = faults
         self.requests = requests
+        self.hosts = hosts or NoWorkerHosts()
 
     def add_routes(self, app: web.Application) -> None:
         nodes = PREFIX + "/projects/{project}/locations/{zone}/nodes/{node_action}"
@@ -58,6 +69,8 @@ class ControlApi:
         if action == "vanish":
             self.state.vanish(project, zone, node_id)
             return web.json_response({})
+        if action == "wedge":
+            return web.json_response(await self._wedge(request, project, zone, node_id))
         actions = {
             "preempt": self.state.preempt,
             "terminate": self.state.terminate,
@@ -66,10 +79,27 @@ class ControlApi:
         }
         if action not in actions:
             raise errors.invalid_argument(
-                f"unknown node action {action!r}; one of {[*actions, 'vanish']}"
+                f"unknown node action {action!r}; one of {[*actions, 'vanish', 'wedge']}"
             )
         node = actions[action](project, zone, node_id)
         return web.json_response(node.internal_json())
+
+    async def _wedge(
+        self, request: web.Request, project: str, zone: str, node_id: str
+    ) -> dict[str, Any]:
+        body = await _json_object(request)
+        worker = body.get("worker", 0)
+        if not isinstance(worker, int) or isinstance(worker, bool):
+            raise errors.invalid_argument("worker must be an integer")
+        node = self.state.get_node(project, zone, node_id)
+        if not isinstance(self.hosts, SshWorkerHosts):
+            raise errors.failed_precondition("wedge needs the simulated SSH hosts (ssh_hosts)")
+        if node.state != "READY" or not self.hosts.running(node):
+            raise errors.failed_precondition(f"node is {node.state} without running hosts")
+        try:
+            return await self.hosts.wedge(node, worker)
+        except IndexError as exc:
+            raise errors.invalid_argument(str(exc)) from None
 
     async def list_nodes(self, _: web.Request) -> web.Response:
         return web.json_response({"nodes": [n.internal_json() for n in self.state.all_nodes()]})

@@ -42,9 +42,16 @@ class EmulatorOptions:
     default_page_size: int = 5
     max_page_size: int = 1000
 
+    # Simulated worker hosts (hosts/): every worker of a READY node is an SSH server running
+    # commands as local processes. Off by default here (nothing binds ports unasked); the
+    # `tpucared emulator` CLI turns it on.
+    ssh_hosts: bool = False
     # Port the simulated SSH server of every worker listens on, at the worker's own loopback
     # address. Used by WorkerHosts implementations; the API itself never mentions SSH ports.
     ssh_port: int = 22
+    # Where the simulated workers' home directories live; None: a temporary directory,
+    # removed when the emulator stops.
+    hosts_dir: str | None = None
 
     request_log_size: int = 100_000
     max_operations: int = 100_000  # finished operations kept for GET, oldest dropped first

@@ -7,6 +7,9 @@ the driver (driver.py) that fires timers and calls the worker-hosts hook.
     async with running_emulator(create_seconds=0.2) as emulator:
         client = TpuClient(endpoint=emulator.url)   # "http://127.0.0.1:<port>"
 
+With `ssh_hosts=True` (the CLI's default) every worker of a READY node is also an SSH server
+on its own address and `ssh_port` (hosts/); pass `worker_hosts=` to supply another hook.
+
 `main(argv)` is the `tpucared emulator` command: it serves until SIGINT or SIGTERM.
 """
 
@@ -27,6 +30,7 @@ from tpucared.emulator.clock import Clock
 from tpucared.emulator.control import ControlApi
 from tpucared.emulator.driver import Driver
 from tpucared.emulator.faults import FaultInjector
+from tpucared.emulator.hosts import SshWorkerHosts
 from tpucared.emulator.middleware import make_middleware
 from tpucared.emulator.options import EmulatorOptions
 from tpucared.emulator.persistence import load_state, save_state
@@ -37,6 +41,10 @@ from tpucared.emulator.workers import NoWorkerHosts, WorkerHosts
 log = structlog.get_logger(__name__)
 
 DEFAULT_PORT = 8471
+# The CLI's SSH port for simulated workers. Not 22: that needs root, and a machine's own sshd
+# listening on 0.0.0.0:22 would make every bind on 127.x.y.z:22 fail. Point the daemon's
+# `[ssh] port` here (or run with `--ssh-port 22` as root on a machine without sshd).
+DEFAULT_SSH_PORT = 2222
 
 
 class EmulatorServer:
@@ -51,6 +59,8 @@ class EmulatorServer:
         self.state = EmulatorState(self.options, clock)
         self.faults = FaultInjector()
         self.requests = RequestLog(self.options.request_log_size)
+        if worker_hosts is None and self.options.ssh_hosts:
+            worker_hosts = SshWorkerHosts.from_options(self.options)
         self.worker_hosts: WorkerHosts = worker_hosts or NoWorkerHosts()
         self._driver: Driver | None = None
         self._runner: web.AppRunner | None = None
@@ -64,7 +74,7 @@ class EmulatorServer:
             return web.json_response(await api.dispatch(request))
 
         app.router.add_route("*", "/v2/{tail:.*}", v2)
-        ControlApi(self.state, self.faults, self.requests).add_routes(app)
+        ControlApi(self.state, self.faults, self.requests, self.worker_hosts).add_routes(app)
         return app
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -87,7 +97,8 @@ class EmulatorServer:
         self._runner = runner
         bound_host, bound_port = runner.addresses[0][:2]
         self._url = f"http://{bound_host}:{bound_port}"
-        log.info("emulator.started", url=self._url)
+        ssh = self.worker_hosts.port if isinstance(self.worker_hosts, SshWorkerHosts) else None
+        log.info("emulator.started", url=self._url, ssh_port=ssh)
 
     @property
     def url(self) -> str:
@@ -163,10 +174,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--page-size", type=int, default=EmulatorOptions.default_page_size,
                         help="default nodes.list page size")  # fmt: skip
     parser.add_argument(
+        "--ssh-hosts",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run an SSH server per worker of every READY node, executing commands locally",
+    )
+    parser.add_argument(
         "--ssh-port",
         type=int,
-        default=EmulatorOptions.ssh_port,
+        default=DEFAULT_SSH_PORT,
         help="port of every worker's simulated SSH server (on the worker's own address)",
+    )
+    parser.add_argument(
+        "--hosts-dir",
+        default=None,
+        help="directory for the simulated workers' homes (default: a temporary directory)",
     )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument(
@@ -199,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         queued_provision_seconds=args.queued_provision_seconds,
         spot_mean_lifetime_seconds=args.spot_mean_lifetime_seconds,
         default_page_size=args.page_size,
+        ssh_hosts=args.ssh_hosts,
         ssh_port=args.ssh_port,
+        hosts_dir=args.hosts_dir,
         seed=args.seed,
         state_file=args.state_file,
     )

@@ -8,7 +8,8 @@ first use (creating 10,000 nodes must stay cheap) and published through getGuest
 
 `WorkerHosts` is the seam for the simulated SSH hosts: the state calls `start(node)` when a node
 becomes READY and `stop(node)` when it stops being usable (preempted, terminated, vanished,
-deleted, stopped). `NoWorkerHosts` does nothing and is the default.
+deleted, stopped). `NoWorkerHosts` does nothing and is the default; `hosts.SshWorkerHosts`
+runs a real SSH server per worker (`EmulatorOptions.ssh_hosts`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,168 @@
+"""The simulated hosts' parts on their own: ssh-keys parsing, process tags, a failed bind, the
+wiring into EmulatorServer and the CLI, and the wedge control action without hosts."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from pathlib import Path
+
+import aiohttp
+import asyncssh
+import pytest
+from emulator_http import Http
+
+from tpucared.emulator import EmulatorOptions, EmulatorServer
+from tpucared.emulator.hosts import (
+    TAG_HOSTS,
+    TAG_NODE,
+    HostStartError,
+    SshWorkerHosts,
+    authorized_keys,
+    find_tagged,
+    is_authorized,
+)
+from tpucared.emulator.hosts.processes import kill_tagged
+from tpucared.emulator.server import DEFAULT_SSH_PORT, build_parser
+from tpucared.emulator.state import EmulatorState
+from tpucared.emulator.topology import parse_accelerator_type
+from tpucared.emulator.workers import NoWorkerHosts
+from tpucared.ssh import NO_RETRY, SshErrorKind, Target, run_on_all, ssh_keys_metadata_entry
+
+KEY = asyncssh.generate_private_key("ssh-ed25519")
+OTHER = asyncssh.generate_private_key("ssh-ed25519")
+
+
+def blob(key: asyncssh.SSHKey) -> str:
+    return str(key.export_public_key("openssh").decode().split()[1])
+
+
+def test_authorized_keys_reads_entries_like_the_guest_agent() -> None:
+    metadata = {
+        "ssh-keys": "\n".join(
+            [
+                ssh_keys_metadata_entry("alice", KEY),
+                f'bob:ssh-ed25519 {blob(OTHER)} google-ssh {{"userName":"bob"}}',
+                "",
+                "no-colon ssh-ed25519 AAAA",
+                "carol:ssh-ed25519",  # no key
+                "dave:ssh-ed25519 !!!notbase64",
+                ":ssh-ed25519 " + blob(KEY),  # no user
+            ]
+        ),
+        "sshKeys": f"erin:ssh-ed25519 {blob(OTHER)}",  # the deprecated key still counts
+        "startup-script": "echo hi",
+    }
+    users = authorized_keys(metadata)
+    assert set(users) == {"alice", "bob", "erin"}
+    assert users["alice"] == {KEY.public_data}
+    assert is_authorized(metadata, "alice", KEY)
+    assert not is_authorized(metadata, "alice", OTHER)  # keys are per user
+    assert not is_authorized(metadata, "mallory", KEY)
+    assert not is_authorized({}, "alice", KEY)
+    assert not is_authorized({"ssh-keys": 7}, "alice", KEY)
+
+
+async def test_find_tagged_sees_the_exec_environment_of_descendants(tmp_path: Path) -> None:
+    tags = {TAG_HOSTS: "t" + os.urandom(4).hex(), TAG_NODE: "n"}
+    # The shell unsets the tag and backgrounds a child: the shell still shows it (its exec-time
+    # environment), the `env -u` child does not, the plain child inherits it.
+    script = f"unset {TAG_NODE}; sleep 30 & env -u {TAG_HOSTS} sleep 31 & wait"
+    proc = await asyncio.create_subprocess_exec(
+        "sh", "-c", script, env={**tags, "PATH": os.environ["PATH"]}, start_new_session=True
+    )
+    try:
+        for _ in range(200):
+            if len(find_tagged({TAG_HOSTS: tags[TAG_HOSTS]})) == 2:  # shell + sleep 30
+                break
+            await asyncio.sleep(0.01)
+        assert find_tagged(tags) == [proc.pid]
+        assert len(find_tagged({TAG_HOSTS: tags[TAG_HOSTS]})) == 2
+        assert len(group_members(proc.pid)) == 3
+        assert await kill_tagged({TAG_HOSTS: tags[TAG_HOSTS]}) == []
+        assert await proc.wait() < 0
+        assert find_tagged({TAG_HOSTS: tags[TAG_HOSTS]}) == []
+        # The untagged `sleep 31` died with the tagged processes' group.
+        for _ in range(200):
+            if not group_members(proc.pid):
+                break
+            await asyncio.sleep(0.01)
+        assert group_members(proc.pid) == []
+    finally:
+        if proc.returncode is None:
+            os.killpg(proc.pid, 9)
+            await proc.wait()
+    assert find_tagged(tags, proc=str(tmp_path / "no-proc")) == []
+
+
+def group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+                members.append(int(entry.name))
+    return members
+
+
+def _listen(address: str, port: int) -> socket.socket:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((address, port))
+    sock.listen()
+    return sock
+
+
+async def test_a_worker_that_cannot_bind_fails_the_start_but_not_its_peers(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("0.0.0.0", 0))
+        port = int(probe.getsockname()[1])
+    state = EmulatorState()
+    spec = {"metadata": {"ssh-keys": ssh_keys_metadata_entry("u", KEY)}}
+    node = state.spawn_node("p", "us-central2-b", "n", spec, parse_accelerator_type("v4-16"))
+    hosts = SshWorkerHosts(tmp_path, port=port)
+    with _listen(node.workers[1].ip, port):
+        with pytest.raises(HostStartError, match=r"1 of 2 workers .*127\.1\.0\.2"):
+            await hosts.start(node)
+        assert hosts.running(node)  # registered anyway, so stop() cleans up
+        targets = [Target(worker=w.index, host=w.ip, port=port, user="u") for w in node.workers]
+        results = await run_on_all(targets[:1], "true", key=KEY, retry=NO_RETRY)
+        assert results[0].ok
+        await hosts.stop(node)
+    results = await run_on_all(targets[:1], "true", key=KEY, retry=NO_RETRY)
+    assert results[0].error is SshErrorKind.REFUSED
+    await hosts.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        await hosts.start(node)
+
+
+def test_ssh_hosts_are_an_option_of_the_server_and_on_by_default_in_the_cli(
+    tmp_path: Path,
+) -> None:
+    assert isinstance(EmulatorServer(EmulatorOptions()).worker_hosts, NoWorkerHosts)
+    options = EmulatorOptions(ssh_hosts=True, ssh_port=2200, hosts_dir=str(tmp_path / "h"))
+    server = EmulatorServer(options)
+    assert isinstance(server.worker_hosts, SshWorkerHosts)
+    assert (server.worker_hosts.port, server.worker_hosts.root) == (2200, tmp_path / "h")
+
+    args = build_parser().parse_args([])
+    assert (args.ssh_hosts, args.ssh_port, args.hosts_dir) == (True, DEFAULT_SSH_PORT, None)
+    args = build_parser().parse_args(["--no-ssh-hosts", "--ssh-port", "22", "--hosts-dir", "h"])
+    assert (args.ssh_hosts, args.ssh_port, args.hosts_dir) == (False, 22, "h")
+
+
+async def test_wedge_needs_the_ssh_hosts(emulator: EmulatorServer) -> None:
+    nodes = "/v2/projects/p/locations/us-central2-b/nodes"
+    async with aiohttp.ClientSession() as session:
+        http = Http(emulator.url, session)
+        await http.ok("POST", nodes, {"acceleratorType": "v4-8", "runtimeVersion": "tpu-vm-base"},
+                      nodeId="n")  # fmt: skip
+        control = "/_emulator/v1/projects/p/locations/us-central2-b/nodes/n:wedge"
+        status, body = await http("POST", control, {"worker": 0})
+        assert (status, body["error"]["status"]) == (400, "FAILED_PRECONDITION")
+        status, body = await http("POST", control, {"worker": "0"})
+        assert (status, body["error"]["status"]) == (400, "INVALID_ARGUMENT")
