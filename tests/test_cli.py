@@ -1,0 +1,62 @@
+"""The `tpucared` entry point: version, usage errors, and option passthrough to the emulator."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+from tpucared import __version__
+
+TPUCARED = [sys.executable, "-m", "tpucared"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def test_version() -> None:
+    out = subprocess.run([*TPUCARED, "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"tpucared {__version__}"
+
+
+def test_unknown_arguments_are_a_usage_error() -> None:
+    out = subprocess.run([*TPUCARED, "emulator-typo"], capture_output=True, text=True, check=False)
+    assert out.returncode == 2
+    assert "invalid choice: 'emulator-typo'" in out.stderr
+
+
+def test_emulator_options_reach_the_emulator_and_sigterm_stops_it() -> None:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [*TPUCARED, "--log-format", "json", "emulator", "--port", str(port), "--no-ssh-hosts"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/v2/projects/p/locations/us-central2-b/nodes"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    assert json.load(resp) == {}
+                break
+            except OSError:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "emulator did not start"
+                time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 0, stderr
+    events = [json.loads(line)["event"] for line in stdout.splitlines() if line.startswith("{")]
+    assert events[0] == "emulator.started"
+    assert events[-1] == "emulator.stopped"
