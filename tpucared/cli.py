@@ -44,7 +44,7 @@ def _db_arg(parser: argparse.ArgumentParser) -> None:
 def _cmd_emulator(args: argparse.Namespace) -> int:
     from tpucared.emulator.server import main as emulator_main
 
-    return emulator_main(args.emulator_args)
+    return emulator_main(args.passthrough_args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,14 +69,18 @@ def build_parser() -> argparse.ArgumentParser:
     emulator = sub.add_parser(
         "emulator", help="the local TPU API emulator with simulated workers", add_help=False
     )
-    emulator.add_argument("emulator_args", nargs=argparse.REMAINDER)
-    emulator.set_defaults(handler=_cmd_emulator)
+    # The emulator parses its own options (tpucared.emulator.server.build_parser).
+    emulator.set_defaults(handler=_cmd_emulator, passthrough=True)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if getattr(args, "passthrough", False):
+        args.passthrough_args = extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     json_logs = {"auto": None, "json": True, "console": False}[args.log_format]
     configure_logging(level=args.log_level, json=json_logs)
     handler: Handler = args.handler
