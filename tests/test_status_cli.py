@@ -1,0 +1,306 @@
+"""`tpucared status` and `tpucared events` against a real SQLite database written through the
+store: the real CLI as a subprocess where the process matters (exit codes, no traceback,
+SIGINT, pipes), `cli.main` in-process for the many variants of the output."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from inspect_support import CAPACITY_ERROR, Scenario, cli, cli_env, populate, run_cli
+
+from tpucared.cli import main
+from tpucared.inspect.dbpath import DEFAULT_DB, resolve_db
+from tpucared.store import Store
+
+CONFIG = """
+[daemon]
+db = "{db}"
+
+[gcp]
+project = "my-project"
+
+[[fleet]]
+name = "sweep"
+zones = ["us-central2-b"]
+accelerator_type = "v4-8"
+runtime_version = "tpu-ubuntu2204-base"
+size = 2
+"""
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> Path:
+    path = tmp_path / "state.db"
+    await populate(path)
+    return path
+
+
+@pytest.fixture
+async def scenario_db(tmp_path: Path) -> tuple[Path, Scenario]:
+    path = tmp_path / "state.db"
+    return path, await populate(path)
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """`cli.main` configures logging onto the captured stream; later tests must not inherit
+    a handler that writes to a closed capture."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# -- status -------------------------------------------------------------------------------------
+
+
+def test_status_table_shows_every_slot_readably(db: Path) -> None:
+    lines = cli("status", "--db", str(db)).splitlines()
+    header = lines[0].split()
+    assert header[:5] == ["FLEET", "SLOT", "NODE", "ZONE", "PHASE"]
+    rows = {tuple(line.split()[:2]): line for line in lines[1:] if line and ":" not in line[:8]}
+    sweep0 = rows[("sweep", "0")].split()
+    assert sweep0[2:10] == [
+        "sweep-0",
+        "us-central2-b",
+        "ready",
+        "READY/UNHEALTHY_MAINTENANCE",
+        "2",
+        "running",
+        "1",  # preemptions
+        "0",  # failures
+    ]
+    assert sweep0[10] == "2h05m"  # uptime of the current node: now - ready_at
+    # The multi-line capacity error: one line, truncated.
+    sweep1 = rows[("sweep", "1")]
+    assert "requested" in sweep1
+    assert sweep1.endswith("…")
+    assert 'There is no more capacity in the zone "us-central2-b"' in sweep1
+    assert rows[("sweep", "2")].split()[2:6] == ["-", "-", "-", "-"]
+    assert rows[("eval", "(down)")].split()[3:7] == ["eval-0", "us-east1-d", "done", "-"]
+    assert "sweep: 1/3 ready, 1 running, 1 preemptions, 0 failures" in lines
+    assert "eval: 0/1 ready, 0 running, 0 preemptions, 0 failures, 1 done, down" in lines
+
+
+def test_status_json_is_a_stable_document(scenario_db: tuple[Path, Scenario]) -> None:
+    db, s = scenario_db
+    doc = json.loads(cli("status", "--db", str(db), "--json"))
+    assert doc["version"] == 1
+    assert datetime.fromisoformat(doc["generated_at"]) >= s.now
+    fleets = {f["name"]: f for f in doc["fleets"]}
+    assert list(fleets) == ["eval", "sweep"]
+    sweep0 = fleets["sweep"]["slots"][0]
+    # The keys are a contract (docs/status.md): they may grow, never change.
+    assert set(sweep0) >= {
+        "slot", "run_id", "attempts", "preemptions", "failures", "create_failures",
+        "next_create_at", "next_zone", "last_error", "done", "node", "workload",
+    }  # fmt: skip
+    assert set(sweep0["node"]) >= {
+        "id", "name", "zone", "accelerator_type", "phase", "live", "phase_since",
+        "cloud_state", "health", "requested_at", "ready_at", "dead_at", "deleted_at",
+        "end_reason", "error", "operation", "delete_calls", "workers",
+    }  # fmt: skip
+    assert (sweep0["attempts"], sweep0["preemptions"], sweep0["failures"]) == (2, 1, 0)
+    node = sweep0["node"]
+    assert (node["name"], node["phase"], node["live"]) == ("sweep-0", "ready", True)
+    assert (node["cloud_state"], node["health"]) == ("READY", "UNHEALTHY_MAINTENANCE")
+    assert datetime.fromisoformat(node["ready_at"]) == s.ready
+    assert node["ready_at"].endswith("Z")
+    assert [w["internal_ip"] for w in node["workers"]] == [f"10.0.0.{i}" for i in (1, 2, 3, 4)]
+    assert sweep0["workload"]["number"] == 2
+    assert sweep0["workload"]["state"] == "running"
+    assert sweep0["workload"]["ended_at"] is None
+    sweep1 = fleets["sweep"]["slots"][1]
+    assert sweep1["last_error"] == CAPACITY_ERROR  # in full, newlines and all
+    assert sweep1["node"]["phase"] == "requested"
+    assert fleets["sweep"]["slots"][2]["node"] is None
+    evaluation = fleets["eval"]
+    assert evaluation["down"] is True
+    assert evaluation["slots"][0]["done"] is True
+    assert evaluation["slots"][0]["node"]["live"] is False
+    assert evaluation["slots"][0]["node"]["end_reason"] == "fleet down"
+
+
+def test_status_fleet_filter_and_unknown_fleet(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run_main(capsys, "status", "--db", str(db), "--json", "--fleet", "eval")
+    assert code == 0
+    assert [f["name"] for f in json.loads(out)["fleets"]] == ["eval"]
+    code, out, err = run_main(capsys, "status", "--db", str(db), "--fleet", "nope")
+    assert (code, out) == (2, "")
+    assert "no fleet named 'nope'" in err
+
+
+async def test_status_of_an_empty_database_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tpucared.store.migrate import upgrade_to_head
+
+    path = tmp_path / "empty.db"
+    await upgrade_to_head(path)
+    code, out, _ = await asyncio.to_thread(run_main, capsys, "status", "--db", str(path))
+    assert code == 0
+    assert out.startswith(f"no fleets in {path} yet")
+    code, out, _ = await asyncio.to_thread(run_main, capsys, "status", "--db", str(path), "--json")
+    assert json.loads(out)["fleets"] == []
+
+
+def test_missing_database_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "state.db"
+    proc = run_cli("status", "--db", str(missing))
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert f"no database at {missing}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not missing.parent.exists()  # a read-only command creates nothing
+
+
+def test_a_database_without_our_tables_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).close()  # an empty SQLite file
+    code, _, err = run_main(capsys, "events", "--db", str(other))
+    assert code == 2
+    assert "no tpucared tables" in err
+
+
+def test_database_comes_from_db_then_config_then_env_then_default(tmp_path: Path) -> None:
+    config = tmp_path / "fleet.toml"
+    config.write_text(CONFIG.format(db="from-config.db"))
+    env = {"TPUCARED_DB": "/env/state.db"}
+    assert resolve_db("/flag.db", str(config), env) == "/flag.db"
+    assert resolve_db(None, str(config), env) == str(tmp_path / "from-config.db")
+    assert resolve_db(None, None, {**env, "TPUCARED_CONFIG": str(config)}) == str(
+        tmp_path / "from-config.db"
+    )
+    assert resolve_db(None, None, env) == "/env/state.db"
+    assert resolve_db(None, None, {}) == DEFAULT_DB
+
+
+def test_status_reads_the_database_named_by_the_config(db: Path, tmp_path: Path) -> None:
+    config = tmp_path / "fleet.toml"
+    config.write_text(CONFIG.format(db=db.name))  # relative to the config's directory
+    out = cli("status", "--json", env={"TPUCARED_CONFIG": str(config)})
+    assert [f["name"] for f in json.loads(out)["fleets"]] == ["eval", "sweep"]
+
+
+def test_a_bad_config_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "fleet.toml"
+    config.write_text("[daemon]\n")
+    code, _, err = run_main(capsys, "status", "-c", str(config))
+    assert code == 2
+    assert f"{config}: daemon.db" in err
+
+
+# -- events -------------------------------------------------------------------------------------
+
+
+def test_events_lines_json_limit_since_and_fleet(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run_main(capsys, "events", "--db", str(db), "--json", "-n", "1000")
+    assert code == 0
+    everything = [json.loads(line) for line in out.splitlines()]
+    ids = [e["id"] for e in everything]
+    assert ids == sorted(ids)
+    assert len(ids) > 20
+    assert set(everything[0]) == {"id", "at", "kind", "fleet", "slot", "node", "message", "details"}
+
+    code, out, _ = run_main(capsys, "events", "--db", str(db))  # the newest 20, readable
+    lines = out.splitlines()
+    assert len(lines) == 20
+    dead = next(line for line in lines if " node.dead " in line)
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ  sweep/0 +sweep-0 +node\.dead +", dead)
+    assert dead.endswith("sweep-0: preempted")
+
+    code, out, _ = run_main(capsys, "events", "--db", str(db), "--json", "--since", str(ids[4]))
+    assert [json.loads(line)["id"] for line in out.splitlines()] == ids[5:]
+    args = ("events", "--db", str(db), "--json", "--since", str(ids[4]), "-n", "2")
+    code, out, _ = run_main(capsys, *args)
+    assert [json.loads(line)["id"] for line in out.splitlines()] == ids[5:7]
+
+    code, out, _ = run_main(capsys, "events", "--db", str(db), "--json", "--fleet", "eval")
+    kinds = [json.loads(line)["kind"] for line in out.splitlines()]
+    assert kinds[0] == "fleet.recorded"
+    assert "fleet.down" in kinds
+    assert {json.loads(line)["fleet"] for line in out.splitlines()} == {"eval"}
+
+    code, _, err = run_main(capsys, "events", "--db", str(db), "-n", "-1")
+    assert code == 2
+    assert "-n must be 0 or more" in err
+
+
+async def test_events_follow_prints_new_events_and_exits_0_on_sigint(db: Path) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tpucared",
+        "events",
+        "--db",
+        str(db),
+        "--json",
+        "-n",
+        "1",
+        "--follow",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(),
+    )
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    try:
+        # The newest existing event first: once it is out, the follower is polling.
+        last = json.loads(await asyncio.wait_for(proc.stdout.readline(), 20))
+        async with Store.open(db) as store, store.write() as tx:
+            appended = await tx.append_event(
+                "notice", "appended while following", datetime.now(UTC), fleet="sweep"
+            )
+        new = json.loads(await asyncio.wait_for(proc.stdout.readline(), 10))
+        assert appended.id > last["id"]
+        assert (new["id"], new["message"]) == (appended.id, "appended while following")
+        proc.send_signal(signal.SIGINT)
+        code = await asyncio.wait_for(proc.wait(), 10)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    stderr = (await proc.stderr.read()).decode()
+    assert code == 0, stderr
+    assert "Traceback" not in stderr
+    assert await proc.stdout.read() == b""  # nothing else happened
+
+
+def test_events_into_a_closed_pipe_exits_quietly(db: Path) -> None:
+    # `true` exits without reading: every write of ours meets a closed pipe (EPIPE).
+    proc = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"set -o pipefail; '{sys.executable}' -m tpucared events --db '{db}' | true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(),
+    )
+    assert (proc.returncode, proc.stderr) == (0, "")

@@ -1,0 +1,16 @@
+"""How tpucared shows what it knows: pure functions and small trackers over store records.
+
+Nothing here does I/O except `commands` (the `tpucared status` / `tpucared events` handlers,
+which open the database read-only). The same documents serve the CLI and the daemon's
+HTTP endpoint (`tpucared.http`), and the trackers feed the Prometheus metrics
+(`tpucared.metrics`).
+
+- `fmt`: times, durations, truncation and plain-text tables.
+- `status`: the `status --json` document (also `GET /v1/status`) and the status table.
+- `events`: one readable line, or one JSON object, per event.
+- `lifecycle`: reads the event log and derives preemptions, dead-to-delete and recovery
+  latencies, and workload outcomes.
+- `goodput`: integrates productive time per slot between snapshots.
+- `dbpath`: which database a read-only command opens.
+- `commands`: the CLI handlers.
+"""

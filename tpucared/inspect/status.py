@@ -1,0 +1,200 @@
+"""What `tpucared status` shows, built from the store's `FleetStatus` read model.
+
+`status_document` is the machine-readable form (`status --json` and `GET /v1/status`): a
+versioned JSON document whose keys only grow (see docs/inspecting.md). It depends on the
+database contents alone, apart from `generated_at`, so that two readers of the same database
+agree; durations such as a node's uptime are left to the reader (`generated_at - ready_at`).
+
+`status_lines` is the human form: one table row per slot and one summary line per fleet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from tpucared.core.lifecycle import LIVE_PHASES
+from tpucared.core.model import (
+    IncarnationRecord,
+    NodePhase,
+    WorkerRecord,
+    WorkloadAttemptRecord,
+)
+from tpucared.inspect.fmt import NONE, duration, iso, table, truncate
+from tpucared.store.snapshot import FleetStatus, SlotStatus
+
+STATUS_VERSION = 1  # bumped only for an incompatible change; new keys do not bump it
+LAST_ERROR_WIDTH = 60
+HEADERS = (
+    "FLEET",
+    "SLOT",
+    "NODE",
+    "ZONE",
+    "PHASE",
+    "CLOUD",
+    "ATTEMPT",
+    "PREEMPT",
+    "FAIL",
+    "UPTIME",
+    "LAST ERROR",
+)
+
+
+# -- JSON ---------------------------------------------------------------------------------------
+
+
+def status_document(fleets: Sequence[FleetStatus], generated_at: datetime) -> dict[str, Any]:
+    return {
+        "version": STATUS_VERSION,
+        "generated_at": iso(generated_at),
+        "fleets": [
+            {
+                "name": f.fleet.name,
+                "spec_hash": f.fleet.spec_hash,
+                "applied_at": iso(f.fleet.applied_at),
+                "down": f.fleet.down,
+                "slots": [_slot_doc(s) for s in f.slots],
+            }
+            for f in fleets
+        ],
+    }
+
+
+def _slot_doc(s: SlotStatus) -> dict[str, Any]:
+    slot = s.slot
+    return {
+        "slot": slot.index,
+        "run_id": slot.run_id,
+        "attempts": slot.attempts,
+        "preemptions": slot.preemptions,
+        "failures": slot.failures,
+        "create_failures": slot.create_failures,
+        "next_create_at": iso(slot.next_create_at),
+        "next_zone": slot.next_zone,
+        "last_error": slot.last_error,
+        "done": slot.done,
+        "node": None if s.node is None else _node_doc(s.node, s.workers),
+        "workload": None if s.last_attempt is None else _attempt_doc(s.last_attempt),
+    }
+
+
+def _node_doc(node: IncarnationRecord, workers: Sequence[WorkerRecord]) -> dict[str, Any]:
+    return {
+        "id": node.id,
+        "name": node.node_name,
+        "zone": node.zone,
+        "accelerator_type": node.accelerator_type,
+        "phase": node.phase.value,
+        "live": node.phase in LIVE_PHASES,
+        "phase_since": iso(node.phase_since),
+        "cloud_state": node.cloud_state,
+        "health": node.health,
+        "cloud_id": node.cloud_id,
+        "requested_at": iso(node.requested_at),
+        "ready_at": iso(node.ready_at),
+        "dead_at": iso(node.dead_at),
+        "deleted_at": iso(node.deleted_at),
+        "end_reason": node.end_reason,
+        "error": None if node.error is None else node.error.value,
+        "operation": node.operation,
+        "queued_resource": node.queued_resource,
+        "delete_calls": node.delete_calls,
+        "workers": [
+            {"index": w.index, "internal_ip": w.internal_ip, "external_ip": w.external_ip}
+            for w in workers
+        ],
+    }
+
+
+def _attempt_doc(a: WorkloadAttemptRecord) -> dict[str, Any]:
+    return {
+        "id": a.id,
+        "number": a.number,
+        "state": _attempt_state(a),
+        "started_at": iso(a.started_at),
+        "ended_at": iso(a.ended_at),
+        # JSON object keys are strings; sorted so the document is byte-stable.
+        "exit_codes": {str(k): a.exit_codes[k] for k in sorted(a.exit_codes)},
+        "detail": a.detail,
+    }
+
+
+def _attempt_state(a: WorkloadAttemptRecord) -> str:
+    return "running" if a.outcome is None else a.outcome.value
+
+
+# -- table --------------------------------------------------------------------------------------
+
+
+def status_lines(fleets: Sequence[FleetStatus], now: datetime) -> list[str]:
+    """The table, a blank line, then one summary line per fleet."""
+    rows: list[list[str]] = []
+    for f in fleets:  # the store orders fleets by name and slots by index
+        rows += [_row(f, s, now) for s in f.slots] or [_empty_fleet_row(f)]
+    return [*table(HEADERS, rows), "", *(_summary(f) for f in fleets)]
+
+
+def _row(f: FleetStatus, s: SlotStatus, now: datetime) -> list[str]:
+    node = s.node
+    live = node is not None and node.phase in LIVE_PHASES
+    phase = node.phase.value if node is not None else NONE
+    if s.slot.done and not live:
+        phase = "done"  # finished for good: the deleted node is not a problem to look into
+    uptime = NONE
+    if node is not None and node.phase is NodePhase.READY and node.ready_at is not None:
+        uptime = duration(now - node.ready_at)
+    return [
+        _fleet_name(f),
+        str(s.slot.index),
+        node.node_name if node is not None else NONE,
+        node.zone if node is not None else NONE,
+        phase,
+        _cloud(node),
+        _attempt(s),
+        str(s.slot.preemptions),
+        str(s.slot.failures),
+        uptime,
+        truncate(s.slot.last_error, LAST_ERROR_WIDTH),
+    ]
+
+
+def _empty_fleet_row(f: FleetStatus) -> list[str]:
+    return [_fleet_name(f), *([NONE] * (len(HEADERS) - 1))]
+
+
+def _fleet_name(f: FleetStatus) -> str:
+    return f"{f.fleet.name} (down)" if f.fleet.down else f.fleet.name
+
+
+def _cloud(node: IncarnationRecord | None) -> str:
+    # A terminal node's last observed state (READY before a planned delete) would mislead.
+    if node is None or node.cloud_state is None or node.phase not in LIVE_PHASES:
+        return NONE
+    # HEALTHY is the normal case; only say something when it is not.
+    if node.health and node.health != "HEALTHY":
+        return f"{node.cloud_state}/{node.health}"
+    return node.cloud_state
+
+
+def _attempt(s: SlotStatus) -> str:
+    if s.last_attempt is None:
+        return NONE
+    return f"{s.last_attempt.number} {_attempt_state(s.last_attempt)}"
+
+
+def _summary(f: FleetStatus) -> str:
+    ready = sum(1 for s in f.slots if s.node is not None and s.node.phase is NodePhase.READY)
+    running = sum(1 for s in f.slots if s.last_attempt and s.last_attempt.outcome is None)
+    done = sum(1 for s in f.slots if s.slot.done)
+    parts = [
+        f"{ready}/{len(f.slots)} ready",
+        f"{running} running",
+        f"{sum(s.slot.preemptions for s in f.slots)} preemptions",
+        f"{sum(s.slot.failures for s in f.slots)} failures",
+    ]
+    if done:
+        parts.append(f"{done} done")
+    if f.fleet.down:
+        parts.append("down")
+    return f"{f.fleet.name}: {', '.join(parts)}"
