@@ -369,3 +369,20 @@ async def test_record_clouds_batches_a_tick_and_skips_stale_actions(seeded: Stor
     with pytest.raises(NotFound):
         async with seeded.write() as tx:
             await tx.record_clouds([unknown], T1)
+
+
+async def test_outcome_events_say_what_was_learnt_never_the_keep_sentinel(seeded: Store):
+    inc = await request(seeded)
+    async with seeded.write() as tx:
+        await tx.record_outcome(inc.id, P.REQUESTED, T0, last_error="quota exhausted")
+        await tx.record_outcome(inc.id, P.REQUESTED, T0, operation="op-1")
+        await tx.record_outcome(inc.id, P.REQUESTED, T0, operation=None)
+        await tx.record_outcome(inc.id, P.REQUESTED, T0, error=ErrorKind.QUOTA)
+    messages = [e.message for e in await seeded.events() if e.kind == "node.outcome"]
+    assert messages == [
+        "sweep-0: last error: quota exhausted",
+        "sweep-0: operation op-1 in flight",
+        "sweep-0: operation finished",
+        "sweep-0: error quota",
+    ]
+    assert not any("KEEP" in m for m in messages)

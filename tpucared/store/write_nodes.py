@@ -273,7 +273,7 @@ class NodeWrites(WriterBase):
         if last_error is not KEEP:
             await self.update_slot(inc.fleet, inc.slot, now, last_error=last_error)
         details = given(operation=operation, error=error, last_error=last_error)
-        what = f"error {error}" if error not in (KEEP, None) else f"operation {operation}"
+        what = _outcome_summary(operation, error, last_error)
         await self._node_event(
             inc, "node.outcome", reason or f"{inc.node_name}: {what}", now, **details
         )
@@ -451,3 +451,18 @@ class NodeWrites(WriterBase):
                 list(record.host_keys),
             )
         return record
+
+
+def _outcome_summary(
+    operation: str | Keep | None, error: ErrorKind | Keep | None, last_error: str | Keep | None
+) -> str:
+    """The event message of record_outcome: what was learnt, never the KEEP sentinel."""
+    if isinstance(error, ErrorKind):
+        return f"error {error.value}"
+    if isinstance(operation, str):
+        return f"operation {operation} in flight"
+    if operation is None:
+        return "operation finished"
+    if isinstance(last_error, str):
+        return f"last error: {last_error}"
+    return "outcome recorded"
