@@ -122,3 +122,14 @@ async def test_many_workers_one_connection_each(
     assert all(r.ok for r in results), [r.error_message for r in results if not r.ok]
     assert len({r.stdout_tail for r in results}) == workers  # one sshd session each
     assert time.monotonic() - started < 15
+
+
+async def test_openssh_negotiates_aes_gcm_not_the_python_chacha20(
+    sshd_targets: list[Target], pool: ConnectionPool
+) -> None:
+    # chacha20-poly1305 is OpenSSH's own first choice, and asyncssh's is pure Python: the
+    # client's preference order must win so a large fan-out stays cheap (docs/benchmarks.md).
+    async with pool.lease(sshd_targets[0]) as lease:
+        conn = lease.connection.conn
+        assert conn.get_extra_info("send_cipher") == "aes128-gcm@openssh.com"
+        assert conn.get_extra_info("recv_cipher") == "aes128-gcm@openssh.com"
