@@ -16,7 +16,6 @@ import asyncssh
 from tpucared.ssh.hostkeys import HostKeyMismatch, HostKeyPolicy, PinningClient, format_host_key
 from tpucared.ssh.target import Target
 
-
 # AES-GCM first: every TPU VM's CPU has AES-NI, while asyncssh's chacha20-poly1305 runs in
 # Python and was ~30% of the client's CPU in a 256-worker fan-out (docs/benchmarks.md).
 # chacha20 stays offered last, for servers that insist on it.
