@@ -1,0 +1,84 @@
+"""A toy training loop that survives preemptions the way a real one should: by checkpointing.
+
+tpucared runs it on every worker of a slice (deploy/examples/emulator.toml uploads it with
+`workload.files` and runs `python3 toy_train.py`). It counts steps, one every
+TOY_STEP_SECONDS, and worker 0 writes the step counter to a checkpoint after every step.
+The checkpoint lives in CHECKPOINT_DIR, a directory that outlives the node (on Cloud TPU
+that would be a GCS bucket; in the emulator a local directory outside the workers' homes),
+under TPUCARED_RUN_ID, which tpucared keeps stable for the slot across node recreations. So
+when the node is preempted and tpucared relaunches the run on a new one, the count resumes
+where the last checkpoint left it instead of starting again from 0.
+
+Every step prints `step N (attempt A)` to the run's log (`tpucared logs FLEET/SLOT`). The
+checkpoint is one JSON file, written atomically (a preemption mid-write leaves the previous
+one): {"step", "attempt", "resumed_from", "node", "updated_at"}.
+
+Stdlib only, bounded: it stops after TOY_STEPS steps (exit 0), and at once when its
+checkpoint directory is removed (a finished demo cleaning up).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def checkpoint_path() -> Path:
+    root = Path(os.environ.get("CHECKPOINT_DIR") or "checkpoints")
+    return root / os.environ.get("TPUCARED_RUN_ID", "local") / "state.json"
+
+
+def load_step(path: Path) -> int:
+    try:
+        return int(json.loads(path.read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
+def save(path: Path, state: dict[str, object]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(state))
+    os.replace(tmp, path)
+
+
+def main() -> int:
+    attempt = os.environ.get("TPUCARED_ATTEMPT", "1")
+    worker = int(os.environ.get("TPUCARED_WORKER", "0"))
+    steps = int(os.environ.get("TOY_STEPS", "3600"))
+    pause = float(os.environ.get("TOY_STEP_SECONDS", "1"))
+    path = checkpoint_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    start = load_step(path)
+    where = f"worker {worker} of {os.environ.get('TPUCARED_NODE', '?')}"
+    if start:
+        print(f"resumed from step {start} (attempt {attempt}, {where})", flush=True)
+    else:
+        print(f"starting from step 0 (attempt {attempt}, {where})", flush=True)
+    step = start
+    while step < steps:
+        time.sleep(pause)
+        if not path.parent.is_dir():
+            print("checkpoint directory is gone: stopping", flush=True)
+            return 0
+        step += 1
+        if worker == 0:
+            save(
+                path,
+                {
+                    "step": step,
+                    "attempt": int(attempt),
+                    "resumed_from": start,
+                    "node": os.environ.get("TPUCARED_NODE"),
+                    "updated_at": time.time(),
+                },
+            )
+        print(f"step {step} (attempt {attempt})", flush=True)
+    print(f"done: {steps} steps", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

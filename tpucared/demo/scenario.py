@@ -1,0 +1,239 @@
+"""The demo's story: what the cloud does to the fleet, and the calls that make it happen.
+
+`schedule` is pure: from the fleets and a seed it yields the steps, without end, each timed
+from the previous one (`after` seconds) rather than from the start, so that a slow machine
+slows the story down instead of scrambling it. One cycle, with the first fleet's slot 0 as
+the star (a multi-host slice in the demo):
+
+    +12 s  a spot preemption of the star
+     +6 s  a stockout: no capacity in the star's first zone, for every accelerator type the
+           fleets use there, for `STOCKOUT_S` seconds (restored in the background)
+     +1 s  a preemption of another fleet's slot: its replacement must go to its next zone
+     +3 s  the star again: with no zone left, the daemon backs off and retries until the
+           capacity comes back
+    +20 s  then every 10-14 s (seeded), a preemption of a random slot, four times
+
+Most steps are gated: they wait (up to `GATE_PATIENCE_S`) until the caller's `ripe(fleet,
+slot)` holds; the demo makes that "the slot's training has made a few steps since it last
+(re)started", so every preemption has progress to lose and a checkpoint to resume from, and
+the stockout starts once the star is back at work.
+
+`drive` applies the steps until stopped, starting none after `quiet_after` seconds (so the
+last recovery is on screen before the end); `Injector` carries them out through the
+emulator's control API (/_emulator/v1), the way a test or a person with curl would. A
+preemption waits for its node to be READY (a node being created cannot be preempted) and is
+skipped if it does not get there in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from tpucared.core.model import FleetSpec
+
+STOCKOUT_S = 15.0
+GATE_PATIENCE_S = 30.0
+READY_PATIENCE_S = 10.0
+CONTROL = "/_emulator/v1"
+
+SlotKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Preempt:
+    after: float  # seconds after the previous step
+    gate: SlotKey | None  # wait until ripe(gate) first (bounded)
+    fleet: str
+    slot: int
+    node: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Stockout:
+    after: float
+    gate: SlotKey | None
+    zone: str
+    accelerator_types: tuple[str, ...]
+    seconds: float  # then the capacity is restored (no limit again)
+    why: str
+
+
+Step = Preempt | Stockout
+
+
+def schedule(fleets: Sequence[FleetSpec], seed: int) -> Iterator[Step]:
+    """The story's steps, forever (the driver stops taking them)."""
+    live = [f for f in fleets if f.size > 0]
+    if not live:
+        return
+    rng = random.Random(seed)
+    star, others = live[0], live[1:]
+    zone = star.zones[0]
+    types = tuple(sorted({f.accelerator_type for f in live if zone in f.zones}))
+    slots = [(f, i) for f in live for i in range(f.size)]
+    while True:
+        yield _preempt(12, star, 0, "a spot preemption")
+        yield Stockout(
+            6, (star.name, 0), zone, types, STOCKOUT_S, f"no {'/'.join(types)} left in {zone}"
+        )
+        if others:
+            other = others[0]
+            yield _preempt(1, other, rng.randrange(other.size), _whither(other, zone))
+        yield _preempt(3, star, 0, _whither(star, zone))
+        after = 20.0
+        for _ in range(4):
+            fleet, slot = rng.choice(slots)
+            yield _preempt(after, fleet, slot, "a spot preemption")
+            after = rng.uniform(10, 14)
+
+
+def _whither(fleet: FleetSpec, dry: str) -> str:
+    """Where the replacement of a node of `fleet` goes while zone `dry` has no capacity."""
+    if dry not in fleet.zones:
+        return "a spot preemption"
+    elsewhere = [z for z in fleet.zones if z != dry]
+    if elsewhere:
+        return f"no room in {dry}: its replacement must find room in {elsewhere[0]}"
+    return f"no room in {dry}: its replacement must wait for capacity"
+
+
+def _preempt(after: float, fleet: FleetSpec, slot: int, why: str) -> Preempt:
+    return Preempt(after, (fleet.name, slot), fleet.name, slot, fleet.node_name(slot), why)
+
+
+class Injector:
+    """Carries out steps against one emulator's control API."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        endpoint: str,
+        project: str,
+        *,
+        ready_patience: float = READY_PATIENCE_S,
+    ) -> None:
+        self._session = session
+        self._base = endpoint.rstrip("/") + CONTROL
+        self._project = project
+        self._patience = ready_patience
+
+    async def preempt(self, step: Preempt) -> str:
+        """Preempt the node once READY; returns what was done, for people."""
+        node = await self._ready(step.node, self._patience)
+        if node is None:
+            return f"skipped preempting {step.node}: not READY within {self._patience:g}s"
+        zone = node["zone"]
+        path = f"/projects/{self._project}/locations/{zone}/nodes/{step.node}:preempt"
+        await self._call("POST", path)
+        workers = len(node.get("workers") or ())
+        return (
+            f"preempt {step.node} ({node['accelerator_type']}, {workers} worker"
+            f"{'s' if workers != 1 else ''}, {zone}): {step.why}"
+        )
+
+    async def capacity(
+        self, zone: str, accelerator_types: Iterable[str], available: int | None
+    ) -> None:
+        for accelerator_type in accelerator_types:
+            body = {"zone": zone, "accelerator_type": accelerator_type, "available": available}
+            await self._call("PUT", "/capacity", body)
+
+    async def _ready(self, name: str, patience: float) -> dict[str, Any] | None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + patience
+        while True:
+            listed = await self._call("GET", "/nodes")
+            for node in listed.get("nodes", []):
+                if (
+                    node.get("project") == self._project
+                    and node.get("node_id") == name
+                    and node.get("state") == "READY"
+                ):
+                    return dict(node)
+            if loop.time() >= deadline:
+                return None
+            await asyncio.sleep(0.5)
+
+    async def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        async with self._session.request(method, self._base + path, json=body) as response:
+            data = await response.json(content_type=None)
+            if response.status >= 400:
+                message = (data or {}).get("error", {}).get("message", response.reason)
+                raise RuntimeError(f"{method} {path}: {response.status} {message}")
+            return dict(data or {})
+
+
+Report = Callable[[float, str], None]
+
+
+async def drive(
+    steps: Iterable[Step],
+    injector: Injector,
+    stop: asyncio.Event,
+    report: Report,
+    *,
+    ripe: Callable[[SlotKey], bool] = lambda key: True,
+    quiet_after: float | None = None,
+    patience: float = GATE_PATIENCE_S,
+) -> None:
+    """Apply the steps until `stop`, reporting each with the seconds since the start; no
+    step starts after `quiet_after` seconds. Stockouts end on time whatever else waits."""
+    loop = asyncio.get_running_loop()
+    started = previous = loop.time()
+    restores: set[asyncio.Task[None]] = set()
+
+    async def pause(seconds: float) -> None:
+        if seconds > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), seconds)
+
+    async def attempt(call: Awaitable[None]) -> str | None:
+        """None, or why the call failed (the emulator is going away, say)."""
+        try:
+            await call
+        except (aiohttp.ClientError, RuntimeError) as exc:
+            return f"could not inject ({exc})"
+        return None
+
+    async def restore(step: Stockout) -> None:
+        await pause(step.seconds)
+        if not stop.is_set():
+            failed = await attempt(injector.capacity(step.zone, step.accelerator_types, None))
+            report(loop.time() - started, failed or f"capacity back in {step.zone}")
+
+    try:
+        for step in steps:
+            await pause(previous + step.after - loop.time())
+            deadline = loop.time() + patience
+            while step.gate and not stop.is_set() and not ripe(step.gate):
+                if loop.time() >= deadline:
+                    break
+                await pause(0.5)
+            if stop.is_set() or (quiet_after is not None and loop.time() - started >= quiet_after):
+                break
+            if isinstance(step, Stockout):
+                failed = await attempt(injector.capacity(step.zone, step.accelerator_types, 0))
+                line = failed or f"stockout for {step.seconds:.0f}s: {step.why}"
+                restores.add(asyncio.create_task(restore(step), name="demo-restore"))
+            else:
+                try:
+                    line = await injector.preempt(step)
+                except (aiohttp.ClientError, RuntimeError) as exc:
+                    line = f"could not inject ({exc})"
+            report(loop.time() - started, line)
+            previous = loop.time()
+        if restores:
+            await asyncio.wait(restores)  # a stockout never outlives the scenario
+    finally:
+        for task in restores:
+            task.cancel()
+        if restores:
+            await asyncio.gather(*restores, return_exceptions=True)
