@@ -52,7 +52,9 @@ Transition  T: CAS (id, phase == expected); check_transition(expected, new); set
             by `cloud.endpoints` if not None); `slot_update` applied to the slot row.
 RecordCloud T: CAS (id, phase == expected); overwrite the cloud facts (and WorkerRecords when
             `endpoints` is not None). No phase change. No cloud call.
-Adopt       T: skip if the slot has an incarnation in a LIVE phase; insert REQUESTED
+Adopt       T: skip if the slot has an incarnation in a LIVE phase; open the slot as
+            OpenSlot does if it has no record (a node beyond the fleet's size, or of a
+            fleet marked down: adopted only to be deleted); insert REQUESTED
             (requested_at=now) and transition at once to `phase` (a legal edge from
             REQUESTED), with the cloud facts (and WorkerRecords from `cloud.endpoints`),
             queued_resource and end_reason. No cloud call.

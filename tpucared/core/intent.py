@@ -169,6 +169,7 @@ class _Store:
                 if self.live_in_slot(action.fleet, action.slot):
                     self.stale(f"adopt {action.node_name}: the slot has a live incarnation")
                     return
+                self.apply(OpenSlot(fleet=action.fleet, slot=action.slot, reason=action.reason))
                 new_id = self.next_id()
                 inc = IncarnationRecord(
                     id=new_id,

@@ -1,0 +1,279 @@
+"""Helpers for the runtime tests: the real daemon as a subprocess, its config, the emulator's
+control API, and reads of the daemon's SQLite file with the stdlib (independent of the store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sqlite3
+import sys
+import textwrap
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from tpucared.emulator import EmulatorServer
+
+# Bound on waits for things that involve starting a daemon or letting it converge. Generous:
+# a Python process importing aiohttp, SQLAlchemy and Alembic on a loaded 2-core machine can
+# take many seconds. Only a failing test ever waits this long; timing claims are asserted
+# separately and explicitly.
+SLOW = 60.0
+PROJECT = "test-project"
+ZONE = "us-central2-b"
+OWNER = "tests"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now (for the daemon's HTTP server)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_config(
+    directory: Path,
+    endpoint: str,
+    *,
+    size: int = 3,
+    fleet: str = "sweep",
+    zones: tuple[str, ...] = (ZONE,),
+    poll: str = "300ms",
+    policy: Mapping[str, str] | None = None,
+    timeouts: Mapping[str, str] | None = None,
+    extra_fleets: str = "",
+    name: str = "fleet.toml",
+    http_port: int | None = None,
+) -> Path:
+    """A config for the daemon against the emulator at `endpoint`; db and key in `directory`."""
+    policy_lines = "\n".join(
+        f'{k} = "{v}"' for k, v in {"vanish_grace": "1s", **(policy or {})}.items()
+    )
+    zone_list = ", ".join(f'"{z}"' for z in zones)
+    timeout_lines = "\n".join(f'{k} = "{v}"' for k, v in (timeouts or {}).items())
+    text = f"""
+    [daemon]
+    db = "state.db"
+    poll_interval = "{poll}"
+    owner = "{OWNER}"
+    http = "127.0.0.1:{http_port or free_port()}"
+
+    [gcp]
+    project = "{PROJECT}"
+    endpoint = "{endpoint}"
+    credentials = "none"
+
+    [ssh]
+    key = "id_ed25519"
+
+    [policy]
+    {policy_lines}
+
+    [policy.timeouts]
+    {timeout_lines}
+
+    [[fleet]]
+    name = "{fleet}"
+    zones = [{zone_list}]
+    accelerator_type = "v4-8"
+    runtime_version = "tpu-ubuntu2204-base"
+    size = {size}
+    capacity = "spot"
+    labels = {{ team = "tests" }}
+    """
+    path = directory / name
+    path.write_text(textwrap.dedent(text) + textwrap.dedent(extra_fleets), encoding="utf-8")
+    return path
+
+
+def cli_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUCARED_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclass
+class Daemon:
+    """One `python -m tpucared run -c CONFIG` process; its output goes to `log_path`."""
+
+    config: Path
+    log_path: Path
+    process: asyncio.subprocess.Process | None = None
+    started_at: float = 0.0
+    _log: Any = field(default=None, repr=False)
+
+    async def start(self) -> Daemon:
+        self._log = self.log_path.open("ab")
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tpucared",
+            "--log-level",
+            "info",
+            "run",
+            "-c",
+            str(self.config),
+            stdout=self._log,
+            stderr=asyncio.subprocess.STDOUT,
+            env=cli_env(),
+            cwd=REPO,
+        )
+        self.started_at = time.monotonic()
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def signal(self, sig: signal.Signals) -> None:
+        assert self.process is not None
+        if self.process.returncode is None:
+            self.process.send_signal(sig)
+
+    async def wait(self, within: float) -> int:
+        assert self.process is not None
+        code = await asyncio.wait_for(self.process.wait(), within)
+        self._close_log()
+        return code
+
+    async def kill(self) -> None:
+        """kill -9, and reap it."""
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def log_events(self) -> list[dict[str, Any]]:
+        events = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue
+        return events
+
+
+class Control:
+    """The emulator's control API (/_emulator/v1), over HTTP like any client would."""
+
+    def __init__(self, emulator: EmulatorServer, session: aiohttp.ClientSession) -> None:
+        self.base = emulator.url + "/_emulator/v1"
+        self.session = session
+        self.emulator = emulator
+
+    async def _call(self, method: str, path: str, body: Any = None) -> Any:
+        async with self.session.request(method, self.base + path, json=body) as response:
+            data = await response.json()
+            if response.status >= 400:
+                raise AssertionError(f"{method} {path}: {response.status} {data}")
+            return data
+
+    async def node_action(self, node: str, action: str, zone: str = ZONE) -> Any:
+        path = f"/projects/{PROJECT}/locations/{zone}/nodes/{node}:{action}"
+        return await self._call("POST", path)
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        return list((await self._call("GET", "/nodes"))["nodes"])
+
+    async def capacity(self, available: int | None, zone: str = ZONE, kind: str = "v4-8") -> None:
+        body = {"zone": zone, "accelerator_type": kind, "available": available}
+        await self._call("PUT", "/capacity", body)
+
+    async def faults(self, config: Mapping[str, Any]) -> None:
+        await self._call("PUT", "/faults", dict(config))
+
+    async def requests(self, since: float | None = None) -> list[dict[str, Any]]:
+        query = f"?since={since}" if since is not None else ""
+        return list(await self._call("GET", "/requests" + query))
+
+
+def short(node: Mapping[str, Any]) -> str:
+    return str(node["node_id"])
+
+
+def labels(node: Mapping[str, Any]) -> dict[str, str]:
+    return dict(node["node"].get("labels") or {})
+
+
+def ours(nodes: list[dict[str, Any]], fleet: str = "sweep") -> list[dict[str, Any]]:
+    """The control API's nodes that carry both of our labels for `fleet`."""
+    return [
+        n
+        for n in nodes
+        if labels(n).get("tpucared-owner") == OWNER and labels(n).get("tpucared-fleet") == fleet
+    ]
+
+
+def query(db: Path, sql: str, *args: Any) -> list[sqlite3.Row]:
+    """Rows from the daemon's database, read with the stdlib while the daemon may run."""
+    if not db.exists():
+        return []
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    conn.row_factory = sqlite3.Row
+    try:
+        return conn.execute(sql, args).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return []  # the daemon is still migrating the new database
+        raise
+    finally:
+        conn.close()
+
+
+def live_nodes(db: Path, fleet: str = "sweep") -> dict[int, sqlite3.Row]:
+    rows = query(
+        db,
+        "SELECT * FROM nodes WHERE fleet = ? AND phase IN "
+        "('requested','creating','ready','dead','deleting')",
+        fleet,
+    )
+    return {r["slot"]: r for r in rows}
+
+
+async def wait_for(
+    check: Callable[[], Awaitable[Any]], within: float, what: str, every: float = 0.1
+) -> Any:
+    """Poll `check` until it returns something truthy; fail naming `what` after `within` s."""
+    deadline = time.monotonic() + within
+    last: Any = None
+    while True:
+        last = await check()
+        if last:
+            return last
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {within}s waiting for {what} (last: {last!r})")
+        await asyncio.sleep(every)
+
+
+async def converged(control: Control, db: Path, size: int, fleet: str = "sweep") -> bool:
+    """Exactly `size` READY nodes of ours, each the live READY incarnation of its slot, and
+    nothing else of ours in the cloud."""
+    mine = ours(await control.nodes(), fleet)
+    if len(mine) != size or any(n["state"] != "READY" for n in mine):
+        return False
+    live = live_nodes(db, fleet)
+    if sorted(live) != list(range(size)):
+        return False
+    for node in mine:
+        slot = int(short(node).rsplit("-", 1)[1])
+        row = live.get(slot)
+        if row is None or row["phase"] != "ready" or row["node_name"] != short(node):
+            return False
+        if row["cloud_id"] != node["node"]["id"]:
+            return False
+    return True

@@ -1,0 +1,273 @@
+"""The runtime's commands as a person runs them (`python -m tpucared ...` subprocesses against
+the emulator): `plan` changes nothing, `down` deletes our nodes and nothing else, `db upgrade`,
+configuration errors stop everything with exit 2, and the two stages of signals."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from runtime_support import (
+    OWNER,
+    PROJECT,
+    REPO,
+    SLOW,
+    ZONE,
+    Control,
+    Daemon,
+    cli_env,
+    converged,
+    labels,
+    live_nodes,
+    ours,
+    query,
+    short,
+    wait_for,
+    write_config,
+)
+
+from tpucared.core.model import CapacityKind
+from tpucared.gcp import NoAuth, TpuClient
+
+pytestmark = pytest.mark.slow
+
+Daemons = Callable[[Path], Daemon]
+MUTATING = ("POST", "PUT", "PATCH", "DELETE")
+
+
+async def tpucared(*args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tpucared",
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=cli_env(),
+        cwd=REPO,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin or b""), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def digest(*paths: Path) -> dict[str, str | None]:
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None for p in paths
+    }
+
+
+async def test_plan_prints_what_it_would_do_and_changes_nothing(
+    tmp_path: Path, control: Control, daemons: Daemons
+) -> None:
+    config = write_config(tmp_path, control.emulator.url)
+    db, key = tmp_path / "state.db", tmp_path / "id_ed25519"
+
+    # No database yet: planned against an empty one, which is not created.
+    code, out, err = await tpucared("plan", "-c", str(config), "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert [a["action"] for a in plan["actions"]] == [
+        "record-fleet",
+        "open-slot",
+        "open-slot",
+        "open-slot",
+        "create",
+        "create",
+        "create",
+    ]
+    assert plan["actions"][4]["node_name"] == "sweep-0"
+    assert plan["actions"][4]["labels"]["tpucared-owner"] == OWNER
+    assert not db.exists()
+    assert not key.exists()
+
+    # A running fleet, stopped; one node preempted since.
+    daemon = await daemons(config).start()
+    await wait_for(lambda: converged(control, db, 3), SLOW, "the fleet")
+    daemon.signal(signal.SIGTERM)
+    assert await daemon.wait(30) == 0
+    await control.node_action("sweep-1", "preempt")
+    wal = db.with_name("state.db-wal")
+    before = digest(db)
+    assert not wal.exists()  # a clean stop checkpoints everything into the file
+
+    since = time.time()
+    code, out, err = await tpucared("plan", "-c", str(config))
+    assert code == 0, err
+    assert out.splitlines() == [
+        "transition   sweep-1 [#2] ready -> dead: preempted",
+        "delete       sweep-1 [#2 dead] node in us-central2-b: dead: delete it at once",
+        "hold         sweep-1: the previous node is still deleting; its name is not free yet",
+    ]
+
+    # The database is byte-for-byte the same. (SQLite's WAL readers may leave the empty
+    # -wal/-shm sidecar files behind; not one byte of data is written to them.)
+    assert digest(db) == before
+    assert not wal.exists() or wal.stat().st_size == 0
+    requests = await control.requests(since)
+    assert requests
+    assert [r for r in requests if r["method"] in MUTATING] == []
+    assert not err.strip() or "error" not in err.lower()
+
+
+async def test_down_deletes_every_node_we_own_and_nothing_else(
+    tmp_path: Path, control: Control, daemons: Daemons
+) -> None:
+    # Someone else's nodes: one holds our slot 2's name, one carries our fleet label with
+    # another owner, one has no labels at all.
+    async with TpuClient(control.emulator.url, token_source=NoAuth()) as client:
+        for name, node_labels in (
+            ("sweep-2", {}),
+            ("sweep-3", {"tpucared-fleet": "sweep", "tpucared-owner": "someone-else"}),
+            ("unrelated", {}),
+        ):
+            await client.create_node(
+                PROJECT,
+                ZONE,
+                name,
+                accelerator_type="v4-8",
+                runtime_version="tpu-ubuntu2204-base",
+                capacity=CapacityKind.SPOT,
+                labels=node_labels,
+            )
+    config = write_config(tmp_path, control.emulator.url)
+    db = tmp_path / "state.db"
+    daemon = await daemons(config).start()
+
+    async def two_of_ours() -> bool:
+        mine = ours(await control.nodes())
+        return len(mine) == 2 and all(n["state"] == "READY" for n in mine)
+
+    await wait_for(two_of_ours, SLOW, "sweep-0 and sweep-1 (sweep-2's name is taken)")
+    await wait_for(lambda: _all_ready(db, 2), SLOW, "both recorded READY")
+    daemon.signal(signal.SIGTERM)
+    assert await daemon.wait(30) == 0
+
+    code, out, err = await tpucared("down", "-c", str(config))  # no TTY, no --yes
+    assert code == 2
+    assert "--yes" in err
+    assert len(ours(await control.nodes())) == 2
+
+    code, out, err = await tpucared("down", "-c", str(config), "--yes")
+    assert code == 0, err
+    deleted = sorted(line.split()[1] for line in out.splitlines() if line.startswith("deleting"))
+    assert deleted == ["sweep-0", "sweep-1"]
+    assert "2 node(s) deleted" in out
+
+    left = {short(n): labels(n) for n in await control.nodes()}
+    assert sorted(left) == ["sweep-2", "sweep-3", "unrelated"]
+    assert left["sweep-3"]["tpucared-owner"] == "someone-else"
+    assert live_nodes(db) == {}
+    assert [r["down"] for r in query(db, "SELECT down FROM fleets")] == [1]
+
+    # The daemon keeps a fleet that is down, down, until `up`.
+    daemon = await daemons(config).start()
+    await asyncio.sleep(2.0)
+    assert ours(await control.nodes()) == []
+    code, out, err = await tpucared("up", "-c", str(config))
+    assert code == 0, err
+    assert out.strip() == "up: fleet sweep up again: its nodes will be recreated"
+    await wait_for(two_of_ours, SLOW, "the fleet back up (sweep-2's name is still taken)")
+    assert daemon.process is not None
+    assert daemon.process.returncode is None
+
+
+async def _all_ready(db: Path, n: int) -> bool:
+    live = live_nodes(db)
+    return len(live) == n and all(r["phase"] == "ready" for r in live.values())
+
+
+async def test_db_upgrade_and_configuration_errors(tmp_path: Path, control: Control) -> None:
+    db = tmp_path / "other" / "x.db"
+    code, out, err = await tpucared("db", "upgrade", "--db", str(db))
+    assert code == 0, err
+    assert out.startswith(f"{db}: at revision ")
+    assert db.exists()
+
+    config = write_config(tmp_path, control.emulator.url)
+    code, out, _ = await tpucared("db", "upgrade", "-c", str(config))
+    assert code == 0
+    assert (tmp_path / "state.db").exists()
+
+    # A bad config: one clear line naming the file and the key, exit 2, nothing started.
+    bad_dir = tmp_path / "bad"
+    bad_dir.mkdir()
+    bad = write_config(bad_dir, control.emulator.url)
+    bad.write_text(bad.read_text().replace('poll_interval = "300ms"', "poll_interval = 10"))
+    code, out, err = await tpucared("run", "-c", str(bad))
+    assert code == 2
+    assert f"{bad}: daemon.poll_interval: expected a duration string" in err
+    assert sorted(p.name for p in bad_dir.iterdir()) == ["fleet.toml"]  # no db, no key
+
+    code, _, err = await tpucared("run", "-c", str(tmp_path / "missing.toml"))
+    assert code == 2
+    assert "missing.toml: cannot read the config" in err
+
+    # Sub-second polls are for emulators only: against the real API it is refused.
+    real = bad.read_text().replace("poll_interval = 10", 'poll_interval = "300ms"')
+    real = real.replace(f'endpoint = "{control.emulator.url}"', "").replace(
+        'credentials = "none"', ""
+    )
+    bad.write_text(real)
+    code, _, err = await tpucared("plan", "-c", str(bad))
+    assert code == 2
+    assert 'daemon.poll_interval: expected "1s" to "10m", got "300ms"' in err
+
+
+async def test_first_signal_drains_calls_in_flight_second_exits_at_once(
+    tmp_path: Path, control: Control, daemons: Daemons
+) -> None:
+    db = tmp_path / "state.db"
+    config = write_config(tmp_path, control.emulator.url, size=1)
+
+    # A create call that takes 1.5 s: SIGTERM waits for it and records its outcome.
+    await control.faults({"latency_ms": 1500, "paths": ["/nodes"], "methods": ["POST"]})
+    daemon = await daemons(config).start()
+    await wait_for(lambda: _phase(db, "requested"), SLOW, "a create in flight")
+    daemon.signal(signal.SIGTERM)
+    assert await daemon.wait(30) == 0
+    row = live_nodes(db)[0]
+    assert row["phase"] == "creating"  # the call finished and its outcome was recorded
+    assert row["operation"]
+
+    # An API that never answers: the first SIGINT waits for the call in flight, the second
+    # exits now.
+    connected = asyncio.Event()
+    held: list[asyncio.StreamWriter] = []
+
+    async def black_hole(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        connected.set()
+        await reader.read(65536)  # the request; no answer ever comes
+
+    server = await asyncio.start_server(black_hole, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    silent = tmp_path / "silent"
+    silent.mkdir()
+    daemon = await daemons(write_config(silent, f"http://127.0.0.1:{port}", size=1)).start()
+    try:
+        await asyncio.wait_for(connected.wait(), SLOW)  # its first list is in flight
+        daemon.signal(signal.SIGINT)
+        with pytest.raises(TimeoutError):
+            await daemon.wait(1.0)  # still waiting for the call
+        sent = time.monotonic()
+        daemon.signal(signal.SIGINT)
+        assert await daemon.wait(SLOW) == 128 + signal.SIGINT
+        assert time.monotonic() - sent < 5.0  # at once: not the 60 s the call could take
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def _phase(db: Path, phase: str) -> bool:
+    return any(r["phase"] == phase for r in live_nodes(db).values())

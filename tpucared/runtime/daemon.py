@@ -1,0 +1,197 @@
+"""The daemon: `tpucared run`, and the wiring of the reconcile machinery it shares with
+`tpucared down`.
+
+`Daemon` assembles, over one store and one API client: the operation watcher, the cloud
+calls, the executor, the reconciler and the loop, sharing one stop event and one wakeup.
+`Daemon.run()` supervises the root tasks ("reconcile", "operations", plus any extra ones,
+e.g. an HTTP server) until stop, then gives cloud calls in flight `DRAIN_TIMEOUT_S` to finish
+and record their outcome. Exit status: 0 after a requested stop, 1 when a root task or a
+background call died (logged).
+
+`run_daemon(config)` is `tpucared run`, in the order the contract gives: migrate the
+database, open the store, make sure the SSH key exists, build the credentials, record the
+calls the previous run left without an outcome (calls.py), serve /healthz, /metrics and
+/v1/status (telemetry.py), then loop, with two-stage signals (signals.py). Nodes are never
+deleted by stopping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+
+import structlog
+
+from tpucared import __version__
+from tpucared.config import Config
+from tpucared.core.model import CreateAttemptRecord, FleetSpec
+from tpucared.gcp import TpuClient
+from tpucared.runtime.calls import CloudCalls, NodeTemplate, record_interrupted_calls
+from tpucared.runtime.clock import Clock, SystemClock
+from tpucared.runtime.executor import Executor
+from tpucared.runtime.loop import ReconcileLoop, TickHook
+from tpucared.runtime.observer import Observer
+from tpucared.runtime.operations import OperationWatcher, PollSchedule
+from tpucared.runtime.reconciler import PlanFilter, Reconciler, Tick
+from tpucared.runtime.signals import TwoStageSignals
+from tpucared.runtime.startup import node_template, token_source
+from tpucared.runtime.tasks import RootTask, TaskSet, supervise
+from tpucared.runtime.telemetry import Telemetry
+from tpucared.runtime.wakeup import Wakeup
+from tpucared.store import Store
+
+log = structlog.get_logger(__name__)
+
+DRAIN_TIMEOUT_S = 30.0  # cloud calls in flight at stop; systemd's TimeoutStopSec is 90 s
+
+
+class Daemon:
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        client: TpuClient,
+        template: NodeTemplate,
+        *,
+        clock: Clock | None = None,
+        specs: Sequence[FleetSpec] | None = None,
+        plan_filter: PlanFilter | None = None,
+        on_tick: TickHook | None = None,
+        on_attempt: Callable[[CreateAttemptRecord], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.client = client
+        self.clock = clock or SystemClock()
+        poll = config.daemon.poll_interval
+        self.stop = asyncio.Event()
+        self.wakeup = Wakeup()
+        self.failures: list[BaseException] = []
+        self.tasks = TaskSet(self._background_failed)
+        self.watcher = OperationWatcher(
+            client,
+            store,
+            self.clock,
+            self.wakeup,
+            PollSchedule.for_poll_interval(poll),
+            on_attempt=on_attempt,
+        )
+        self.calls = CloudCalls(
+            client,
+            store,
+            self.clock,
+            template,
+            self.watcher,
+            self.wakeup,
+            self.tasks,
+            max_creates=config.policy.max_creates,
+            on_attempt=on_attempt,
+        )
+        self.reconciler = Reconciler(
+            specs=config.fleets if specs is None else specs,
+            policy=config.policy,
+            owner=config.daemon.owner,
+            observer=Observer(client, config.gcp.project),
+            store=store,
+            executor=Executor(store, self.calls),
+            watcher=self.watcher,
+            clock=self.clock,
+            plan_filter=plan_filter,
+        )
+        self.loop = ReconcileLoop(self.reconciler, self.clock, self.wakeup, poll, on_tick=on_tick)
+
+    def _background_failed(self, exc: BaseException) -> None:
+        self.failures.append(exc)
+        self.stop.set()
+
+    async def run(
+        self,
+        *,
+        until: Callable[[Tick], bool] | None = None,
+        extra_roots: Mapping[str, RootTask] | None = None,
+        drain_timeout: float = DRAIN_TIMEOUT_S,
+    ) -> int:
+        roots: dict[str, RootTask] = {
+            "reconcile": lambda: self.loop.run(self.stop, until),
+            "operations": lambda: self.watcher.run(self.stop),
+            **(extra_roots or {}),
+        }
+        code = 0
+        try:
+            await supervise(roots, self.stop, self.clock)
+        except* Exception as group:
+            log.error("stopping after a failure", errors=[repr(e) for e in group.exceptions])
+            code = 1
+        cancelled = await self.tasks.drain(self.clock, drain_timeout)
+        if cancelled:
+            log.warning(
+                "cloud calls cut short; their intent is recorded and the next run resumes",
+                cancelled=cancelled,
+            )
+        if self.failures:
+            code = 1
+        return code
+
+
+async def run_daemon(config: Config, *, clock: Clock | None = None) -> int:
+    """`tpucared run`: returns the exit status. StartupError/MigrationError propagate."""
+    from tpucared.store.migrate import upgrade_to_head  # Alembic: only commands that migrate
+
+    log.info(
+        "tpucared starting",
+        version=__version__,
+        config=str(config.path),
+        db=config.daemon.db,
+        owner=config.daemon.owner,
+        fleets={f.name: f"{f.size} x {f.accelerator_type}" for f in config.fleets},
+        poll_interval_s=config.daemon.poll_interval,
+    )
+    revision = await upgrade_to_head(config.daemon.db)
+    log.info("database ready", revision=revision)
+    clock = clock or SystemClock()
+    store = Store.open(config.daemon.db)
+    telemetry = Telemetry(config, store, clock)
+    client: TpuClient | None = None
+    try:
+        template = node_template(config)
+        tokens = await asyncio.to_thread(token_source, config)
+        client = TpuClient(
+            config.gcp.endpoint, token_source=tokens, on_request=telemetry.api_request
+        )
+        await _warn_about_unconfigured(store, config)
+        daemon = Daemon(
+            config,
+            store,
+            client,
+            template,
+            clock=clock,
+            on_tick=telemetry.on_tick,
+            on_attempt=telemetry.create_attempt,
+        )
+        await record_interrupted_calls(store, clock)
+        await telemetry.start()
+        with TwoStageSignals(daemon.stop):
+            code = await daemon.run()
+    finally:
+        await telemetry.stop()
+        if client is not None:
+            await client.aclose()
+        await store.close()
+    log.info("tpucared stopped", exit_code=code)
+    return code
+
+
+async def _warn_about_unconfigured(store: Store, config: Config) -> None:
+    """Fleets the database knows that the config no longer lists are left alone: say so."""
+    snapshot = await store.load_snapshot()
+    names = {f.name for f in config.fleets}
+    for fleet in sorted(snapshot.fleets.values(), key=lambda f: f.name):
+        if fleet.name in names or fleet.down:
+            continue
+        live = [n.node_name for n in snapshot.nodes.values() if n.fleet == fleet.name]
+        log.warning(
+            "fleet not in the config: its nodes are left alone "
+            "(add it back, or run `tpucared down` for it, to delete them)",
+            fleet=fleet.name,
+            live_nodes=live,
+        )

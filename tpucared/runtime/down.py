@@ -1,0 +1,176 @@
+"""`tpucared down`: mark fleets down and delete every node tpucared owns for them; `up`
+undoes the mark.
+
+The deleting is the daemon's own machinery, not a separate code path: the fleets are marked
+down in the store (`FleetRecord.down`, kept until changed), and a reconcile loop runs over
+just those fleets until nothing of theirs is left. The planner does the rest: a down fleet's
+slots are unwanted, so its nodes are deleted, nodes of ours it has no record of are adopted
+and deleted, and nodes without our labels (or of another owner) are never touched, whatever
+their names. The other fleets of the config are left out of this loop entirely (they are
+not passed to the planner, and notices about them are dropped here), so `down sweep` never
+creates, deletes or reports anything of another fleet. A running daemon sees the mark too
+and keeps the fleet down, across restarts, until `tpucared up` clears it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import structlog
+
+from tpucared.config import Config
+from tpucared.core.actions import DeleteNode, Notice
+from tpucared.core.plan import Plan
+from tpucared.core.slots import spec_json
+from tpucared.gcp import TpuClient
+from tpucared.runtime.calls import NodeTemplate
+from tpucared.runtime.clock import Clock, SystemClock
+from tpucared.runtime.daemon import Daemon
+from tpucared.runtime.errors import StartupError
+from tpucared.runtime.reconciler import Tick
+from tpucared.runtime.signals import TwoStageSignals
+from tpucared.runtime.startup import token_source
+from tpucared.store import Store
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class DownResult:
+    fleets: tuple[str, ...]
+    deleted: list[DeleteNode] = field(default_factory=list)
+    finished: bool = False
+    left: list[str] = field(default_factory=list)  # live incarnations when it gave up
+    exit_code: int = 0
+
+
+async def down(
+    config: Config,
+    fleets: Sequence[str],
+    *,
+    give_up_after: float,
+    clock: Clock | None = None,
+    report: Callable[[str], None] = print,
+) -> DownResult:
+    from tpucared.store.migrate import upgrade_to_head
+
+    clock = clock or SystemClock()
+    names = tuple(dict.fromkeys(fleets)) or tuple(f.name for f in config.fleets)
+    configured = {f.name for f in config.fleets}
+    await upgrade_to_head(config.daemon.db)
+    store = Store.open(config.daemon.db)
+    client: TpuClient | None = None
+    try:
+        await _mark_down(store, config, names, configured, clock)
+        tokens = await asyncio.to_thread(token_source, config)
+        client = TpuClient(config.gcp.endpoint, token_source=tokens)
+        # No creates happen for down fleets: nodes need no SSH key, so none is generated.
+        template = NodeTemplate(
+            project=config.gcp.project, metadata={}, enable_external_ips=not config.ssh.internal_ip
+        )
+        daemon = Daemon(
+            config,
+            store,
+            client,
+            template,
+            clock=clock,
+            specs=[f for f in config.fleets if f.name in names],
+            plan_filter=lambda plan: _only(plan, names),
+        )
+        result = DownResult(fleets=names)
+        zones = {z for f in config.fleets if f.name in names for z in f.zones}
+        deadline = clock.monotonic() + give_up_after
+
+        def until(tick: Tick) -> bool:
+            for action in tick.execution.deletes():
+                if action.incarnation_id not in {d.incarnation_id for d in result.deleted}:
+                    result.deleted.append(action)
+                    report(
+                        f"deleting {action.node_name} in {action.zone} "
+                        f"({action.fleet}/{action.slot}): {action.reason}"
+                    )
+            if _finished(tick, names, zones):
+                result.finished = True
+                return True
+            if clock.monotonic() >= deadline:
+                result.left = sorted(
+                    f"{i.node_name} ({i.phase.value})"
+                    for i in tick.snapshot.nodes.values()
+                    if i.fleet in names
+                )
+                return True
+            return False
+
+        with TwoStageSignals(daemon.stop):
+            code = await daemon.run(until=until)
+        result.exit_code = code if result.finished else max(code, 1)
+        return result
+    finally:
+        if client is not None:
+            await client.aclose()
+        await store.close()
+
+
+async def _mark_down(
+    store: Store, config: Config, names: Sequence[str], configured: set[str], clock: Clock
+) -> None:
+    now = clock.now()
+    async with store.write() as tx:
+        for name in names:
+            if await tx.fleet(name) is None:
+                if name not in configured:
+                    raise StartupError(
+                        f"{config.path}: no fleet named {name!r} in the config or the database"
+                    )
+                spec = config.fleet(name)
+                await tx.record_fleet(
+                    name, spec.spec_hash(), spec_json(spec), now, reason="recorded by tpucared down"
+                )
+            await tx.set_fleet_down(
+                name, True, now, reason=f"tpucared down: deleting every node of fleet {name}"
+            )
+            log.info("fleet marked down", fleet=name)
+
+
+def _only(plan: Plan, names: Sequence[str]) -> Plan:
+    """Drop notices about fleets this run leaves out (they are unmanaged only here)."""
+    kept = tuple(
+        a for a in plan.actions if not (isinstance(a, Notice) and a.fleet and a.fleet not in names)
+    )
+    return replace(plan, actions=kept)
+
+
+def _finished(tick: Tick, names: Sequence[str], zones: set[str]) -> bool:
+    """Nothing left to do for these fleets: no live incarnation, no action planned, and every
+    zone of theirs listed successfully (a failed list hides nodes)."""
+    if any(not isinstance(a, Notice) for a in tick.plan.actions):
+        return False
+    if any(i.fleet in names for i in tick.snapshot.nodes.values()):
+        return False
+    return all(o.ok for o in tick.observations if o.zone in zones)
+
+
+async def up(config: Config, fleets: Sequence[str], *, clock: Clock | None = None) -> list[str]:
+    """Clear the down mark of `fleets`; returns those that were down."""
+    from tpucared.store.migrate import upgrade_to_head
+
+    clock = clock or SystemClock()
+    await upgrade_to_head(config.daemon.db)
+    store = Store.open(config.daemon.db)
+    changed = []
+    try:
+        async with store.write() as tx:
+            for name in dict.fromkeys(fleets):
+                record = await tx.fleet(name)
+                if record is None:
+                    raise StartupError(f"{config.path}: no fleet named {name!r} in the database")
+                if record.down:
+                    await tx.set_fleet_down(
+                        name, False, clock.now(), reason=f"tpucared up: fleet {name} wanted again"
+                    )
+                    changed.append(name)
+    finally:
+        await store.close()
+    return changed

@@ -1,0 +1,138 @@
+"""One tick of the daemon: observe -> snapshot -> plan -> execute. No decisions here.
+
+Order matters. The zones are listed first and the store is read after, so every record the
+planner sees is at least as new as the lists: an intent recorded while the lists ran looks
+like "not listed yet" (which the planner waits out), never like an unknown node to adopt.
+The zones to list come from the config and the previous tick's live incarnations (a new
+incarnation is always in a configured zone, or in a zone just listed).
+
+The plan is computed by the pure `core.planner.plan` with the notice keys reported by the
+previous plan (`reported`), so each condition is told once per run, and carried out by the
+executor. Operations recorded in the snapshot that nobody polls yet are handed to the
+operation watcher (after a restart: the previous run's creates and deletes).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import structlog
+
+from tpucared.core.model import FleetSpec, IncarnationRecord, ZoneObservation
+from tpucared.core.plan import Plan
+from tpucared.core.planner import plan as make_plan
+from tpucared.core.policy import Policy
+from tpucared.runtime.clock import Clock
+from tpucared.runtime.executor import Execution, Executor
+from tpucared.runtime.observer import Observer, summarize, zones_to_observe
+from tpucared.runtime.operations import OperationWatcher
+from tpucared.store import Snapshot, Store
+
+log = structlog.get_logger(__name__)
+
+PlanFilter = Callable[[Plan], Plan]
+
+
+@dataclass(frozen=True)
+class Tick:
+    number: int
+    reason: str  # why this tick ran: "start", "poll", "backoff over", an operation, ...
+    observations: tuple[ZoneObservation, ...]
+    snapshot: Snapshot  # as read before the plan was carried out
+    plan: Plan
+    execution: Execution
+    seconds: float
+
+    @property
+    def next_hold_lifts(self) -> datetime | None:
+        """The earliest instant after this plan's `now` at which a hold lifts by itself (a
+        create backoff ends): the loop plans again then rather than at its next poll."""
+        times = [
+            h.until for h in self.plan.holds if h.until is not None and h.until > self.plan.now
+        ]
+        return min(times, default=None)
+
+
+class Reconciler:
+    def __init__(
+        self,
+        *,
+        specs: Sequence[FleetSpec],
+        policy: Policy,
+        owner: str,
+        observer: Observer,
+        store: Store,
+        executor: Executor,
+        watcher: OperationWatcher,
+        clock: Clock,
+        plan_filter: PlanFilter | None = None,
+    ) -> None:
+        self.specs = tuple(specs)
+        self.policy = policy
+        self.owner = owner
+        self._observer = observer
+        self._store = store
+        self._executor = executor
+        self._watcher = watcher
+        self._clock = clock
+        self._filter = plan_filter
+        self.reported: frozenset[str] = frozenset()
+        self.ticks = 0
+        self.last: Tick | None = None
+        self._live: tuple[IncarnationRecord, ...] | None = None
+
+    async def tick(self, reason: str = "poll") -> Tick:
+        started = self._clock.monotonic()
+        if self._live is None:  # first tick: which zones do remembered nodes live in
+            self._live = tuple((await self._store.load_snapshot()).nodes.values())
+        zones = zones_to_observe(self.specs, self._live)
+        observations = await self._observer.observe(zones, self._clock.now())
+        snapshot = await self._store.load_snapshot()
+        self._live = tuple(snapshot.nodes.values())
+        self._watcher.adopt(self._live)
+        now = self._clock.now()
+        plan = make_plan(
+            self.specs, observations, snapshot, now, self.policy, self.owner, reported=self.reported
+        )
+        if self._filter is not None:
+            plan = self._filter(plan)
+        self.reported = plan.standing
+        execution = await self._executor.execute(plan, {i.id: i for i in self._live})
+        self.ticks += 1
+        tick = Tick(
+            number=self.ticks,
+            reason=reason,
+            observations=observations,
+            snapshot=snapshot,
+            plan=plan,
+            execution=execution,
+            seconds=round(self._clock.monotonic() - started, 4),
+        )
+        self.last = tick
+        _log_tick(tick)
+        return tick
+
+
+def _log_tick(tick: Tick) -> None:
+    kinds = Counter(a.kind for a in tick.plan.actions)
+    fields = {
+        "tick": tick.number,
+        "reason": tick.reason,
+        **summarize(tick.observations),
+        "live": len(tick.snapshot.nodes),
+        "actions": dict(sorted(kinds.items())),
+        "skipped": tick.execution.skipped,
+        "holds": len(tick.plan.holds),
+        "seconds": tick.seconds,
+    }
+    lifts = tick.next_hold_lifts
+    if lifts is not None:
+        fields["next_hold_lifts"] = lifts.isoformat(timespec="milliseconds")
+    # The canonical line: at info only when the tick did something.
+    if tick.plan.actions:
+        log.info("tick", **fields)
+    else:
+        log.debug("tick", **fields)

@@ -1,0 +1,64 @@
+"""Wakeup: how the rest of the daemon tells the reconcile loop "plan again now".
+
+The loop sleeps until its next poll or the earliest instant a hold lifts (daemon.py), but
+some facts deserve a plan at once: an operation finished (operations.py), a create or delete
+call failed (calls.py). Those call `Wakeup.set(reason)`; a wake that arrives while the loop
+is busy is kept, so the next wait returns at once and no wake is ever lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from tpucared.runtime.clock import Clock
+
+STOP = "stop"
+TIMEOUT = "timeout"
+WOKEN = "woken"
+
+
+class Wakeup:
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self._reasons: list[str] = []
+
+    def set(self, reason: str) -> None:
+        self._reasons.append(reason)
+        self._event.set()
+
+    @property
+    def pending(self) -> bool:
+        return self._event.is_set()
+
+    def take(self) -> str:
+        """The reasons of every wake since the last `take` (joined, "" if none); clears."""
+        reasons = list(dict.fromkeys(self._reasons))
+        self._reasons.clear()
+        self._event.clear()
+        return ", ".join(reasons)
+
+    async def wait(self, clock: Clock, seconds: float, stop: asyncio.Event) -> str:
+        """Until a wake (WOKEN: call `take` for the reasons, which also clears them), `stop`
+        (STOP) or `seconds` have passed (TIMEOUT)."""
+        if stop.is_set():
+            return STOP
+        if self._event.is_set():
+            return WOKEN
+        woken = asyncio.ensure_future(self._event.wait())
+        stopped = asyncio.ensure_future(stop.wait())
+        slept = asyncio.ensure_future(clock.sleep(seconds))
+        waiters = (woken, stopped, slept)
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waiters:
+                task.cancel()
+            for task in waiters:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if stop.is_set():
+            return STOP
+        if self._event.is_set():
+            return WOKEN
+        return TIMEOUT
