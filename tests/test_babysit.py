@@ -18,7 +18,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from test_demo_support import needs_workloads
 
 from tpucared.core.model import (
     AttemptOutcome,
@@ -209,7 +208,6 @@ async def _nodes(emulator: EmulatorServer) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-@needs_workloads
 async def test_a_command_that_exits_0_ends_with_0_and_its_node_deleted(
     emulator: EmulatorServer, tmp_path: Path
 ) -> None:
@@ -223,7 +221,6 @@ async def test_a_command_that_exits_0_ends_with_0_and_its_node_deleted(
 
 
 @pytest.mark.slow
-@needs_workloads
 async def test_a_command_that_keeps_failing_ends_with_its_exit_code(
     emulator: EmulatorServer, tmp_path: Path
 ) -> None:
@@ -234,7 +231,6 @@ async def test_a_command_that_keeps_failing_ends_with_its_exit_code(
 
 
 @pytest.mark.slow
-@needs_workloads
 async def test_keep_leaves_the_node_when_the_command_is_done(
     emulator: EmulatorServer, tmp_path: Path
 ) -> None:
@@ -244,7 +240,6 @@ async def test_keep_leaves_the_node_when_the_command_is_done(
 
 
 @pytest.mark.slow
-@needs_workloads
 async def test_ctrl_c_deletes_the_node_and_exits_130(
     emulator: EmulatorServer, tmp_path: Path
 ) -> None:

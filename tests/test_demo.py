@@ -14,9 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_demo_support import needs_workloads
 
-pytestmark = [pytest.mark.slow, needs_workloads]
+pytestmark = [pytest.mark.slow]
 
 DEMO_TIMEOUT_S = 170.0  # 60 s of demo, start-up and shutdown, on a busy CI machine
 

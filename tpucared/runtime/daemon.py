@@ -18,6 +18,7 @@ deleted by stopping.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 
 import structlog
@@ -38,6 +39,8 @@ from tpucared.runtime.startup import node_template, token_source
 from tpucared.runtime.tasks import RootTask, TaskSet, supervise
 from tpucared.runtime.telemetry import Telemetry
 from tpucared.runtime.wakeup import Wakeup
+from tpucared.runtime.workload import WorkloadRunner
+from tpucared.runtime.workload_hosts import guest_attribute_host_keys
 from tpucared.store import Store
 
 log = structlog.get_logger(__name__)
@@ -58,6 +61,7 @@ class Daemon:
         plan_filter: PlanFilter | None = None,
         on_tick: TickHook | None = None,
         on_attempt: Callable[[CreateAttemptRecord], None] | None = None,
+        workloads: WorkloadRunner | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -97,6 +101,7 @@ class Daemon:
             watcher=self.watcher,
             clock=self.clock,
             plan_filter=plan_filter,
+            workloads=workloads,
         )
         self.loop = ReconcileLoop(self.reconciler, self.clock, self.wakeup, poll, on_tick=on_tick)
 
@@ -133,8 +138,20 @@ class Daemon:
         return code
 
 
-async def run_daemon(config: Config, *, clock: Clock | None = None) -> int:
-    """`tpucared run`: returns the exit status. StartupError/MigrationError propagate."""
+async def run_daemon(
+    config: Config,
+    *,
+    clock: Clock | None = None,
+    stop: asyncio.Event | None = None,
+    until: Callable[[Tick], bool] | None = None,
+    serve_http: bool = True,
+    handle_signals: bool = True,
+    drain_timeout: float = DRAIN_TIMEOUT_S,
+) -> int:
+    """`tpucared run`: returns the exit status. StartupError/MigrationError propagate.
+
+    Embedders (`tpucared demo`, `babysit`) stop it themselves: `stop` ends it when set,
+    `until(tick)` when true, and `handle_signals=False` leaves SIGINT/SIGTERM to them."""
     from tpucared.store.migrate import upgrade_to_head  # Alembic: only commands that migrate
 
     log.info(
@@ -152,6 +169,9 @@ async def run_daemon(config: Config, *, clock: Clock | None = None) -> int:
     store = Store.open(config.daemon.db)
     telemetry = Telemetry(config, store, clock)
     client: TpuClient | None = None
+    workloads: WorkloadRunner | None = None
+    relay: asyncio.Task[None] | None = None
+    code = 1
     try:
         template = node_template(config)
         tokens = await asyncio.to_thread(token_source, config)
@@ -159,6 +179,13 @@ async def run_daemon(config: Config, *, clock: Clock | None = None) -> int:
             config.gcp.endpoint, token_source=tokens, on_request=telemetry.api_request
         )
         await _warn_about_unconfigured(store, config)
+        workloads = await asyncio.to_thread(
+            WorkloadRunner.from_config,
+            config,
+            store,
+            fetch_host_keys=guest_attribute_host_keys(client, config.gcp.project),
+            clock=clock.now,
+        )
         daemon = Daemon(
             config,
             store,
@@ -167,18 +194,34 @@ async def run_daemon(config: Config, *, clock: Clock | None = None) -> int:
             clock=clock,
             on_tick=telemetry.on_tick,
             on_attempt=telemetry.create_attempt,
+            workloads=workloads,
         )
         await record_interrupted_calls(store, clock)
-        await telemetry.start()
-        with TwoStageSignals(daemon.stop):
-            code = await daemon.run()
+        if serve_http:
+            await telemetry.start()
+        if stop is not None:
+            relay = asyncio.create_task(_relay(stop, daemon.stop), name="daemon-stop-relay")
+        signals = TwoStageSignals(daemon.stop) if handle_signals else contextlib.nullcontext()
+        with signals:
+            code = await daemon.run(until=until, drain_timeout=drain_timeout)
     finally:
+        if relay is not None:
+            relay.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await relay
         await telemetry.stop()
+        if workloads is not None:
+            await workloads.close()  # workloads keep running; the next start re-attaches
         if client is not None:
             await client.aclose()
         await store.close()
     log.info("tpucared stopped", exit_code=code)
     return code
+
+
+async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:
+    await source.wait()
+    target.set()
 
 
 async def _warn_about_unconfigured(store: Store, config: Config) -> None:

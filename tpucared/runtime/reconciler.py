@@ -6,10 +6,13 @@ like "not listed yet" (which the planner waits out), never like an unknown node 
 The zones to list come from the config and the previous tick's live incarnations (a new
 incarnation is always in a configured zone, or in a zone just listed).
 
-The plan is computed by the pure `core.planner.plan` with the notice keys reported by the
-previous plan (`reported`), so each condition is told once per run, and carried out by the
-executor. Operations recorded in the snapshot that nobody polls yet are handed to the
-operation watcher (after a restart: the previous run's creates and deletes).
+The plan is computed by the pure `core.workload_tick.plan_tick` (the node planner plus the
+workload planner, fed this tick's probes of every READY slice) with the notice keys reported
+by the previous plan (`reported`), so each condition is told once per run. Node actions go to
+the executor, workload actions (launch, stop, finish, done) to the WorkloadRunner, in that
+order. Without a runner (`tpucared down`) only the node planner runs. Operations recorded
+in the snapshot that nobody polls yet are handed to the operation watcher (after a restart:
+the previous run's creates and deletes).
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from tpucared.core.model import FleetSpec, IncarnationRecord, ZoneObservation
 from tpucared.core.plan import Plan
 from tpucared.core.planner import plan as make_plan
 from tpucared.core.policy import Policy
+from tpucared.core.workload_tick import plan_tick
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.executor import Execution, Executor
 from tpucared.runtime.observer import Observer, summarize, zones_to_observe
 from tpucared.runtime.operations import OperationWatcher
+from tpucared.runtime.workload import WorkloadRunner
 from tpucared.store import Snapshot, Store
 
 log = structlog.get_logger(__name__)
@@ -69,6 +74,7 @@ class Reconciler:
         watcher: OperationWatcher,
         clock: Clock,
         plan_filter: PlanFilter | None = None,
+        workloads: WorkloadRunner | None = None,
     ) -> None:
         self.specs = tuple(specs)
         self.policy = policy
@@ -79,6 +85,7 @@ class Reconciler:
         self._watcher = watcher
         self._clock = clock
         self._filter = plan_filter
+        self._workloads = workloads
         self.reported: frozenset[str] = frozenset()
         self.ticks = 0
         self.last: Tick | None = None
@@ -94,13 +101,26 @@ class Reconciler:
         self._live = tuple(snapshot.nodes.values())
         self._watcher.adopt(self._live)
         now = self._clock.now()
-        plan = make_plan(
-            self.specs, observations, snapshot, now, self.policy, self.owner, reported=self.reported
-        )
+        if self._workloads is None:
+            plan = make_plan(
+                self.specs, observations, snapshot, now, self.policy, self.owner,
+                reported=self.reported,
+            )  # fmt: skip
+        else:
+            probes = await self._workloads.probe(snapshot, now)
+            plan = plan_tick(
+                self.specs, observations, snapshot, probes, now, self.policy, self.owner,
+                reported=self.reported,
+            )  # fmt: skip
         if self._filter is not None:
             plan = self._filter(plan)
         self.reported = plan.standing
-        execution = await self._executor.execute(plan, {i.id: i for i in self._live})
+        node_plan, workload_actions = WorkloadRunner.split(plan)
+        execution = await self._executor.execute(node_plan, {i.id: i for i in self._live})
+        if self._workloads is not None and workload_actions:
+            # Inline, after the node actions: a slot's launch must not race its own node's
+            # replacement. SSH work of a slow slot delays this tick (noted as a follow-up).
+            await self._workloads.execute_all(workload_actions, now=plan.now)
         self.ticks += 1
         tick = Tick(
             number=self.ticks,
