@@ -14,13 +14,10 @@ import sys
 from collections.abc import Callable, Sequence
 
 from tpucared import __version__
+from tpucared.errors import UsageError
 from tpucared.logging import configure_logging
 
 Handler = Callable[[argparse.Namespace], int]
-
-
-class UsageError(Exception):
-    """Bad input from the user: printed as one line, exit code 2."""
 
 
 def _config_arg(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -88,10 +85,7 @@ def _runtime(command: str) -> Handler:
     def handler(args: argparse.Namespace) -> int:
         from tpucared.runtime import commands
 
-        try:
-            result: int = getattr(commands, command)(args)
-        except commands.UsageError as exc:
-            raise UsageError(str(exc)) from None
+        result: int = getattr(commands, command)(args)
         return result
 
     return handler
@@ -178,6 +172,31 @@ def _add_babysit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.set_defaults(handler=handler, passthrough=True, log_stream="stderr")
 
 
+def _add_workload_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """logs / exec / cp: like gcloud's `--worker=all`, over the daemon's key and host pins."""
+    logs = sub.add_parser("logs", help="a worker's log of a slot's newest attempt")
+    _config_arg(logs)
+    logs.add_argument("where", metavar="FLEET/SLOT")
+    logs.add_argument("--worker", type=int, default=0, help="worker index (default 0)")
+    logs.add_argument("-f", "--follow", action="store_true", help="stream until Ctrl-C")
+    logs.add_argument("-n", "--lines", type=int, default=100, help="lines of the tail")
+    logs.set_defaults(handler=_runtime("logs_command"), log_stream="stderr")
+
+    exe = sub.add_parser("exec", help="run a command on workers, output prefixed by worker")
+    _config_arg(exe)
+    exe.add_argument("where", metavar="FLEET[/SLOT]")
+    exe.add_argument("--worker", default="all", help="all | N | N-M (default all)")
+    exe.add_argument("cmd", nargs="+", metavar="-- CMD")
+    exe.set_defaults(handler=_runtime("exec_command"), log_stream="stderr")
+
+    cp = sub.add_parser("cp", help="upload a local file to workers")
+    _config_arg(cp)
+    cp.add_argument("source", metavar="SRC")
+    cp.add_argument("destination", metavar="FLEET[/SLOT]:DEST")
+    cp.add_argument("--worker", default="all", help="all | N | N-M (default all)")
+    cp.set_defaults(handler=_runtime("cp_command"), log_stream="stderr")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tpucared",
@@ -209,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_db(sub)
     _add_status(sub)
     _add_events(sub)
+    _add_workload_commands(sub)
     _add_demo(sub)
     _add_babysit(sub)
     return parser

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import pytest
 from test_workload_harness import (
     FLEET,
     OWNER,
+    PROJECT,
     Harness,
     Make,
     eventually,
@@ -206,3 +209,57 @@ def test_parse_workers_and_remote() -> None:
     assert parse_remote("sweep/1:~/x") == (Where("sweep", 1), "~/x")
     with pytest.raises(CommandError):
         parse_remote("sweep/1")
+
+
+async def test_the_cli_runs_exec_with_a_config_file(running: Harness, tmp_path: Path) -> None:
+    """`tpucared exec -c FILE FLEET/SLOT --worker 0-1 -- CMD` end to end through the CLI."""
+    config = config_for(running, tmp_path)  # writes the key file the daemon pinned with
+    (spec,) = config.fleets
+    zones = ", ".join(f'"{z}"' for z in spec.zones)
+    config.path.write_text(
+        f"""
+        [daemon]
+        db = "{config.daemon.db}"
+        owner = "{OWNER}"
+        [gcp]
+        project = "{PROJECT}"
+        endpoint = "{config.gcp.endpoint}"
+        credentials = "none"
+        [ssh]
+        user = "{config.ssh.user}"
+        port = {config.ssh.port}
+        key = "{config.ssh.key}"
+        [[fleet]]
+        name = "{spec.name}"
+        zones = [{zones}]
+        accelerator_type = "{spec.accelerator_type}"
+        runtime_version = "{spec.runtime_version}"
+        size = {spec.size}
+        [fleet.workload]
+        run = "sleep 1"
+        """.replace("\n        ", "\n")
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tpucared", "exec", "-c", str(config.path), f"{FLEET}/0",
+        "--worker", "0-1", "--", "echo", "hello from $TPUCARED_NODE",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, stderr.decode()
+    # Two words after `--` are joined with shell quoting: the variable stays unexpanded text.
+    assert stdout.decode().splitlines() == [
+        f"{FLEET}/0/0: hello from $TPUCARED_NODE",
+        f"{FLEET}/0/1: hello from $TPUCARED_NODE",
+    ]
+
+
+def test_a_config_problem_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "fleet.toml"
+    bad.write_text('[daemon]\ndb = "x.db"\n[gcp]\nproject = "p"\n')
+    out = subprocess.run(
+        [sys.executable, "-m", "tpucared", "exec", "-c", str(bad), "sweep", "--", "true"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert out.stderr.startswith(f"tpucared: {bad}: gcp.project: expected a project id")

@@ -21,8 +21,8 @@ from typing import TypeVar
 
 from sqlalchemy.exc import OperationalError
 
-from tpucared.cli import UsageError
 from tpucared.core.model import EventRecord
+from tpucared.errors import UsageError
 from tpucared.inspect.dbpath import missing_file, resolve_db
 from tpucared.inspect.events import event_json, event_line
 from tpucared.inspect.status import status_document, status_lines

@@ -12,20 +12,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shlex
 import sys
 from typing import TYPE_CHECKING
 
 from tpucared.core import durations
+from tpucared.errors import UsageError
 from tpucared.runtime.errors import StartupError
 
 if TYPE_CHECKING:
     from tpucared.config import Config
 
 DEFAULT_DB = "/var/lib/tpucared/state.db"
-
-
-class UsageError(Exception):
-    """Printed by the CLI as `tpucared: <line>` per line; exit status 2."""
 
 
 def load(args: argparse.Namespace) -> Config:
@@ -123,3 +121,46 @@ def db_upgrade_command(args: argparse.Namespace) -> int:
     revision = asyncio.run(upgrade_to_head(db))
     print(f"{db}: at revision {revision}")
     return 0
+
+
+def _workload_call(args: argparse.Namespace, call: str) -> int:
+    """Run one of runtime/workload_commands' functions over a read-only snapshot: these
+    commands work beside a running daemon and write nothing (not even host-key pins)."""
+    config = load(args)
+    from tpucared.runtime import workload_commands as wc
+    from tpucared.store import Store
+
+    async def go() -> int:
+        store = Store.open(config.daemon.db, read_only=True)
+        try:
+            snapshot = await store.load_snapshot()
+        finally:
+            await store.close()
+        if call == "logs":
+            return await wc.logs(
+                config, snapshot, args.where, worker=args.worker, follow=args.follow,
+                lines=args.lines,
+            )  # fmt: skip
+        if call == "exec":
+            command = args.cmd[0] if len(args.cmd) == 1 else shlex.join(args.cmd)
+            return await wc.exec_command(config, snapshot, args.where, command, workers=args.worker)
+        return await wc.copy(config, snapshot, args.source, args.destination, workers=args.worker)
+
+    try:
+        return asyncio.run(go())
+    except wc.CommandError as exc:
+        raise UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        return 0 if call == "logs" else 130
+
+
+def logs_command(args: argparse.Namespace) -> int:
+    return _workload_call(args, "logs")
+
+
+def exec_command(args: argparse.Namespace) -> int:
+    return _workload_call(args, "exec")
+
+
+def cp_command(args: argparse.Namespace) -> int:
+    return _workload_call(args, "cp")
