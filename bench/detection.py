@@ -1,0 +1,436 @@
+"""How fast the real daemon notices a dead node, and how fast it wins capacity back.
+
+`python -m bench.run --only detection [--quick]` (or `python -m bench.detection [--quick]`).
+
+Method. The emulator runs in this process (its own thread, default timing: a create takes
+2 s, a delete 1 s); the daemon is the real `python -m tpucared run` process with a generated
+config (credentials "none", default policy). Every instant comes from the emulator's clock:
+the moment a control call took effect, and the arrival time of each API request in the
+emulator's request log. Two measurements:
+
+- detection latency: a READY spot node is preempted at a chosen moment of the daemon's poll
+  cycle, and the sample is the time until the daemon's DELETE for that node arrives. The
+  moments are stratified (sample i of n falls in the i-th n-th of the cycle, in random
+  order, at a uniform point inside it), so a handful of samples covers the whole cycle
+  instead of clustering by chance. Measured per poll interval (10 s is the default). The
+  slot is recreated (and that READY seen by the daemon) before the next sample.
+- capacity latency: the zone is stocked out (capacity 0) and every slot of the fleet is
+  made to hunt (its nodes preempted); after a warm-up long enough for the capacity backoff
+  to reach its cap (60 s + uniform 0-30 s), capacity comes back; the sample is the time until
+  the first create that succeeds arrives. Default settings: poll 10 s, capacity backoff 5 s
+  doubling to 30 s with full jitter, one zone. Measured for a fleet of 1 slot and of 4.
+  During each warm-up the API requests the daemon makes are counted: the cost of hunting.
+
+Statistics are over a handful of samples (bench/common.py): quote the median.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import common
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = "bench-project"
+ZONE = "us-central2-b"
+TYPE = "v4-8"
+OWNER = "bench"
+
+
+@dataclass(frozen=True)
+class Settings:
+    detection_samples: Mapping[float, int]  # poll interval (s) -> samples
+    capacity_sizes: tuple[int, ...]
+    capacity_samples: int
+    warmup: tuple[float, float]  # stockout before capacity returns: base + uniform(0, jitter)
+    create_seconds: float = 2.0
+    delete_seconds: float = 1.0
+    seed: int = 20251121
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+FULL = Settings(
+    detection_samples={10.0: 10, 2.0: 15},
+    capacity_sizes=(1, 4),
+    capacity_samples=6,
+    warmup=(60.0, 30.0),
+)
+QUICK = Settings(
+    detection_samples={10.0: 2, 2.0: 4},
+    capacity_sizes=(4,),
+    capacity_samples=1,
+    warmup=(20.0, 10.0),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# The emulator and the daemon
+
+
+class Cloud:
+    """The emulator in a background thread; reads and control through its own loop."""
+
+    def __init__(self, settings: Settings) -> None:
+        from tpucared.emulator import EmulatorOptions, EmulatorThread
+
+        self.thread = EmulatorThread(
+            EmulatorOptions(
+                create_seconds=settings.create_seconds, delete_seconds=settings.delete_seconds
+            )
+        )
+
+    def __enter__(self) -> Cloud:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.thread.stop()
+
+    @property
+    def url(self) -> str:
+        return self.thread.url
+
+    def nodes(self) -> dict[str, str]:
+        """node id -> state, of every node."""
+        return dict(self.thread.call(lambda s: [(n.node_id, n.state) for n in s.all_nodes()]))
+
+    def preempt(self, node: str) -> float:
+        """Preempt now; returns the emulator's time of it."""
+        return self.thread.call(lambda s: (s.preempt(PROJECT, ZONE, node), s.now())[1])
+
+    def set_capacity(self, available: int | None) -> float:
+        return self.thread.call(lambda s: (s.set_capacity(ZONE, TYPE, available), s.now())[1])
+
+    def requests(self, since: float) -> list[dict[str, Any]]:
+        url = f"{self.url}/_emulator/v1/requests?since={since}"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            data: list[dict[str, Any]] = json.load(response)
+            return data
+
+
+class DaemonProcess:
+    def __init__(self, directory: Path, endpoint: str, *, poll: float, size: int) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.config = directory / "fleet.toml"
+        self.config.write_text(
+            textwrap.dedent(
+                f"""
+                [daemon]
+                db = "state.db"
+                poll_interval = "{poll:g}s"
+                owner = "{OWNER}"
+                http = "127.0.0.1:{_free_port()}"
+
+                [gcp]
+                project = "{PROJECT}"
+                endpoint = "{endpoint}"
+                credentials = "none"
+
+                [ssh]
+                key = "id_ed25519"
+
+                [[fleet]]
+                name = "bench"
+                zones = ["{ZONE}"]
+                accelerator_type = "{TYPE}"
+                runtime_version = "tpu-ubuntu2204-base"
+                size = {size}
+                capacity = "spot"
+                """
+            )
+        )
+        self.log = (directory / "daemon.log").open("ab")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TPUCARED_")}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tpucared", "run", "-c", str(self.config)],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
+        )
+
+    def stop(self) -> int:
+        self.process.terminate()
+        try:
+            code = self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait()
+        self.log.close()
+        return code
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(check: Callable[[], Any], within: float, what: str) -> Any:
+    deadline = time.monotonic() + within
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"benchmark: timed out after {within:g}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def all_ready(cloud: Cloud, size: int) -> bool:
+    states = cloud.nodes()
+    return len(states) == size and all(s == "READY" for s in states.values())
+
+
+def recorded_ready(daemon: DaemonProcess, size: int) -> bool:
+    """The daemon's own database says every slot is READY: it is up and has seen them."""
+    db = daemon.directory / "state.db"
+    if not db.exists():
+        return False
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        rows = conn.execute("SELECT count(*) FROM nodes WHERE phase = 'ready'").fetchone()
+    except sqlite3.OperationalError:
+        return False  # still migrating
+    finally:
+        conn.close()
+    return int(rows[0]) == size
+
+
+def fleet_ready(cloud: Cloud, daemon: DaemonProcess, size: int) -> bool:
+    return all_ready(cloud, size) and recorded_ready(daemon, size)
+
+
+def _node_of(request: Mapping[str, Any]) -> str | None:
+    """The node a create (?nodeId=) or delete (.../nodes/<id>) request is about."""
+    query = request.get("query") or {}
+    if request["method"] == "POST" and request["path"].endswith("/nodes"):
+        return str(query.get("nodeId"))
+    if request["method"] == "DELETE" and "/nodes/" in request["path"]:
+        return str(request["path"].rsplit("/", 1)[1])
+    return None
+
+
+def _kind(request: Mapping[str, Any]) -> str:
+    method, path = request["method"], request["path"]
+    if "/operations/" in path:
+        return "operations.get"
+    if path.endswith("/nodes"):
+        return "nodes.list" if method == "GET" else "nodes.create"
+    if "/nodes/" in path:
+        return "nodes.delete" if method == "DELETE" else f"nodes.{method.lower()}"
+    return f"{method} other"
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurements
+
+
+def measure_detection(
+    cloud: Cloud,
+    scratch: Path,
+    poll: float,
+    samples: int,
+    rng: random.Random,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    size = 2
+    daemon = DaemonProcess(scratch / f"detection-{poll:g}", cloud.url, poll=poll, size=size)
+    latencies: list[float] = []
+    try:
+        wait_until(lambda: fleet_ready(cloud, daemon, size), 60 + 3 * poll, "the fleet")
+        strata = list(range(samples))
+        rng.shuffle(strata)
+        for i in range(samples):
+            # The daemon ticked when it saw the fleet READY: its next poll is `poll` later.
+            time.sleep(poll * (strata[i] + rng.random()) / samples)
+            node = f"bench-{i % size}"
+            at = cloud.preempt(node)
+
+            def deleted(node: str = node, at: float = at) -> float | None:
+                for r in cloud.requests(at):
+                    if _node_of(r) == node and r["method"] == "DELETE":
+                        return float(r["time"])
+                return None
+
+            seen = wait_until(deleted, 3 * poll + 30, f"the DELETE of {node}")
+            latencies.append(seen - at)
+            log(f"detection poll={poll:g}s sample {i + 1}/{samples}: {seen - at:.3f} s")
+            wait_until(lambda: fleet_ready(cloud, daemon, size), 60 + 3 * poll, "the replacement")
+    finally:
+        daemon.stop()
+    return {
+        "poll_interval_s": poll,
+        "fleet_size": size,
+        "latency_s": common.summarize(latencies),
+    }
+
+
+def measure_capacity(
+    cloud: Cloud,
+    scratch: Path,
+    size: int,
+    settings: Settings,
+    rng: random.Random,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    poll = 10.0
+    daemon = DaemonProcess(scratch / f"capacity-{size}", cloud.url, poll=poll, size=size)
+    latencies: list[float] = []
+    budgets: list[dict[str, float]] = []
+    try:
+        wait_until(lambda: fleet_ready(cloud, daemon, size), 120, "the fleet")
+        for i in range(settings.capacity_samples):
+            stocked_out = cloud.set_capacity(0)
+            for node, state in cloud.nodes().items():
+                if state == "READY":
+                    cloud.preempt(node)  # every slot must now hunt for capacity
+            warm = settings.warmup[0] + rng.uniform(0, settings.warmup[1])
+            time.sleep(warm)
+            restored = cloud.set_capacity(None)
+            # The cost of hunting: what the daemon asked for in the stockout, per minute
+            # (after the first 15 s, which are deletes and the first failed creates).
+            counted_from = stocked_out + 15.0
+            window = [r for r in cloud.requests(counted_from) if r["time"] <= restored]
+            minutes = (restored - counted_from) / 60.0
+            kinds = Counter(_kind(r) for r in window)
+            budgets.append({k: round(v / minutes, 1) for k, v in sorted(kinds.items())})
+
+            def created(restored: float = restored) -> float | None:
+                ready = {n for n, s in cloud.nodes().items() if s == "READY"}
+                posts = [
+                    r
+                    for r in cloud.requests(restored)
+                    if r["method"] == "POST" and _node_of(r) in ready and r["status"] == 200
+                ]
+                return min((float(r["time"]) for r in posts), default=None)
+
+            first = wait_until(created, 120, "a create that succeeds")
+            latencies.append(first - restored)
+            log(
+                f"capacity size={size} sample {i + 1}/{settings.capacity_samples}: "
+                f"{first - restored:.3f} s after {warm:.0f} s of stockout; "
+                f"{sum(budgets[-1].values()):.0f} requests/min while hunting"
+            )
+            wait_until(lambda: fleet_ready(cloud, daemon, size), 180, "the whole fleet back")
+    finally:
+        daemon.stop()
+    per_minute = {
+        k: round(sum(b.get(k, 0.0) for b in budgets) / len(budgets), 1)
+        for k in sorted({k for b in budgets for k in b})
+    }
+    return {
+        "fleet_size": size,
+        "poll_interval_s": poll,
+        "policy": "default: capacity backoff 5s doubling to 30s, full jitter; one zone",
+        "latency_s": common.summarize(latencies),
+        "requests_per_minute_while_hunting": {
+            **per_minute,
+            "total": round(sum(per_minute.values()), 1),
+        },
+    }
+
+
+def run(
+    quick: bool, *, settings: Settings | None = None, progress: Callable[[str], None] = print
+) -> dict[str, Any]:
+    settings = settings or (QUICK if quick else FULL)
+    rng = random.Random(settings.seed)
+    result: dict[str, Any] = {
+        "method": __doc__.split("Method.", 1)[1].split("Statistics")[0].strip() if __doc__ else "",
+        "parameters": {
+            "emulator_create_seconds": settings.create_seconds,
+            "emulator_delete_seconds": settings.delete_seconds,
+            "detection_samples": {f"{k:g}s": v for k, v in settings.detection_samples.items()},
+            "capacity_fleet_sizes": list(settings.capacity_sizes),
+            "capacity_samples": settings.capacity_samples,
+            "stockout_warmup_s": list(settings.warmup),
+            "seed": settings.seed,
+        },
+        "detection": [],
+        "capacity": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="tpucared-bench-") as tmp, Cloud(settings) as cloud:
+        scratch = Path(tmp)
+        for poll, samples in settings.detection_samples.items():
+            result["detection"].append(
+                measure_detection(cloud, scratch, poll, samples, rng, progress)
+            )
+        for size in settings.capacity_sizes:
+            cloud.set_capacity(None)
+            result["capacity"].append(
+                measure_capacity(cloud, scratch, size, settings, rng, progress)
+            )
+            # Nothing of this fleet may linger into the next: a fresh emulator state.
+            cloud.thread.call(lambda s: s.reset())
+    return result
+
+
+def render(result: Mapping[str, Any]) -> str:
+    rows = []
+    for d in result["detection"]:
+        s = d["latency_s"]
+        rows.append(
+            [
+                "preempt -> DELETE issued",
+                f"poll {d['poll_interval_s']:g}s, {d['fleet_size']} slots",
+                str(s["n"]),
+                common.format_seconds(s["median"]),
+                common.format_seconds(s["p99"]),
+                common.format_seconds(s["max"]),
+                "-",
+            ]
+        )
+    for c in result["capacity"]:
+        s = c["latency_s"]
+        rows.append(
+            [
+                "capacity back -> create that succeeds",
+                f"poll {c['poll_interval_s']:g}s, {c['fleet_size']} slots hunting",
+                str(s["n"]),
+                common.format_seconds(s["median"]),
+                common.format_seconds(s["p99"]),
+                common.format_seconds(s["max"]),
+                str(c["requests_per_minute_while_hunting"]["total"]),
+            ]
+        )
+    headers = ["latency", "settings", "n", "median s", "p99 s", "max s", "API req/min hunting"]
+    return common.table(headers, rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.detection", description=__doc__.split("\n")[0] if __doc__ else None
+    )
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    from bench import run as harness
+
+    path, envelope = harness.run_one(
+        "detection", run, quick=args.quick, output_dir=common.RESULTS_DIR
+    )
+    print(render(envelope["result"]))
+    print(f"written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
