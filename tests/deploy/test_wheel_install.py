@@ -1,0 +1,139 @@
+"""The Dockerfile's install path, without a Docker engine (none runs on our machines).
+
+Does what the image build does: `pip wheel --no-deps .`, then a fresh venv with only that
+wheel (and its dependencies) installed, outside the source tree. From that install:
+`tpucared --version`, `tpucared db upgrade` (the migrations must ship inside the wheel), and
+a short smoke run: the installed emulator and daemon bring one v4-8 node up to READY, and
+SIGTERM stops the daemon with exit 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _run(*cmd: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
+    out = subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, f"{cmd}: {out.stdout[-2000:]}\n{out.stderr[-4000:]}"
+    return out.stdout
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bin directory of a fresh venv holding only the built wheel and its dependencies."""
+    root = tmp_path_factory.mktemp("wheel")
+    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", root / "dist", REPO,
+         cwd=root)  # fmt: skip
+    (wheel,) = (root / "dist").glob("tpucared-*.whl")
+    _run(sys.executable, "-m", "venv", root / "venv", cwd=root)
+    _run(root / "venv" / "bin" / "pip", "install", "-q", wheel, cwd=root)
+    return root / "venv" / "bin"
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TPUCARED_", "VIRTUAL_ENV"))}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def test_the_installed_wheel_runs_and_carries_its_migrations(
+    installed: Path, tmp_path: Path
+) -> None:
+    from tpucared import __version__
+
+    assert _run(installed / "tpucared", "--version", cwd=tmp_path).strip() == (
+        f"tpucared {__version__}"
+    )
+    # Imported from the install, not from the source tree.
+    where = _run(installed / "python", "-c", "import tpucared; print(tpucared.__file__)",
+                 cwd=tmp_path)  # fmt: skip
+    assert "site-packages" in where
+    assert str(REPO) not in where
+    out = _run(installed / "tpucared", "db", "upgrade", "--db", tmp_path / "x.db", cwd=tmp_path)
+    assert "at revision 0001" in out
+
+
+def test_a_smoke_run_of_the_installed_emulator_and_daemon(installed: Path, tmp_path: Path) -> None:
+    api_port = _free_port()
+    config = tmp_path / "fleet.toml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            [daemon]
+            db = "state.db"
+            poll_interval = "500ms"
+            http = "127.0.0.1:{_free_port()}"
+            owner = "smoke"
+            [gcp]
+            project = "smoke-project"
+            endpoint = "http://127.0.0.1:{api_port}"
+            credentials = "none"
+            [[fleet]]
+            name = "smoke"
+            zones = ["us-central2-b"]
+            accelerator_type = "v4-8"
+            runtime_version = "tpu-ubuntu2204-base"
+            size = 1
+            """
+        )
+    )
+    emulator = subprocess.Popen(
+        [installed / "tpucared", "emulator", "--port", str(api_port), "--no-ssh-hosts",
+         "--create-seconds", "0.5"],
+        cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    daemon: subprocess.Popen[bytes] | None = None
+    try:
+        daemon = subprocess.Popen(
+            [installed / "tpucared", "run", "-c", config],
+            cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{api_port}/v2/projects/smoke-project/locations/us-central2-b/nodes"
+        deadline = time.monotonic() + 90
+        state = None
+        while time.monotonic() < deadline:
+            assert daemon.poll() is None, "the installed daemon exited"
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    nodes = json.load(response).get("nodes", [])
+                state = nodes[0]["state"] if nodes else None
+            except OSError:
+                state = None
+            if state == "READY":
+                break
+            time.sleep(0.3)
+        assert state == "READY"
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=60) == 0
+        status = _run(installed / "tpucared", "status", "--json", "-c", config, cwd=tmp_path)
+        (fleet,) = json.loads(status)["fleets"]
+        assert fleet["name"] == "smoke"
+    finally:
+        for proc in (daemon, emulator):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
