@@ -256,10 +256,24 @@ def test_never_touches_what_is_not_ours(w: World) -> None:
 @SETTINGS
 @given(worlds())
 def test_never_more_serving_nodes_than_size(w: World) -> None:
-    fleet_specs, _, snap = w
+    fleet_specs, observations, snap = w
     after = apply_intent(snap, plan_of(w), T0)
+
+    def unverifiable(inc: IncarnationRecord) -> bool:
+        # A node we are creating that is listed CREATING without any labels yet cannot be
+        # told apart from someone else's: the planner waits for its labels before deleting
+        # it (core/nodes.py `_labels_pending`), so an unwanted slot may keep it that long.
+        return inc.phase in (NodePhase.REQUESTED, NodePhase.CREATING) and any(
+            isinstance(n, ObservedNode) and n.state is CloudState.CREATING and not n.labels
+            for n in occupants(observations, inc.zone, inc.node_name)
+        )
+
     for s in fleet_specs:
-        serving = [i for i in after.nodes.values() if i.fleet == s.name and i.phase in SERVING]
+        serving = [
+            i
+            for i in after.nodes.values()
+            if i.fleet == s.name and i.phase in SERVING and not unverifiable(i)
+        ]
         down = snap.fleets[s.name].down if s.name in snap.fleets else False
         assert len(serving) <= (0 if down else s.size)
         assert all(i.slot < s.size for i in serving)

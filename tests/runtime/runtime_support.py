@@ -53,6 +53,7 @@ def write_config(
     extra_fleets: str = "",
     name: str = "fleet.toml",
     http_port: int | None = None,
+    provisioning: str = "direct",
 ) -> Path:
     """A config for the daemon against the emulator at `endpoint`; db and key in `directory`."""
     policy_lines = "\n".join(
@@ -88,6 +89,7 @@ def write_config(
     runtime_version = "tpu-ubuntu2204-base"
     size = {size}
     capacity = "spot"
+    provisioning = "{provisioning}"
     labels = {{ team = "tests" }}
     """
     path = directory / name

@@ -276,3 +276,31 @@ async def test_scaling_down_deletes_the_highest_slots_and_a_removed_fleet_is_lef
         assert "left alone" in notice["message"]
         assert (await h.tick()).plan.actions == ()  # told once
     assert [n["state"] for n in await control.nodes() if n["node_id"] == "sweep-0"] == ["READY"]
+
+
+async def test_queued_provisioning_creates_and_replaces_through_queued_resources(
+    tmp_path: Path, control: Control
+) -> None:
+    async with harness(tmp_path, control, size=1, provisioning="queued") as h:
+        tick = await h.tick()
+        (create,) = tick.plan.of(CreateNode)
+        assert create.queued_resource == "sweep-0"
+        await _converge(h, 1)
+        first = (await h.store.load_snapshot()).nodes[("sweep", 0)]
+        assert first.queued_resource == "sweep-0"
+
+        await control.node_action("sweep-0", "preempt")
+        for _ in range(30):
+            await h.tick()
+            await h.calls_done()
+            await h.run_watcher(0.3)
+            now = (await h.store.load_snapshot()).nodes.get(("sweep", 0))
+            if now is not None and now.id != first.id and now.phase is P.READY:
+                break
+        else:
+            raise AssertionError("the preempted queued node was not replaced")
+    requests = await control.requests()
+    qr = [r for r in requests if "/queuedResources" in r["path"] and r["method"] != "GET"]
+    assert [r["method"] for r in qr] == ["POST", "DELETE", "POST"]
+    assert [r["query"].get("force") for r in qr if r["method"] == "DELETE"] == ["true"]
+    assert [r for r in requests if r["path"].endswith("/nodes") and r["method"] == "POST"] == []
