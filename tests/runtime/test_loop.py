@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tpucared.runtime.clock import ManualClock
-from tpucared.runtime.loop import HOLD_SLACK_S, ReconcileLoop
+from tpucared.runtime.loop import HOLD_SLACK_S, URGENT_GAP_S, ReconcileLoop
 from tpucared.runtime.signals import TwoStageSignals
 from tpucared.runtime.tasks import RootTaskDied, TaskSet, supervise
 from tpucared.runtime.wakeup import STOP, TIMEOUT, WOKEN, Wakeup
@@ -107,6 +107,39 @@ async def test_wakes_tick_at_once_and_bursts_are_coalesced() -> None:
         "delete operation of sweep-1 finished, delete operation of sweep-2 finished",
     )
     assert len(rec.ticks) == 3
+    await stop_loop(stop, task)
+
+
+async def test_an_urgent_wake_skips_most_of_the_gap() -> None:
+    """A fresh node's first probe (a launch waits for it) is planned URGENT_GAP_S after the
+    previous tick, not a whole minimum gap later."""
+    clock, rec, wakeup, stop, task = await start_loop(poll=10.0, min_gap=1.0)
+    await clock.advance(2.0)
+    wakeup.set("create operation of sweep-0 finished")
+    await settle()
+    assert rec.ticks[-1] == (2.0, "create operation of sweep-0 finished")
+    await clock.advance(0.04)
+    wakeup.set("probe of sweep/0", urgent=True)
+    await settle()
+    await clock.advance(URGENT_GAP_S - 0.05)  # 2.09
+    await settle()
+    assert len(rec.ticks) == 2  # waits out the urgent gap...
+    await clock.advance(0.02)  # 2.11
+    await settle()
+    assert len(rec.ticks) == 3  # ...not the whole second
+    assert rec.ticks[-1][0] == pytest.approx(2.11)
+    assert rec.ticks[-1][1] == "probe of sweep/0"
+    assert not wakeup.urgent  # taken with its reason
+    # An ordinary wake right after still waits out the whole gap.
+    wakeup.set("probe of sweep/1")
+    await settle()
+    await clock.advance(0.5)
+    await settle()
+    assert len(rec.ticks) == 3
+    await clock.advance(0.55)  # 3.16: past a second after the urgent tick
+    await settle()
+    assert rec.ticks[-1][0] == pytest.approx(3.16)
+    assert rec.ticks[-1][1] == "probe of sweep/1"
     await stop_loop(stop, task)
 
 

@@ -112,6 +112,23 @@ async def test_connection_closed_during_handshake_is_retried(
     assert [e["error"] for e in logs if e["event"] == "ssh.retry"] == ["closed"]
 
 
+async def test_a_quiet_fanout_logs_at_debug_unless_a_worker_failed(
+    local_hosts: StartHost, pool: ConnectionPool
+) -> None:
+    host = await local_hosts(addresses(4, 2))
+    with capture_logs() as logs:
+        await run_on_all(targets_of(host), "true", pool=pool, quiet=True, label="probe")
+        await run_on_all(
+            [*targets_of(host), Target(worker=2, host="127.0.0.1", port=1)],
+            "true",
+            pool=pool,
+            quiet=True,
+            retry=NO_RETRY,
+        )
+    levels = [e["log_level"] for e in logs if e["event"] == "ssh.fanout"]
+    assert levels == ["debug", "warning"]
+
+
 async def test_exhausted_retries_report_the_last_error_kind(
     local_hosts: StartHost, pool: ConnectionPool
 ) -> None:
@@ -222,6 +239,15 @@ async def test_pool_separates_incarnations_evicts_and_prunes(
         assert host.connections == 4  # a new incarnation never reuses the old connection
         await pool.prune(recreated[:1])
         assert len(pool) == 1
+        # By incarnation (what the daemon does each tick): the live one's connections stay.
+        await run_on_all(targets[:1], "true", pool=pool)
+        assert len(pool) == 2
+        await pool.prune_incarnations({"2"})
+        assert len(pool) == 1
+        await run_on_all(recreated[:1], "true", pool=pool)
+        assert host.connections == 5  # incarnation 2's connection was kept and reused
+        await pool.prune_incarnations(set())
+        assert len(pool) == 0
 
 
 async def test_upload_writes_files_atomically_with_mode(

@@ -1,11 +1,13 @@
-"""What the workload planner reads: this tick's probes of the workers, and the stored records.
+"""What the workload planner reads: fresh probes of the workers, and the stored records.
 
-Where it sits: each tick the runtime's workload runner (runtime/workload.py) probes every
-worker of every READY slice of a fleet with a workload, with one short SSH command per worker,
-and reports a `SlotProbe` per slot: each worker's run is running / exited(code) / gone / or the
-worker is unreachable, with the size of the run's log. `track` carries over from the previous
-tick's probe *when* each worker entered its state and when its log last grew, so the planner
-can time hangs, unreachable workers and stragglers with `now` alone (core/workload.py).
+Where it sits: the runtime (runtime/workload_jobs.py, runtime/workload.py) probes every
+worker of every READY slice of a fleet with a workload in the background, about once per
+poll, with one short SSH command per worker, and reports a `SlotProbe` per slot: each worker's
+run is running / exited(code) / gone / or the worker is unreachable, with the size of the
+run's log. A tick's plan gets the probes that ended since the previous tick (a slot without
+one is left alone). `track` carries over from the slot's previous probe *when* each worker
+entered its state and when its log last grew, so the planner can time hangs, unreachable
+workers and stragglers with `now` alone (core/workload.py).
 
 The records come from the store's snapshot: `WorkloadRecords` is the part of it the workload
 planner needs (each live incarnation's workers, each slot's newest attempt); the store's

@@ -2,11 +2,12 @@
 `tpucared down`.
 
 `Daemon` assembles, over one store and one API client: the operation watcher, the cloud
-calls, the executor, the reconciler and the loop, sharing one stop event and one wakeup.
-`Daemon.run()` supervises the root tasks ("reconcile", "operations", plus any extra ones,
-e.g. an HTTP server) until stop, then gives cloud calls in flight `DRAIN_TIMEOUT_S` to finish
-and record their outcome. Exit status: 0 after a requested stop, 1 when a root task or a
-background call died (logged).
+calls, the executor, the slots' workload jobs (given a runner), the reconciler and the loop,
+sharing one stop event and one wakeup. `Daemon.run()` supervises the root tasks
+("reconcile", "operations", plus any extra ones, e.g. an HTTP server) until stop, then gives
+cloud calls and workload actions in flight `DRAIN_TIMEOUT_S` to finish and record their
+outcome (probes in flight are cancelled). Exit status: 0 after a requested stop, 1 when a
+root task or a background call or job died (logged).
 
 `run_daemon(config)` is `tpucared run`, in the order the contract gives: migrate the
 database, open the store, make sure the SSH key exists, build the credentials, record the
@@ -41,6 +42,7 @@ from tpucared.runtime.telemetry import Telemetry
 from tpucared.runtime.wakeup import Wakeup
 from tpucared.runtime.workload import WorkloadRunner
 from tpucared.runtime.workload_hosts import guest_attribute_host_keys
+from tpucared.runtime.workload_jobs import WorkloadJobs
 from tpucared.store import Store
 
 log = structlog.get_logger(__name__)
@@ -91,6 +93,18 @@ class Daemon:
             max_creates=config.policy.max_creates,
             on_attempt=on_attempt,
         )
+        # The slots' SSH work (probes, workload actions), off the tick; probed once per poll.
+        self.workloads = (
+            None
+            if workloads is None
+            else WorkloadJobs(
+                workloads,
+                wakeup=self.wakeup,
+                clock=self.clock,
+                probe_interval=poll,
+                on_failure=self._background_failed,
+            )
+        )
         self.reconciler = Reconciler(
             specs=config.fleets if specs is None else specs,
             policy=config.policy,
@@ -101,7 +115,7 @@ class Daemon:
             watcher=self.watcher,
             clock=self.clock,
             plan_filter=plan_filter,
-            workloads=workloads,
+            workloads=self.workloads,
         )
         self.loop = ReconcileLoop(self.reconciler, self.clock, self.wakeup, poll, on_tick=on_tick)
 
@@ -127,11 +141,20 @@ class Daemon:
         except* Exception as group:
             log.error("stopping after a failure", errors=[repr(e) for e in group.exceptions])
             code = 1
-        cancelled = await self.tasks.drain(self.clock, drain_timeout)
+        drains = [self.tasks.drain(self.clock, drain_timeout)]
+        if self.workloads is not None:
+            drains.append(self.workloads.drain(drain_timeout))
+        cancelled, *chains = await asyncio.gather(*drains)
         if cancelled:
             log.warning(
                 "cloud calls cut short; their intent is recorded and the next run resumes",
                 cancelled=cancelled,
+            )
+        if any(chains):
+            log.warning(
+                "workload actions cut short; a launch is recorded before it starts, so the "
+                "next run resumes or ends it",
+                cancelled=sum(chains),
             )
         if self.failures:
             code = 1

@@ -6,8 +6,10 @@ Reasons to tick again, whichever comes first:
   capacity hunting retries exactly when the planner allows, not at the next poll;
 - a wake (wakeup.py): an operation finished, a call was refused, a postponed call can go.
 Bursts are coalesced: ticks start at least `min_gap` apart, so many operations finishing at
-once cost one tick (one list per zone), not one each. The loop returns when `stop` is set,
-or when `until(tick)` says its job is done (`tpucared down`).
+once cost one tick (one list per zone), not one each. An urgent wake (a workload probe that a
+launch waits for: a fresh node's first answer) shortens the gap to `URGENT_GAP_S`: a new
+node's launch should not wait out a second for a burst that is not coming. The loop returns
+when `stop` is set, or when `until(tick)` says its job is done (`tpucared down`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ log = structlog.get_logger(__name__)
 
 # Plan a hair after a hold lifts, so the planner's `now` is past `next_create_at`.
 HOLD_SLACK_S = 0.02
+# The least gap between ticks after an urgent wake. Urgent wakes come once per new node
+# (or idle slot whose probe changed), so they cannot keep the loop busy like a burst can.
+URGENT_GAP_S = 0.1
 
 TickHook = Callable[[Tick], Awaitable[None]]
 
@@ -64,6 +69,8 @@ class ReconcileLoop:
             if await self._wakeup.wait(self._clock, timeout, stop) == STOP:
                 return
             gap = started + self.min_gap - self._clock.monotonic()
+            if self._wakeup.urgent:
+                gap = min(gap, started + min(self.min_gap, URGENT_GAP_S) - self._clock.monotonic())
             if gap > 0:
                 await self._clock.sleep(gap)  # wakes during the gap join this tick
                 if stop.is_set():

@@ -7,12 +7,14 @@ The zones to list come from the config and the previous tick's live incarnations
 incarnation is always in a configured zone, or in a zone just listed).
 
 The plan is computed by the pure `core.workload_tick.plan_tick` (the node planner plus the
-workload planner, fed this tick's probes of every READY slice) with the notice keys reported
-by the previous plan (`reported`), so each condition is told once per run. Node actions go to
-the executor, workload actions (launch, stop, finish, done) to the WorkloadRunner, in that
-order. Without a runner (`tpucared down`) only the node planner runs. Operations recorded
-in the snapshot that nobody polls yet are handed to the operation watcher (after a restart:
-the previous run's creates and deletes).
+workload planner, fed the probes of READY slices that ended since the last tick and are still
+valid) with the notice keys reported by the previous plan (`reported`), so each condition is
+told once per run. Node actions go to the executor; then the workload actions (launch, stop,
+finish, done) go to the slots' background jobs (workload_jobs.py), which also start the
+probes that are due. The tick never waits for SSH: a slow or hung worker delays only its own
+slot, and a job that ends wakes the loop. Without workloads (`tpucared down`) only the node
+planner runs. Operations recorded in the snapshot that nobody polls yet are handed to the
+operation watcher (after a restart: the previous run's creates and deletes).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from tpucared.runtime.executor import Execution, Executor
 from tpucared.runtime.observer import Observer, summarize, zones_to_observe
 from tpucared.runtime.operations import OperationWatcher
 from tpucared.runtime.workload import WorkloadRunner
+from tpucared.runtime.workload_jobs import Dispatch, WorkloadJobs
 from tpucared.store import Snapshot, Store
 
 log = structlog.get_logger(__name__)
@@ -50,6 +53,7 @@ class Tick:
     plan: Plan
     execution: Execution
     seconds: float
+    workloads: Dispatch | None = None  # what became of the slots' jobs (None: no workloads)
 
     @property
     def next_hold_lifts(self) -> datetime | None:
@@ -74,7 +78,7 @@ class Reconciler:
         watcher: OperationWatcher,
         clock: Clock,
         plan_filter: PlanFilter | None = None,
-        workloads: WorkloadRunner | None = None,
+        workloads: WorkloadJobs | None = None,
     ) -> None:
         self.specs = tuple(specs)
         self.policy = policy
@@ -107,7 +111,7 @@ class Reconciler:
                 reported=self.reported,
             )  # fmt: skip
         else:
-            probes = await self._workloads.probe(snapshot, now)
+            probes = self._workloads.collect(snapshot)
             plan = plan_tick(
                 self.specs, observations, snapshot, probes, now, self.policy, self.owner,
                 reported=self.reported,
@@ -117,10 +121,11 @@ class Reconciler:
         self.reported = plan.standing
         node_plan, workload_actions = WorkloadRunner.split(plan)
         execution = await self._executor.execute(node_plan, {i.id: i for i in self._live})
-        if self._workloads is not None and workload_actions:
-            # Inline, after the node actions: a slot's launch must not race its own node's
-            # replacement. SSH work of a slow slot delays this tick (noted as a follow-up).
-            await self._workloads.execute_all(workload_actions, now=plan.now)
+        dispatch = None
+        if self._workloads is not None:
+            # After the node actions are recorded, so a slot's launch cannot race its own
+            # node's replacement (the launch re-reads its node; see workload_jobs.py).
+            dispatch = self._workloads.dispatch(snapshot, plan, workload_actions)
         self.ticks += 1
         tick = Tick(
             number=self.ticks,
@@ -130,6 +135,7 @@ class Reconciler:
             plan=plan,
             execution=execution,
             seconds=round(self._clock.monotonic() - started, 4),
+            workloads=dispatch,
         )
         self.last = tick
         _log_tick(tick)
@@ -148,6 +154,8 @@ def _log_tick(tick: Tick) -> None:
         "holds": len(tick.plan.holds),
         "seconds": tick.seconds,
     }
+    if tick.workloads is not None:
+        fields.update(tick.workloads.fields())
     lifts = tick.next_hold_lifts
     if lifts is not None:
         fields["next_hold_lifts"] = lifts.isoformat(timespec="milliseconds")

@@ -7,10 +7,11 @@ cancelled, each ending logged; once stop is set, stragglers get `grace` seconds 
 are cancelled, so a hung task cannot keep the process alive.
 
 `TaskSet` holds the short background tasks the executor spawns (one per create or delete
-call), so that a slow cloud call never stalls a tick. A task that fails with an unexpected
-exception is a bug or a broken database: it is logged and reported to `on_failure`, which
-stops the daemon (crash-only: a restart re-reads everything from the store). On shutdown
-`drain` lets them finish within a deadline and cancels the rest.
+call), so that a slow cloud call never stalls a tick, and those of the workload jobs (one
+per slot: a probe, or a chain of workload actions; workload_jobs.py). A task that fails
+with an unexpected exception is a bug or a broken database: it is logged and reported to
+`on_failure`, which stops the daemon (crash-only: a restart re-reads everything from the
+store). On shutdown `drain` lets them finish within a deadline and cancels the rest.
 """
 
 from __future__ import annotations
@@ -77,9 +78,12 @@ async def supervise(
 
 
 class TaskSet:
-    def __init__(self, on_failure: Callable[[BaseException], None]) -> None:
+    def __init__(
+        self, on_failure: Callable[[BaseException], None], *, what: str = "cloud calls"
+    ) -> None:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._on_failure = on_failure
+        self._what = what  # for the logs: "cloud calls", "workload jobs"
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -103,7 +107,7 @@ class TaskSet:
         """Wait up to `within` seconds for every task; cancel what is left. Returns how
         many were cancelled."""
         if self._tasks:
-            log.info("waiting for cloud calls in flight", calls=len(self._tasks), within_s=within)
+            log.info(f"waiting for {self._what} in flight", calls=len(self._tasks), within_s=within)
         sleeper = asyncio.ensure_future(clock.sleep(within))
         try:
             while self._tasks and not sleeper.done():
@@ -117,7 +121,7 @@ class TaskSet:
     async def cancel(self) -> int:
         left = [t for t in self._tasks if not t.done()]
         for task in left:
-            log.warning("cancelling cloud call still in flight", task=task.get_name())
+            log.warning(f"cancelling {self._what} still in flight", task=task.get_name())
             task.cancel()
         if left:
             await asyncio.gather(*left, return_exceptions=True)

@@ -2,8 +2,10 @@
 
 The loop sleeps until its next poll or the earliest instant a hold lifts (daemon.py), but
 some facts deserve a plan at once: an operation finished (operations.py), a create or delete
-call failed (calls.py). Those call `Wakeup.set(reason)`; a wake that arrives while the loop
-is busy is kept, so the next wait returns at once and no wake is ever lost.
+call failed (calls.py), a workload job ended (workload_jobs.py). Those call
+`Wakeup.set(reason)`; a wake that arrives while the loop is busy is kept, so the next wait
+returns at once and no wake is ever lost. An `urgent` wake (a fresh probe that a launch
+waits for) also lets the loop skip most of its minimum gap between ticks (loop.py).
 """
 
 from __future__ import annotations
@@ -22,10 +24,17 @@ class Wakeup:
     def __init__(self) -> None:
         self._event = asyncio.Event()
         self._reasons: list[str] = []
+        self._urgent = False
 
-    def set(self, reason: str) -> None:
+    def set(self, reason: str, *, urgent: bool = False) -> None:
         self._reasons.append(reason)
+        self._urgent = self._urgent or urgent
         self._event.set()
+
+    @property
+    def urgent(self) -> bool:
+        """Some wake since the last `take` was urgent."""
+        return self._urgent
 
     @property
     def pending(self) -> bool:
@@ -35,6 +44,7 @@ class Wakeup:
         """The reasons of every wake since the last `take` (joined, "" if none); clears."""
         reasons = list(dict.fromkeys(self._reasons))
         self._reasons.clear()
+        self._urgent = False
         self._event.clear()
         return ", ".join(reasons)
 

@@ -1,18 +1,19 @@
-"""The workload runner: probes the workers of every slice, and carries out workload actions.
+"""The workload runner: probes the workers of a slice, and carries out workload actions.
 
-Where it sits, in the daemon's tick (observe -> probe -> plan -> execute):
-    probes = await runner.probe(snapshot)                      # one SSH command per worker
-    plan = plan_tick(specs, observations, snapshot, probes, now, policy, owner, ...)
-    node_plan, workload_actions = WorkloadRunner.split(plan)
-    ... the executor runs node_plan (node replacements are DeleteNode: its business) ...
-    await runner.execute_all(workload_actions, now=plan.now)
+Where it sits: the daemon's tick never calls it directly. The slots' background jobs
+(workload_jobs.py) call `probe_slot(job)` (one SSH command per worker of one slot, jobs from
+`probe_jobs(snapshot)`) and `execute_chain(actions)` (one slot's workload actions, in order),
+and hand the probes, tracked (`track`), to the next `plan_tick`; node replacements are
+DeleteNode, the executor's business (`split`). `probe(snapshot)` and `execute_all(actions)`
+are the same for every slot at once, awaited: for tools and tests that tick by hand.
 
 It decides nothing (core/workload.py does): `execute` follows the contract in
 core/workload_actions.py, and what it finds out that the planner must know (a TPU still held
 after cleanup, a secret missing from the daemon's environment) reaches the planner through
-the next `probe`. Every remote step goes through tpucared.ssh over one long-lived
-`ConnectionPool`; the worker-side paths are in runtime/workload_layout.py, targets and host
-key pins in runtime/workload_hosts.py. Secret values are read from the daemon's environment
+the next probe. Every remote step goes through tpucared.ssh over one long-lived
+`ConnectionPool` (idle connections capped, least recently used closed first); the
+worker-side paths are in runtime/workload_layout.py, targets and host key pins in
+runtime/workload_hosts.py. Secret values are read from the daemon's environment
 at launch, registered for log redaction, and reach the workers only as a 0600 file written
 through SSH stdin: never the database, node metadata, logs, or a command line.
 """
@@ -96,6 +97,25 @@ class RunnerOptions:
     cleanup_grace: float = 5.0
     device_patterns: tuple[str, ...] = DEFAULT_DEVICE_PATTERNS
     lockfile: str = DEFAULT_LIBTPU_LOCKFILE
+    # Pooled connections kept, least recently used idle ones closed first. One per worker
+    # would be 40,000 for 10,000 v4-32 slices: ~23 KiB of client RSS each (measured with
+    # asyncssh 2.24: ~0.9 GB) and one file descriptor each, against systemd's default soft
+    # limit of 1024. 512 costs ~12 MB and leaves room for the commands in flight (ssh
+    # concurrency), the database and the HTTP server; beyond it a probe pays a handshake.
+    max_idle_connections: int = 512
+
+
+@dataclass(frozen=True)
+class ProbeJob:
+    """One slot to probe: its READY incarnation and workers as the snapshot had them, and
+    the attempt whose run to look at there (None: no attempt on this node yet)."""
+
+    key: SlotKey
+    inc: IncarnationRecord
+    attempt: int | None
+    spec: WorkloadSpec
+    workers: tuple[WorkerRecord, ...]
+    run_id: str
 
 
 @dataclass(frozen=True)
@@ -127,9 +147,16 @@ class WorkloadRunner:
         self._environ = os.environ if environ is None else environ
         self._options = options or RunnerOptions()
         self._clock = clock or (lambda: datetime.now(UTC))
-        self._pool = ConnectionPool(key, concurrency=ssh.concurrency)
+        self._pool = ConnectionPool(
+            key,
+            concurrency=ssh.concurrency,
+            max_connections=self._options.max_idle_connections,
+            on_lost=self._connection_lost,
+        )
+        # Told when a pooled connection to a worker ends by the worker's doing (workload_jobs).
+        self.on_connection_lost: Callable[[Target], None] | None = None
         self._hosts = WorkerHosts(store, ssh, fetch_host_keys)
-        self._last: dict[SlotKey, SlotProbe] = {}  # the previous tick's probes (for `track`)
+        self._last: dict[SlotKey, SlotProbe] = {}  # each slot's previous probe (for `track`)
         self._busy: dict[int, tuple[int, ...]] = {}  # incarnation -> workers left busy
 
     @classmethod
@@ -149,6 +176,10 @@ class WorkloadRunner:
 
     async def close(self) -> None:
         await self._pool.close()
+
+    def _connection_lost(self, target: Target) -> None:
+        if self.on_connection_lost is not None:
+            self.on_connection_lost(target)
 
     async def __aenter__(self) -> WorkloadRunner:
         return self
@@ -175,18 +206,17 @@ class WorkloadRunner:
         self, snapshot: TickSnapshot, now: datetime | None = None
     ) -> dict[SlotKey, SlotProbe]:
         """Probe every READY incarnation of a fleet with a workload, all workers in one
-        fan-out: the run of the slot's newest attempt on it (or, for an idle slot, a run
-        that does not exist, which still tells whether each worker answers)."""
+        fan-out, and track each answer against the previous one (`track`): the run of the
+        slot's newest attempt on it (or, for an idle slot, a run that does not exist, which
+        still tells whether each worker answers). The all-at-once form, for tools and tests
+        that tick by hand; the daemon probes each slot in the background (workload_jobs.py)."""
         now = now or self._clock()
-        jobs = _probe_jobs(snapshot, self._workloads)
-        targets = await asyncio.gather(
-            *(self._targets(inc, snapshot.workers[inc.id]) for _, inc, _, _ in jobs)
-        )
+        jobs = self.probe_jobs(snapshot)
+        targets = await asyncio.gather(*(self._targets(j.inc, j.workers) for j in jobs))
         commands: dict[Target, str] = {}
-        for (key, _, number, _), found in zip(jobs, targets, strict=True):
+        for job, found in zip(jobs, targets, strict=True):
             if isinstance(found, list):
-                run_dir = layout.attempt_dir(snapshot.slots[key].run_id, number)
-                command = sh_command(probe_script(run_dir))
+                command = self._probe_command(job)
                 commands.update({t: command for t in found})
         results = []
         if commands:
@@ -200,31 +230,119 @@ class WorkloadRunner:
             )
         by_target = dict(zip(commands, results, strict=True))
         probes: dict[SlotKey, SlotProbe] = {}
-        for (key, inc, number, spec), found in zip(jobs, targets, strict=True):
-            if isinstance(found, str):  # no usable address: every worker is unreachable
-                workers = tuple(
-                    WorkerProbe.unreachable(w.index, found) for w in snapshot.workers[inc.id]
-                )
-            else:
-                answers = [by_target[t] for t in found]
-                await self._hosts.remember(inc, found, answers)
-                workers = tuple(_worker_probe(r) for r in answers)
-            fresh = SlotProbe(
-                fleet=key[0],
-                slot=key[1],
-                incarnation_id=inc.id,
-                attempt=number,
-                observed_at=now,
-                workers=workers,
-                busy=self._busy.get(inc.id, ()),
-                blocked=self._blocked(spec),
-            )
-            probes[key] = track(self._last.get(key), fresh)
-        self._last = dict(probes)
-        live = {inc.id for inc in snapshot.nodes.values()}
-        self._busy = {i: w for i, w in self._busy.items() if i in live}
+        for job, found in zip(jobs, targets, strict=True):
+            answers = None if isinstance(found, str) else [by_target[t] for t in found]
+            fresh = await self._slot_probe(job, found, answers, now)
+            probes[job.key] = self.track(fresh)
+        self.forget({inc.id for inc in snapshot.nodes.values()})
         await self._pool.prune(commands)
         return probes
+
+    def probe_jobs(self, snapshot: TickSnapshot) -> list[ProbeJob]:
+        """What to probe: every slot of a fleet with a workload whose node is READY with
+        workers recorded, at the run of the slot's newest attempt if it is on that node."""
+        jobs: list[ProbeJob] = []
+        for key, inc in sorted(snapshot.nodes.items()):
+            spec = self._workloads.get(inc.fleet)
+            if spec is None or key not in snapshot.slots or inc.phase is not NodePhase.READY:
+                continue
+            workers = tuple(snapshot.workers.get(inc.id, ()))
+            if not workers:
+                continue
+            last = snapshot.last_attempts.get(key)
+            on_node = last is not None and last.incarnation_id == inc.id
+            number = last.number if last is not None and on_node else None
+            jobs.append(ProbeJob(key, inc, number, spec, workers, snapshot.slots[key].run_id))
+        return jobs
+
+    async def probe_job(self, incarnation_id: int) -> ProbeJob | None:
+        """The probe of one incarnation as the store has it now (None unless it is READY
+        with workers, in a fleet with a workload): for a node that became READY, or a slot
+        whose workload actions just ran, after the snapshot of the tick was read."""
+        async with self._store.read() as r:
+            inc = await r.incarnation(incarnation_id)
+            if inc is None or inc.phase is not NodePhase.READY:
+                return None
+            spec = self._workloads.get(inc.fleet)
+            slot = await r.slot(inc.fleet, inc.slot)
+            workers = (await r.workers([inc.id])).get(inc.id, ())
+            newest = await r.workload_attempts(inc.fleet, inc.slot, limit=1)
+        if spec is None or slot is None or not workers:
+            return None
+        on_node = newest and newest[0].incarnation_id == inc.id
+        number = newest[0].number if on_node else None
+        return ProbeJob((inc.fleet, inc.slot), inc, number, spec, tuple(workers), slot.run_id)
+
+    async def probe_slot(self, job: ProbeJob, *, retry: RetryPolicy = NO_RETRY) -> SlotProbe:
+        """Probe one slot's workers (one fan-out); untracked, stamped when the answers are in
+        (so a timer that starts at this probe never starts early). `retry` covers failures
+        before the command starts (a fresh node's sshd that is not up yet)."""
+        found = await self._targets(job.inc, job.workers)
+        answers = None
+        if isinstance(found, list):
+            command = self._probe_command(job)
+            answers = await run_on_all(
+                found,
+                command,
+                pool=self._pool,
+                retry=retry,
+                command_timeout=self._options.probe_timeout,
+                label="probe",
+                quiet=True,  # one line per slot per poll: at info only when a worker failed
+            )
+        return await self._slot_probe(job, found, answers, self._clock())
+
+    def workload_of(self, fleet: str) -> WorkloadSpec | None:
+        return self._workloads.get(fleet)
+
+    def previous(self, key: SlotKey) -> SlotProbe | None:
+        """The slot's previous probe, as tracked."""
+        return self._last.get(key)
+
+    def track(self, fresh: SlotProbe) -> SlotProbe:
+        """`fresh` tracked against the slot's previous probe (`workload_inputs.track`), which
+        it then replaces."""
+        key = (fresh.fleet, fresh.slot)
+        tracked = track(self._last.get(key), fresh)
+        self._last[key] = tracked
+        return tracked
+
+    def forget(self, live: set[int]) -> None:
+        """Drop what is remembered about incarnations that are not live any more."""
+        self._busy = {i: w for i, w in self._busy.items() if i in live}
+        self._last = {k: p for k, p in self._last.items() if p.incarnation_id in live}
+
+    async def prune_connections(self, live: set[int]) -> None:
+        """Close idle pooled connections to workers of incarnations that are not live."""
+        await self._pool.prune_incarnations({str(i) for i in live})
+
+    def _probe_command(self, job: ProbeJob) -> str:
+        return sh_command(probe_script(layout.attempt_dir(job.run_id, job.attempt)))
+
+    async def _slot_probe(
+        self,
+        job: ProbeJob,
+        found: list[Target] | str,
+        answers: list[WorkerResult] | None,
+        now: datetime,
+    ) -> SlotProbe:
+        if isinstance(found, str) or answers is None:
+            # No usable address: every worker is unreachable.
+            why = found if isinstance(found, str) else "no targets"
+            workers = tuple(WorkerProbe.unreachable(w.index, why) for w in job.workers)
+        else:
+            await self._hosts.remember(job.inc, found, answers)
+            workers = tuple(_worker_probe(r) for r in answers)
+        return SlotProbe(
+            fleet=job.key[0],
+            slot=job.key[1],
+            incarnation_id=job.inc.id,
+            attempt=job.attempt,
+            observed_at=now,
+            workers=workers,
+            busy=self._busy.get(job.inc.id, ()),
+            blocked=self._blocked(job.spec),
+        )
 
     async def _targets(
         self, inc: IncarnationRecord, workers: Sequence[WorkerRecord]
@@ -258,13 +376,14 @@ class WorkloadRunner:
             chains.setdefault(_slot_of(a), []).append(a)
         at = now or self._clock()
 
-        async def run(chain: list[Action]) -> None:
-            for a in chain:
-                await self.execute(a, now=at)
-
         async with asyncio.TaskGroup() as group:
             for chain in chains.values():
-                group.create_task(run(chain))
+                group.create_task(self.execute_chain(chain, now=at))
+
+    async def execute_chain(self, chain: Sequence[Action], *, now: datetime | None = None) -> None:
+        """One slot's workload actions, in plan order (a launch after the finish it follows)."""
+        for a in chain:
+            await self.execute(a, now=now)
 
     async def execute(self, action: Action, *, now: datetime | None = None) -> None:
         now = now or self._clock()
@@ -495,25 +614,6 @@ class WorkloadRunner:
             await tx.append_event(kind, f"{s.inc.node_name}: {message}", now, fleet=s.inc.fleet,
                                   slot=s.inc.slot, node=s.inc.node_name,
                                   incarnation_id=s.inc.id, details=details)  # fmt: skip
-
-
-_Job = tuple[SlotKey, IncarnationRecord, int | None, WorkloadSpec]
-
-
-def _probe_jobs(snapshot: TickSnapshot, workloads: Mapping[str, WorkloadSpec]) -> list[_Job]:
-    """(slot, its READY incarnation, the attempt to probe there, the workload) for every
-    slot of a fleet with a workload whose node is READY with workers recorded."""
-    jobs: list[_Job] = []
-    for key, inc in sorted(snapshot.nodes.items()):
-        spec = workloads.get(inc.fleet)
-        if spec is None or key not in snapshot.slots or inc.phase is not NodePhase.READY:
-            continue
-        if not snapshot.workers.get(inc.id):
-            continue
-        last = snapshot.last_attempts.get(key)
-        number = last.number if last is not None and last.incarnation_id == inc.id else None
-        jobs.append((key, inc, number, spec))
-    return jobs
 
 
 def _slot_of(a: Action) -> tuple[str, int]:

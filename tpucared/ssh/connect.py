@@ -9,6 +9,7 @@ only credential is the daemon's key and the only trust is the incarnation's pin 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import asyncssh
@@ -62,15 +63,20 @@ def client_options(
 
 
 async def open_connection(
-    target: Target, options: asyncssh.SSHClientConnectionOptions, *, connect_timeout: float
+    target: Target,
+    options: asyncssh.SSHClientConnectionOptions,
+    *,
+    connect_timeout: float,
+    on_lost: Callable[[], None] | None = None,
 ) -> Connection:
-    """Connect, authenticate and check the host key within `connect_timeout` seconds.
+    """Connect, authenticate and check the host key within `connect_timeout` seconds;
+    `on_lost` is called when the connection ends, from either side.
 
     Raises HostKeyMismatch when a pin exists and the server's key is not among the pins, or
     offers no key of a pinned type. Other failures raise asyncssh/OS errors for `classify`.
     """
     policy = HostKeyPolicy(target.pinned_host_keys)
-    client = PinningClient()
+    client = PinningClient(on_lost)
     try:
         async with asyncio.timeout(connect_timeout):
             conn, _ = await asyncssh.create_connection(

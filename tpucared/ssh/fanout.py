@@ -116,13 +116,15 @@ async def run_on_all(
     sleep: Sleep = asyncio.sleep,
     rng: random.Random | None = None,
     label: str = "command",
+    quiet: bool = False,
 ) -> list[WorkerResult]:
     """Run `command` on every target; results in the order of `targets`.
 
     Pass the daemon's long-lived `pool`, or a `key` (with optional `concurrency`, default 64,
     and `connect_timeout`, default 10 s) for a one-off pool closed on return. `command` and
     `stdin` may be functions of the target (per-worker environment). `label` names the
-    operation in logs; the command and stdin are never logged.
+    operation in logs; the command and stdin are never logged. `quiet`: a fan-out where every
+    worker answered is logged at debug (the daemon's periodic probe of each slot).
     """
     if pool is None:
         if key is None:
@@ -143,6 +145,7 @@ async def run_on_all(
                 sleep=sleep,
                 rng=rng,
                 label=label,
+                quiet=quiet,
             )
     if key is not None or concurrency is not None or connect_timeout is not None:
         raise TypeError("key, concurrency and connect_timeout are settings of the pool")
@@ -161,14 +164,14 @@ async def run_on_all(
     async with asyncio.TaskGroup() as group:
         tasks = [group.create_task(runner.run(t)) for t in targets]
     results = [t.result() for t in tasks]
-    _log_summary(label, results, time.monotonic() - started)
+    _log_summary(label, results, time.monotonic() - started, quiet)
     return results
 
 
-def _log_summary(label: str, results: list[WorkerResult], elapsed: float) -> None:
+def _log_summary(label: str, results: list[WorkerResult], elapsed: float, quiet: bool) -> None:
     """The one line per fan-out: counts, and which workers could not be reached and why."""
     failed = [r for r in results if r.error is not None]
-    (log.warning if failed else log.info)(
+    (log.warning if failed else log.debug if quiet else log.info)(
         "ssh.fanout",
         label=label,
         workers=len(results),

@@ -13,7 +13,7 @@ incarnation a different key is refused.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import asyncssh
@@ -129,15 +129,21 @@ class HostKeyPolicy:
 
 
 class PinningClient(asyncssh.SSHClient):
-    """asyncssh client callback that remembers a host key asyncssh refused.
+    """asyncssh client callback that remembers a host key asyncssh refused, and tells
+    `on_lost` when the connection ends (whoever ended it).
 
     asyncssh checks the pinned keys itself and calls validate_host_public_key only for a key
     that is not among them; answering False makes it fail the handshake, and the key kept here
     lets the caller name it in HostKeyMismatch.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_lost: Callable[[], None] | None = None) -> None:
         self.rejected_key: str | None = None
+        self._on_lost = on_lost
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._on_lost is not None:
+            self._on_lost()
 
     def validate_host_public_key(
         self, host: str, addr: str, port: int, key: asyncssh.SSHKey

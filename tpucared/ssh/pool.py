@@ -3,8 +3,12 @@
 Owns `ConnectionPool`: one connection per (host, port, user, node incarnation), opened on first
 use, shared by concurrent commands (asyncssh multiplexes channels), dropped on error, and a
 global bound (`limit`) on the commands in flight across every fan-out that uses the pool. The
-runtime keeps one pool for the daemon's life, so the per-tick probe of every worker costs one
-channel, not one handshake; `prune()` forgets incarnations that no longer exist.
+runtime keeps one pool for the daemon's life, so the periodic probe of every worker costs one
+channel, not one handshake; `prune()` / `prune_incarnations()` forget incarnations that no
+longer exist, and `max_connections` caps the idle connections kept (least recently used
+closed first), so memory and file descriptors stay bounded however many workers there are.
+`on_lost(target)` is told when a pooled connection ends without the pool closing it (the
+worker's sshd went away: the runtime takes that as a hint that the node died).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -49,6 +53,7 @@ class ConnectionPool:
         connect_timeout: float = 10.0,
         max_connections: int | None = None,
         options: asyncssh.SSHClientConnectionOptions | None = None,
+        on_lost: Callable[[Target], None] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -61,6 +66,9 @@ class ConnectionPool:
         self._entries: OrderedDict[_PoolKey, _Entry] = OrderedDict()
         self._connecting: dict[_PoolKey, asyncio.Lock] = {}
         self._closed = False
+        # Told when a pooled connection ends without the pool closing it: the worker's sshd
+        # went away (a preempted or rebooting VM) or the network dropped it.
+        self.on_lost = on_lost
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -94,9 +102,14 @@ class ConnectionPool:
             if entry is None or not reused:
                 if entry is not None:
                     self._forget(entry)
+                opened: list[Connection] = []
                 connection = await open_connection(
-                    target, self._options, connect_timeout=self.connect_timeout
+                    target,
+                    self._options,
+                    connect_timeout=self.connect_timeout,
+                    on_lost=lambda: self._lost(opened),
                 )
+                opened.append(connection)
                 if self._closed:
                     connection.conn.close()
                     raise PoolClosedError("connection pool closed while connecting")
@@ -131,6 +144,16 @@ class ConnectionPool:
                 del self._connecting[key]
         await _wait_closed([e.connection.conn for e in doomed])
 
+    async def prune_incarnations(self, live: Iterable[str]) -> None:
+        """Close idle connections to workers of node incarnations not in `live` (a recreated
+        node has new workers under the same addresses). Connections without an incarnation
+        are kept."""
+        wanted = set(live)
+        keep = [
+            e.connection.target for k, e in self._entries.items() if k[3] is None or k[3] in wanted
+        ]
+        await self.prune(keep)
+
     async def close(self) -> None:
         self._closed = True
         conns = [e.connection.conn for e in self._entries.values()]
@@ -139,6 +162,19 @@ class ConnectionPool:
         for conn in conns:
             conn.close()
         await _wait_closed(conns)
+
+    def _lost(self, opened: list[Connection]) -> None:
+        """A connection ended. Every close of the pool's own forgets the entry first, so a
+        connection still pooled was ended by the other side (or the network)."""
+        if self._closed or not opened:
+            return
+        connection = opened[0]
+        entry = self._entries.get(connection.target.pool_key)
+        if entry is None or entry.connection is not connection:
+            return
+        self._forget(entry)
+        if self.on_lost is not None:
+            self.on_lost(connection.target)
 
     def _forget(self, entry: _Entry) -> None:
         key = entry.connection.target.pool_key
