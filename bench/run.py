@@ -28,6 +28,7 @@ from bench import common
 BENCHMARKS: dict[str, str] = {
     "fanout": "bench.fanout",
     "detection": "bench.detection",
+    "recovery": "bench.recovery",
 }
 
 RunFunction = Callable[[bool], dict[str, Any]]

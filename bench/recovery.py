@@ -1,0 +1,533 @@
+"""Recovery time: a preemption -> the workload running again on every worker of the slice.
+
+`python -m bench.run --only recovery [--quick]` (or `python -m bench.recovery [--quick]`).
+
+Method. The emulator runs in this process (its own thread) with simulated SSH worker hosts
+and stated timing: a delete takes `delete_seconds` (1 s), a create `create_seconds` (10 s)
+plus a uniform fraction of one poll interval (drawn per sample, set through the emulator
+before the preemption). The spread matters: the daemon's polls come one interval apart
+from the tick that issued the create, so with a create time that is a multiple of the poll
+interval a poll's list lands on the very instant the node turns READY and hides how long
+noticing a READY node takes otherwise; spread over one interval, READY falls at a uniform
+point of the poll cycle, as it does on a real cloud.
+
+The daemon is the real `python -m tpucared run` process with a generated config: one v4-32
+spot slot (4 workers), default policy, a workload whose run appends its TPUCARED_ATTEMPT and
+its own start instant (`date +%s.%N`) to a file per worker outside the workers' homes (a
+preempted VM loses its disk). Once attempt k runs on all four workers, the node is preempted
+through the emulator at a stratified moment of the daemon's poll cycle (sample i of n falls
+in the i-th n-th of the cycle, in random order), and the sample ends when attempt k+1 has
+started on all four. Every instant comes from the one clock of this machine: the emulator's
+(the preemption, each request's arrival in its request log, each operation's createTime and
+endTime as the API reports them) and the workers' start stamps. Components:
+
+  detection      preempt -> the daemon's DELETE arrives
+  delete         DELETE -> its operation ends (the cloud's: `delete_seconds`)
+  wait_create    the delete operation ends -> the daemon's create arrives
+  create         create arrives -> its operation ends, the node READY (the cloud's)
+  ready_to_run   READY -> the run started on the last of the 4 workers (SSH, setup, launch)
+  total          preempt -> running on all 4 workers
+  overhead       total - create: everything but the cloud's create time (the target: 10 s)
+
+`ready_to_run` is split further with the daemon's own log (its timestamps, same clock):
+READY -> the daemon records it (the create operation's end or a poll's list), -> the plan
+that launches (after the first probe of the new node), -> the run started on the last
+worker.
+
+Statistics are over a handful of samples (bench/common.py): quote the median.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from bench import common
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = "bench-project"
+ZONE = "us-central2-b"
+TYPE = "v4-32"
+WORKERS = 4
+FLEET = "rec"
+NODE = f"{FLEET}-0"
+OWNER = "bench"
+TARGET_OVERHEAD_S = 10.0
+COMPONENTS = ("detection", "delete", "wait_create", "create", "ready_to_run")
+DETAIL = ("ready_seen", "probe_and_plan", "launch")
+
+# The run: its attempt and start instant, then it idles until the node dies.
+RUN = (
+    'echo "$TPUCARED_ATTEMPT $(date +%s.%N)" >> "$RESULTS/starts-$TPUCARED_WORKER"; '
+    "exec sleep 100000"
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    samples: Mapping[float, int]  # poll interval (s) -> samples
+    create_seconds: float
+    delete_seconds: float
+    # Each sample's create time: create_seconds + uniform(0, this share of the poll interval).
+    create_spread: float = 1.0
+    seed: int = 20251121
+
+
+FULL = Settings(samples={10.0: 10, 2.0: 10}, create_seconds=10.0, delete_seconds=1.0)
+QUICK = Settings(samples={2.0: 2}, create_seconds=4.0, delete_seconds=1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The emulator and the daemon
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Cloud:
+    """The emulator with SSH worker hosts in a background thread."""
+
+    def __init__(self, settings: Settings, hosts_dir: Path) -> None:
+        from tpucared.emulator import EmulatorOptions, EmulatorThread
+
+        self.ssh_port = free_port()
+        self.thread = EmulatorThread(
+            EmulatorOptions(
+                create_seconds=settings.create_seconds,
+                delete_seconds=settings.delete_seconds,
+                ssh_hosts=True,
+                ssh_port=self.ssh_port,
+                hosts_dir=str(hosts_dir),
+            )
+        )
+
+    def __enter__(self) -> Cloud:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.thread.stop()
+
+    @property
+    def url(self) -> str:
+        return self.thread.url
+
+    def reset(self, create_seconds: float) -> None:
+        """A fresh cloud: nothing of a previous daemon (its nodes trust its key) lingers."""
+
+        def fresh(state: Any) -> None:
+            state.reset()
+            state.timing.update({"create_seconds": create_seconds})
+
+        self.thread.call(fresh)
+
+    def set_create_seconds(self, seconds: float) -> None:
+        self.thread.call(lambda s: s.timing.update({"create_seconds": seconds}))
+
+    def preempt(self, node: str) -> float:
+        """Preempt now; returns the emulator's time of it."""
+        return float(self.thread.call(lambda s: (s.preempt(PROJECT, ZONE, node), s.now())[1]))
+
+    def _get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=30) as response:
+            return json.load(response)
+
+    def requests(self, since: float) -> list[dict[str, Any]]:
+        data: list[dict[str, Any]] = self._get(f"/_emulator/v1/requests?since={since}")
+        return data
+
+    def operations(self) -> list[dict[str, Any]]:
+        """Every operation of the zone, as the API lists them."""
+        out: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            query = "?pageSize=1000" + (f"&pageToken={token}" if token else "")
+            page = self._get(f"/v2/projects/{PROJECT}/locations/{ZONE}/operations{query}")
+            out += page.get("operations", [])
+            token = page.get("nextPageToken", "")
+            if not token:
+                return out
+
+
+class DaemonProcess:
+    def __init__(
+        self, directory: Path, cloud: Cloud, *, poll: float, results: Path, root: Path = ROOT
+    ) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.config = directory / "fleet.toml"
+        self.config.write_text(
+            textwrap.dedent(
+                f"""
+                [daemon]
+                db = "state.db"
+                poll_interval = "{poll:g}s"
+                owner = "{OWNER}"
+                http = "127.0.0.1:{free_port()}"
+
+                [gcp]
+                project = "{PROJECT}"
+                endpoint = "{cloud.url}"
+                credentials = "none"
+
+                [ssh]
+                key = "id_ed25519"
+                port = {cloud.ssh_port}
+
+                [[fleet]]
+                name = "{FLEET}"
+                zones = ["{ZONE}"]
+                accelerator_type = "{TYPE}"
+                runtime_version = "tpu-ubuntu2204-base"
+                size = 1
+                capacity = "spot"
+
+                [fleet.workload]
+                run = '''{RUN}'''
+                env = {{ RESULTS = "{results}" }}
+                """
+            )
+        )
+        self.log_path = directory / "daemon.log"
+        self.log = self.log_path.open("ab")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TPUCARED_")}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tpucared", "run", "-c", str(self.config)],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            cwd=root,  # `python -m tpucared` imports the package from here
+            env=env,
+        )
+
+    def stop(self) -> int:
+        self.process.terminate()
+        try:
+            code = self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait()
+        self.log.close()
+        return code
+
+    def events(self, since: float) -> list[dict[str, Any]]:
+        """The daemon's JSON log lines at or after `since` (epoch seconds), with `t`."""
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if not line.startswith("{"):
+                continue
+            try:
+                event = json.loads(line)
+                t = datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00"))
+            except (ValueError, KeyError):
+                continue
+            if t.timestamp() >= since:
+                out.append({**event, "t": t.timestamp()})
+        return out
+
+
+def wait_until(check: Callable[[], Any], within: float, what: str) -> Any:
+    deadline = time.monotonic() + within
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"benchmark: timed out after {within:g}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def starts(results: Path) -> dict[int, dict[int, float]]:
+    """worker -> attempt -> the instant its run started."""
+    out: dict[int, dict[int, float]] = {}
+    for worker in range(WORKERS):
+        path = results / f"starts-{worker}"
+        lines = path.read_text().split("\n") if path.exists() else []
+        for line in lines:
+            parts = line.split()
+            if len(parts) == 2:
+                out.setdefault(worker, {})[int(parts[0])] = float(parts[1])
+    return out
+
+
+def running_everywhere(results: Path, attempt: int) -> float | None:
+    """The instant `attempt` had started on the last of the workers, or None."""
+    seen = starts(results)
+    stamps = [seen.get(w, {}).get(attempt) for w in range(WORKERS)]
+    if any(s is None for s in stamps):
+        return None
+    return max(s for s in stamps if s is not None)
+
+
+def newest_attempt(results: Path) -> int:
+    seen = starts(results)
+    return min((max(a) for a in seen.values() if a), default=0) if len(seen) == WORKERS else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# One sample
+
+
+def _node_of(request: Mapping[str, Any]) -> str | None:
+    query = request.get("query") or {}
+    if request["method"] == "POST" and request["path"].endswith("/nodes"):
+        return str(query.get("nodeId"))
+    if request["method"] == "DELETE" and "/nodes/" in request["path"]:
+        return str(request["path"].rsplit("/", 1)[1])
+    return None
+
+
+def _operation_end(operations: Sequence[Mapping[str, Any]], verb: str, after: float) -> float:
+    """The end of the first `verb` operation on NODE created at or after `after`."""
+    from tpucared.emulator.clock import parse_rfc3339
+
+    found = []
+    for op in operations:
+        meta = op.get("metadata") or {}
+        if meta.get("verb") != verb or not str(meta.get("target", "")).endswith(f"/{NODE}"):
+            continue
+        created = parse_rfc3339(meta["createTime"])
+        if created >= after - 0.001 and "endTime" in meta:
+            found.append((created, parse_rfc3339(meta["endTime"])))
+    if not found:
+        raise RuntimeError(f"benchmark: no finished {verb} operation of {NODE} after {after}")
+    return min(found)[1]
+
+
+def measure(
+    cloud: Cloud, daemon: DaemonProcess, results: Path, attempt: int, preempted: float
+) -> tuple[dict[str, float], str]:
+    """The instants and components of one recovery (attempt -> attempt + 1)."""
+    running = wait_until(
+        lambda: running_everywhere(results, attempt + 1),
+        180,
+        f"attempt {attempt + 1} on every worker",
+    )
+    requests = cloud.requests(preempted - 0.001)
+    deletes = [r["time"] for r in requests if r["method"] == "DELETE" and _node_of(r) == NODE]
+    operations = cloud.operations()
+    deleted_at = min(deletes)
+    delete_done = _operation_end(operations, "delete", deleted_at)
+    creates = [
+        r["time"]
+        for r in requests
+        if r["method"] == "POST" and _node_of(r) == NODE and r["status"] == 200
+        and r["time"] >= delete_done
+    ]  # fmt: skip
+    created_at = min(creates)
+    ready = _operation_end(operations, "create", created_at)
+    sample = {
+        "detection": deleted_at - preempted,
+        "delete": delete_done - deleted_at,
+        "wait_create": created_at - delete_done,
+        "create": ready - created_at,
+        "ready_to_run": running - ready,
+        "total": running - preempted,
+    }
+    sample["overhead"] = sample["total"] - sample["create"]
+    events = daemon.events(preempted - 1.0)
+    sample.update(_ready_to_run_detail([e for e in events if e["t"] >= ready], ready, running))
+    return sample, _woken_by(events, preempted)
+
+
+def _woken_by(events: list[dict[str, Any]], preempted: float) -> str:
+    """Why the tick that deleted the node ran ("poll", "ssh connection lost", ...)."""
+    for e in events:
+        if (
+            e["t"] >= preempted
+            and e.get("event") == "tick"
+            and "delete" in (e.get("actions") or {})
+        ):
+            return str(e.get("reason", "?"))
+    return "?"
+
+
+def _ready_to_run_detail(
+    events: list[dict[str, Any]], ready: float, running: float
+) -> dict[str, float]:
+    """READY -> the daemon records it -> the plan that launches -> running everywhere."""
+    seen = next((e["t"] for e in events if _is_ready_transition(e)), None)
+    planned = next((e["t"] for e in events if _is_launch_tick(e)), None)
+    if seen is None or planned is None:
+        return {}
+    return {
+        "ready_seen": seen - ready,
+        "probe_and_plan": planned - seen,
+        "launch": running - planned,
+    }
+
+
+def _is_ready_transition(event: Mapping[str, Any]) -> bool:
+    return event.get("event") == "transition" and "-> ready" in str(event.get("action", ""))
+
+
+def _is_launch_tick(event: Mapping[str, Any]) -> bool:
+    return event.get("event") == "tick" and "launch" in (event.get("actions") or {})
+
+
+def measure_poll(
+    cloud: Cloud,
+    scratch: Path,
+    poll: float,
+    settings: Settings,
+    rng: random.Random,
+    log: Callable[[str], None],
+    root: Path = ROOT,
+) -> dict[str, Any]:
+    samples = settings.samples[poll]
+    cloud.reset(settings.create_seconds)
+    results = scratch / f"results-{poll:g}"
+    results.mkdir(parents=True)
+    daemon = DaemonProcess(
+        scratch / f"daemon-{poll:g}", cloud, poll=poll, results=results, root=root
+    )
+    rows: list[dict[str, float]] = []
+    woken: list[str] = []
+    try:
+        wait_until(lambda: running_everywhere(results, 1), 120, "attempt 1 on every worker")
+        strata = list(range(samples))
+        rng.shuffle(strata)
+        for i in range(samples):
+            attempt = newest_attempt(results)
+            # Let the launch's follow-ups settle, then preempt at a stratified moment of the
+            # poll cycle (the daemon ticked around the launch; polls come `poll` apart).
+            time.sleep(1.0 + poll * (strata[i] + rng.random()) / samples)
+            stated = settings.create_seconds + rng.uniform(0, settings.create_spread) * poll
+            cloud.set_create_seconds(stated)
+            preempted = cloud.preempt(NODE)
+            row, why = measure(cloud, daemon, results, attempt, preempted)
+            row["create_stated"] = stated
+            rows.append(row)
+            woken.append(why)
+            log(
+                f"recovery poll={poll:g}s sample {i + 1}/{samples}: total {row['total']:.2f} s, "
+                f"overhead {row['overhead']:.2f} s ("
+                + ", ".join(f"{k} {row[k]:.2f}" for k in COMPONENTS)
+                + f"; the delete's tick: {why})"
+            )
+    finally:
+        daemon.stop()
+    components = [*COMPONENTS, "total", "overhead", *DETAIL]
+    summary = {k: common.summarize([r[k] for r in rows if k in r]) for k in components}
+    return {
+        "poll_interval_s": poll,
+        "samples": len(rows),
+        "components_s": summary,
+        "overhead_target_s": TARGET_OVERHEAD_S,
+        "overhead_median_within_target": summary["overhead"]["median"] <= TARGET_OVERHEAD_S,
+        "overhead_max_within_target": summary["overhead"]["max"] <= TARGET_OVERHEAD_S,
+        "delete_tick_reasons": dict(Counter(woken)),
+        "raw": rows,
+    }
+
+
+def run(
+    quick: bool,
+    *,
+    settings: Settings | None = None,
+    progress: Callable[[str], None] = print,
+    scratch: Path | None = None,
+    daemon_root: Path = ROOT,
+) -> dict[str, Any]:
+    """`scratch`: keep the daemons' configs and logs there (default: a temporary directory).
+    `daemon_root`: the source tree the daemon runs from (another one for a before/after)."""
+    settings = settings or (QUICK if quick else FULL)
+    rng = random.Random(settings.seed)
+    result: dict[str, Any] = {
+        "method": __doc__.split("Method.", 1)[1].split("Statistics")[0].strip() if __doc__ else "",
+        "parameters": {
+            "accelerator_type": TYPE,
+            "workers": WORKERS,
+            "emulator_create_seconds": settings.create_seconds,
+            "emulator_delete_seconds": settings.delete_seconds,
+            "emulator_create_spread_polls": settings.create_spread,
+            "samples": {f"{k:g}s": v for k, v in settings.samples.items()},
+            "seed": settings.seed,
+            "daemon_root": None if daemon_root == ROOT else str(daemon_root),
+        },
+        "recovery": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="tpucared-bench-recovery-") as tmp:
+        where = scratch or Path(tmp)
+        with Cloud(settings, where / "hosts") as cloud:
+            for poll in settings.samples:
+                result["recovery"].append(
+                    measure_poll(cloud, where, poll, settings, rng, progress, daemon_root)
+                )
+    return result
+
+
+def render(result: Mapping[str, Any]) -> str:
+    blocks = []
+    for r in result["recovery"]:
+        rows = []
+        for name, s in r["components_s"].items():
+            if not s.get("n"):
+                continue
+            rows.append(
+                [
+                    name,
+                    str(s["n"]),
+                    common.format_seconds(s["median"]),
+                    common.format_seconds(s["p99"]),
+                    common.format_seconds(s["min"]),
+                    common.format_seconds(s["max"]),
+                ]
+            )
+        params = result["parameters"]
+        title = (
+            f"poll {r['poll_interval_s']:g}s, create {params['emulator_create_seconds']:g}s "
+            f"+ U(0, {params['emulator_create_spread_polls'] * r['poll_interval_s']:g}s), "
+            f"delete {params['emulator_delete_seconds']:g}s "
+            f"(overhead target {r['overhead_target_s']:g}s)"
+        )
+        table = common.table(["component", "n", "median s", "p99 s", "min s", "max s"], rows)
+        blocks.append(title + "\n" + table)
+    return "\n\n".join(blocks)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.recovery", description=__doc__.split("\n")[0] if __doc__ else None
+    )
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--output-dir", type=Path, default=common.RESULTS_DIR)
+    parser.add_argument("--keep", type=Path, help="keep the daemons' configs and logs here")
+    parser.add_argument(
+        "--daemon-root", type=Path, default=ROOT, help="run the daemon from this source tree"
+    )
+    parser.add_argument("--name", default="recovery", help="result file name (e.g. a baseline)")
+    args = parser.parse_args(argv)
+    from bench import run as harness
+
+    def measured(quick: bool) -> dict[str, Any]:
+        return run(quick, scratch=args.keep, daemon_root=args.daemon_root.resolve())
+
+    path, envelope = harness.run_one(
+        args.name, measured, quick=args.quick, output_dir=args.output_dir
+    )
+    print(render(envelope["result"]))
+    print(f"written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
