@@ -1,12 +1,14 @@
-"""How fast the real daemon notices a dead node, and how fast it wins capacity back.
+"""How fast the real daemon notices a dead node (issue "Benchmarks", item 1).
 
 `python -m bench.run --only detection [--quick]` (or `python -m bench.detection [--quick]`).
+Capacity latency (item 2) is its own benchmark, bench/capacity.py, which reuses the emulator
+and daemon helpers defined here (`Cloud`, `DaemonProcess`, `wait_until`, `recorded_ready`).
 
 Method. The emulator runs in this process (its own thread, default timing: a create takes
 2 s, a delete 1 s); the daemon is the real `python -m tpucared run` process with a generated
 config (credentials "none", default policy). Every instant comes from the emulator's clock:
 the moment a control call took effect, and the arrival time of each API request in the
-emulator's request log. Two measurements:
+emulator's request log.
 
 - detection latency: a READY spot node is preempted at a chosen moment of the daemon's poll
   cycle, and the sample is the time until the daemon's DELETE for that node arrives. The
@@ -14,12 +16,6 @@ emulator's request log. Two measurements:
   order, at a uniform point inside it), so a handful of samples covers the whole cycle
   instead of clustering by chance. Measured per poll interval (10 s is the default). The
   slot is recreated (and that READY seen by the daemon) before the next sample.
-- capacity latency: the zone is stocked out (capacity 0) and every slot of the fleet is
-  made to hunt (its nodes preempted); after a warm-up long enough for the capacity backoff
-  to reach its cap (60 s + uniform 0-30 s), capacity comes back; the sample is the time until
-  the first create that succeeds arrives. Default settings: poll 10 s, capacity backoff 5 s
-  doubling to 30 s with full jitter, one zone. Measured for a fleet of 1 slot and of 4.
-  During each warm-up the API requests the daemon makes are counted: the cost of hunting.
 
 Statistics are over a handful of samples (bench/common.py): quote the median.
 """
@@ -37,13 +33,15 @@ import tempfile
 import textwrap
 import time
 import urllib.request
-from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench import common
+
+if TYPE_CHECKING:
+    from tpucared.emulator.state import EmulatorState
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "bench-project"
@@ -55,27 +53,14 @@ OWNER = "bench"
 @dataclass(frozen=True)
 class Settings:
     detection_samples: Mapping[float, int]  # poll interval (s) -> samples
-    capacity_sizes: tuple[int, ...]
-    capacity_samples: int
-    warmup: tuple[float, float]  # stockout before capacity returns: base + uniform(0, jitter)
     create_seconds: float = 2.0
     delete_seconds: float = 1.0
     seed: int = 20251121
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
-FULL = Settings(
-    detection_samples={10.0: 10, 2.0: 15},
-    capacity_sizes=(1, 4),
-    capacity_samples=6,
-    warmup=(60.0, 30.0),
-)
-QUICK = Settings(
-    detection_samples={10.0: 2, 2.0: 4},
-    capacity_sizes=(4,),
-    capacity_samples=1,
-    warmup=(20.0, 10.0),
-)
+FULL = Settings(detection_samples={10.0: 10, 2.0: 15})
+QUICK = Settings(detection_samples={10.0: 2, 2.0: 4})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -85,12 +70,15 @@ QUICK = Settings(
 class Cloud:
     """The emulator in a background thread; reads and control through its own loop."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings | None = None, **options: Any) -> None:
         from tpucared.emulator import EmulatorOptions, EmulatorThread
 
+        settings = settings or Settings(detection_samples={})
         self.thread = EmulatorThread(
             EmulatorOptions(
-                create_seconds=settings.create_seconds, delete_seconds=settings.delete_seconds
+                create_seconds=settings.create_seconds,
+                delete_seconds=settings.delete_seconds,
+                **options,
             )
         )
 
@@ -105,16 +93,28 @@ class Cloud:
     def url(self) -> str:
         return self.thread.url
 
-    def nodes(self) -> dict[str, str]:
-        """node id -> state, of every node."""
-        return dict(self.thread.call(lambda s: [(n.node_id, n.state) for n in s.all_nodes()]))
+    def nodes(self, zone: str | None = None) -> dict[str, str]:
+        """node id -> state, of every node (of `zone`, if given)."""
+        return dict(
+            self.thread.call(
+                lambda s: [
+                    (n.node_id, n.state) for n in s.all_nodes() if zone is None or n.zone == zone
+                ]
+            )
+        )
 
-    def preempt(self, node: str) -> float:
+    def preempt(self, node: str, zone: str = ZONE) -> float:
         """Preempt now; returns the emulator's time of it."""
-        return self.thread.call(lambda s: (s.preempt(PROJECT, ZONE, node), s.now())[1])
+        return self.thread.call(lambda s: (s.preempt(PROJECT, zone, node), s.now())[1])
 
-    def set_capacity(self, available: int | None) -> float:
-        return self.thread.call(lambda s: (s.set_capacity(ZONE, TYPE, available), s.now())[1])
+    def set_capacity(self, available: int | None, zone: str = ZONE) -> float:
+        """Set the zone's capacity now; returns the emulator's time of it."""
+
+        def act(state: EmulatorState) -> float:
+            state.set_capacity(zone, TYPE, available)
+            return state.now()
+
+        return self.thread.call(act)
 
     def requests(self, since: float) -> list[dict[str, Any]]:
         url = f"{self.url}/_emulator/v1/requests?since={since}"
@@ -124,7 +124,20 @@ class Cloud:
 
 
 class DaemonProcess:
-    def __init__(self, directory: Path, endpoint: str, *, poll: float, size: int) -> None:
+    """`python -m tpucared run` with a generated config: one fleet "bench" of `size` slots in
+    `zone`; `policy` is the body of a [policy] section (empty: the defaults)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        endpoint: str,
+        *,
+        poll: float,
+        size: int,
+        zone: str = ZONE,
+        owner: str = OWNER,
+        policy: str = "",
+    ) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self.config = directory / "fleet.toml"
@@ -134,7 +147,7 @@ class DaemonProcess:
                 [daemon]
                 db = "state.db"
                 poll_interval = "{poll:g}s"
-                owner = "{OWNER}"
+                owner = "{owner}"
                 http = "127.0.0.1:{_free_port()}"
 
                 [gcp]
@@ -147,13 +160,14 @@ class DaemonProcess:
 
                 [[fleet]]
                 name = "bench"
-                zones = ["{ZONE}"]
+                zones = ["{zone}"]
                 accelerator_type = "{TYPE}"
                 runtime_version = "tpu-ubuntu2204-base"
                 size = {size}
                 capacity = "spot"
                 """
             )
+            + (f"\n[policy]\n{policy}\n" if policy else "")
         )
         self.log = (directory / "daemon.log").open("ab")
         env = {k: v for k, v in os.environ.items() if not k.startswith("TPUCARED_")}
@@ -227,7 +241,8 @@ def _node_of(request: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _kind(request: Mapping[str, Any]) -> str:
+def request_kind(request: Mapping[str, Any]) -> str:
+    """The API method a request-log entry is: nodes.list, nodes.create, operations.get, ..."""
     method, path = request["method"], request["path"]
     if "/operations/" in path:
         return "operations.get"
@@ -282,71 +297,6 @@ def measure_detection(
     }
 
 
-def measure_capacity(
-    cloud: Cloud,
-    scratch: Path,
-    size: int,
-    settings: Settings,
-    rng: random.Random,
-    log: Callable[[str], None],
-) -> dict[str, Any]:
-    poll = 10.0
-    daemon = DaemonProcess(scratch / f"capacity-{size}", cloud.url, poll=poll, size=size)
-    latencies: list[float] = []
-    budgets: list[dict[str, float]] = []
-    try:
-        wait_until(lambda: fleet_ready(cloud, daemon, size), 120, "the fleet")
-        for i in range(settings.capacity_samples):
-            stocked_out = cloud.set_capacity(0)
-            for node, state in cloud.nodes().items():
-                if state == "READY":
-                    cloud.preempt(node)  # every slot must now hunt for capacity
-            warm = settings.warmup[0] + rng.uniform(0, settings.warmup[1])
-            time.sleep(warm)
-            restored = cloud.set_capacity(None)
-            # The cost of hunting: what the daemon asked for in the stockout, per minute
-            # (after the first 15 s, which are deletes and the first failed creates).
-            counted_from = stocked_out + 15.0
-            window = [r for r in cloud.requests(counted_from) if r["time"] <= restored]
-            minutes = (restored - counted_from) / 60.0
-            kinds = Counter(_kind(r) for r in window)
-            budgets.append({k: round(v / minutes, 1) for k, v in sorted(kinds.items())})
-
-            def created(restored: float = restored) -> float | None:
-                ready = {n for n, s in cloud.nodes().items() if s == "READY"}
-                posts = [
-                    r
-                    for r in cloud.requests(restored)
-                    if r["method"] == "POST" and _node_of(r) in ready and r["status"] == 200
-                ]
-                return min((float(r["time"]) for r in posts), default=None)
-
-            first = wait_until(created, 120, "a create that succeeds")
-            latencies.append(first - restored)
-            log(
-                f"capacity size={size} sample {i + 1}/{settings.capacity_samples}: "
-                f"{first - restored:.3f} s after {warm:.0f} s of stockout; "
-                f"{sum(budgets[-1].values()):.0f} requests/min while hunting"
-            )
-            wait_until(lambda: fleet_ready(cloud, daemon, size), 180, "the whole fleet back")
-    finally:
-        daemon.stop()
-    per_minute = {
-        k: round(sum(b.get(k, 0.0) for b in budgets) / len(budgets), 1)
-        for k in sorted({k for b in budgets for k in b})
-    }
-    return {
-        "fleet_size": size,
-        "poll_interval_s": poll,
-        "policy": "default: capacity backoff 5s doubling to 30s, full jitter; one zone",
-        "latency_s": common.summarize(latencies),
-        "requests_per_minute_while_hunting": {
-            **per_minute,
-            "total": round(sum(per_minute.values()), 1),
-        },
-    }
-
-
 def run(
     quick: bool, *, settings: Settings | None = None, progress: Callable[[str], None] = print
 ) -> dict[str, Any]:
@@ -358,13 +308,9 @@ def run(
             "emulator_create_seconds": settings.create_seconds,
             "emulator_delete_seconds": settings.delete_seconds,
             "detection_samples": {f"{k:g}s": v for k, v in settings.detection_samples.items()},
-            "capacity_fleet_sizes": list(settings.capacity_sizes),
-            "capacity_samples": settings.capacity_samples,
-            "stockout_warmup_s": list(settings.warmup),
             "seed": settings.seed,
         },
         "detection": [],
-        "capacity": [],
     }
     with tempfile.TemporaryDirectory(prefix="tpucared-bench-") as tmp, Cloud(settings) as cloud:
         scratch = Path(tmp)
@@ -372,13 +318,6 @@ def run(
             result["detection"].append(
                 measure_detection(cloud, scratch, poll, samples, rng, progress)
             )
-        for size in settings.capacity_sizes:
-            cloud.set_capacity(None)
-            result["capacity"].append(
-                measure_capacity(cloud, scratch, size, settings, rng, progress)
-            )
-            # Nothing of this fleet may linger into the next: a fresh emulator state.
-            cloud.thread.call(lambda s: s.reset())
     return result
 
 
@@ -394,23 +333,9 @@ def render(result: Mapping[str, Any]) -> str:
                 common.format_seconds(s["median"]),
                 common.format_seconds(s["p99"]),
                 common.format_seconds(s["max"]),
-                "-",
             ]
         )
-    for c in result["capacity"]:
-        s = c["latency_s"]
-        rows.append(
-            [
-                "capacity back -> create that succeeds",
-                f"poll {c['poll_interval_s']:g}s, {c['fleet_size']} slots hunting",
-                str(s["n"]),
-                common.format_seconds(s["median"]),
-                common.format_seconds(s["p99"]),
-                common.format_seconds(s["max"]),
-                str(c["requests_per_minute_while_hunting"]["total"]),
-            ]
-        )
-    headers = ["latency", "settings", "n", "median s", "p99 s", "max s", "API req/min hunting"]
+    headers = ["latency", "settings", "n", "median s", "p99 s", "max s"]
     return common.table(headers, rows)
 
 

@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, str] = {
     "fanout": "bench.fanout",
     "detection": "bench.detection",
     "recovery": "bench.recovery",
+    "capacity": "bench.capacity",
 }
 
 RunFunction = Callable[[bool], dict[str, Any]]

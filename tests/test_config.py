@@ -92,6 +92,8 @@ def test_gce_example() -> None:
     assert config.guard is not None
     assert config.guard.max_nodes == 12
     assert config.policy.timeouts["creating"] == timedelta(minutes=30)
+    # "These are the defaults", the example says of its [policy]: keep it true.
+    assert config.policy == Policy(timeouts=config.policy.timeouts)
 
 
 def test_defaults(tmp_path: Path) -> None:
@@ -181,6 +183,30 @@ def test_policy_section(tmp_path: Path) -> None:
     assert p.timeouts["creating"] == timedelta(minutes=45)
     assert p.timeouts["queued"] is None
     assert p.timeouts["deleting"] == timedelta(minutes=15)
+    # Unset, the capacity jitter keeps its default share; the others stay full jitter.
+    assert p.capacity_backoff.jitter == Policy().capacity_backoff.jitter == 0.4
+    assert p.transient_backoff.jitter == p.error_backoff.jitter == 1.0
+
+
+def test_default_capacity_backoff_is_a_near_constant_short_wait(tmp_path: Path) -> None:
+    rule = load(tmp_path, MINIMAL).policy.capacity_backoff
+    assert (rule.base, rule.cap, rule.floor) == (
+        timedelta(seconds=4),
+        timedelta(seconds=4),
+        timedelta(0),
+    )
+    assert rule.jitter == 0.4  # every wait in [2.4 s, 4 s]
+
+
+@pytest.mark.parametrize(
+    ("value", "share"), [("0.0", 0.0), ("0.25", 0.25), ("1.0", 1.0), ("1", 1.0), ("0", 0.0)]
+)
+def test_capacity_backoff_jitter(tmp_path: Path, value: str, share: float) -> None:
+    text = MINIMAL + f'[policy]\ncapacity_backoff_cap = "1m"\ncapacity_backoff_jitter = {value}\n'
+    p = load(tmp_path, text).policy
+    assert p.capacity_backoff.jitter == share
+    assert p.capacity_backoff.cap == timedelta(minutes=1)
+    assert p.transient_backoff.jitter == 1.0
 
 
 @pytest.mark.parametrize(
@@ -479,6 +505,26 @@ BAD = [
             "policy.capacity_backoff_cap: expected at least policy.capacity_backoff "
             '("1m"), got "30s"'
         ],
+    ),
+    (
+        "capacity-jitter-above-one",
+        MINIMAL + "[policy]\ncapacity_backoff_jitter = 1.5\n",
+        ["policy.capacity_backoff_jitter: expected a number <= 1.0, got 1.5"],
+    ),
+    (
+        "capacity-jitter-negative",
+        MINIMAL + "[policy]\ncapacity_backoff_jitter = -0.1\n",
+        ["policy.capacity_backoff_jitter: expected a number >= 0.0, got -0.1"],
+    ),
+    (
+        "capacity-jitter-percent-string",
+        MINIMAL + '[policy]\ncapacity_backoff_jitter = "40%"\n',
+        ['policy.capacity_backoff_jitter: expected a number, got "40%"'],
+    ),
+    (
+        "capacity-jitter-typo",
+        MINIMAL + "[policy]\ncapacity_jitter = 0.2\n",
+        ['policy.capacity_jitter: unknown key (did you mean "capacity_backoff_jitter"?)'],
     ),
     (
         "unknown-timeout",

@@ -377,8 +377,10 @@ class _Fleet(_Table):
 class _Policy(_Table):
     max_creates: int = Field(default=8, ge=1)
     max_creates_per_fleet: int = Field(default=4, ge=1)
-    capacity_backoff: Duration = timedelta(seconds=5)
-    capacity_backoff_cap: Duration = timedelta(seconds=30)
+    capacity_backoff: Duration = timedelta(seconds=4)
+    capacity_backoff_cap: Duration = timedelta(seconds=4)
+    # The random share of each capacity wait (1 = full jitter over [0, wait]).
+    capacity_backoff_jitter: float = Field(default=0.4, ge=0, le=1)
     transient_backoff: Duration = timedelta(seconds=5)
     transient_backoff_cap: Duration = timedelta(minutes=2)
     error_backoff: Duration = timedelta(minutes=10)
@@ -742,7 +744,9 @@ def _policy(raw: _Policy, problems: _Problems) -> Policy | None:
         else:
             # The error backoff never retries sooner than its base: a person must act first.
             floor = base if name == "error" else timedelta(0)
-            rules[name] = BackoffRule(base=base, cap=cap, floor=floor)
+            # Only capacity hunting has a tunable jitter; the others keep full jitter.
+            share = raw.capacity_backoff_jitter if name == "capacity" else 1.0
+            rules[name] = BackoffRule(base=base, cap=cap, floor=floor, jitter=share)
     for name in raw.timeouts:
         if name not in DEFAULT_TIMEOUTS:
             close = difflib.get_close_matches(name, list(DEFAULT_TIMEOUTS), n=1)

@@ -466,9 +466,9 @@ def test_pending(
     [
         # First stockout: the other zone has not been tried, so try it now.
         (ErrorKind.CAPACITY, 0, Z2, None, None),
-        # Every zone stocked out in a row: the capacity backoff (5..30 s, full jitter).
-        (ErrorKind.CAPACITY, 1, Z2, timedelta(0), timedelta(seconds=5)),
-        (ErrorKind.CAPACITY, 9, Z2, timedelta(0), timedelta(seconds=30)),
+        # Every zone stocked out in a row: the capacity backoff (2.4..4 s, near-constant).
+        (ErrorKind.CAPACITY, 1, Z2, timedelta(seconds=2.4), timedelta(seconds=4)),
+        (ErrorKind.CAPACITY, 9, Z2, timedelta(seconds=2.4), timedelta(seconds=4)),
         # Quota and friends: same zone, 10-30 minutes.
         (ErrorKind.QUOTA, 0, Z1, timedelta(minutes=10), timedelta(minutes=10)),
         (ErrorKind.PERMISSION, 3, Z1, timedelta(minutes=10), timedelta(minutes=30)),

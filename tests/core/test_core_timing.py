@@ -9,10 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tpucared.core import durations
-from tpucared.core.backoff import BackoffRule, ceiling, delay, jitter
+from tpucared.core.backoff import BackoffRule, ceiling, delay, jitter, shortest
 from tpucared.core.cloud import DEAD_STATES, TRANSIENT_STATES
 from tpucared.core.model import CloudState, ErrorKind, NodePhase, QueuedState
-from tpucared.core.policy import HARD_ERRORS, Policy
+from tpucared.core.policy import CAPACITY_BACKOFF, HARD_ERRORS, Policy
 from tpucared.core.stuck import (
     CLOUD_RULE,
     DEFAULT_TIMEOUTS,
@@ -64,6 +64,117 @@ def test_jitter_must_be_a_unit_fraction(u: float) -> None:
 def test_bad_rules_are_refused(base: int, cap: int, floor: int) -> None:
     with pytest.raises(ValueError, match="backoff"):
         BackoffRule(base=base * S, cap=cap * S, floor=floor * S)
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.01, float("nan"), float("inf")])
+def test_jitter_share_must_be_a_fraction(share: float) -> None:
+    with pytest.raises(ValueError, match="jitter"):
+        BackoffRule(base=5 * S, cap=30 * S, jitter=share)
+
+
+# ---- the jittered share: capacity hunting waits near its ceiling
+
+NEAR = BackoffRule(base=4 * S, cap=4 * S, jitter=0.4)
+
+
+@pytest.mark.parametrize(
+    ("rule", "attempt", "u", "seconds"),
+    [
+        (NEAR, 1, 0.0, 2.4),
+        (NEAR, 1, 0.5, 3.2),
+        (NEAR, 7, 0.75, 3.6),
+        (NEAR, 10**6, 0.0, 2.4),
+        # Doubling still applies under a share: ceilings 5, 10, 20, 30 s.
+        (BackoffRule(base=5 * S, cap=30 * S, jitter=0.5), 1, 0.0, 2.5),
+        (BackoffRule(base=5 * S, cap=30 * S, jitter=0.5), 3, 0.5, 15.0),
+        (BackoffRule(base=5 * S, cap=30 * S, jitter=0.5), 9, 0.0, 15.0),
+        # No jitter: exactly the ceiling, whatever u.
+        (BackoffRule(base=5 * S, cap=30 * S, jitter=0.0), 2, 0.0, 10.0),
+        (BackoffRule(base=5 * S, cap=30 * S, jitter=0.0), 2, 0.9, 10.0),
+        # A floor above the jitter's low end still holds (the error backoff's shape).
+        (BackoffRule(base=600 * S, cap=1800 * S, floor=600 * S, jitter=0.2), 2, 0.0, 960.0),
+        (BackoffRule(base=600 * S, cap=1800 * S, floor=600 * S, jitter=0.8), 1, 0.0, 600.0),
+    ],
+)
+def test_jitter_share(rule: BackoffRule, attempt: int, u: float, seconds: float) -> None:
+    assert delay(rule, attempt, u) == timedelta(seconds=seconds)
+
+
+rules = st.builds(
+    lambda base, extra, floor_share, share: BackoffRule(
+        base=timedelta(seconds=base),
+        cap=timedelta(seconds=base + extra),
+        floor=timedelta(seconds=(base + extra) * floor_share),
+        jitter=share,
+    ),
+    st.floats(min_value=0.001, max_value=3600),
+    st.floats(min_value=0, max_value=3600),
+    st.floats(min_value=0, max_value=1),
+    st.floats(min_value=0, max_value=1),
+)
+
+
+@given(
+    rules,
+    st.integers(min_value=0, max_value=10**9),
+    st.floats(min_value=0, max_value=0.999999),
+    st.floats(min_value=0, max_value=0.999999),
+)
+def test_every_delay_lies_in_its_window_and_grows_with_u(
+    rule: BackoffRule, attempt: int, u: float, v: float
+) -> None:
+    # The floor wins over an early ceiling below it (the error backoff: never before 10 min).
+    low, high = shortest(rule, attempt), max(ceiling(rule, attempt), rule.floor)
+    assert rule.floor <= low <= high <= rule.cap
+    # timedelta keeps microseconds: allow one of rounding at either end.
+    tick = timedelta(microseconds=1)
+    d, e = delay(rule, attempt, u), delay(rule, attempt, v)
+    assert low - tick <= d <= high + tick
+    assert (d <= e + tick) if u <= v else (e <= d + tick)
+    # The random share is at most `jitter` of the ceiling.
+    assert high - low <= high * rule.jitter + tick
+
+
+@given(st.integers(min_value=1, max_value=64), st.floats(min_value=0, max_value=0.999999))
+def test_a_share_of_one_is_the_old_full_jitter(attempt: int, u: float) -> None:
+    full = BackoffRule(base=5 * S, cap=30 * S, jitter=1.0)
+    assert delay(full, attempt, u) == ceiling(full, attempt) * u
+
+
+def test_the_default_capacity_wait_is_near_constant_and_still_spread() -> None:
+    rule = Policy().capacity_backoff
+    assert rule is CAPACITY_BACKOFF
+    waits = [
+        delay(rule, n, jitter("sweep", slot, "run", n)) for slot in range(64) for n in (1, 5, 50)
+    ]
+    assert all(timedelta(seconds=2.4) <= w <= timedelta(seconds=4) for w in waits)
+    # Slots of a fleet do not retry in step: their waits cover most of the 1.6 s window.
+    assert max(waits) - min(waits) > timedelta(seconds=1.4)
+
+
+def _residual(overhead: float, low: float, high: float) -> float:
+    """Expected wait from a random instant to the next retry of a renewal process whose
+    cycle is `overhead` + uniform(low, high) seconds: E[C^2] / 2E[C]."""
+    mean = overhead + (low + high) / 2
+    return ((high - low) ** 2 / 12 + mean**2) / (2 * mean)
+
+
+def test_near_constant_waits_beat_full_jitter_at_the_same_request_rate() -> None:
+    """Why capacity hunting does not use full jitter: with the same mean cycle (so the same
+    requests per minute), full jitter's long draws make the expected wait for capacity that
+    comes back at a random moment longer. Overhead: a failing create noticed ~3.5 s after
+    it is issued (the emulator's 2 s operation, polled at 0.5, 1.5 and 3.5 s)."""
+    overhead = 3.5
+    rule = CAPACITY_BACKOFF
+    low, high = shortest(rule, 9).total_seconds(), ceiling(rule, 9).total_seconds()
+    near = _residual(overhead, low, high)
+    full = _residual(overhead, 0.0, low + high)  # full jitter with the same mean wait
+    assert near < 0.95 * full
+    # ... and a shorter worst case: the longest cycle (4 s of wait, not 6.4 s).
+    assert high < 0.7 * (low + high)
+    assert near < 4.0  # the lone slot's target is a median of 5 s at most
+    old = _residual(overhead, 0.0, 30.0)  # the previous default, 0-30 s
+    assert old > 2 * near
 
 
 def test_jitter_is_stable_and_spread() -> None:

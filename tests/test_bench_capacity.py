@@ -1,0 +1,146 @@
+"""The capacity benchmark works: quick mode end to end (the real daemon, the SkyPilot and
+tpucare replays, one emulator) written through bench.run's envelope, plus its pure parts:
+the replayed schedules and the model of the daemon's hunting cycle.
+
+Not a performance test: the end-to-end run checks the result is well-formed and that each
+figure is one the method can produce (every latency inside what the schedule allows, every
+hunter's requests made of the calls its tool makes), so `make bench` cannot rot unnoticed.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `bench` is a top-level package of the repository, not installed
+    sys.path.insert(0, str(ROOT))
+
+from bench import capacity, replay  # noqa: E402
+from bench import run as harness  # noqa: E402
+from tpucared.core.policy import CAPACITY_BACKOFF  # noqa: E402
+
+
+@pytest.mark.slow
+def test_the_capacity_benchmark_runs_end_to_end_in_quick_mode(tmp_path: Path) -> None:
+    lines: list[str] = []
+    quick = partial(capacity.run, progress=lines.append)
+    path, envelope = harness.run_one("capacity", quick, quick=True, output_dir=tmp_path)
+
+    assert path == tmp_path / "capacity-quick.json"
+    data: dict[str, Any] = json.loads(path.read_text())
+    assert data == json.loads(json.dumps(envelope))
+    assert data["benchmark"] == "capacity"
+    assert data["mode"] == "quick"
+    assert data["command"] == "python -m bench.run --quick --only capacity"
+    assert len(data["machine"]["load_average_at_end"]) == 3
+    result = data["result"]
+    assert result["errors"] == {}
+    settings = capacity.QUICK
+    assert result["parameters"]["stockout_s"] == settings.stockout
+    assert result["parameters"]["skypilot"]["scale"] == 0.1
+    assert result["budget"]["requests_per_minute_per_hunting_slot"] == capacity.BUDGET_PER_SLOT
+
+    groups = result["groups"]
+    assert [(g["tool"], g["slots"]) for g in groups] == [(g.tool, g.slots) for g in settings.groups]
+    for g in groups:
+        assert g["latency_s"]["n"] == 1, g
+        kinds = g["requests_per_minute_per_zone"]
+        # Each tool hunts with creates and operation polls, nothing else is counted twice.
+        assert kinds["nodes.create"] > 0, g
+        assert kinds["operations.get"] > 0, g
+        assert kinds["total"] == pytest.approx(
+            sum(v for k, v in kinds.items() if k != "total"), abs=0.2
+        )
+        assert g["requests_per_minute_per_slot"] == pytest.approx(
+            kinds["total"] / g["slots"], abs=0.1
+        )
+    by_tool = {(g["tool"], g["slots"]): g for g in groups}
+    # The daemon lists its zone in every tick; the replays only create and poll in a stockout.
+    assert by_tool[("tpucared", 1)]["requests_per_minute_per_zone"]["nodes.list"] > 0
+    assert "nodes.list" not in by_tool[("skypilot", 1)]["requests_per_minute_per_zone"]
+    assert by_tool[("tpucared", 4)]["every_slot_latency_s"]["n"] == 1
+
+    samples = result["samples"]
+    assert len(samples) == sum(g.count * g.samples for g in settings.groups)
+    assert len({s["zone"] for s in samples}) == len(samples)  # a zone each
+    for s in samples:
+        assert s["stockout_s"] == pytest.approx(settings.stockout, abs=1.0)
+        # The wait is at most one retry cycle: an operation in flight (2 s, seen at the next
+        # poll), the longest wait of the schedule, and slack for a loaded machine.
+        bound = {"tpucared": 4.0 + 4.0, "tpucare": 1.0 + 5.0, "skypilot": 0.1 * 420 + 5.0}
+        assert 0 <= s["latency_s"] < bound[s["tool"]] + 10.0, s
+        creates = s["creates_at_s"]
+        assert creates == sorted(creates)
+        assert creates[-1] == pytest.approx(s["stockout_s"] + s["latency_s"], abs=0.01)
+        assert len(creates) >= 2  # at least one create failed in the stockout
+    assert len(lines) == len(samples)  # one progress line per sample
+
+    table = capacity.render(result)
+    assert "SkyPilot replay" in table
+    assert "tpucare replay" in table
+
+
+def test_the_benchmark_is_registered() -> None:
+    assert harness.BENCHMARKS["capacity"] == "bench.capacity"
+    assert harness.load("capacity").run is capacity.run
+
+
+# ---- the replayed schedules
+
+
+def test_skypilot_keeps_its_jitter_and_starts_over_after_three_attempts() -> None:
+    schedule = replay.SkyPilotSchedule()
+    rng = random.Random(7)
+    gaps = schedule.gaps(rng)
+    first, second, restart = next(gaps), next(gaps), next(gaps)
+    assert 36.0 <= first <= 84.0  # 60 s +-40 %
+    # The next base is the jittered gap x1.6, not 60 x1.6: the jitter is kept.
+    assert first * 1.6 * 0.6 <= second <= first * 1.6 * 1.4
+    assert restart == 0.0  # FAILOVER relaunches at once with a fresh backoff
+    fresh = [next(gaps) for _ in range(40)]
+    assert 36.0 <= fresh[0] <= 84.0
+    assert max(fresh) <= 300 * 1.4  # capped before the jitter
+    assert sum(g > 300 for g in fresh) > 0  # ... so the cap is exceeded, sometimes
+    scaled = replay.SkyPilotSchedule(scale=0.1).gaps(random.Random(7))
+    assert next(scaled) == pytest.approx(first * 0.1)
+
+
+def test_gcloud_waits_a_second_then_two_growing_by_1_4_with_jitter() -> None:
+    sleeps = replay.GcloudWaiter().sleeps(random.Random(3))
+    first, second, third = next(sleeps), next(sleeps), next(sleeps)
+    assert first == 1.0
+    assert 2.0 <= second <= 3.0
+    assert 2.8 <= third <= 3.8
+
+
+# ---- the model of the daemon's hunting cycle
+
+
+def test_the_operation_watcher_sees_a_2s_operation_at_its_third_poll() -> None:
+    assert capacity._poll_times(2.0, 10.0) == [0.5, 1.5, 3.5]
+    assert capacity._poll_times(10.0, 10.0) == [0.5, 1.5, 3.5, 7.5, 12.5]
+
+
+def test_the_model_prefers_the_new_default_for_a_lone_slot() -> None:
+    new = capacity.simulate(CAPACITY_BACKOFF, slots=1, runs=200)
+    old = capacity.simulate(capacity.PREVIOUS_DEFAULT, slots=1, runs=200)
+    tight = capacity.simulate(None, slots=1, runs=200)
+    assert new["median"] <= 4.0 < 5.0 < old["median"]
+    assert new["p99"] < old["p99"] / 2
+    # Waiting is what saves requests: the tight loop costs the most, the old default least.
+    assert tight["requests_per_minute"] > new["requests_per_minute"]
+    assert new["requests_per_minute"] > old["requests_per_minute"]
+    assert new["requests_per_minute"] <= capacity.BUDGET_PER_SLOT
+
+
+def test_the_model_keeps_a_fleet_within_the_zone_budget() -> None:
+    for slots in (4, 16):
+        rate = capacity.simulate(CAPACITY_BACKOFF, slots=slots, runs=30)["requests_per_minute"]
+        assert rate <= capacity.BUDGET_PER_FLEET_ZONE, (slots, rate)
