@@ -293,6 +293,12 @@ def test_dead_nodes_of_ours_are_deleted_at_once(w: World) -> None:
         obs = known(observations, inc.zone, inc.queued_resource is not None)
         if not managed or obs is None or inc.phase is P.DELETING:
             continue
+        if not all(is_ours(t, inc.fleet) for t in occupants(observations, inc.zone, inc.node_name)):
+            # Something not ours (e.g. a foreign queued resource) holds the name too: "never
+            # touches what is not ours" (above) wins, and the planner ends the incarnation
+            # without a delete. Found by hypothesis: a dead node of ours beside a foreign
+            # queued resource of the same name.
+            continue
         for n in obs.nodes:
             same = inc.cloud_id is None or n.cloud_id is None or n.cloud_id == inc.cloud_id
             if (

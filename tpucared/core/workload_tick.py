@@ -20,7 +20,7 @@ from datetime import datetime
 from tpucared.core.actions import Action, Adopt, DeleteNode, Notice, Transition
 from tpucared.core.model import FleetSpec, NodePhase, ZoneObservation
 from tpucared.core.plan import Hold, Plan
-from tpucared.core.planner import NodesOutcome, plan
+from tpucared.core.planner import NodesOutcome, plan_view
 from tpucared.core.policy import Policy
 from tpucared.core.snapshot import SlotKey
 from tpucared.core.view import View
@@ -43,9 +43,8 @@ def plan_tick(
     """`planner.plan` plus the workload actions for `probes` (tracked, see
     workload_inputs.track). With no probes, running attempts are left alone and nothing is
     launched, so `tpucared plan` may pass none."""
-    observations = tuple(observations)
-    node_plan = plan(specs, observations, snapshot, now, policy, owner, reported=reported)
-    view = View(specs, observations, snapshot, now, policy, owner)
+    view = View(specs, tuple(observations), snapshot, now, policy, owner)
+    node_plan = plan_view(view, reported)
     work = plan_workloads(
         view,
         nodes_outcome(view, node_plan.actions),
