@@ -34,7 +34,7 @@ from tpucared.gcp.errors import (
     InvalidRequestError,
     NotFoundError,
 )
-from tpucared.gcp.observe import observe_zone
+from tpucared.gcp.observe import LIST_PAGE_SIZE, NODE_LIST_FIELDS, observe_zone
 from tpucared.gcp.operation import Operation
 
 P = "emu-project"
@@ -81,6 +81,9 @@ class Control:
     async def requests(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = await self._send("GET", "/requests")
         return result
+
+    async def reset_requests(self) -> None:
+        await self._send("DELETE", "/requests")
 
 
 class Sleeps:
@@ -176,6 +179,51 @@ async def test_list_follows_pages_to_the_end(client: TpuClient, control: Control
     assert client.request_counts[("nodes.list", "200")] == len(list_calls)
     explicit = await client.list_nodes(P, ZONE, page_size=100)
     assert len(explicit) == 12
+
+
+async def test_observe_asks_for_big_pages_and_follows_smaller_ones(
+    client: TpuClient, control: Control, emulator: Any
+) -> None:
+    # A zone observation asks for LIST_PAGE_SIZE per page (the API default is small and
+    # undocumented); a server whose maximum is lower coerces it (AIP-158) and the observer
+    # still follows every page.
+    ids = [f"big-{i}" for i in range(9)]
+    operations = await asyncio.gather(*(create(client, i) for i in ids))
+    await asyncio.gather(*(wait(client, op) for op in operations))
+    emulator.state.options.max_page_size = 4
+    await control.reset_requests()
+    observation = await observe_zone(client, P, ZONE, datetime.now(UTC))
+    assert observation.ok
+    assert sorted(n.name for n in observation.nodes) == ids
+    lists = [r for r in v2_requests(await control.requests(), "/nodes") if r["method"] == "GET"]
+    assert len(lists) == 3  # 4 + 4 + 1
+    assert {r["query"]["pageSize"] for r in lists} == {str(LIST_PAGE_SIZE)}
+    assert {r["query"]["fields"] for r in lists} == {NODE_LIST_FIELDS}  # a partial response
+    assert observation.nodes[0].endpoints  # ... that keeps what the planner reads
+
+
+async def test_observe_reuses_unchanged_nodes_through_its_cache(
+    client: TpuClient, control: Control
+) -> None:
+    operations = await asyncio.gather(*(create(client, f"c-{i}") for i in range(3)))
+    await asyncio.gather(*(wait(client, op) for op in operations))
+    cache: dict[str, Any] = {}
+    first = await observe_zone(client, P, ZONE, datetime.now(UTC), cache=cache)
+    await control.preempt("c-1")
+    second = await observe_zone(client, P, ZONE, datetime.now(UTC), cache=cache)
+    before = {n.name: n for n in first.nodes}
+    after = {n.name: n for n in second.nodes}
+    assert after["c-0"] is before["c-0"]
+    assert after["c-2"] is before["c-2"]
+    assert after["c-1"].state is CloudState.PREEMPTED
+    assert after == {
+        n.name: n for n in (await observe_zone(client, P, ZONE, first.observed_at)).nodes
+    }
+    # A failed list changes nothing in the cache.
+    await control.script("permission")
+    failed = await observe_zone(client, P, ZONE, datetime.now(UTC), cache=cache)
+    assert failed.error is ErrorKind.PERMISSION
+    assert {v[1].name: v[1] for v in cache.values()} == after
 
 
 async def test_catalogue_lists(client: TpuClient) -> None:
@@ -363,10 +411,11 @@ async def test_observe_zone_failure_is_an_error_observation(
 
 
 async def test_observe_zone_fails_whole_when_the_second_page_fails(
-    client: TpuClient, control: Control
+    client: TpuClient, control: Control, emulator: Any
 ) -> None:
     operations = await asyncio.gather(*(create(client, f"pg-{i}") for i in range(7)))
     await asyncio.gather(*(wait(client, op) for op in operations))
+    emulator.state.options.max_page_size = 5  # the observer asks for more: make a second page
     await control.script("ok", *["permission"])
     observation = await observe_zone(client, P, ZONE, datetime.now(UTC))
     assert observation.error is ErrorKind.PERMISSION

@@ -29,6 +29,11 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).parent / "store_worker.py"
 TABLES = {t.name for t in metadata.sorted_tables}
 VIEWS = {"v_running_now", "v_preemptions_per_fleet", "v_slot_goodput", "v_create_failures_by_zone"}
+# 0002: every write to the snapshot's tables bumps change_counter.
+COUNTED = ("fleets", "slots", "nodes", "workers", "workload_attempts", "create_attempts")
+TRIGGERS = {"events_append_only"} | {
+    f"{t}_{op}_counts" for t in COUNTED for op in ("insert", "update", "delete")
+}
 
 
 def schema(path: Path) -> dict[str, set[str]]:
@@ -49,7 +54,7 @@ async def test_empty_file_to_head_down_to_base_and_up_again(db_path: Path):
     objects = schema(db_path)
     assert objects["table"] == TABLES | {"alembic_version"}
     assert objects["view"] == VIEWS
-    assert objects["trigger"] == {"events_append_only"}
+    assert objects["trigger"] == TRIGGERS
     assert {"uq_nodes_live_slot", "uq_workload_attempts_running", "ix_events_at"} <= objects[
         "index"
     ]
@@ -93,8 +98,8 @@ async def test_a_failed_migration_leaves_nothing_behind(
     """All revisions run in one transaction: a failure in the last one undoes the first."""
     scripts = tmp_path / "migrations"
     shutil.copytree(migrations_dir(), scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "0002_broken.py").write_text(
-        'revision = "0002"\ndown_revision = "0001"\nbranch_labels = None\ndepends_on = None\n'
+    (scripts / "versions" / "0003_broken.py").write_text(
+        'revision = "0003"\ndown_revision = "0002"\nbranch_labels = None\ndepends_on = None\n'
         "from alembic import op\n"
         "def upgrade():\n"
         '    op.execute("CREATE TABLE half_done (x INTEGER)")\n'
@@ -111,7 +116,7 @@ def test_migrations_are_found_and_linear():
     # In the source tree tpucared/migrations is a link to the top-level migrations/ (the wheel
     # ships it as package data): both name the same files.
     assert migrations_dir().resolve() == (ROOT / "migrations").resolve()
-    assert head_revision() == "0001"
+    assert head_revision() == "0002"
 
 
 def test_missing_migrations_are_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
@@ -148,7 +153,7 @@ async def test_two_processes_migrating_at_once_both_succeed(db_path: Path):
         assert out.decode().strip() == head_revision()
     assert schema(db_path)["table"] == TABLES | {"alembic_version"}
     conn = open_raw(db_path)
-    assert [tuple(r) for r in conn.execute("SELECT * FROM alembic_version")] == [("0001",)]
+    assert [tuple(r) for r in conn.execute("SELECT * FROM alembic_version")] == [("0002",)]
     conn.close()
 
 
@@ -181,7 +186,7 @@ def test_module_entry_point_for_ci_and_operators(
     assert migrate.main(["upgrade", db]) == 0
     assert migrate.main(["current", db]) == 0
     assert migrate.main(["check", db]) == 0
-    assert capsys.readouterr().out.splitlines() == ["0001", "0001", "models and migrations agree"]
+    assert capsys.readouterr().out.splitlines() == ["0002", "0002", "models and migrations agree"]
     assert migrate.main(["nonsense"]) == 2
 
 

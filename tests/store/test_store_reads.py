@@ -143,3 +143,40 @@ def test_hot_queries_use_their_indexes(migrated):
     )
     assert "ix_events_fleet_id" in plan, plan
     conn.close()
+
+
+async def test_snapshot_reuses_the_records_of_unchanged_rows_only(seeded: Store) -> None:
+    # The record cache (store/cache.py): nothing written, the same snapshot; something
+    # written, a new one that shares the records of the rows that did not change, and equals
+    # what an uncached read (a write transaction's) returns.
+    ids = await populate(seeded)
+    first = await seeded.load_snapshot()
+    again = await seeded.load_snapshot()
+    assert again is first
+    assert seeded.records.snapshot_hits == 1
+
+    async with seeded.write() as tx:
+        await tx.record_cloud(ids["a"], P.READY, facts(state="REPAIRING"), T1)
+        await tx.pin_host_keys(ids["a"], 1, ("ssh-ed25519 AAAAkey",))
+    hits = seeded.records.hits
+    changed = await seeded.load_snapshot()
+    assert seeded.records.snapshot_hits == 1  # the counter moved: read again
+    assert seeded.records.hits > hits
+    assert changed.nodes[("sweep", 0)].cloud_state == "REPAIRING"
+    assert changed.nodes[("sweep", 1)] is first.nodes[("sweep", 1)]
+    assert changed.slots[("sweep", 2)] is first.slots[("sweep", 2)]
+    assert changed.workers[ids["a"]][0] is first.workers[ids["a"]][0]
+    assert changed.workers[ids["a"]][1].host_keys == ("ssh-ed25519 AAAAkey",)
+    assert changed.running[("sweep", 0)] is first.running[("sweep", 0)]
+    assert changed.last_event_id > first.last_event_id
+    async with seeded.write() as tx:  # a write transaction's reader has no cache
+        uncached = await tx.snapshot()
+    assert changed == uncached
+
+    # A notice is an event only: the same snapshot, with the newest event id.
+    async with seeded.write() as tx:
+        await tx.append_event("notice", "hello", T1)
+    noticed = await seeded.load_snapshot()
+    assert seeded.records.snapshot_hits == 2
+    assert noticed.nodes is changed.nodes
+    assert noticed.last_event_id == changed.last_event_id + 1

@@ -95,9 +95,11 @@ def plan_creates(
     )
     for index, _, spec in wanted:
         key = (spec.name, index)
+        if key in claimed:  # checked first: nearly every slot of a big fleet has its node
+            continue
         slot = slots.get(key) or view.slot(spec.name, index)
         name = spec.node_name(index)
-        if key in claimed or slot.done or view.unwanted(spec.name, index) is not None:
+        if slot.done or view.unwanted(spec.name, index) is not None:
             continue
 
         why_not: str | None = None

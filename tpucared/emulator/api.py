@@ -4,9 +4,10 @@ Paths are exactly those of tpu.googleapis.com (cloud_tpu.proto HTTP bindings and
 including custom methods after a colon (`nodes/n:getGuestAttributes`). A single catch-all
 aiohttp route hands `/v2/...` here, because aiohttp's `{var}` segments would swallow the
 `:verb` suffix. Like Google's front end, query parameters may be camelCase or snake_case,
-system parameters (`$alt`, `alt`, `key`, `fields`, ...) are accepted and ignored, and an unknown
-parameter is a 400. Handlers return JSON-ready dicts; errors are raised as ApiError and turned
-into the Google envelope by the middleware (middleware.py).
+system parameters (`$alt`, `alt`, `key`, ...) are accepted and ignored except `fields`, which
+the server applies to the response (fields.py), and an unknown parameter is a 400. Handlers
+return JSON-ready dicts; errors are raised as ApiError and turned into the Google envelope by
+the middleware (middleware.py).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ def region_of(zone: str) -> str:
 
 class Node:
     __slots__ = (
+        "_json",
         "accelerator_type",
         "create_op",
         "create_time",
@@ -36,6 +37,7 @@ class Node:
         "queued_resource",
         "shape",
         "spec",
+        "spec_rev",
         "state",
         "uid",
         "workers",
@@ -72,6 +74,8 @@ class Node:
         self.create_op: str | None = None  # name of the create operation while it runs
         # Bumped on every state change; timers scheduled for an older generation are stale.
         self.generation = 0
+        self.spec_rev = 0  # bumped whenever `spec` is changed in place (nodes.patch)
+        self._json: tuple[tuple[Any, ...], dict[str, Any]] | None = None
 
     @property
     def parent(self) -> str:
@@ -96,6 +100,18 @@ class Node:
         return bool(self.spec.get("networkConfig", {}).get("enableExternalIps"))
 
     def to_json(self) -> dict[str, Any]:
+        """The API resource. Rendered again only when something it shows changed: a list of
+        10,000 nodes every poll is the emulator's main work in the scale benchmark. The dict
+        is shared between calls: callers copy it before changing it (none does)."""
+        key = (self.state, self.health, self.health_description, self.queued_resource,
+               self.spec_rev)  # fmt: skip
+        if self._json is not None and self._json[0] == key:
+            return self._json[1]
+        out = self._render()
+        self._json = (key, out)
+        return out
+
+    def _render(self) -> dict[str, Any]:
         spec = self.spec
         out: dict[str, Any] = {
             "name": self.name,

@@ -25,6 +25,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from tpucared.emulator import fields
 from tpucared.emulator.api import V2Api
 from tpucared.emulator.clock import Clock
 from tpucared.emulator.control import ControlApi
@@ -71,7 +72,10 @@ class EmulatorServer:
         api = V2Api(self.state)
 
         async def v2(request: web.Request) -> web.Response:
-            return web.json_response(await api.dispatch(request))
+            # A partial response (`fields`, fields.py): checked before the request acts.
+            raw = request.query.get("fields")
+            selection = fields.parse(raw) if raw else None
+            return web.json_response(fields.apply(await api.dispatch(request), selection))
 
         app.router.add_route("*", "/v2/{tail:.*}", v2)
         ControlApi(self.state, self.faults, self.requests, self.worker_hosts).add_routes(app)

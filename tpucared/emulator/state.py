@@ -280,6 +280,7 @@ class EmulatorState:
                 node.spec[path] = spec[path]
             else:
                 node.spec.pop(path, None)  # in the mask but absent from the body: cleared
+        node.spec_rev += 1
         op = self.new_operation(node.parent, node.name, "update")
         op.finish(self.now(), response=self._node_response(node))
         return op

@@ -221,7 +221,13 @@ class TpuClient:
             raise malformed_response(200, str(data), method=method, url=url, why=str(exc)) from exc
 
     async def _list(
-        self, call: str, parent: str, collection: str, *, page_size: int | None
+        self,
+        call: str,
+        parent: str,
+        collection: str,
+        *,
+        page_size: int | None,
+        fields: str | None = None,
     ) -> list[JSON]:
         url = self._url(f"{parent}/{collection}")
         items: list[JSON] = []
@@ -231,6 +237,8 @@ class TpuClient:
             params: dict[str, str] = {}
             if page_size is not None:
                 params["pageSize"] = str(page_size)
+            if fields is not None:
+                params["fields"] = fields
             if token:
                 params["pageToken"] = token
             page = await self._call(call, "GET", url, params=params)
@@ -259,11 +267,22 @@ class TpuClient:
     # -- nodes ----------------------------------------------------------------------------------
 
     async def list_nodes(
-        self, project: str, zone: str, *, page_size: int | None = None
+        self,
+        project: str,
+        zone: str,
+        *,
+        page_size: int | None = None,
+        fields: str | None = None,
     ) -> list[JSON]:
-        """Every node of the zone, across all pages."""
+        """Every node of the zone, across all pages. `fields`: a partial response (the system
+        parameter), e.g. "nextPageToken,unreachable,nodes(name,state)"; a selection must keep
+        `nextPageToken` and `unreachable`, which the paging relies on."""
         return await self._list(
-            "nodes.list", names.location(project, zone), "nodes", page_size=page_size
+            "nodes.list",
+            names.location(project, zone),
+            "nodes",
+            page_size=page_size,
+            fields=fields,
         )
 
     @overload

@@ -78,7 +78,12 @@ def _as_int(value: object) -> int | None:
     return None
 
 
+_STATE_BY_NAME: dict[str, CloudState] = {s.value: s for s in CloudState}
+
+
 def parse_state(value: object) -> CloudState:
+    if isinstance(value, str) and value in _STATE_BY_NAME:
+        return _STATE_BY_NAME[value]  # the usual case, without the enum machinery
     number = _as_int(value)
     if number is not None:
         return _STATE_BY_NUMBER.get(number, CloudState.UNKNOWN)

@@ -6,6 +6,7 @@ to account for). Queued resources are listed only where they can matter: zones o
 that provision through queued resources and zones of live incarnations that have one. The
 zones are listed concurrently, so a tick costs one round trip however many zones there are.
 Failures come back as data (`ZoneObservation.error`, see gcp/observe.py), never as exceptions.
+The observer keeps each zone's `NodeCache`, so unchanged nodes are not converted again.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from datetime import datetime
 
 from tpucared.core.model import FleetSpec, IncarnationRecord, Provisioning, ZoneObservation
 from tpucared.gcp import TpuClient, observe_zone
+from tpucared.gcp.observe import NodeCache
 
 
 @dataclass(frozen=True)
@@ -43,10 +45,12 @@ class Observer:
     def __init__(self, client: TpuClient, project: str) -> None:
         self._client = client
         self._project = project
+        self._caches: dict[str, NodeCache] = {}  # zone -> its nodes at the last list
 
     async def observe(self, zones: Zones, now: datetime) -> tuple[ZoneObservation, ...]:
         """List every zone at once; the observations come back sorted by zone."""
         ordered = sorted(zones.nodes)
+        self._caches = {z: c for z, c in self._caches.items() if z in zones.nodes}
         return tuple(
             await asyncio.gather(
                 *(
@@ -56,6 +60,7 @@ class Observer:
                         zone,
                         now,
                         queued_resources=zone in zones.queued,
+                        cache=self._caches.setdefault(zone, {}),
                     )
                     for zone in ordered
                 )

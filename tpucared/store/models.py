@@ -244,4 +244,16 @@ class EventRow(Base):
     details: Mapped[dict[str, Any]] = mapped_column(JSONText, default=dict, server_default="{}")
 
 
+class ChangeCounterRow(Base):
+    """One row, bumped by triggers (migration 0002) in the same transaction as every write to
+    the tables the planner's snapshot reads: equal counters, equal snapshot. Never written by
+    the store itself."""
+
+    __tablename__ = "change_counter"
+    __table_args__ = (CheckConstraint("id = 1", name="single_row"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    counter: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+
+
 metadata = Base.metadata

@@ -9,12 +9,13 @@ or the read models of `tpucared.store.snapshot`.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Executable, Select, func, select, text
-from sqlalchemy.engine import RowMapping
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tpucared.core.model import (
@@ -27,8 +28,10 @@ from tpucared.core.model import (
     WorkloadAttemptRecord,
 )
 from tpucared.store import convert
+from tpucared.store.cache import RecordCache
 from tpucared.store.models import (
     LIVE_NODE_SQL,
+    ChangeCounterRow,
     CreateAttemptRow,
     EventRow,
     FleetRow,
@@ -43,6 +46,8 @@ from tpucared.store.snapshot import FleetStatus, SlotKey, SlotStatus, Snapshot, 
 # bound-parameter IN list implies the index condition).
 _LIVE = text(LIVE_NODE_SQL)
 
+R = TypeVar("R")
+
 
 def _newest_per_slot(model: type[WorkloadAttemptRow] | type[CreateAttemptRow]) -> Select[Any]:
     newest = select(func.max(model.id)).group_by(model.fleet, model.slot)
@@ -50,13 +55,34 @@ def _newest_per_slot(model: type[WorkloadAttemptRow] | type[CreateAttemptRow]) -
 
 
 class Reader:
-    """Read queries on one transaction's connection."""
+    """Read queries on one transaction's connection. With a `RecordCache` (the Store's, for
+    `Store.read()`), the snapshot's big reads reuse the records of unchanged rows."""
 
-    def __init__(self, conn: AsyncConnection) -> None:
+    def __init__(self, conn: AsyncConnection, cache: RecordCache | None = None) -> None:
         self._conn = conn
+        self._cache = cache
 
-    async def _rows(self, stmt: Executable) -> Sequence[RowMapping]:
-        return (await self._conn.execute(stmt)).mappings().all()
+    async def _records(
+        self,
+        name: str,
+        stmt: Select[Any],
+        key: Sequence[str],
+        build: Callable[[Mapping[str, Any]], R],
+    ) -> list[R]:
+        """`build` over the rows of `stmt`, through the record cache when there is one."""
+        if self._cache is not None:
+            cached = await self._cache.records(name, self._conn, stmt, key, build)
+            if cached is not None:
+                return cached
+        return [build(r) for r in await self._rows(stmt)]
+
+    async def _rows(self, stmt: Executable) -> Sequence[Mapping[str, Any]]:
+        """The rows as plain dicts. SQLAlchemy's `RowMapping` answers `column in row` in
+        Python (microseconds a call), and `convert` asks it for every field of every row:
+        at 10,000 live incarnations a tick, that was most of the snapshot's cost."""
+        result = await self._conn.execute(stmt)
+        keys = tuple(result.keys())
+        return [dict(zip(keys, row, strict=True)) for row in result.all()]
 
     # -- single records -----------------------------------------------------------------------
 
@@ -88,7 +114,8 @@ class Reader:
         stmt = select(SlotRow.__table__).order_by(SlotRow.fleet, SlotRow.slot)
         if fleet is not None:
             stmt = stmt.where(SlotRow.fleet == fleet)
-        return [convert.slot(r) for r in await self._rows(stmt)]
+            return [convert.slot(r) for r in await self._rows(stmt)]
+        return await self._records("slots", stmt, ("fleet", "slot"), convert.slot)
 
     async def incarnations(
         self,
@@ -106,6 +133,8 @@ class Reader:
             stmt = stmt.where(NodeRow.slot == slot)
         if live_only:
             stmt = stmt.where(_LIVE)
+            if fleet is None and slot is None and limit is None:  # the snapshot's read
+                return await self._records("live nodes", stmt, ("id",), convert.incarnation)
         return [convert.incarnation(r) for r in await self._rows(stmt)]
 
     async def workers(
@@ -121,6 +150,22 @@ class Reader:
         grouped: dict[int, list[WorkerRecord]] = defaultdict(list)
         for row in await self._rows(stmt):
             grouped[row["node_id"]].append(convert.worker(row))
+        return {node_id: tuple(ws) for node_id, ws in grouped.items()}
+
+    async def live_workers(self) -> dict[int, tuple[WorkerRecord, ...]]:
+        """The workers of every live incarnation. One subquery instead of `workers(ids)`:
+        10,000 live incarnations would otherwise be 10,000 bound parameters, near SQLite's
+        limit on variables and costly to build and bind every tick."""
+        live_ids = select(NodeRow.id).where(_LIVE)
+        stmt = (
+            select(WorkerRow.__table__)
+            .where(WorkerRow.node_id.in_(live_ids))
+            .order_by(WorkerRow.node_id, WorkerRow.worker)
+        )
+        grouped: dict[int, list[WorkerRecord]] = defaultdict(list)
+        key = ("node_id", "worker")
+        for worker in await self._records("live workers", stmt, key, convert.worker):
+            grouped[worker.incarnation_id].append(worker)
         return {node_id: tuple(ws) for node_id, ws in grouped.items()}
 
     async def workload_attempts(
@@ -175,19 +220,43 @@ class Reader:
 
     # -- assembled views ----------------------------------------------------------------------
 
+    async def change_counter(self) -> int | None:
+        """The change counter (migration 0002), or None on a database without one."""
+        stmt = select(ChangeCounterRow.counter).where(ChangeCounterRow.id == 1)
+        try:
+            value = (await self._conn.execute(stmt)).scalar()
+        except OperationalError:
+            return None
+        return None if value is None else int(value)
+
     async def snapshot(self) -> Snapshot:
-        """The planner's input; see `Snapshot`. Six queries, whatever the fleet size."""
+        """The planner's input; see `Snapshot`. Six queries, whatever the fleet size; with
+        the store's cache, two when nothing changed since the previous one (cache.py)."""
+        counter = await self.change_counter() if self._cache is not None else None
+        if self._cache is not None and counter is not None:
+            kept: Snapshot | None = self._cache.snapshot_at(counter)
+            if kept is not None:
+                last = await self.last_event_id()
+                return kept if kept.last_event_id == last else replace(kept, last_event_id=last)
+        snap = await self._read_snapshot()
+        if self._cache is not None and counter is not None:
+            self._cache.keep_snapshot(counter, snap)
+        return snap
+
+    async def _read_snapshot(self) -> Snapshot:
         fleets = await self.fleets()
         slots = await self.slots()
         live = await self.incarnations(live_only=True)
-        workers = await self.workers([n.id for n in live])
-        attempts = [
-            convert.workload_attempt(r)
-            for r in await self._rows(_newest_per_slot(WorkloadAttemptRow))
-        ]
-        creates = [
-            convert.create_attempt(r) for r in await self._rows(_newest_per_slot(CreateAttemptRow))
-        ]
+        workers = await self.live_workers()
+        attempts = await self._records(
+            "last attempts",
+            _newest_per_slot(WorkloadAttemptRow),
+            ("id",),
+            convert.workload_attempt,
+        )
+        creates = await self._records(
+            "last creates", _newest_per_slot(CreateAttemptRow), ("id",), convert.create_attempt
+        )
         return Snapshot(
             fleets=frozen_mapping({f.name: f for f in fleets}),
             slots=frozen_mapping({(s.fleet, s.index): s for s in slots}),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import TypeVar
 
@@ -52,10 +53,12 @@ class Snapshot:
     # The newest event id when the snapshot was taken (0 if none): follow events from here.
     last_event_id: int = 0
 
-    @property
+    @cached_property
     def running(self) -> Mapping[SlotKey, WorkloadAttemptRecord]:
-        """The attempts still running (at most one per slot: the newest)."""
-        return {k: a for k, a in self.last_attempts.items() if a.ended_at is None}
+        """The attempts still running (at most one per slot: the newest). Computed once per
+        snapshot (it is immutable): callers test `key in snapshot.running` once per slot,
+        which rebuilt the whole mapping each time, O(slots x attempts) per tick."""
+        return frozen_mapping({k: a for k, a in self.last_attempts.items() if a.ended_at is None})
 
     def slots_of(self, fleet: str) -> tuple[SlotRecord, ...]:
         mine = (s for s in self.slots.values() if s.fleet == fleet)

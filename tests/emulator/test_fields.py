@@ -1,0 +1,97 @@
+"""Partial responses (`fields`, emulator/fields.py): the selector grammar, and the server
+applying it to real v2 responses, lists included, the way the daemon's observer asks."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from emulator_http import Http
+
+from tpucared.emulator import EmulatorServer
+from tpucared.emulator.errors import ApiError
+from tpucared.emulator.fields import apply, parse
+from tpucared.gcp.observe import NODE_LIST_FIELDS
+
+P, Z = "fields-proj", "us-central2-b"
+NODES = f"/v2/projects/{P}/locations/{Z}/nodes"
+SPEC = {
+    "acceleratorType": "v4-8",
+    "runtimeVersion": "tpu-ubuntu2204-base",
+    "labels": {"team": "a"},
+    "metadata": {"ssh-keys": "u:ssh-ed25519 AAAA u"},
+    "networkConfig": {"enableExternalIps": True},
+}
+
+
+@pytest.fixture
+async def http(emulator: EmulatorServer) -> AsyncIterator[Http]:
+    async with aiohttp.ClientSession() as session:
+        yield Http(emulator.url, session)
+
+
+@pytest.mark.parametrize(
+    ("text", "selection"),
+    [
+        ("name", {"name": None}),
+        ("a,b", {"a": None, "b": None}),
+        ("a/b/c", {"a": {"b": {"c": None}}}),
+        ("a(b,c/d),e", {"a": {"b": None, "c": {"d": None}}, "e": None}),
+        (" a ( b ) , a/c ", {"a": {"b": None, "c": None}}),
+        ("a,a/b", {"a": None}),  # a whole field stays whole
+        ("*", {"*": None}),
+    ],
+)
+def test_the_selector_grammar(text: str, selection: dict[str, Any]) -> None:
+    assert parse(text) == selection
+
+
+@pytest.mark.parametrize("text", ["", "a(", "a)", "a,,b", "a/", "(a)", "a b", "a(b", "a;b"])
+def test_a_bad_selector_is_invalid_argument(text: str) -> None:
+    with pytest.raises(ApiError) as caught:
+        parse(text)
+    assert caught.value.status_name == "INVALID_ARGUMENT"
+
+
+def test_apply_selects_inside_objects_and_each_list_element() -> None:
+    data = {"items": [{"a": 1, "b": {"c": 2, "d": 3}}, {"a": 4}], "next": "t", "x": 5}
+    assert apply(data, parse("items(a,b/c),next,missing")) == {
+        "items": [{"a": 1, "b": {"c": 2}}, {"a": 4}],
+        "next": "t",
+    }
+    assert apply(data, parse("*")) == data
+    assert apply(data, None) is data
+
+
+async def test_the_server_applies_fields_to_get_and_list(http: Http) -> None:
+    for node_id in ("f-0", "f-1", "f-2"):
+        await http.ok("POST", NODES, SPEC, nodeId=node_id)
+    got = await http.ok("GET", f"{NODES}/f-0", fields="name,labels")
+    assert got == {"name": f"projects/{P}/locations/{Z}/nodes/f-0", "labels": {"team": "a"}}
+
+    # The observer's own selection, over pages: what it reads is there, the rest is not.
+    page = await http.ok("GET", NODES, pageSize="2", fields=NODE_LIST_FIELDS)
+    assert set(page) == {"nodes", "nextPageToken"}
+    assert len(page["nodes"]) == 2
+    full = await http.ok("GET", f"{NODES}/f-0")
+    first = page["nodes"][0]
+    assert "metadata" not in first
+    assert "networkConfig" not in first
+    assert {k: full[k] for k in first if k != "networkEndpoints"} == {
+        k: v for k, v in first.items() if k != "networkEndpoints"
+    }
+    rest = await http.ok(
+        "GET", NODES, pageSize="2", pageToken=page["nextPageToken"], fields=NODE_LIST_FIELDS
+    )
+    assert [n["name"].rsplit("/", 1)[1] for n in rest["nodes"]] == ["f-2"]
+    assert "nextPageToken" not in rest
+
+
+async def test_a_bad_selector_fails_before_the_request_acts(http: Http) -> None:
+    status, body = await http("POST", NODES, SPEC, nodeId="never", fields="name(")
+    assert status == 400
+    assert body["error"]["status"] == "INVALID_ARGUMENT"
+    status, _ = await http("GET", f"{NODES}/never")
+    assert status == 404

@@ -1,0 +1,117 @@
+"""Partial responses: the `fields` system parameter, as Google's front end applies it.
+
+Every Google REST API accepts `fields` ("Selector specifying which fields to include in a
+partial response", a global parameter of the TPU v2 discovery document) and returns only the
+selected fields. The daemon asks for the few node fields it reads when it lists a zone
+(gcp/observe.py), which halves what it parses at every poll; the emulator must honour it or
+it would hide what the daemon depends on. Syntax (https://cloud.google.com/apis/docs/
+system-parameters and the partial-response guide of Google's REST APIs):
+
+    fields   := selector ("," selector)*
+    selector := name ("/" name)* ["(" fields ")"]
+
+`a/b` selects field b inside a; `a(b,c)` selects b and c inside a; `*` selects every field;
+a selection inside a list applies to each element; a selected field that is absent is left
+out. Whitespace is ignored. Anything else is INVALID_ARGUMENT, as Google answers it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tpucared.emulator.errors import invalid_argument
+
+# A selection: field name -> what to keep of it (None: all of it).
+Selection = dict[str, "Selection | None"]
+
+_TOKEN = re.compile(r"\s*([A-Za-z_@$][\w@$.]*|\*|[,/()])")
+
+
+def parse(text: str) -> Selection:
+    """The selection a `fields` value names; INVALID_ARGUMENT if it does not parse."""
+    tokens = _tokens(text)
+    selection, rest = _fields(tokens, 0)
+    if rest != len(tokens):
+        raise _invalid(text)
+    return selection
+
+
+def apply(data: Any, selection: Selection | None) -> Any:
+    """`data` (a JSON value) with only the selected fields."""
+    if selection is None or ("*" in selection and selection["*"] is None):
+        return data
+    if isinstance(data, list):
+        return [apply(item, selection) for item in data]
+    if not isinstance(data, dict):
+        return data  # a selection below a scalar selects the scalar
+    return {key: apply(data[key], sub) for key, sub in selection.items() if key in data}
+
+
+def _tokens(text: str) -> list[str]:
+    out: list[str] = []
+    pos = 0
+    stripped = text.rstrip()
+    while pos < len(stripped):
+        match = _TOKEN.match(stripped, pos)
+        if match is None:
+            raise _invalid(text)
+        out.append(match.group(1))
+        pos = match.end()
+    if not out:
+        raise _invalid(text)
+    return out
+
+
+def _fields(tokens: list[str], i: int) -> tuple[Selection, int]:
+    selection: Selection = {}
+    while True:
+        i = _selector(tokens, i, selection)
+        if i < len(tokens) and tokens[i] == ",":
+            i += 1
+            continue
+        return selection, i
+
+
+def _selector(tokens: list[str], i: int, into: Selection) -> int:
+    path: list[str] = []
+    while True:
+        if i >= len(tokens) or tokens[i] in ",/()":
+            raise _invalid(" ".join(tokens))
+        path.append(tokens[i])
+        i += 1
+        if i < len(tokens) and tokens[i] == "/":
+            i += 1
+            continue
+        break
+    sub: Selection | None = None
+    if i < len(tokens) and tokens[i] == "(":
+        sub, i = _fields(tokens, i + 1)
+        if i >= len(tokens) or tokens[i] != ")":
+            raise _invalid(" ".join(tokens))
+        i += 1
+    _merge(into, path, sub)
+    return i
+
+
+def _merge(into: Selection, path: list[str], sub: Selection | None) -> None:
+    """Add `path` (with `sub` below its last name) to `into`; a whole field stays whole."""
+    node = into
+    for name in path[:-1]:
+        if name in node and node[name] is None:
+            return  # already selected whole
+        child = node.setdefault(name, {})
+        assert child is not None
+        node = child
+    last = path[-1]
+    if sub is None or node.get(last, {}) is None:
+        node[last] = None
+    else:
+        existing = node.setdefault(last, {})
+        assert existing is not None
+        for key, value in sub.items():
+            _merge(existing, [key], value)
+
+
+def _invalid(text: str) -> Exception:
+    return invalid_argument(f"Invalid field selection {text.strip()!r}", field="fields")

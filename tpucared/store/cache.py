@@ -1,0 +1,128 @@
+"""`RecordCache`: reuse the record of a row that has not changed since the last read.
+
+Where it sits: the `Store` owns one and hands it to every `Reader` of `Store.read()`; the
+snapshot's big reads (every slot, every live incarnation and its workers, the newest attempts
+per slot) go through `RecordCache.records`. The daemon reads them twice a tick (the tick's
+snapshot and the metrics refresh), and at 10,000 nodes turning rows into records cost most of
+a second a read: SQLAlchemy runs a type processor per column (a dozen datetimes per
+incarnation, parsed and made UTC-aware), then a frozen dataclass is built per row.
+
+How: the statement runs as plain SQL on the same connection (`exec_driver_sql`), so rows come
+back as the driver returns them, unprocessed. A row whose raw values equal those seen by the
+previous read of the same query (keyed by its primary key) gets the record built then;
+only new or changed rows are processed, with the very processors SQLAlchemy would have used.
+Records are immutable, so sharing one between snapshots is safe, and raw equality implies an
+equal record. What a query no longer returns is dropped at each read: the cache never holds
+more than the last result of each query. Statements with bound parameters are not cached
+(the snapshot's have none); they are run the normal way.
+
+Above that, the whole snapshot: triggers bump `change_counter` (migration 0002) with every
+write to the tables it is read from, whichever process writes, so a snapshot read at the same
+counter value is the same snapshot, and is returned without reading anything else. Most ticks
+of a fleet at steady state change nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from sqlalchemy import Select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+R = TypeVar("R")
+
+Processor = Callable[[Any], Any] | None
+
+
+@dataclass
+class _Query:
+    sql: str
+    keys: tuple[str, ...]
+    processors: tuple[Processor, ...]
+    key_index: tuple[int, ...]  # the primary key's positions in a row
+    entries: dict[Any, tuple[tuple[Any, ...], Any]]  # key -> (raw row, its record)
+
+
+class RecordCache:
+    def __init__(self) -> None:
+        self._queries: dict[str, _Query] = {}
+        self._snapshot: tuple[int, Any] | None = None  # (change counter, the snapshot then)
+        self.hits = 0  # rows whose record was reused (for tests and curiosity)
+        self.misses = 0
+        self.snapshot_hits = 0
+
+    def snapshot_at(self, counter: int) -> Any | None:
+        """The snapshot kept at this change counter value, if any."""
+        if self._snapshot is not None and self._snapshot[0] == counter:
+            self.snapshot_hits += 1
+            return self._snapshot[1]
+        return None
+
+    def keep_snapshot(self, counter: int, snapshot: Any) -> None:
+        self._snapshot = (counter, snapshot)
+
+    def _prepare(
+        self, name: str, conn: AsyncConnection, stmt: Select[Any], key: Sequence[str]
+    ) -> _Query | None:
+        query = self._queries.get(name)
+        if query is not None:
+            return query
+        dialect = conn.dialect
+        compiled = stmt.compile(dialect=dialect)
+        if compiled.params:
+            return None
+        columns = list(stmt.selected_columns)
+        if any(c.key is None for c in columns):
+            return None
+        keys = tuple(str(c.key) for c in columns)
+        processors = tuple(
+            c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns
+        )
+        query = _Query(
+            sql=compiled.string,
+            keys=keys,
+            processors=processors,
+            key_index=tuple(keys.index(k) for k in key),
+            entries={},
+        )
+        self._queries[name] = query
+        return query
+
+    async def records(
+        self,
+        name: str,
+        conn: AsyncConnection,
+        stmt: Select[Any],
+        key: Sequence[str],
+        build: Callable[[Mapping[str, Any]], R],
+    ) -> list[R] | None:
+        """The records of `stmt` (rows in its order), each built by `build` from the row as
+        a dict, or None if the statement cannot be cached. `name` identifies the query (one
+        cache entry set per name), `key` the columns that identify a row."""
+        query = self._prepare(name, conn, stmt, key)
+        if query is None:
+            return None
+        result = await conn.exec_driver_sql(query.sql)
+        old, fresh = query.entries, {}
+        out: list[R] = []
+        keys, processors, key_index = query.keys, query.processors, query.key_index
+        for row in result.all():
+            raw = tuple(row)
+            ident = raw[key_index[0]] if len(key_index) == 1 else tuple(raw[i] for i in key_index)
+            seen = old.get(ident)
+            if seen is not None and seen[0] == raw:
+                record = seen[1]
+                self.hits += 1
+            else:
+                values = {
+                    k: (p(v) if p is not None and v is not None else v)
+                    for k, p, v in zip(keys, processors, raw, strict=True)
+                }
+                record = build(values)
+                self.misses += 1
+            fresh[ident] = (raw, record)
+            out.append(record)
+        query.entries = fresh
+        return out
