@@ -251,3 +251,36 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, markdown: bo
         out.append("  ".join("-" * w for w in widths))
     out.extend(line(r) for r in body)
     return "\n".join(out)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` right now (for a daemon's HTTP endpoint or an emulator)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def start_daemon(config: Path, log: Any, *, cwd: Path) -> subprocess.Popen[bytes]:
+    """The real daemon, `python -m tpucared run -c CONFIG`, as the benchmarks run it: its
+    output to `log` (an open binary file), imported from `cwd`, without the caller's
+    TPUCARED_* variables (a TPUCARED_CONFIG in the environment must not leak in)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUCARED_")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tpucared", "run", "-c", str(config)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=cwd,
+        env=env,
+    )
+
+
+def stop_process(process: subprocess.Popen[bytes], grace: float = 60.0) -> int:
+    """SIGTERM, then SIGKILL after `grace` seconds; returns the exit status."""
+    process.terminate()
+    try:
+        return process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()

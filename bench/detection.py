@@ -23,11 +23,8 @@ Statistics are over a handful of samples (bench/common.py): quote the median.
 from __future__ import annotations
 
 import json
-import os
 import random
-import socket
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -148,7 +145,7 @@ class DaemonProcess:
                 db = "state.db"
                 poll_interval = "{poll:g}s"
                 owner = "{owner}"
-                http = "127.0.0.1:{_free_port()}"
+                http = "127.0.0.1:{common.free_port()}"
 
                 [gcp]
                 project = "{PROJECT}"
@@ -170,30 +167,12 @@ class DaemonProcess:
             + (f"\n[policy]\n{policy}\n" if policy else "")
         )
         self.log = (directory / "daemon.log").open("ab")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TPUCARED_")}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tpucared", "run", "-c", str(self.config)],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-            env=env,
-        )
+        self.process = common.start_daemon(self.config, self.log, cwd=ROOT)
 
     def stop(self) -> int:
-        self.process.terminate()
-        try:
-            code = self.process.wait(60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            code = self.process.wait()
+        code = common.stop_process(self.process)
         self.log.close()
         return code
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_until(check: Callable[[], Any], within: float, what: str) -> Any:

@@ -40,10 +40,7 @@ Statistics are over a handful of samples (bench/common.py): quote the median.
 from __future__ import annotations
 
 import json
-import os
 import random
-import socket
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -95,19 +92,13 @@ QUICK = Settings(samples={2.0: 2}, create_seconds=4.0, delete_seconds=1.0)
 # The emulator and the daemon
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Cloud:
     """The emulator with SSH worker hosts in a background thread."""
 
     def __init__(self, settings: Settings, hosts_dir: Path) -> None:
         from tpucared.emulator import EmulatorOptions, EmulatorThread
 
-        self.ssh_port = free_port()
+        self.ssh_port = common.free_port()
         self.thread = EmulatorThread(
             EmulatorOptions(
                 create_seconds=settings.create_seconds,
@@ -180,7 +171,7 @@ class DaemonProcess:
                 db = "state.db"
                 poll_interval = "{poll:g}s"
                 owner = "{OWNER}"
-                http = "127.0.0.1:{free_port()}"
+                http = "127.0.0.1:{common.free_port()}"
 
                 [gcp]
                 project = "{PROJECT}"
@@ -207,22 +198,11 @@ class DaemonProcess:
         )
         self.log_path = directory / "daemon.log"
         self.log = self.log_path.open("ab")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TPUCARED_")}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tpucared", "run", "-c", str(self.config)],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            cwd=root,  # `python -m tpucared` imports the package from here
-            env=env,
-        )
+        # `python -m tpucared` imports the package from `root`
+        self.process = common.start_daemon(self.config, self.log, cwd=root)
 
     def stop(self) -> int:
-        self.process.terminate()
-        try:
-            code = self.process.wait(60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            code = self.process.wait()
+        code = common.stop_process(self.process)
         self.log.close()
         return code
 

@@ -30,6 +30,7 @@ BENCHMARKS: dict[str, str] = {
     "detection": "bench.detection",
     "recovery": "bench.recovery",
     "capacity": "bench.capacity",
+    "scale": "bench.scale",
 }
 
 RunFunction = Callable[[bool], dict[str, Any]]

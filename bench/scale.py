@@ -1,0 +1,835 @@
+"""Scale: one daemon managing 1,000 and 10,000 nodes across 4 zones, at steady state.
+
+`python -m bench.run --only scale [--quick]` (or `python -m bench.scale [--quick]
+[--size N ...] [--variant none|probe ...]`).
+
+Method. Three processes. The emulator runs in its own process (`python -m bench.scale
+emulator ...`, started by this benchmark), so the daemon's CPU is measured alone; this process
+only starts the other two, reads files and /proc, and sleeps. The emulator is seeded before it
+serves: N single-host v5litepod-8 spot nodes, READY, spread over 4 fleets of N/4, one fleet
+per zone, each node named and labelled as the daemon names and labels its own
+(`tpucared-fleet`, `tpucared-owner`, the daemon's key in `ssh-keys`). The daemon is the real
+`tpucared run -c CONFIG` process (`tpucared.cli.main`, with the one logger
+`tpucared.runtime.reconciler` at DEBUG so that ticks that do nothing log their "tick" line
+too; nothing else is logged more) against a fresh database: it finds every node unrecorded,
+adopts them all (what a restart after a lost database looks like), and settles. Convergence
+(daemon start -> every slot READY in its database, and for the probe variant a workload
+attempt running on every slot, then two ticks in a row with no action) is a side figure.
+
+Then, at steady state, a window of T consecutive ticks at the poll interval (the daemon's
+`daemon.poll_interval`; ticks start on the poll, so the window is T polls long):
+- tick duration: the `seconds` of each tick's log line (observe, plan, execute; for the
+  inline-probe design also the probe), p50/p99 over the T ticks;
+- CPU per tick: the daemon process's utime+stime (/proc/PID/stat, all threads) over the
+  window / T: everything the daemon does per poll, including the metrics refresh after each
+  tick and anything running in the background (probes, in the per-slot design);
+- RSS now and peak: VmRSS and VmHWM (/proc/PID/status) at the end of the window; the peak
+  includes the adoption burst;
+- API requests per tick: the emulator's request log between the first and last tick line of
+  the window (exclusive, inclusive), by call, / T; compared with the list pages a tick needs
+  (per zone ceil(nodes / page size), page size = the `pageSize` the daemon sent, clamped by
+  the emulator's maximum of 1000);
+- DB size: state.db + state.db-wal (+ -shm) at the end of the window.
+Variants: "none" (fleets without a workload) and "probe" (a `[fleet.workload]` whose run is
+`sleep 100000`, the emulator's simulated SSH hosts on: every worker is a real SSH server in
+the emulator process; the daemon launches the workload on every slot and then probes every
+worker). The emulator's own CPU per tick is recorded too: at 10,000 nodes it serves the same
+lists.
+
+Statistics: tick duration is summarized over the T ticks of one window (median and p99 of
+T samples: with T = 30 the p99 is close to the maximum, reported next to it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import resource
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+from bench import common
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = "bench-project"
+OWNER = "bench"
+ZONES = ("us-central1-a", "us-east5-a", "us-south1-a", "europe-west4-b")
+TYPE = "v5litepod-8"  # single host: one worker, one SSH server per node
+RUNTIME = "v2-alpha-tpuv5-lite"
+SSH_USER = "tpucared"
+WORKLOAD_RUN = "sleep 100000"
+EMULATOR_MAX_PAGE = 1000  # EmulatorOptions.max_page_size
+VARIANTS = ("none", "probe")
+
+# The daemon with one logger more verbose than `tpucared run` leaves it: the reconciler's
+# "tick" line is logged at debug when the tick did nothing, and those are the ticks measured.
+# `--log-level debug` would turn on every library's debug output and distort the CPU figures.
+_DAEMON_BOOT = (
+    "import logging, sys; "
+    "logging.getLogger('tpucared.runtime.reconciler').setLevel(logging.DEBUG); "
+    "from tpucared.cli import main; "
+    "sys.exit(main(['run', '-c', sys.argv[1]]))"
+)
+# The same under cProfile, for `--profile` (a diagnostic: the profiler's own overhead inflates
+# every figure, so profiled runs are never the reported ones). SIGUSR1 starts profiling the
+# main thread (the event loop: aiosqlite's thread is not seen), SIGUSR2 stops it and writes
+# the stats to argv[2].
+_DAEMON_PROFILE_BOOT = (
+    "import cProfile, logging, signal, sys; "
+    "logging.getLogger('tpucared.runtime.reconciler').setLevel(logging.DEBUG); "
+    "p = cProfile.Profile(); "
+    "signal.signal(signal.SIGUSR1, lambda *_: p.enable()); "
+    "signal.signal(signal.SIGUSR2, lambda *_: (p.disable(), p.dump_stats(sys.argv[2]))); "
+    "from tpucared.cli import main; "
+    "sys.exit(main(['run', '-c', sys.argv[1]]))"
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    sizes: tuple[int, ...]
+    variants: tuple[str, ...]
+    ticks: int  # T: ticks in the measurement window
+    poll_interval: float  # seconds
+    settle_ticks: int = 2  # no-action ticks in a row that mean "steady"
+    # Probe variant sizes to try (the machine may not hold 10,000 SSH servers: see run()).
+    probe_sizes: tuple[int, ...] | None = None
+    # Run the daemon from another source tree (a copy taken before a change): before/after.
+    daemon_path: Path | None = None
+    profile: bool = False  # cProfile the daemon over the window (diagnostic, see above)
+    # Diagnostic: the daemon with gc.set_threshold(N) (first generation), to measure what the
+    # cyclic garbage collector costs at scale. None: Python's default (700).
+    gc_threshold: int | None = None
+    # Seconds a measurement may take to converge before it is reported as failed (with how
+    # far it got); None: a budget that grows with the size.
+    converge_limit: float | None = None
+
+
+FULL = Settings(sizes=(1000, 10000), variants=VARIANTS, ticks=30, poll_interval=2.0)
+QUICK = Settings(sizes=(200,), variants=("none",), ticks=6, poll_interval=1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# /proc
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of the process (every thread), not of its children."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_memory_mb(pid: int) -> dict[str, float]:
+    """VmRSS (now) and VmHWM (peak) in MiB."""
+    out: dict[str, float] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = round(int(value.split()[0]) / 1024, 1)
+    return {"rss_mb": out["VmRSS"], "peak_rss_mb": out["VmHWM"]}
+
+
+def db_size_mb(db: Path) -> dict[str, float]:
+    sizes = {}
+    for suffix in ("", "-wal", "-shm"):
+        path = Path(f"{db}{suffix}")
+        sizes[suffix or "db"] = path.stat().st_size if path.exists() else 0
+    return {
+        "db_mb": round(sizes["db"] / 2**20, 2),
+        "wal_mb": round(sizes["-wal"] / 2**20, 2),
+        "shm_mb": round(sizes["-shm"] / 2**20, 2),
+        "total_mb": round(sum(sizes.values()) / 2**20, 2),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The emulator process
+
+
+def fleet_layout(size: int) -> list[tuple[str, str, int]]:
+    """(fleet, zone, slots): 4 fleets, one per zone, sizes summing to `size`."""
+    base, extra = divmod(size, len(ZONES))
+    return [(f"scale{i}", zone, base + (1 if i < extra else 0)) for i, zone in enumerate(ZONES)]
+
+
+async def _serve_emulator(args: argparse.Namespace) -> None:
+    """The emulator process: seed, serve, report readiness on stdout, run until SIGTERM."""
+    from tpucared.emulator import EmulatorOptions
+    from tpucared.emulator.hosts import SshWorkerHosts
+    from tpucared.emulator.server import EmulatorServer
+    from tpucared.logging import configure_logging
+
+    # stdout carries the readiness line; the emulator's own logs go to stderr (a file).
+    configure_logging(level="warning", json=True, stream=sys.stderr)
+    # Each simulated worker is a listening socket, each pooled SSH connection one more.
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    started = time.monotonic()
+    options = EmulatorOptions(
+        create_seconds=0.0,  # seeded nodes are READY at the first timer run
+        delete_seconds=0.5,
+        ssh_hosts=args.ssh_port is not None,
+        ssh_port=args.ssh_port or 22,
+        hosts_dir=args.hosts_dir,
+        seed=args.seed,
+    )
+    server = EmulatorServer(options)
+    state = server.state
+    labels_owner = {"tpucared-owner": OWNER}
+    for fleet, zone, slots in fleet_layout(args.nodes):
+        body = {
+            "acceleratorType": TYPE,
+            "runtimeVersion": RUNTIME,
+            "schedulingConfig": {"spot": True},
+            "networkConfig": {"enableExternalIps": True},
+            "labels": {"tpucared-fleet": fleet, **labels_owner},
+            "metadata": {"ssh-keys": args.ssh_keys},
+        }
+        for slot in range(slots):
+            state.create_node(PROJECT, zone, f"{fleet}-{slot}", body)
+    state.advance()  # create_seconds = 0: every node READY now, host starts queued
+    await server.start("127.0.0.1", 0)
+    hosts = server.worker_hosts
+    if isinstance(hosts, SshWorkerHosts):
+        nodes = state.all_nodes()
+        deadline = time.monotonic() + args.hosts_timeout
+        while not all(hosts.running(n) for n in nodes):
+            if time.monotonic() > deadline:
+                up = sum(1 for n in nodes if hosts.running(n))
+                print(json.dumps({"error": f"only {up} of {len(nodes)} hosts up"}), flush=True)
+                await server.stop()
+                return
+            await asyncio.sleep(0.5)
+    ready = {n.state for n in state.all_nodes()}
+    print(
+        json.dumps(
+            {
+                "url": server.url,
+                "nodes": len(state.all_nodes()),
+                "states": sorted(ready),
+                "seed_seconds": round(time.monotonic() - started, 2),
+            }
+        ),
+        flush=True,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop()
+
+
+class EmulatorProcess:
+    """`python -m bench.scale emulator`: seeded, serving, its readiness line read."""
+
+    def __init__(
+        self, directory: Path, nodes: int, ssh_keys: str, *, ssh_port: int | None, timeout: float
+    ) -> None:
+        self.log = (directory / "emulator.log").open("ab")
+        argv = [
+            sys.executable, "-m", "bench.scale", "emulator",
+            "--nodes", str(nodes), "--ssh-keys", ssh_keys,
+            "--hosts-timeout", str(timeout),
+        ]  # fmt: skip
+        if ssh_port is not None:
+            argv += ["--ssh-port", str(ssh_port), "--hosts-dir", str(directory / "hosts")]
+        self.process = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT, env=_clean_env()
+        )
+        assert self.process.stdout is not None
+        line = _read_line(self.process.stdout, timeout + 120)
+        info = json.loads(line) if line else {"error": "no readiness line (see emulator.log)"}
+        if "error" in info:
+            if self.process.poll() is not None:
+                info["error"] += f" (exit status {self.process.returncode})"
+            self.stop()
+            raise RuntimeError(f"emulator with {nodes} nodes: {info['error']}")
+        self.info: dict[str, Any] = info
+        self.url: str = info["url"]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def requests(self, since: float) -> list[dict[str, Any]]:
+        return _get_json(f"{self.url}/_emulator/v1/requests?since={since}")  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            common.stop_process(self.process, grace=120)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self.log.close()
+
+
+def _read_line(stream: IO[bytes], timeout: float) -> str | None:
+    """One line from a pipe, or None after `timeout` s or at EOF."""
+    import selectors
+
+    with selectors.DefaultSelector() as sel:
+        sel.register(stream, selectors.EVENT_READ)
+        if not sel.select(timeout):
+            return None
+    line = stream.readline().decode().strip()
+    return line or None
+
+
+def _get_json(url: str) -> Any:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=120) as response:
+        return json.load(response)
+
+
+def _clean_env(first: Path | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUCARED_")}
+    path = [str(first) if first else None, str(ROOT), env.get("PYTHONPATH")]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, path))
+    return env
+
+
+# ---------------------------------------------------------------------------------------------
+# The daemon process
+
+
+def daemon_config(
+    directory: Path, endpoint: str, size: int, *, poll: float, variant: str, ssh_port: int
+) -> Path:
+    fleets = []
+    for fleet, zone, slots in fleet_layout(size):
+        fleets.append(
+            textwrap.dedent(
+                f"""
+                [[fleet]]
+                name = "{fleet}"
+                zones = ["{zone}"]
+                accelerator_type = "{TYPE}"
+                runtime_version = "{RUNTIME}"
+                size = {slots}
+                capacity = "spot"
+                """
+            )
+        )
+        if variant == "probe":
+            fleets.append(f'[fleet.workload]\nrun = "{WORKLOAD_RUN}"\n')
+    config = directory / "fleet.toml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            [daemon]
+            db = "state.db"
+            poll_interval = "{poll:g}s"
+            owner = "{OWNER}"
+            http = "127.0.0.1:{common.free_port()}"
+
+            [gcp]
+            project = "{PROJECT}"
+            endpoint = "{endpoint}"
+            credentials = "none"
+
+            [ssh]
+            user = "{SSH_USER}"
+            key = "id_ed25519"
+            port = {ssh_port}
+            """
+        )
+        + "".join(fleets)
+    )
+    return config
+
+
+class DaemonProcess:
+    """The real daemon; its JSON log is followed for "tick" lines."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: Path,
+        source: Path | None = None,
+        *,
+        profile: bool = False,
+        gc_threshold: int | None = None,
+    ) -> None:
+        self.directory = directory
+        self.db = directory / "state.db"
+        self.log_path = directory / "daemon.log"
+        self.profile_path = directory / "daemon.prof"
+        self._log = self.log_path.open("ab")
+        self.started = time.monotonic()
+        boot = [_DAEMON_PROFILE_BOOT, str(config), str(self.profile_path)] if profile else [
+            _DAEMON_BOOT, str(config)
+        ]  # fmt: skip
+        if gc_threshold is not None:
+            boot[0] = f"import gc; gc.set_threshold({int(gc_threshold)}); " + boot[0]
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", *boot],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=directory,
+            env=_clean_env(source),
+        )
+        self._reader = self.log_path.open("rb")
+        self._partial = b""
+        self.ticks: list[dict[str, Any]] = []
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def poll_log(self) -> list[dict[str, Any]]:
+        """New "tick" lines since the last call (appended to `self.ticks` too)."""
+        data = self._partial + self._reader.read()
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        fresh = []
+        for raw in lines:
+            if b'"tick"' not in raw:
+                continue
+            with contextlib.suppress(ValueError):
+                event = json.loads(raw)
+                if event.get("event") == "tick":
+                    fresh.append(event)
+        self.ticks += fresh
+        return fresh
+
+    def alive(self) -> None:
+        if self.process.poll() is not None:
+            tail = self.log_path.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"the daemon exited with {self.process.returncode}:\n{tail}")
+
+    def stop(self) -> int:
+        code = common.stop_process(self.process, grace=120)
+        self._log.close()
+        self._reader.close()
+        return code
+
+
+def _count(db: Path, sql: str) -> int:
+    if not db.exists():
+        return 0
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    except sqlite3.OperationalError:
+        return 0
+    try:
+        return int(conn.execute(sql).fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0  # still migrating
+    finally:
+        conn.close()
+
+
+def _tick_time(event: Mapping[str, Any]) -> float:
+    return datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
+
+
+def _request_kind(request: Mapping[str, Any]) -> str:
+    method, path = request["method"], request["path"]
+    if "/operations/" in path:
+        return "operations.get"
+    if path.endswith("/nodes"):
+        return "nodes.list" if method == "GET" else "nodes.create"
+    if path.endswith("/queuedResources"):
+        return "queuedResources.list" if method == "GET" else "queuedResources.create"
+    if path.endswith(":getGuestAttributes"):
+        return "nodes.getGuestAttributes"
+    if "/nodes/" in path:
+        return {"GET": "nodes.get", "DELETE": "nodes.delete", "PATCH": "nodes.patch"}.get(
+            method, f"nodes.{method.lower()}"
+        )
+    return f"{method} other"
+
+
+def expected_list_pages(size: int, page_size: int | None) -> int:
+    """The nodes.list requests one tick needs: per zone, ceil(nodes / page) (at least 1)."""
+    page = min(page_size or 5, EMULATOR_MAX_PAGE)  # absent: the emulator's default page, 5
+    return sum(max(1, math.ceil(slots / page)) for _, _, slots in fleet_layout(size))
+
+
+# ---------------------------------------------------------------------------------------------
+# One measurement
+
+
+def _wait(
+    check: Callable[[], bool],
+    within: float,
+    what: str,
+    daemon: DaemonProcess | None = None,
+    progress: Callable[[], str] | None = None,
+) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        if daemon is not None:
+            daemon.alive()
+        if time.monotonic() > deadline:
+            where = f"; {progress()}" if progress is not None else ""
+            raise TimeoutError(
+                f"scale benchmark: timed out after {within:.0f}s waiting for {what}{where}"
+            )
+        time.sleep(0.1)
+
+
+def _log_problems(path: Path, limit: int = 5) -> str:
+    """How many warning/error lines a JSON log has, and the last few distinct ones."""
+    if not path.exists():
+        return f"{path.name}: none"
+    problems: list[str] = []
+    for line in path.read_text(errors="replace").splitlines():
+        if '"level": "error"' in line or '"level": "warning"' in line or "Error" in line:
+            problems.append(line[:300])
+    last = list(dict.fromkeys(reversed(problems)))[:limit]
+    return f"{path.name}: {len(problems)} warning/error lines, last: {last}"
+
+
+def measure(
+    size: int,
+    variant: str,
+    settings: Settings,
+    scratch: Path,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    from tpucared.ssh.keys import ensure_client_key, ssh_keys_metadata_entry
+
+    directory = scratch / f"{variant}-{size}"
+    directory.mkdir(parents=True)
+    key = ensure_client_key(directory / "id_ed25519")
+    ssh_port = common.free_port() if variant == "probe" else None
+    poll = settings.poll_interval
+    t0 = time.monotonic()
+    # One deadline for the whole convergence (hosts up, nodes adopted, workloads running).
+    budget = settings.converge_limit or 180 + size * (0.4 if variant == "probe" else 0.06)
+    end = t0 + budget
+    emulator = EmulatorProcess(
+        directory,
+        size,
+        ssh_keys_metadata_entry(SSH_USER, key),
+        ssh_port=ssh_port,
+        timeout=budget,
+    )
+    log(f"scale {variant} n={size}: emulator seeded in {time.monotonic() - t0:.1f} s")
+    config = daemon_config(
+        directory, emulator.url, size, poll=poll, variant=variant, ssh_port=ssh_port or 22
+    )
+    daemon = DaemonProcess(
+        directory,
+        config,
+        settings.daemon_path,
+        profile=settings.profile,
+        gc_threshold=settings.gc_threshold,
+    )
+    try:
+        # Convergence: every slot READY in the daemon's own database (and running the workload).
+        ready_sql = "SELECT count(*) FROM nodes WHERE phase = 'ready'"
+        running_sql = "SELECT count(*) FROM workload_attempts WHERE ended_at IS NULL"
+
+        def progress() -> str:
+            return (
+                f"{_count(daemon.db, ready_sql)} READY and {_count(daemon.db, running_sql)} "
+                f"attempts running in the daemon's database, "
+                f"{time.monotonic() - daemon.started:.0f} s after its start; "
+                f"{_log_problems(directory / 'emulator.log')}; {_log_problems(daemon.log_path)}"
+            )
+
+        _wait(
+            lambda: _count(daemon.db, ready_sql) == size,
+            max(30.0, end - time.monotonic()),
+            f"{size} READY nodes in the daemon's database",
+            daemon,
+            progress,
+        )
+        ready_s = time.monotonic() - daemon.started
+        running_s = None
+        if variant == "probe":
+            _wait(
+                lambda: _count(daemon.db, running_sql) == size,
+                max(30.0, end - time.monotonic()),
+                f"a workload attempt running on each of {size} slots",
+                daemon,
+                progress,
+            )
+            running_s = time.monotonic() - daemon.started
+
+        def settled() -> bool:
+            daemon.poll_log()
+            quiet = daemon.ticks[-settings.settle_ticks :]
+            return len(quiet) == settings.settle_ticks and all(not t["actions"] for t in quiet)
+
+        _wait(
+            settled,
+            60 + 20 * poll + size * 0.05,
+            "ticks with nothing to do",
+            daemon,
+            lambda: f"last ticks: {daemon.ticks[-3:]}",
+        )
+        steady_s = time.monotonic() - daemon.started
+        log(
+            f"scale {variant} n={size}: READY in {ready_s:.1f} s, steady in {steady_s:.1f} s; "
+            f"measuring {settings.ticks} ticks"
+        )
+
+        # The window: from the last settled tick's line to the T-th line after it.
+        first = len(daemon.ticks) - 1
+        start_event = daemon.ticks[first]
+        if settings.profile:
+            daemon.process.send_signal(signal.SIGUSR1)
+        cpu_start = proc_cpu_seconds(daemon.pid)
+        emu_cpu_start = proc_cpu_seconds(emulator.pid)
+        wall_start = time.monotonic()
+
+        def window_done() -> bool:
+            daemon.poll_log()
+            return len(daemon.ticks) > first + settings.ticks
+
+        _wait(
+            window_done,
+            settings.ticks * poll * 4 + 60,
+            f"{settings.ticks} ticks",
+            daemon,
+        )
+        cpu = proc_cpu_seconds(daemon.pid) - cpu_start
+        emu_cpu = proc_cpu_seconds(emulator.pid) - emu_cpu_start
+        profile: list[str] | None = None
+        if settings.profile:
+            daemon.process.send_signal(signal.SIGUSR2)
+            _wait(daemon.profile_path.exists, 60, "the profile", daemon)
+            time.sleep(1.0)  # dump_stats writes the file in one go, but let it finish
+            profile = _profile_top(daemon.profile_path)
+        wall = time.monotonic() - wall_start
+        memory = proc_memory_mb(daemon.pid)
+        window = daemon.ticks[first + 1 : first + 1 + settings.ticks]
+        end_event = window[-1]
+        started_at, ended_at = _tick_time(start_event), _tick_time(end_event)
+        requests = [r for r in emulator.requests(started_at) if r["time"] <= ended_at]
+        db = db_size_mb(daemon.db)
+        stats = _count(daemon.db, "SELECT count(*) FROM events")
+    finally:
+        code = daemon.stop()
+        emulator.stop()
+    if code not in (0, -signal.SIGTERM):
+        log(f"scale {variant} n={size}: the daemon exited with {code}")
+
+    ticks = len(window)
+    kinds = Counter(_request_kind(r) for r in requests)
+    page_sizes = sorted(
+        {str(r["query"].get("pageSize")) for r in requests if _request_kind(r) == "nodes.list"}
+    )
+    sent = page_sizes[0] if len(page_sizes) == 1 and page_sizes[0] != "None" else None
+    pages = expected_list_pages(size, int(sent) if sent else None)
+    busy = [t for t in window if t["actions"]]
+    return {
+        "nodes": size,
+        "variant": variant,
+        "zones": len(ZONES),
+        "fleets": [{"fleet": f, "zone": z, "size": n} for f, z, n in fleet_layout(size)],
+        "poll_interval_s": poll,
+        "ticks": ticks,
+        "window_s": round(wall, 2),
+        "ticks_with_actions": len(busy),
+        "nodes_listed_per_tick": sorted({int(t["nodes_listed"]) for t in window}),
+        "convergence_s": {
+            "emulator_seeded": emulator.info["seed_seconds"],
+            "all_ready": round(ready_s, 1),
+            "all_running": round(running_s, 1) if running_s is not None else None,
+            "steady": round(steady_s, 1),
+        },
+        "tick_s": common.summarize([float(t["seconds"]) for t in window]),
+        "cpu_ms_per_tick": round(cpu * 1000 / ticks, 1),
+        "emulator_cpu_ms_per_tick": round(emu_cpu * 1000 / ticks, 1),
+        "memory": memory,
+        "api_requests": {
+            "total": len(requests),
+            "per_tick": round(len(requests) / ticks, 2),
+            "by_call_per_tick": {k: round(v / ticks, 2) for k, v in sorted(kinds.items())},
+            "page_size_sent": page_sizes,
+            "list_pages_per_tick": pages,
+            "only_list_pages": set(kinds) <= {"nodes.list"} and len(requests) == pages * ticks,
+        },
+        "db": {**db, "events": stats},
+        **({"profile_top": profile} if profile is not None else {}),
+    }
+
+
+def _profile_top(path: Path, limit: int = 45) -> list[str]:
+    """The daemon's main-thread profile over the window, by cumulative and by own time."""
+    import io
+    import pstats
+
+    out = io.StringIO()
+    stats = pstats.Stats(str(path), stream=out)
+    stats.sort_stats("cumulative").print_stats(limit)
+    stats.sort_stats("tottime").print_stats(limit)
+    return out.getvalue().splitlines()
+
+
+def probe_design(root: Path = ROOT) -> str:
+    """Which probe scheduling the daemon under test has: "inline" when Reconciler.tick still
+    awaits the workload probe, else "background" (per-slot tasks outside the tick)."""
+    source = (root / "tpucared" / "runtime" / "reconciler.py").read_text()
+    return "inline" if "await self._workloads.probe" in source else "background"
+
+
+def run(
+    quick: bool,
+    *,
+    settings: Settings | None = None,
+    progress: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    settings = settings or (QUICK if quick else FULL)
+    result: dict[str, Any] = {
+        "method": __doc__.split("Method.", 1)[1].split("Statistics:")[0].strip() if __doc__ else "",
+        "parameters": {
+            "sizes": list(settings.sizes),
+            "variants": list(settings.variants),
+            "probe_sizes": list(settings.probe_sizes or settings.sizes),
+            "ticks_per_window": settings.ticks,
+            "poll_interval_s": settings.poll_interval,
+            "zones": list(ZONES),
+            "accelerator_type": TYPE,
+            "workload_run": WORKLOAD_RUN,
+            "emulator": "own process",
+            "probe_design": probe_design(settings.daemon_path or ROOT),
+            "daemon_source": str(settings.daemon_path or ROOT),
+            "daemon_gc_threshold": settings.gc_threshold,
+        },
+        "results": [],
+        "failures": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="tpucared-bench-scale-") as tmp:
+        for variant in settings.variants:
+            sizes = settings.sizes
+            if variant == "probe" and settings.probe_sizes is not None:
+                sizes = settings.probe_sizes
+            for size in sizes:
+                try:
+                    row = measure(size, variant, settings, Path(tmp), progress)
+                except (RuntimeError, TimeoutError, OSError) as exc:
+                    # At 10,000 SSH servers the machine may give out: say where, go on.
+                    progress(f"scale {variant} n={size}: FAILED: {exc}")
+                    result["failures"].append(
+                        {"nodes": size, "variant": variant, "error": str(exc)[-2000:]}
+                    )
+                    continue
+                progress(render_row(row))
+                result["results"].append(row)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+
+HEADERS = [
+    "nodes", "variant", "tick p50 ms", "tick p99 ms", "CPU ms/tick", "RSS MB", "peak MB",
+    "API req/tick", "list pages", "DB MB", "emulator CPU ms/tick",
+]  # fmt: skip
+
+
+def _cells(row: Mapping[str, Any]) -> list[str]:
+    tick = row["tick_s"]
+    api = row["api_requests"]
+    return [
+        str(row["nodes"]),
+        row["variant"],
+        f"{tick['median'] * 1000:.0f}",
+        f"{tick['p99'] * 1000:.0f}",
+        f"{row['cpu_ms_per_tick']:.0f}",
+        f"{row['memory']['rss_mb']:.0f}",
+        f"{row['memory']['peak_rss_mb']:.0f}",
+        f"{api['per_tick']:g}",
+        str(api["list_pages_per_tick"]),
+        f"{row['db']['total_mb']:.1f}",
+        f"{row['emulator_cpu_ms_per_tick']:.0f}",
+    ]
+
+
+def render_row(row: Mapping[str, Any]) -> str:
+    return common.table(HEADERS, [_cells(row)])
+
+
+def render(result: Mapping[str, Any]) -> str:
+    out = common.table(HEADERS, [_cells(r) for r in result["results"]])
+    for failure in result.get("failures", []):
+        out += f"\nFAILED {failure['variant']} n={failure['nodes']}: {failure['error'][:300]}"
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    description = __doc__.split("\n")[0] if __doc__ else None
+    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=description)
+    sub = parser.add_subparsers(dest="command")
+    emulator = sub.add_parser("emulator", help="(internal) the seeded emulator process")
+    emulator.add_argument("--nodes", type=int, required=True)
+    emulator.add_argument("--ssh-keys", required=True)
+    emulator.add_argument("--ssh-port", type=int, default=None)
+    emulator.add_argument("--hosts-dir", default=None)
+    emulator.add_argument("--hosts-timeout", type=float, default=600.0)
+    emulator.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--size", type=int, action="append", help="node counts (repeatable)")
+    parser.add_argument("--variant", choices=VARIANTS, action="append")
+    parser.add_argument("--ticks", type=int, default=None)
+    parser.add_argument("--poll", type=float, default=None)
+    parser.add_argument("--output-dir", type=Path, default=common.RESULTS_DIR)
+    parser.add_argument("--name", default="scale", help="result file name (default: scale)")
+    parser.add_argument("--profile", action="store_true", help="cProfile the daemon (diagnostic)")
+    parser.add_argument(
+        "--gc-threshold", type=int, default=None, help="gc.set_threshold(N) in the daemon"
+    )
+    parser.add_argument(
+        "--converge-limit", type=float, default=None, help="seconds to converge, per size"
+    )
+    parser.add_argument(
+        "--daemon-path",
+        type=Path,
+        default=None,
+        help="run the daemon from this source tree (before/after comparisons)",
+    )
+    args = parser.parse_args(argv)
+    if args.command == "emulator":
+        asyncio.run(_serve_emulator(args))
+        return 0
+    base = QUICK if args.quick else FULL
+    settings = Settings(
+        sizes=tuple(args.size or base.sizes),
+        variants=tuple(args.variant or base.variants),
+        ticks=args.ticks or base.ticks,
+        poll_interval=args.poll or base.poll_interval,
+        daemon_path=args.daemon_path,
+        profile=args.profile,
+        gc_threshold=args.gc_threshold,
+        converge_limit=args.converge_limit,
+    )
+    from bench import run as harness
+
+    # A profiled run's figures carry the profiler's overhead: never under the reported name.
+    name = "scale-profile" if args.profile and args.name == "scale" else args.name
+    path, envelope = harness.run_one(
+        name,
+        lambda quick: run(quick, settings=settings),
+        quick=args.quick,
+        output_dir=args.output_dir,
+    )
+    print(render(envelope["result"]))
+    for row in envelope["result"]["results"]:
+        print("\n".join(row.get("profile_top", [])))
+    print(f"written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

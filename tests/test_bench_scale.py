@@ -1,0 +1,84 @@
+"""The scale benchmark (bench/scale.py) in quick mode: 200 adopted nodes in 4 zones, a few
+ticks of the real daemon against the emulator in its own process, written through bench.run's
+envelope into a temporary directory.
+
+Not a performance test: it checks that the result is well-formed, that every figure is there
+and positive, and the one property that must hold at any size: a steady-state tick costs
+exactly one nodes.list page per zone and nothing else (no per-node call). At 200 nodes that is
+4 requests per tick only if the daemon asks for pages bigger than the API's default.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `bench` is a top-level package of the repository, not installed
+    sys.path.insert(0, str(ROOT))
+
+from bench import run as harness  # noqa: E402
+from bench import scale  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def test_the_scale_benchmark_runs_in_quick_mode(tmp_path: Path) -> None:
+    lines: list[str] = []
+    path, envelope = harness.run_one(
+        "scale", lambda quick: scale.run(quick, progress=lines.append), quick=True,
+        output_dir=tmp_path,
+    )  # fmt: skip
+
+    assert path == tmp_path / "scale-quick.json"
+    data: dict[str, Any] = json.loads(path.read_text())
+    assert data == json.loads(json.dumps(envelope))
+    assert data["benchmark"] == "scale"
+    assert data["machine"]["load_average_at_start"]
+    result = data["result"]
+    assert result["method"].startswith("Three processes")
+    assert result["parameters"]["emulator"] == "own process"
+    assert result["failures"] == [], result["failures"]
+    (row,) = result["results"]
+    assert (row["nodes"], row["variant"], row["zones"]) == (200, "none", 4)
+    assert sum(f["size"] for f in row["fleets"]) == 200
+
+    # Steady state: every tick saw every node and had nothing to do.
+    assert row["ticks"] == scale.QUICK.ticks
+    assert row["ticks_with_actions"] == 0
+    assert row["nodes_listed_per_tick"] == [200]
+    tick = row["tick_s"]
+    assert tick["n"] == row["ticks"]
+    assert 0 < tick["min"] <= tick["median"] <= tick["p99"] <= tick["max"]
+    assert row["cpu_ms_per_tick"] > 0
+    assert 0 < row["memory"]["rss_mb"] <= row["memory"]["peak_rss_mb"]
+    assert row["db"]["db_mb"] > 0
+    assert row["db"]["events"] > 0
+    convergence = row["convergence_s"]
+    assert 0 < convergence["all_ready"] <= convergence["steady"]
+
+    # The API cost of a tick: list pages, one per zone at this size, and nothing else.
+    api = row["api_requests"]
+    assert api["by_call_per_tick"] == {"nodes.list": 4.0}, api
+    assert api["list_pages_per_tick"] == 4
+    assert api["per_tick"] == api["list_pages_per_tick"]
+    assert api["total"] == api["list_pages_per_tick"] * row["ticks"]
+    assert api["only_list_pages"] is True
+
+    assert any("measuring" in line for line in lines)
+    table = scale.render(result)
+    assert "200" in table
+    assert "none" in table
+
+
+def test_expected_list_pages() -> None:
+    # 10,000 nodes in 4 zones: 2,500 a zone; 3 pages of 1,000, or 500 of the API default 5.
+    assert scale.expected_list_pages(10_000, 1000) == 12
+    assert scale.expected_list_pages(10_000, None) == 2000
+    assert scale.expected_list_pages(10_000, 5000) == 12  # clamped to the emulator's maximum
+    assert scale.expected_list_pages(4, 1000) == 4
+    assert [n for _, _, n in scale.fleet_layout(10)] == [3, 3, 2, 2]
