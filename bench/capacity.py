@@ -49,7 +49,6 @@ from bench.detection import (
     DaemonProcess,
     recorded_ready,
     request_kind,
-    wait_until,
 )
 from bench.detection import (
     Settings as EmulatorTiming,
@@ -251,7 +250,7 @@ def run_participant(
             return zone_ready(cloud, p.zone, g.slots)
 
     try:
-        wait_until(ready, 180, f"{p.name} READY")
+        common.wait_until(ready, 180, f"{p.name} READY")
         time.sleep(p.rng.uniform(0, settings.stagger))
         for i in range(g.samples):
             if i:
@@ -272,7 +271,7 @@ def run_participant(
             restored = cloud.set_capacity(None, p.zone)
             if hunt is not None:
                 hunt.result(1200)
-            wait_until(ready, 1200, f"{p.name} READY again")
+            common.wait_until(ready, 1200, f"{p.name} READY again")
             p.samples.append(
                 {
                     "group": g.label,

@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -284,3 +284,16 @@ def stop_process(process: subprocess.Popen[bytes], grace: float = 60.0) -> int:
     except subprocess.TimeoutExpired:
         process.kill()
         return process.wait()
+
+
+def wait_until(check: Callable[[], Any], within: float, what: str) -> Any:
+    """Poll `check` every 50 ms until it returns something truthy (returned), or raise
+    TimeoutError naming `what` after `within` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"benchmark: timed out after {within:g}s waiting for {what}")
+        time.sleep(0.05)

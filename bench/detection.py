@@ -2,7 +2,7 @@
 
 `python -m bench.run --only detection [--quick]` (or `python -m bench.detection [--quick]`).
 Capacity latency (item 2) is its own benchmark, bench/capacity.py, which reuses the emulator
-and daemon helpers defined here (`Cloud`, `DaemonProcess`, `wait_until`, `recorded_ready`).
+and daemon helpers defined here (`Cloud`, `DaemonProcess`, `recorded_ready`).
 
 Method. The emulator runs in this process (its own thread, default timing: a create takes
 2 s, a delete 1 s); the daemon is the real `python -m tpucared run` process with a generated
@@ -175,17 +175,6 @@ class DaemonProcess:
         return code
 
 
-def wait_until(check: Callable[[], Any], within: float, what: str) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"benchmark: timed out after {within:g}s waiting for {what}")
-        time.sleep(0.05)
-
-
 def all_ready(cloud: Cloud, size: int) -> bool:
     states = cloud.nodes()
     return len(states) == size and all(s == "READY" for s in states.values())
@@ -248,7 +237,7 @@ def measure_detection(
     daemon = DaemonProcess(scratch / f"detection-{poll:g}", cloud.url, poll=poll, size=size)
     latencies: list[float] = []
     try:
-        wait_until(lambda: fleet_ready(cloud, daemon, size), 60 + 3 * poll, "the fleet")
+        common.wait_until(lambda: fleet_ready(cloud, daemon, size), 60 + 3 * poll, "the fleet")
         strata = list(range(samples))
         rng.shuffle(strata)
         for i in range(samples):
@@ -263,10 +252,12 @@ def measure_detection(
                         return float(r["time"])
                 return None
 
-            seen = wait_until(deleted, 3 * poll + 30, f"the DELETE of {node}")
+            seen = common.wait_until(deleted, 3 * poll + 30, f"the DELETE of {node}")
             latencies.append(seen - at)
             log(f"detection poll={poll:g}s sample {i + 1}/{samples}: {seen - at:.3f} s")
-            wait_until(lambda: fleet_ready(cloud, daemon, size), 60 + 3 * poll, "the replacement")
+            common.wait_until(
+                lambda: fleet_ready(cloud, daemon, size), 60 + 3 * poll, "the replacement"
+            )
     finally:
         daemon.stop()
     return {

@@ -222,17 +222,6 @@ class DaemonProcess:
         return out
 
 
-def wait_until(check: Callable[[], Any], within: float, what: str) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"benchmark: timed out after {within:g}s waiting for {what}")
-        time.sleep(0.05)
-
-
 def starts(results: Path) -> dict[int, dict[int, float]]:
     """worker -> attempt -> the instant its run started."""
     out: dict[int, dict[int, float]] = {}
@@ -294,7 +283,7 @@ def measure(
     cloud: Cloud, daemon: DaemonProcess, results: Path, attempt: int, preempted: float
 ) -> tuple[dict[str, float], str]:
     """The instants and components of one recovery (attempt -> attempt + 1)."""
-    running = wait_until(
+    running = common.wait_until(
         lambda: running_everywhere(results, attempt + 1),
         180,
         f"attempt {attempt + 1} on every worker",
@@ -380,7 +369,7 @@ def measure_poll(
     rows: list[dict[str, float]] = []
     woken: list[str] = []
     try:
-        wait_until(lambda: running_everywhere(results, 1), 120, "attempt 1 on every worker")
+        common.wait_until(lambda: running_everywhere(results, 1), 120, "attempt 1 on every worker")
         strata = list(range(samples))
         rng.shuffle(strata)
         for i in range(samples):
