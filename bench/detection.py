@@ -33,7 +33,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from bench import common
 
@@ -79,7 +79,7 @@ class Cloud:
             )
         )
 
-    def __enter__(self) -> Cloud:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 

@@ -53,11 +53,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench import common
+from bench import common, detection
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT = "bench-project"
-ZONE = "us-central2-b"
+PROJECT = detection.PROJECT
+ZONE = detection.ZONE  # the zone detection.Cloud.preempt acts in
 TYPE = "v4-32"
 WORKERS = 4
 FLEET = "rec"
@@ -92,33 +92,21 @@ QUICK = Settings(samples={2.0: 2}, create_seconds=4.0, delete_seconds=1.0)
 # The emulator and the daemon
 
 
-class Cloud:
-    """The emulator with SSH worker hosts in a background thread."""
+class Cloud(detection.Cloud):
+    """detection's emulator thread, with SSH worker hosts."""
 
     def __init__(self, settings: Settings, hosts_dir: Path) -> None:
-        from tpucared.emulator import EmulatorOptions, EmulatorThread
-
         self.ssh_port = common.free_port()
-        self.thread = EmulatorThread(
-            EmulatorOptions(
+        super().__init__(
+            detection.Settings(
+                detection_samples={},
                 create_seconds=settings.create_seconds,
                 delete_seconds=settings.delete_seconds,
-                ssh_hosts=True,
-                ssh_port=self.ssh_port,
-                hosts_dir=str(hosts_dir),
-            )
+            ),
+            ssh_hosts=True,
+            ssh_port=self.ssh_port,
+            hosts_dir=str(hosts_dir),
         )
-
-    def __enter__(self) -> Cloud:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.thread.stop()
-
-    @property
-    def url(self) -> str:
-        return self.thread.url
 
     def reset(self, create_seconds: float) -> None:
         """A fresh cloud: nothing of a previous daemon (its nodes trust its key) lingers."""
@@ -132,17 +120,9 @@ class Cloud:
     def set_create_seconds(self, seconds: float) -> None:
         self.thread.call(lambda s: s.timing.update({"create_seconds": seconds}))
 
-    def preempt(self, node: str) -> float:
-        """Preempt now; returns the emulator's time of it."""
-        return float(self.thread.call(lambda s: (s.preempt(PROJECT, ZONE, node), s.now())[1]))
-
     def _get(self, path: str) -> Any:
         with urllib.request.urlopen(self.url + path, timeout=30) as response:
             return json.load(response)
-
-    def requests(self, since: float) -> list[dict[str, Any]]:
-        data: list[dict[str, Any]] = self._get(f"/_emulator/v1/requests?since={since}")
-        return data
 
     def operations(self) -> list[dict[str, Any]]:
         """Every operation of the zone, as the API lists them."""
