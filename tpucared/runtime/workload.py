@@ -369,11 +369,10 @@ class WorkloadRunner:
     async def execute_all(self, actions: Sequence[Action], *, now: datetime | None = None) -> None:
         """Carry out workload actions: each slot's in order, different slots concurrently
         (a fleet-wide relaunch is bounded by the pool's SSH concurrency, not done serially)."""
-        chains: dict[tuple[str, int], list[Action]] = {}
         for a in actions:
             if not self.handles(a):
                 raise TypeError(f"not a workload action: {a.kind}")
-            chains.setdefault(_slot_of(a), []).append(a)
+        chains = chains_by_slot(actions)
         at = now or self._clock()
 
         async with asyncio.TaskGroup() as group:
@@ -619,6 +618,14 @@ class WorkloadRunner:
 def _slot_of(a: Action) -> tuple[str, int]:
     assert isinstance(a, LaunchWorkload | StopWorkload | FinishAttempt | MarkSlotDone)
     return (a.fleet, a.slot)
+
+
+def chains_by_slot(actions: Iterable[Action]) -> dict[tuple[str, int], list[Action]]:
+    """Workload actions grouped by slot, each slot's in plan order: one chain per slot."""
+    chains: dict[tuple[str, int], list[Action]] = {}
+    for a in actions:
+        chains.setdefault(_slot_of(a), []).append(a)
+    return chains
 
 
 def _local_files(spec: WorkloadSpec) -> list[FileUpload]:

@@ -68,16 +68,14 @@ from tpucared.core.model import NodePhase
 from tpucared.core.plan import Plan
 from tpucared.core.snapshot import SlotKey
 from tpucared.core.workload_actions import (
-    FinishAttempt,
     LaunchWorkload,
-    MarkSlotDone,
     StopWorkload,
 )
 from tpucared.core.workload_inputs import SlotProbe, TickSnapshot, WorkerProbe, WorkerState
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.tasks import TaskSet
 from tpucared.runtime.wakeup import Wakeup
-from tpucared.runtime.workload import ProbeJob, WorkloadRunner
+from tpucared.runtime.workload import ProbeJob, WorkloadRunner, chains_by_slot
 from tpucared.ssh import NO_RETRY, RetryPolicy, Target
 
 log = structlog.get_logger(__name__)
@@ -233,10 +231,7 @@ class WorkloadJobs:
             if job.incarnation_id in leaving or job.incarnation_id not in live:
                 self._cancel(job, "its node is going away")
                 report.cancelled += 1
-        chains: dict[SlotKey, list[Action]] = {}
-        for a in workload_actions:
-            chains.setdefault(_slot_of(a), []).append(a)
-        for key, chain in chains.items():
+        for key, chain in chains_by_slot(workload_actions).items():
             if key in self._jobs:
                 report.deferred += 1
                 self._deferred.add(key)
@@ -445,11 +440,6 @@ def _leaving(plan: Plan) -> set[int]:
         ):
             out.add(a.incarnation_id)
     return out
-
-
-def _slot_of(a: Action) -> SlotKey:
-    assert isinstance(a, LaunchWorkload | StopWorkload | FinishAttempt | MarkSlotDone)
-    return (a.fleet, a.slot)
 
 
 def _node_of(a: Action) -> int | None:
