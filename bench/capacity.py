@@ -53,8 +53,8 @@ from bench.detection import (
 from bench.detection import (
     Settings as EmulatorTiming,
 )
-from tpucared.core.backoff import BackoffRule, delay
-from tpucared.core.policy import CAPACITY_BACKOFF
+from tpucared.core.model.backoff import BackoffRule, delay
+from tpucared.core.planning.policy import CAPACITY_BACKOFF
 
 T = TypeVar("T")
 POLL = 10.0  # the daemon's default poll interval
@@ -382,7 +382,7 @@ def summarize_group(group: Group, samples: Sequence[dict[str, Any]]) -> dict[str
 
 
 def _poll_times(op_seconds: float, poll: float) -> list[float]:
-    """When the operation watcher polls an operation (runtime/operations.py PollSchedule:
+    """When the operation watcher polls an operation (runtime/nodes/operations.py PollSchedule:
     0.5 s, then doubling, at most min(5 s, poll) apart), up to the poll that sees it done."""
     interval = min(0.5, poll / 2)
     times = [interval]

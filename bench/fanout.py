@@ -76,7 +76,7 @@ import asyncssh
 
 from bench import common
 from tpucared.emulator.hosts.processes import find_tagged, kill_tagged
-from tpucared.logging import configure_logging
+from tpucared.logsetup import configure_logging
 from tpucared.ssh import (
     DEFAULT_RETRY,
     ConnectionPool,

@@ -9,7 +9,7 @@ only starts the other two, reads files and /proc, and sleeps. The emulator is se
 serves: N single-host v5litepod-8 spot nodes, READY, spread over 4 fleets of N/4, one fleet
 per zone, each node named and labelled as the daemon names and labels its own
 (`tpucared-fleet`, `tpucared-owner`, the daemon's key in `ssh-keys`). The daemon is the real
-`tpucared run -c CONFIG` process (`tpucared.cli.main`, with the one logger
+`tpucared run -c CONFIG` process (`tpucared.cli.main.main`, with the one logger
 `tpucared.runtime.reconciler` at DEBUG so that ticks that do nothing log their "tick" line
 too; nothing else is logged more) against a fresh database: it finds every node unrecorded,
 adopts them all (what a restart after a lost database looks like), and settles. Convergence
@@ -82,7 +82,7 @@ VARIANTS = ("none", "probe")
 _DAEMON_BOOT = (
     "import logging, sys; "
     "logging.getLogger('tpucared.runtime.reconciler').setLevel(logging.DEBUG); "
-    "from tpucared.cli import main; "
+    "from tpucared.cli.main import main; "
     "sys.exit(main(['run', '-c', sys.argv[1]]))"
 )
 # The same under cProfile, for `--profile` (a diagnostic: the profiler's own overhead inflates
@@ -95,7 +95,7 @@ _DAEMON_PROFILE_BOOT = (
     "p = cProfile.Profile(); "
     "signal.signal(signal.SIGUSR1, lambda *_: p.enable()); "
     "signal.signal(signal.SIGUSR2, lambda *_: (p.disable(), p.dump_stats(sys.argv[2]))); "
-    "from tpucared.cli import main; "
+    "from tpucared.cli.main import main; "
     "sys.exit(main(['run', '-c', sys.argv[1]]))"
 )
 
@@ -172,7 +172,7 @@ async def _serve_emulator(args: argparse.Namespace) -> None:
     from tpucared.emulator import EmulatorOptions
     from tpucared.emulator.hosts import SshWorkerHosts
     from tpucared.emulator.server import EmulatorServer
-    from tpucared.logging import configure_logging
+    from tpucared.logsetup import configure_logging
 
     # stdout carries the readiness line; the emulator's own logs go to stderr (a file).
     configure_logging(level="warning", json=True, stream=sys.stderr)

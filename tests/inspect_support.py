@@ -11,16 +11,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from tpucared.core.actions import CloudFacts, SlotUpdate
-from tpucared.core.model import (
+from tpucared.core.model.observed import WorkerEndpoint
+from tpucared.core.model.records import (
     AttemptOutcome,
     FleetRecord,
     IncarnationRecord,
     NodePhase,
     SlotRecord,
-    WorkerEndpoint,
     WorkloadAttemptRecord,
 )
+from tpucared.core.planning.actions import CloudFacts, SlotUpdate
 from tpucared.store import Snapshot, Store
 from tpucared.store.migrate import upgrade_to_head
 from tpucared.store.snapshot import frozen_mapping

@@ -19,13 +19,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tpucared.core.model import (
-    AttemptOutcome,
-    CapacityKind,
-    OnSuccess,
-    RestartPolicy,
-    WorkloadAttemptRecord,
-)
+from tpucared.core.model.records import AttemptOutcome, WorkloadAttemptRecord
+from tpucared.core.model.specs import CapacityKind, OnSuccess, RestartPolicy
 from tpucared.demo.babysit import (
     OWNER,
     BabysitError,

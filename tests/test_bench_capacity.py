@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:  # `bench` is a top-level package of the repositor
 
 from bench import capacity, replay  # noqa: E402
 from bench import run as harness  # noqa: E402
-from tpucared.core.policy import CAPACITY_BACKOFF  # noqa: E402
+from tpucared.core.planning.policy import CAPACITY_BACKOFF  # noqa: E402
 
 
 @pytest.mark.slow

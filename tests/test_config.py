@@ -15,8 +15,8 @@ from tpucared.config import (
     load_config,
     resolve_config_path,
 )
-from tpucared.core.model import CapacityKind, OnSuccess, Provisioning, RestartPolicy
-from tpucared.core.policy import Policy
+from tpucared.core.model.specs import CapacityKind, OnSuccess, Provisioning, RestartPolicy
+from tpucared.core.planning.policy import Policy
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "deploy" / "examples"
 

@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tpucared.core.model import CapacityKind, FleetSpec
+from tpucared.core.model.specs import CapacityKind, FleetSpec
 from tpucared.demo.example import EXAMPLES, DemoPlaces, ExampleMissing, demo_config
 from tpucared.demo.presenter import PlainView, Reading, SlotSummary, Summary
 from tpucared.demo.progress import Progress, read_progress

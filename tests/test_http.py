@@ -15,9 +15,15 @@ import pytest
 from inspect_support import T0, cli, populate
 from prometheus_client.parser import text_string_to_metric_families
 
-from tpucared.core.model import CreateAttemptRecord
-from tpucared.http import MIN_THRESHOLD, Health, HttpServer, start_http, store_status
-from tpucared.metrics import DaemonMetrics
+from tpucared.core.model.records import CreateAttemptRecord
+from tpucared.runtime.telemetry.metrics import DaemonMetrics
+from tpucared.runtime.telemetry.server import (
+    MIN_THRESHOLD,
+    Health,
+    HttpServer,
+    start_http,
+    store_status,
+)
 from tpucared.store import Store
 
 

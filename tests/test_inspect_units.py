@@ -10,10 +10,7 @@ from pathlib import Path
 import pytest
 from inspect_support import T0, populate, snapshot
 
-from tpucared.core.model import (
-    EventRecord,
-    NodePhase,
-)
+from tpucared.core.model.records import EventRecord, NodePhase
 from tpucared.inspect.events import event_line
 from tpucared.inspect.fmt import duration, table, truncate
 from tpucared.inspect.goodput import GoodputTracker

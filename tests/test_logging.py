@@ -8,7 +8,7 @@ import logging
 
 import structlog
 
-from tpucared.logging import configure_logging, register_secret
+from tpucared.logsetup import configure_logging, register_secret
 
 
 def _lines(stream: io.StringIO) -> list[dict[str, object]]:

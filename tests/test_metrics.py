@@ -11,8 +11,8 @@ import pytest
 from inspect_support import T0, facts, populate, preempted, snapshot
 from prometheus_client import REGISTRY
 
-from tpucared.core.model import AttemptOutcome, CreateAttemptRecord, EventRecord, NodePhase
-from tpucared.metrics import DaemonMetrics
+from tpucared.core.model.records import AttemptOutcome, CreateAttemptRecord, EventRecord, NodePhase
+from tpucared.runtime.telemetry.metrics import DaemonMetrics
 from tpucared.store import Store
 from tpucared.store.snapshot import frozen_mapping
 
@@ -96,7 +96,7 @@ async def test_refresh_sets_gauges_and_counts_only_new_events(tmp_path: Path) ->
 async def test_refresh_reads_long_backlogs_in_pages(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("tpucared.metrics.EVENT_PAGE", 7)  # 23 events: 4 pages
+    monkeypatch.setattr("tpucared.runtime.telemetry.metrics.EVENT_PAGE", 7)  # 23 events: 4 pages
     db = tmp_path / "state.db"
     await populate(db, now=T0)
     m = DaemonMetrics()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from inspect_support import CAPACITY_ERROR, Scenario, cli, cli_env, populate, run_cli
 
-from tpucared.cli import main
+from tpucared.cli.main import main
 from tpucared.inspect.dbpath import DEFAULT_DB, resolve_db
 from tpucared.store import Store
 

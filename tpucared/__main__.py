@@ -1,5 +1,5 @@
 """`python -m tpucared`: the same entry point as the `tpucared` console script."""
 
-from tpucared.cli import main
+from tpucared.cli.main import main
 
 raise SystemExit(main())

@@ -11,28 +11,27 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tpucared.core.actions import Action, DeleteNode, Transition
-from tpucared.core.model import (
+from tpucared.core.model.observed import (
+    CloudState,
+    ObservedNode,
+    ObservedQueuedResource,
+    QueuedState,
+    ZoneObservation,
+)
+from tpucared.core.model.records import FleetRecord, IncarnationRecord, NodePhase, SlotRecord
+from tpucared.core.model.specs import (
     FLEET_LABEL,
     OWNER_LABEL,
     CapacityKind,
-    CloudState,
     ErrorKind,
-    FleetRecord,
     FleetSpec,
-    IncarnationRecord,
-    NodePhase,
-    ObservedNode,
-    ObservedQueuedResource,
     Provisioning,
-    QueuedState,
-    SlotRecord,
-    ZoneObservation,
 )
-from tpucared.core.plan import Plan
-from tpucared.core.planner import plan
-from tpucared.core.policy import Policy
-from tpucared.core.snapshot import Snapshot
+from tpucared.core.planning.actions import Action, DeleteNode, Transition
+from tpucared.core.planning.plan import Plan
+from tpucared.core.planning.planner import plan
+from tpucared.core.planning.policy import Policy
+from tpucared.core.planning.snapshot import Snapshot
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 Z1, Z2 = "us-central2-b", "europe-west4-a"

@@ -1,4 +1,4 @@
-"""The node-incarnation lifecycle table (core/lifecycle.py): complete, commented, sound."""
+"""The node-incarnation lifecycle table (core/nodes/lifecycle.py): complete, commented, sound."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import re
 
 import pytest
 
-from tpucared.core import lifecycle
-from tpucared.core.lifecycle import (
+from tpucared.core.model.records import NodePhase
+from tpucared.core.nodes import lifecycle
+from tpucared.core.nodes.lifecycle import (
     LIVE_PHASES,
     TRANSITIONS,
     IllegalTransition,
@@ -17,7 +18,6 @@ from tpucared.core.lifecycle import (
     check_transition,
     is_terminal,
 )
-from tpucared.core.model import NodePhase
 
 P = NodePhase
 ALL_PAIRS = list(itertools.product(P, P))

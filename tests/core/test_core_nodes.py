@@ -1,4 +1,4 @@
-"""Decision tables for one live incarnation (core/nodes.py), one row per situation.
+"""Decision tables for one live incarnation (core/nodes/incarnations.py), one row per situation.
 
 Each row: the incarnation as recorded, what the zone's list shows, and the phase edges,
 deletes and other actions the plan must hold for it. kopf-style: the table is the spec.
@@ -32,7 +32,11 @@ from core_support import (
     world,
 )
 
-from tpucared.core.actions import (
+from tpucared.core.model.observed import CloudState, ObservedNode, QueuedState, ZoneObservation
+from tpucared.core.model.records import IncarnationRecord, NodePhase
+from tpucared.core.model.specs import ErrorKind, Provisioning
+from tpucared.core.nodes.cloud import ABSENT
+from tpucared.core.planning.actions import (
     Adopt,
     CreateNode,
     DeleteNode,
@@ -40,18 +44,7 @@ from tpucared.core.actions import (
     RecordCloud,
     Transition,
 )
-from tpucared.core.cloud import ABSENT
-from tpucared.core.model import (
-    CloudState,
-    ErrorKind,
-    IncarnationRecord,
-    NodePhase,
-    ObservedNode,
-    Provisioning,
-    QueuedState,
-    ZoneObservation,
-)
-from tpucared.core.plan import Plan
+from tpucared.core.planning.plan import Plan
 
 P = NodePhase
 C = CloudState

@@ -22,31 +22,30 @@ from core_support import OWNER, T0, Z1, Z2, ours, run, spec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tpucared.core.actions import Adopt, CreateNode, DeleteNode, Transition
-from tpucared.core.cloud import ABSENT, DEAD_STATES
-from tpucared.core.intent import apply_intent
-from tpucared.core.lifecycle import LIVE_PHASES
-from tpucared.core.model import (
-    FLEET_LABEL,
-    OWNER_LABEL,
+from tpucared.core.model.observed import (
     CloudState,
-    ErrorKind,
-    FleetRecord,
-    FleetSpec,
-    IncarnationRecord,
-    NodePhase,
     ObservedNode,
     ObservedQueuedResource,
-    OnSuccess,
-    Provisioning,
     QueuedState,
-    SlotRecord,
-    WorkloadSpec,
     ZoneObservation,
 )
-from tpucared.core.nodes import SERVING
-from tpucared.core.plan import Plan
-from tpucared.core.snapshot import Snapshot
+from tpucared.core.model.records import FleetRecord, IncarnationRecord, NodePhase, SlotRecord
+from tpucared.core.model.specs import (
+    FLEET_LABEL,
+    OWNER_LABEL,
+    ErrorKind,
+    FleetSpec,
+    OnSuccess,
+    Provisioning,
+    WorkloadSpec,
+)
+from tpucared.core.nodes.cloud import ABSENT, DEAD_STATES
+from tpucared.core.nodes.incarnations import SERVING
+from tpucared.core.nodes.lifecycle import LIVE_PHASES
+from tpucared.core.planning.actions import Adopt, CreateNode, DeleteNode, Transition
+from tpucared.core.planning.executor_contract import apply_intent
+from tpucared.core.planning.plan import Plan
+from tpucared.core.planning.snapshot import Snapshot
 
 P = NodePhase
 FLEETS = ("a", "b", "c")
@@ -262,7 +261,8 @@ def test_never_more_serving_nodes_than_size(w: World) -> None:
     def unverifiable(inc: IncarnationRecord) -> bool:
         # A node we are creating that is listed CREATING without any labels yet cannot be
         # told apart from someone else's: the planner waits for its labels before deleting
-        # it (core/nodes.py `_labels_pending`), so an unwanted slot may keep it that long.
+        # it (core/nodes/incarnations.py `_labels_pending`), so an unwanted slot may keep it
+        # that long.
         return inc.phase in (NodePhase.REQUESTED, NodePhase.CREATING) and any(
             isinstance(n, ObservedNode) and n.state is CloudState.CREATING and not n.labels
             for n in occupants(observations, inc.zone, inc.node_name)

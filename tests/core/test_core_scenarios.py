@@ -1,5 +1,6 @@
-"""Whole stories over many ticks: the planner, the executor contract (core/intent.py) and a
-scripted cloud, with the clock moved by hand. Nothing sleeps; nothing does I/O.
+"""Whole stories over many ticks: the planner, the executor contract
+(core/planning/executor_contract.py) and a scripted cloud, with the clock moved by hand. Nothing
+sleeps; nothing does I/O.
 
 `Cloud` is the smallest cloud that answers creates and deletes the way the TPU API does
 (a create in a zone without capacity fails with CAPACITY; a node is READY one tick after
@@ -14,19 +15,14 @@ from datetime import datetime, timedelta
 
 from core_support import OWNER, T0, Z1, Z2, ours, spec
 
-from tpucared.core.actions import CreateNode, DeleteNode, Notice
-from tpucared.core.intent import apply_intent, record_outcome
-from tpucared.core.model import (
-    CloudState,
-    ErrorKind,
-    FleetSpec,
-    ObservedNode,
-    ZoneObservation,
-)
-from tpucared.core.plan import Plan
-from tpucared.core.planner import plan
-from tpucared.core.policy import Policy
-from tpucared.core.snapshot import Snapshot
+from tpucared.core.model.observed import CloudState, ObservedNode, ZoneObservation
+from tpucared.core.model.specs import ErrorKind, FleetSpec
+from tpucared.core.planning.actions import CreateNode, DeleteNode, Notice
+from tpucared.core.planning.executor_contract import apply_intent, record_outcome
+from tpucared.core.planning.plan import Plan
+from tpucared.core.planning.planner import plan
+from tpucared.core.planning.policy import Policy
+from tpucared.core.planning.snapshot import Snapshot
 
 TICK = timedelta(seconds=10)
 

@@ -28,7 +28,17 @@ from core_support import (
     world,
 )
 
-from tpucared.core.actions import (
+from tpucared.core.model.observed import CloudState, QueuedState
+from tpucared.core.model.records import NodePhase
+from tpucared.core.model.specs import (
+    FLEET_LABEL,
+    OWNER_LABEL,
+    ErrorKind,
+    OnSuccess,
+    Provisioning,
+    WorkloadSpec,
+)
+from tpucared.core.planning.actions import (
     Adopt,
     CreateNode,
     DeleteNode,
@@ -37,18 +47,7 @@ from tpucared.core.actions import (
     RecordFleet,
     Severity,
 )
-from tpucared.core.model import (
-    FLEET_LABEL,
-    OWNER_LABEL,
-    CloudState,
-    ErrorKind,
-    NodePhase,
-    OnSuccess,
-    Provisioning,
-    QueuedState,
-    WorkloadSpec,
-)
-from tpucared.core.policy import Policy
+from tpucared.core.planning.policy import Policy
 
 P = NodePhase
 C = CloudState

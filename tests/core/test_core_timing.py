@@ -8,12 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpucared.core import durations
-from tpucared.core.backoff import BackoffRule, ceiling, delay, jitter, shortest
-from tpucared.core.cloud import DEAD_STATES, TRANSIENT_STATES
-from tpucared.core.model import CloudState, ErrorKind, NodePhase, QueuedState
-from tpucared.core.policy import CAPACITY_BACKOFF, HARD_ERRORS, Policy
-from tpucared.core.stuck import (
+from tpucared.core.model import durations
+from tpucared.core.model.backoff import BackoffRule, ceiling, delay, jitter, shortest
+from tpucared.core.model.observed import CloudState, QueuedState
+from tpucared.core.model.records import NodePhase
+from tpucared.core.model.specs import ErrorKind
+from tpucared.core.nodes.cloud import DEAD_STATES, TRANSIENT_STATES
+from tpucared.core.nodes.stuck import (
     CLOUD_RULE,
     DEFAULT_TIMEOUTS,
     PHASE_RULE,
@@ -21,6 +22,7 @@ from tpucared.core.stuck import (
     STUCK_RULES,
     with_overrides,
 )
+from tpucared.core.planning.policy import CAPACITY_BACKOFF, HARD_ERRORS, Policy
 
 S = timedelta(seconds=1)
 RULE = BackoffRule(base=5 * S, cap=30 * S)

@@ -1,6 +1,6 @@
 """The workload sub-planner, rule by rule: tables of one slot's situation -> its actions.
 
-Each row changes one thing from the default world of test_core_workload_support.py
+Each row changes one thing from the default world of core_workload_support.py
 (attempt 3 runs on READY node #7 of 4 workers since ten minutes; this tick's probe is of that
 attempt).
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from core_support import T0
-from test_core_workload_support import (
+from core_workload_support import (
     NODE_ID,
     P,
     ago,
@@ -29,12 +29,13 @@ from test_core_workload_support import (
     work,
 )
 
-from tpucared.core.actions import DeleteNode, Notice, Severity
-from tpucared.core.backoff import BackoffRule
-from tpucared.core.model import AttemptOutcome, OnSuccess, RestartPolicy, WorkloadSpec
-from tpucared.core.workload import CRASH_BACKOFF, WorkloadPolicy
-from tpucared.core.workload_actions import StopWorkload
-from tpucared.core.workload_inputs import SlotProbe, WorkerProbe, WorkerState, track
+from tpucared.core.model.backoff import BackoffRule
+from tpucared.core.model.records import AttemptOutcome
+from tpucared.core.model.specs import OnSuccess, RestartPolicy, WorkloadSpec
+from tpucared.core.planning.actions import DeleteNode, Notice, Severity
+from tpucared.core.workload.actions import StopWorkload
+from tpucared.core.workload.inputs import SlotProbe, WorkerProbe, WorkerState, track
+from tpucared.core.workload.planner import CRASH_BACKOFF, WorkloadPolicy
 
 Out = AttemptOutcome
 SHORT = {"last": attempt(started=ago(minutes=2))}  # a short run: a crash loop backs off

@@ -12,7 +12,7 @@ this tick's probe of any mix of worker states and timers) must give a plan that
 - is deterministic.
 
 Many ticks: a slot replayed through random worker fates, preemptions and replacements, with
-the actions applied as the runner and store would (test_core_workload_support.Sim), keeps attempt
+the actions applied as the runner and store would (core_workload_support.Sim), keeps attempt
 numbers strictly increasing, one running attempt at most, and its failures within budget.
 """
 
@@ -23,28 +23,26 @@ from datetime import timedelta
 from typing import TypeVar
 
 from core_support import T0
+from core_workload_support import NODE_ID, POLICY, WORKERS, Sim, node
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_core_workload_support import NODE_ID, POLICY, WORKERS, Sim, node
 
-from tpucared.core.actions import DeleteNode
-from tpucared.core.model import (
+from tpucared.core.model.records import (
     AttemptOutcome,
     IncarnationRecord,
     NodePhase,
-    RestartPolicy,
     SlotRecord,
     WorkloadAttemptRecord,
-    WorkloadSpec,
 )
-from tpucared.core.workload import SlotWork, plan_slot
-from tpucared.core.workload_actions import (
+from tpucared.core.model.specs import RestartPolicy, WorkloadSpec
+from tpucared.core.planning.actions import DeleteNode
+from tpucared.core.workload.actions import (
     CHARGED_OUTCOMES,
     FinishAttempt,
     LaunchWorkload,
     StopWorkload,
 )
-from tpucared.core.workload_inputs import (
+from tpucared.core.workload.inputs import (
     DIED,
     NEVER_STARTED,
     REBOOTED,
@@ -52,6 +50,7 @@ from tpucared.core.workload_inputs import (
     WorkerProbe,
     WorkerState,
 )
+from tpucared.core.workload.planner import SlotWork, plan_slot
 
 P = NodePhase
 S = WorkerState

@@ -30,26 +30,25 @@ from core_support import (
     world,
 )
 
-from tpucared.core import planner
-from tpucared.core.actions import Action, DeleteNode, Notice, Transition
-from tpucared.core.model import (
+from tpucared.core.model.observed import CloudState
+from tpucared.core.model.records import (
     AttemptOutcome,
-    CloudState,
     IncarnationRecord,
     NodePhase,
-    OnSuccess,
     SlotRecord,
     WorkerRecord,
     WorkloadAttemptRecord,
-    WorkloadSpec,
 )
-from tpucared.core.plan import Plan
-from tpucared.core.planner import NodesOutcome
-from tpucared.core.policy import Policy
-from tpucared.core.view import View
-from tpucared.core.workload_actions import FinishAttempt, LaunchWorkload, MarkSlotDone
-from tpucared.core.workload_inputs import SlotProbe, WorkerProbe, WorkloadSnapshot
-from tpucared.core.workload_tick import nodes_outcome, plan_tick
+from tpucared.core.model.specs import OnSuccess, WorkloadSpec
+from tpucared.core.planning import planner
+from tpucared.core.planning.actions import Action, DeleteNode, Notice, Transition
+from tpucared.core.planning.plan import Plan
+from tpucared.core.planning.planner import NodesOutcome
+from tpucared.core.planning.policy import Policy
+from tpucared.core.planning.tick import nodes_outcome, plan_tick
+from tpucared.core.planning.view import View
+from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload, MarkSlotDone
+from tpucared.core.workload.inputs import SlotProbe, WorkerProbe, WorkloadSnapshot
 
 P = NodePhase
 OWNER = "me"

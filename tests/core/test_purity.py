@@ -128,8 +128,8 @@ def test_checker_catches(source: str, complaint: str) -> None:
     [
         "from __future__ import annotations",
         "from collections.abc import Mapping",
-        "from tpucared.core.model import NodePhase",
-        "from tpucared.core import budget",
+        "from tpucared.core.model.records import NodePhase",
+        "from tpucared.core.nodes import create_backoff as budget",
         "from . import model",
         "from datetime import datetime, timedelta\nx = datetime(2025, 1, 1) + timedelta(1)",
     ],

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from gcp_fakes import FakeApi, Reply, Seen, TokenServer, service_account_info
 
-from tpucared.core.model import ErrorKind
+from tpucared.core.model.specs import ErrorKind
 from tpucared.gcp.auth import (
     CredentialsError,
     GoogleTokenSource,

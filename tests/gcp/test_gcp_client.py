@@ -12,7 +12,7 @@ import pytest
 from gcp_fakes import FakeApi, Reply
 
 from tpucared import __version__
-from tpucared.core.model import CapacityKind, ErrorKind
+from tpucared.core.model.specs import CapacityKind, ErrorKind
 from tpucared.gcp import names
 from tpucared.gcp.client import TpuClient
 from tpucared.gcp.errors import ApiError, CapacityError, OperationTimeout

@@ -7,13 +7,8 @@ from typing import Any
 
 import pytest
 
-from tpucared.core.model import (
-    CapacityKind,
-    CloudState,
-    ErrorKind,
-    QueuedState,
-    WorkerEndpoint,
-)
+from tpucared.core.model.observed import CloudState, QueuedState, WorkerEndpoint
+from tpucared.core.model.specs import CapacityKind, ErrorKind
 from tpucared.gcp import bodies
 from tpucared.gcp.convert import (
     node_from_json,

@@ -16,14 +16,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tpucared.core.model import (
-    FLEET_LABEL,
-    OWNER_LABEL,
-    CapacityKind,
-    CloudState,
-    ErrorKind,
-    QueuedState,
-)
+from tpucared.core.model.observed import CloudState, QueuedState
+from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind, ErrorKind
 from tpucared.gcp import names
 from tpucared.gcp.auth import NoAuth
 from tpucared.gcp.client import TpuClient

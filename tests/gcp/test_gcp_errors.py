@@ -11,7 +11,7 @@ import aiohttp
 import google.auth.exceptions
 import pytest
 
-from tpucared.core.model import ErrorKind
+from tpucared.core.model.specs import ErrorKind
 from tpucared.gcp.errors import (
     AlreadyExistsError,
     ApiError,

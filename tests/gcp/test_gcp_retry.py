@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from tpucared.core.model import ErrorKind
+from tpucared.core.model.specs import ErrorKind
 from tpucared.gcp.errors import ApiError
 from tpucared.gcp.retry import RetryPolicy, call_with_retry
 

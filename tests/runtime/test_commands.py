@@ -33,7 +33,7 @@ from runtime_support import (
     write_config,
 )
 
-from tpucared.core.model import CapacityKind
+from tpucared.core.model.specs import CapacityKind
 from tpucared.gcp import NoAuth, TpuClient
 
 pytestmark = pytest.mark.slow

@@ -1,8 +1,8 @@
 """The daemon's parts in this process, against the emulator and a real SQLite file, one tick at a
-time: the executor records exactly what core/intent.py's `apply_intent` says and before any
-cloud call; nodes found with our labels are adopted, never recreated; the operation watcher
-records a create's fate as a fact, only on the phase it belongs to; calls cut short by a stop
-get their outcome recorded at the next start."""
+time: the executor records exactly what core/planning/executor_contract.py's `apply_intent` says
+and before any cloud call; nodes found with our labels are adopted, never recreated; the operation
+watcher records a create's fate as a fact, only on the phase it belongs to; calls cut short by a
+stop get their outcome recorded at the next start."""
 
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ import pytest
 from runtime_support import OWNER, PROJECT, ZONE, Control, query, write_config
 
 from tpucared.config import load_config
-from tpucared.core.actions import Adopt, CreateNode, DeleteNode, Transition
-from tpucared.core.intent import apply_intent
-from tpucared.core.model import CapacityKind, ErrorKind, NodePhase
+from tpucared.core.model.records import NodePhase
+from tpucared.core.model.specs import CapacityKind, ErrorKind
+from tpucared.core.planning.actions import Adopt, CreateNode, DeleteNode, Transition
+from tpucared.core.planning.executor_contract import apply_intent
 from tpucared.gcp import NoAuth, TpuClient
-from tpucared.runtime.calls import NodeTemplate, record_interrupted_calls
 from tpucared.runtime.daemon import Daemon
+from tpucared.runtime.nodes.calls import NodeTemplate, record_interrupted_calls
 from tpucared.runtime.reconciler import Tick
 from tpucared.store import Store
 from tpucared.store.migrate import upgrade_to_head

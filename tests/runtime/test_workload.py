@@ -1,6 +1,6 @@
 """The workload on a v4-32 slice of the emulator (4 workers, real SSH): launch, watch, relaunch.
 
-Each tick is the daemon's (test_workload_harness.py): list, read the store, probe every
+Each tick is the daemon's (workload_harness.py): list, read the store, probe every
 worker, plan with the node and workload planners, carry the actions out. The workers are the
 emulator's SSH hosts, so what the tests check on their side (files in their homes, pids,
 /proc) is what happened on the "VMs".
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
-from test_workload_harness import (
+from workload_harness import (
     FLEET,
     PROJECT,
     ZONE,
@@ -37,10 +37,10 @@ from test_workload_harness import (
     workload,
 )
 
-from tpucared.core.actions import DeleteNode, Notice
-from tpucared.core.model import AttemptOutcome, NodePhase
-from tpucared.core.workload_actions import CHARGED_OUTCOMES, FinishAttempt, LaunchWorkload
-from tpucared.core.workload_inputs import WorkerState
+from tpucared.core.model.records import AttemptOutcome, NodePhase
+from tpucared.core.planning.actions import DeleteNode, Notice
+from tpucared.core.workload.actions import CHARGED_OUTCOMES, FinishAttempt, LaunchWorkload
+from tpucared.core.workload.inputs import WorkerState
 from tpucared.emulator import EmulatorServer
 from tpucared.store.write_workloads import FAILURE_OUTCOMES
 

@@ -1,6 +1,6 @@
 """`tpucared logs / exec / cp` against a running v4-32 slice of the emulator (real SSH).
 
-The slice is brought up by the daemon's tick (test_workload_harness.py), which pins the
+The slice is brought up by the daemon's tick (workload_harness.py), which pins the
 workers' host keys; the commands then read the database's snapshot, as the CLI does.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_workload_harness import (
+from workload_harness import (
     FLEET,
     OWNER,
     PROJECT,
@@ -29,10 +29,10 @@ from test_workload_harness import (
 )
 
 from tpucared.config import Config, DaemonConfig, GcpConfig
-from tpucared.core.policy import Policy
-from tpucared.core.workload_actions import LaunchWorkload
+from tpucared.core.planning.policy import Policy
+from tpucared.core.workload.actions import LaunchWorkload
 from tpucared.emulator import EmulatorServer
-from tpucared.runtime.workload_commands import (
+from tpucared.runtime.workload.by_hand import (
     CommandError,
     Where,
     Workers,

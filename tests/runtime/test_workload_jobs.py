@@ -1,4 +1,4 @@
-"""SSH work off the tick (runtime/workload_jobs.py), with the daemon's parts in this process
+"""SSH work off the tick (runtime/workload/jobs.py), with the daemon's parts in this process
 against the emulator's SSH worker hosts: a slice whose SSH hangs delays nothing but itself,
 no probe runs while a slot's launch is in flight (so none taken before it can cause a
 second one), a launch on a node that dies is cancelled and the slot recovers, and a stop
@@ -26,16 +26,16 @@ import pytest
 from runtime_support import OWNER, PROJECT, ZONE, Control, free_port, query
 
 from tpucared.config import load_config
-from tpucared.core.workload_actions import FinishAttempt, LaunchWorkload
+from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload
 from tpucared.emulator import EmulatorServer
 from tpucared.emulator.hosts import SshWorkerHosts
 from tpucared.gcp import NoAuth, TpuClient
 from tpucared.runtime.daemon import Daemon
 from tpucared.runtime.reconciler import Tick
 from tpucared.runtime.startup import node_template
-from tpucared.runtime.workload import WorkloadRunner
-from tpucared.runtime.workload_hosts import guest_attribute_host_keys
-from tpucared.runtime.workload_jobs import WorkloadJobs
+from tpucared.runtime.workload.hosts import guest_attribute_host_keys
+from tpucared.runtime.workload.jobs import WorkloadJobs
+from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.store import Store
 from tpucared.store.migrate import upgrade_to_head
 

@@ -9,15 +9,16 @@ import asyncssh
 import pytest
 
 from tpucared.config import Config, DaemonConfig, GcpConfig, SshConfig
-from tpucared.core.actions import DeleteNode, Notice, Severity
-from tpucared.core.model import AttemptOutcome, NodePhase, WorkloadSpec
-from tpucared.core.plan import Plan
-from tpucared.core.policy import Policy
-from tpucared.core.workload_actions import FinishAttempt, MarkSlotDone
-from tpucared.core.workload_inputs import WorkloadSnapshot
-from tpucared.runtime import workload_layout as layout
-from tpucared.runtime.workload import WorkloadRunner
-from tpucared.runtime.workload_hosts import parse_guest_attributes
+from tpucared.core.model.records import AttemptOutcome, NodePhase
+from tpucared.core.model.specs import WorkloadSpec
+from tpucared.core.planning.actions import DeleteNode, Notice, Severity
+from tpucared.core.planning.plan import Plan
+from tpucared.core.planning.policy import Policy
+from tpucared.core.workload.actions import FinishAttempt, MarkSlotDone
+from tpucared.core.workload.inputs import WorkloadSnapshot
+from tpucared.runtime.workload import layout
+from tpucared.runtime.workload.hosts import parse_guest_attributes
+from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.store import Store
 from tpucared.store.migrate import upgrade_to_head
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpucared.core.model import WorkerEndpoint
+from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.ssh import (
     NEW_NODE_RETRY,
     NO_RETRY,

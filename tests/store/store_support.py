@@ -9,9 +9,10 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from tpucared.core.actions import CloudFacts, SlotUpdate
-from tpucared.core.lifecycle import LIVE_PHASES, TRANSITIONS
-from tpucared.core.model import NodePhase, WorkerEndpoint
+from tpucared.core.model.observed import WorkerEndpoint
+from tpucared.core.model.records import NodePhase
+from tpucared.core.nodes.lifecycle import LIVE_PHASES, TRANSITIONS
+from tpucared.core.planning.actions import CloudFacts, SlotUpdate
 from tpucared.store import Store
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from store_support import facts, hours, seed, slot_update
 
-from tpucared.core.model import AttemptOutcome, CreateAttemptRecord, NodePhase
+from tpucared.core.model.records import AttemptOutcome, CreateAttemptRecord, NodePhase
 from tpucared.store import Store
 
 P = NodePhase

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from store_support import T0, facts, open_raw
 
-from tpucared.core.model import NodePhase
+from tpucared.core.model.records import NodePhase
 from tpucared.store import Store, database_url, make_engine
 from tpucared.store.migrate import upgrade_to_head
 

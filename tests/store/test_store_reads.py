@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from store_support import T0, facts, open_raw, seed
 
-from tpucared.core.model import AttemptOutcome, CreateAttemptRecord, NodePhase
+from tpucared.core.model.records import AttemptOutcome, CreateAttemptRecord, NodePhase
 from tpucared.store import NotFound, Store
 
 P = NodePhase

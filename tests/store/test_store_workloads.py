@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from store_support import T0, facts
 
-from tpucared.core.model import AttemptOutcome, IncarnationRecord, NodePhase
+from tpucared.core.model.records import AttemptOutcome, IncarnationRecord, NodePhase
 from tpucared.store import AttemptRunning, NotFound, StaleWrite, Store
 
 P = NodePhase

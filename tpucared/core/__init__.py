@@ -1,5 +1,18 @@
-"""Pure decisions: specs, observations, records, lifecycles and the planner.
+"""Pure decisions: what tpucared should do, computed from values, never from I/O.
 
-Nothing in this package performs I/O or imports asyncio, aiohttp, asyncssh, SQLAlchemy or
-structlog; the import-linter contract in pyproject.toml and tests/core/test_purity.py enforce it.
+The runtime hands the planner a snapshot (specs, what the cloud lists, what the store
+remembers, now) and gets back a plan of actions, each with a human reason. Nothing in this
+package performs I/O, reads a clock or draws a random number; the import-linter contracts in
+pyproject.toml and tests/core/test_purity.py enforce it. The rooms, in the order a tick uses them:
+
+- `model/`     the values every layer shares: specs (what the user asked for), observations
+               (what the cloud lists), records (what the store remembers), durations, backoff.
+- `planning/`  one tick's plan: the read-only view and snapshot, the action types and the
+               executor's contract for each, the planner's tunables, and the entry points
+               `planner.plan` (nodes) and `tick.plan_tick` (nodes, then workloads).
+- `nodes/`     node decisions: the incarnation lifecycle table, stuck-state timeouts, what a
+               cloud state means, one incarnation's next step (a preempted node's delete is
+               decided in `nodes/incarnations.py`), strays, slots and their create backoff.
+- `workload/`  workload decisions: the attempt lifecycle, judging a probe of the workers, the
+               next step (launch, stop, relaunch: `workload/planner.py`), the runner's actions.
 """

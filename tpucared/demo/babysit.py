@@ -40,10 +40,10 @@ from typing import Any, TextIO
 import structlog
 
 from tpucared.config import Config, ConfigError, parse_config
-from tpucared.core.model import AttemptOutcome, NodePhase, WorkloadAttemptRecord
+from tpucared.core.model.records import AttemptOutcome, NodePhase, WorkloadAttemptRecord
 from tpucared.demo.engine import run_engine
 from tpucared.demo.presenter import PlainView, Reader
-from tpucared.logging import configure_logging
+from tpucared.logsetup import configure_logging
 from tpucared.runtime.reconciler import Tick
 from tpucared.runtime.startup import StartupError
 from tpucared.store import Snapshot, Store
@@ -305,7 +305,7 @@ class _Output:
         self._task = asyncio.create_task(self._stream(snapshot, attempt.number))
 
     async def _stream(self, snapshot: Snapshot, attempt: int) -> None:
-        from tpucared.runtime.workload_commands import CommandError, logs
+        from tpucared.runtime.workload.by_hand import CommandError, logs
 
         self._out.flush()
         errors = io.StringIO()

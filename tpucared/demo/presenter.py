@@ -27,7 +27,7 @@ from typing import TextIO
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from tpucared.core.model import EventRecord
+from tpucared.core.model.records import EventRecord
 from tpucared.demo.progress import Progress, read_progress
 from tpucared.inspect.events import event_line
 from tpucared.inspect.status import status_lines

@@ -34,7 +34,7 @@ from typing import TextIO
 import aiohttp
 
 from tpucared.config import Config
-from tpucared.core.model import NodePhase
+from tpucared.core.model.records import NodePhase
 from tpucared.demo.engine import run_engine
 from tpucared.demo.example import DemoPlaces, ExampleMissing, demo_config, free_port
 from tpucared.demo.presenter import (
@@ -48,7 +48,7 @@ from tpucared.demo.presenter import (
 )
 from tpucared.demo.scenario import Injector, SlotKey, drive, schedule
 from tpucared.emulator import running_emulator
-from tpucared.logging import configure_logging
+from tpucared.logsetup import configure_logging
 from tpucared.runtime.startup import StartupError
 from tpucared.store import Store
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import aiohttp
 
-from tpucared.core.model import FleetSpec
+from tpucared.core.model.specs import FleetSpec
 
 STOCKOUT_S = 15.0
 GATE_PATIENCE_S = 30.0

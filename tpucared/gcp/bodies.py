@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tpucared.core.model import CapacityKind
+from tpucared.core.model.specs import CapacityKind
 from tpucared.gcp import names
 
 DEFAULT_SA_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)

@@ -30,7 +30,7 @@ import aiohttp
 import structlog
 
 from tpucared import __version__
-from tpucared.core.model import CapacityKind, ErrorKind
+from tpucared.core.model.specs import CapacityKind, ErrorKind
 from tpucared.gcp import bodies, names
 from tpucared.gcp.auth import TokenSource
 from tpucared.gcp.errors import (

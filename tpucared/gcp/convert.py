@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from tpucared.core.model import (
+from tpucared.core.model.observed import (
     CloudState,
     ObservedNode,
     ObservedQueuedResource,

@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 import aiohttp
 import google.auth.exceptions
 
-from tpucared.core.model import ErrorKind
+from tpucared.core.model.specs import ErrorKind
 
 # google.rpc.Code by number (the order is the numbering).
 GRPC_CODES: tuple[str, ...] = (

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from tpucared.core.model import ErrorKind, ObservedNode, ObservedQueuedResource, ZoneObservation
+from tpucared.core.model.observed import ObservedNode, ObservedQueuedResource, ZoneObservation
+from tpucared.core.model.specs import ErrorKind
 from tpucared.gcp.convert import node_from_json, queued_resource_from_json
 from tpucared.gcp.errors import ApiError
 

@@ -33,7 +33,7 @@ from typing import TypeVar
 
 import structlog
 
-from tpucared.core.model import ErrorKind
+from tpucared.core.model.specs import ErrorKind
 from tpucared.gcp.errors import ApiError
 
 T = TypeVar("T")

@@ -2,8 +2,8 @@
 
 Nothing here does I/O except `commands` (the `tpucared status` / `tpucared events` handlers,
 which open the database read-only). The same documents serve the CLI and the daemon's
-HTTP endpoint (`tpucared.http`), and the trackers feed the Prometheus metrics
-(`tpucared.metrics`).
+HTTP endpoint (`tpucared.runtime.telemetry.server`), and the trackers feed the Prometheus metrics
+(`tpucared.runtime.telemetry.metrics`).
 
 - `fmt`: times, durations, truncation and plain-text tables.
 - `status`: the `status --json` document (also `GET /v1/status`) and the status table.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tpucared.core.model import EventRecord
+from tpucared.core.model.records import EventRecord
 from tpucared.inspect.fmt import NONE, clock_time, iso, one_line
 
 # Minimum widths: most fleet/slot pairs, node names and kinds fit, so columns line up.

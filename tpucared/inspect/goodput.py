@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from tpucared.core.model import FleetRecord, NodePhase
+from tpucared.core.model.records import FleetRecord, NodePhase
 from tpucared.store.snapshot import SlotKey, Snapshot
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from tpucared.core.model import AttemptOutcome, EventRecord
+from tpucared.core.model.records import AttemptOutcome, EventRecord
 
 SlotKey = tuple[str, int]
 _OUTCOMES = frozenset(o.value for o in AttemptOutcome)

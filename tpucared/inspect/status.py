@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from tpucared.core.lifecycle import LIVE_PHASES
-from tpucared.core.model import (
+from tpucared.core.model.records import (
     IncarnationRecord,
     NodePhase,
     WorkerRecord,
     WorkloadAttemptRecord,
 )
+from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.inspect.fmt import NONE, duration, iso, table, truncate
 from tpucared.store.snapshot import FleetStatus, SlotStatus
 

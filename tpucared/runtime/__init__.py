@@ -1,20 +1,20 @@
-"""The daemon: the reconcile loop, the executor that turns planned actions into cloud calls
-and store writes, signals and shutdown. The only layer that wires gcp, store, ssh and core.
+"""The daemon: the only layer that wires gcp, store, ssh and core together.
 
-It never decides: it observes, reads the store, asks `core.planner.plan`, records intent,
-calls the cloud, records outcomes (docs/daemon.md). Modules, in the order a tick uses them:
+It never decides: each tick it observes, reads the store, asks `core.planning.tick.plan_tick`,
+records intent, calls the cloud or the workers, records outcomes (docs/daemon.md).
 
+- `daemon`      wires it all (`Daemon`) and is `tpucared run` (`run_daemon`).
 - `loop`        when to tick: the poll, the end of a create backoff, or a wake.
 - `reconciler`  one tick: observe -> snapshot -> plan -> execute.
-- `observer`    one paginated list per (project, zone), all zones at once.
-- `executor`    each action in plan order, as core/actions.py says; intent before calls.
-- `calls`       the create and delete calls, in the background, and their outcomes.
-- `operations`  polls long-running operations; records their end; wakes the loop.
-- `wakeup`, `clock`, `tasks`, `signals`: waking, injected time, supervised root tasks and
-  background calls, two-stage SIGTERM/SIGINT.
-- `daemon`      wires it all (`Daemon`) and is `tpucared run` (`run_daemon`).
-- `startup`, `errors`, `telemetry`: SSH key and credentials, start-up errors, /healthz
-  /metrics /v1/status.
-- `preview`, `down`, `commands`: `tpucared plan`, `down` / `up`, and the CLI entry points.
-- `workload*`   the workload runner over SSH and `logs` / `exec` / `cp` (their docstrings).
+- `nodes/`      the cloud side: `observer` (one list per zone), `executor` (each node action in
+                plan order, intent before calls), `calls` (creates and deletes in the
+                background), `operations` (polls long-running operations, records their end).
+- `workload/`   the worker side over SSH: `runner` (probes and workload actions), `jobs` (one
+                background job per slot, started and cancelled), `hosts`, `layout`, and
+                `by_hand` (what `tpucared logs` / `exec` / `cp` do).
+- `telemetry/`  what the daemon shows of itself: `server` (/healthz /metrics /v1/status),
+                `metrics` (Prometheus families), `endpoints` (the wiring).
+- `down`        delete every node tpucared owns for some fleets (`tpucared down`, babysit).
+- `wakeup`, `clock`, `tasks`, `signals`, `startup`, `errors`: waking the loop, injected time,
+  supervised tasks, two-stage SIGTERM/SIGINT, what must exist before the first call.
 """

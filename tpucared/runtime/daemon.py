@@ -26,23 +26,24 @@ import structlog
 
 from tpucared import __version__
 from tpucared.config import Config
-from tpucared.core.model import CreateAttemptRecord, FleetSpec
+from tpucared.core.model.records import CreateAttemptRecord
+from tpucared.core.model.specs import FleetSpec
 from tpucared.gcp import TpuClient
-from tpucared.runtime.calls import CloudCalls, NodeTemplate, record_interrupted_calls
 from tpucared.runtime.clock import Clock, SystemClock
-from tpucared.runtime.executor import Executor
 from tpucared.runtime.loop import ReconcileLoop, TickHook
-from tpucared.runtime.observer import Observer
-from tpucared.runtime.operations import OperationWatcher, PollSchedule
+from tpucared.runtime.nodes.calls import CloudCalls, NodeTemplate, record_interrupted_calls
+from tpucared.runtime.nodes.executor import Executor
+from tpucared.runtime.nodes.observer import Observer
+from tpucared.runtime.nodes.operations import OperationWatcher, PollSchedule
 from tpucared.runtime.reconciler import PlanFilter, Reconciler, Tick
 from tpucared.runtime.signals import TwoStageSignals
 from tpucared.runtime.startup import node_template, token_source
 from tpucared.runtime.tasks import RootTask, TaskSet, supervise
-from tpucared.runtime.telemetry import Telemetry
+from tpucared.runtime.telemetry.endpoints import Telemetry
 from tpucared.runtime.wakeup import Wakeup
-from tpucared.runtime.workload import WorkloadRunner
-from tpucared.runtime.workload_hosts import guest_attribute_host_keys
-from tpucared.runtime.workload_jobs import WorkloadJobs
+from tpucared.runtime.workload.hosts import guest_attribute_host_keys
+from tpucared.runtime.workload.jobs import WorkloadJobs
+from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.store import Store
 
 log = structlog.get_logger(__name__)

@@ -21,14 +21,14 @@ from dataclasses import dataclass, field, replace
 import structlog
 
 from tpucared.config import Config
-from tpucared.core.actions import DeleteNode, Notice
-from tpucared.core.plan import Plan
-from tpucared.core.slots import spec_json
+from tpucared.core.nodes.slots import spec_json
+from tpucared.core.planning.actions import DeleteNode, Notice
+from tpucared.core.planning.plan import Plan
 from tpucared.gcp import TpuClient
-from tpucared.runtime.calls import NodeTemplate
 from tpucared.runtime.clock import Clock, SystemClock
 from tpucared.runtime.daemon import Daemon
 from tpucared.runtime.errors import StartupError
+from tpucared.runtime.nodes.calls import NodeTemplate
 from tpucared.runtime.reconciler import Tick
 from tpucared.runtime.signals import TwoStageSignals
 from tpucared.runtime.startup import token_source

@@ -26,17 +26,19 @@ from datetime import datetime
 
 import structlog
 
-from tpucared.core.model import FleetSpec, IncarnationRecord, ZoneObservation
-from tpucared.core.plan import Plan
-from tpucared.core.planner import plan as make_plan
-from tpucared.core.policy import Policy
-from tpucared.core.workload_tick import plan_tick
+from tpucared.core.model.observed import ZoneObservation
+from tpucared.core.model.records import IncarnationRecord
+from tpucared.core.model.specs import FleetSpec
+from tpucared.core.planning.plan import Plan
+from tpucared.core.planning.planner import plan as make_plan
+from tpucared.core.planning.policy import Policy
+from tpucared.core.planning.tick import plan_tick
 from tpucared.runtime.clock import Clock
-from tpucared.runtime.executor import Execution, Executor
-from tpucared.runtime.observer import Observer, summarize, zones_to_observe
-from tpucared.runtime.operations import OperationWatcher
-from tpucared.runtime.workload import WorkloadRunner
-from tpucared.runtime.workload_jobs import Dispatch, WorkloadJobs
+from tpucared.runtime.nodes.executor import Execution, Executor
+from tpucared.runtime.nodes.observer import Observer, summarize, zones_to_observe
+from tpucared.runtime.nodes.operations import OperationWatcher
+from tpucared.runtime.workload.jobs import Dispatch, WorkloadJobs
+from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.store import Snapshot, Store
 
 log = structlog.get_logger(__name__)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from tpucared.config import Config
 from tpucared.gcp import CredentialsError, TokenSource, load_token_source
-from tpucared.runtime.calls import NodeTemplate
 from tpucared.runtime.errors import StartupError
+from tpucared.runtime.nodes.calls import NodeTemplate
 from tpucared.ssh.keys import KeyFileError, ensure_client_key, ssh_keys_metadata_entry
 
 __all__ = ["StartupError", "node_template", "token_source"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tpucared.core.model import WorkerEndpoint
+from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.ssh.hostkeys import parse_host_key
 
 

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from tpucared.core.model import (
+from tpucared.core.model.records import (
     CreateAttemptRecord,
     EventRecord,
     FleetRecord,

@@ -2,14 +2,14 @@
 
 - `StaleWrite` (alias `CasConflict`): a compare-and-set found a different state than the caller
   read. Nothing was written; re-read (`Store.load_snapshot`) and decide again.
-- `IllegalTransition` (re-exported from `tpucared.core.lifecycle`): the edge is not in the
+- `IllegalTransition` (re-exported from `tpucared.core.nodes.lifecycle`): the edge is not in the
   lifecycle table at all. A bug in the caller, never retried.
 - `NotFound`: the record the write refers to does not exist.
 """
 
 from __future__ import annotations
 
-from tpucared.core.lifecycle import IllegalTransition
+from tpucared.core.nodes.lifecycle import IllegalTransition
 
 __all__ = [
     "AttemptRunning",

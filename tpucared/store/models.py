@@ -32,8 +32,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from tpucared.core.lifecycle import LIVE_PHASES
-from tpucared.core.model import AttemptOutcome, ErrorKind, NodePhase
+from tpucared.core.model.records import AttemptOutcome, NodePhase
+from tpucared.core.model.specs import ErrorKind
+from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.store.types import JSONText, StrEnumType, UTCDateTime
 
 NAMING_CONVENTION = {

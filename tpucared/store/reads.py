@@ -18,7 +18,7 @@ from sqlalchemy import Executable, Select, func, select, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from tpucared.core.model import (
+from tpucared.core.model.records import (
     CreateAttemptRecord,
     EventRecord,
     FleetRecord,

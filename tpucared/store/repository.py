@@ -33,7 +33,7 @@ from typing import Any
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tpucared.core.model import EventRecord, IncarnationRecord
+from tpucared.core.model.records import EventRecord, IncarnationRecord
 from tpucared.store.cache import RecordCache
 from tpucared.store.engine import READ_ONLY_OPTION, make_engine
 from tpucared.store.reads import Reader

@@ -14,7 +14,7 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import TypeVar
 
-from tpucared.core.model import (
+from tpucared.core.model.records import (
     CreateAttemptRecord,
     FleetRecord,
     IncarnationRecord,

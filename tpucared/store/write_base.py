@@ -21,14 +21,14 @@ from typing import Any, Final, Literal
 
 from sqlalchemy import insert, update
 
-from tpucared.core.actions import SlotUpdate
-from tpucared.core.model import (
+from tpucared.core.model.records import (
     CreateAttemptRecord,
     EventRecord,
     FleetRecord,
     IncarnationRecord,
     SlotRecord,
 )
+from tpucared.core.planning.actions import SlotUpdate
 from tpucared.store import convert
 from tpucared.store.errors import NotFound
 from tpucared.store.models import CreateAttemptRow, EventRow, FleetRow, SlotRow

@@ -14,7 +14,7 @@ from typing import Final
 
 from sqlalchemy import insert, select, update
 
-from tpucared.core.model import AttemptOutcome, NodePhase, WorkloadAttemptRecord
+from tpucared.core.model.records import AttemptOutcome, NodePhase, WorkloadAttemptRecord
 from tpucared.store import convert
 from tpucared.store.errors import AttemptRunning, NotFound, StaleWrite
 from tpucared.store.models import SlotRow, WorkloadAttemptRow

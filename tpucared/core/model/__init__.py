@@ -1,0 +1,11 @@
+"""The values every layer of tpucared shares; plain frozen dataclasses and enums.
+
+- `specs`      what the user asked for: `FleetSpec`, `WorkloadSpec`, labels, capacity and
+               restart kinds, the error kinds the planner decides on.
+- `observed`   what the cloud shows, as the gcp layer converts it: `ObservedNode`,
+               `ObservedQueuedResource`, `ZoneObservation`, `CloudState`.
+- `records`    what the store remembers: fleets, slots, incarnations (`NodePhase`), workers,
+               workload and create attempts, events.
+- `durations`  "30s" / "10m" / "1h30m" <-> timedelta.
+- `backoff`    capped exponential backoff with a jittered share, as pure arithmetic.
+"""

@@ -1,0 +1,130 @@
+"""What the cloud shows: nodes and queued resources as the gcp layer converts them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, ErrorKind
+
+# ---------------------------------------------------------------------------------------------
+# Observations: what the cloud shows, converted from API JSON by the gcp layer.
+
+
+class CloudState(StrEnum):
+    """Node.State of the TPU v2 API, by name."""
+
+    STATE_UNSPECIFIED = "STATE_UNSPECIFIED"
+    CREATING = "CREATING"
+    READY = "READY"
+    RESTARTING = "RESTARTING"
+    REIMAGING = "REIMAGING"
+    DELETING = "DELETING"
+    REPAIRING = "REPAIRING"
+    STOPPED = "STOPPED"
+    STOPPING = "STOPPING"
+    STARTING = "STARTING"
+    PREEMPTED = "PREEMPTED"
+    TERMINATED = "TERMINATED"
+    HIDING = "HIDING"
+    HIDDEN = "HIDDEN"
+    UNHIDING = "UNHIDING"
+    UNKNOWN = "UNKNOWN"
+
+
+@dataclass(frozen=True)
+class WorkerEndpoint:
+    index: int
+    internal_ip: str
+    external_ip: str | None = None
+
+
+@dataclass(frozen=True)
+class ObservedNode:
+    name: str  # the short node id, e.g. "sweep-3"
+    zone: str
+    state: CloudState
+    accelerator_type: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    health: str | None = None  # Node.Health by name, None when absent
+    cloud_id: str | None = None  # Node.id (int64 as string)
+    create_time: datetime | None = None
+    runtime_version: str | None = None
+    endpoints: tuple[WorkerEndpoint, ...] = ()
+    queued_resource: str | None = None
+
+    @property
+    def fleet(self) -> str | None:
+        return self.labels.get(FLEET_LABEL)
+
+    @property
+    def owner(self) -> str | None:
+        return self.labels.get(OWNER_LABEL)
+
+    def owned_by(self, owner: str) -> bool:
+        return self.owner == owner and self.fleet is not None
+
+
+class QueuedState(StrEnum):
+    """QueuedResourceState.State of the TPU v2 API, by name."""
+
+    STATE_UNSPECIFIED = "STATE_UNSPECIFIED"
+    CREATING = "CREATING"
+    ACCEPTED = "ACCEPTED"
+    PROVISIONING = "PROVISIONING"
+    FAILED = "FAILED"  # stays until deleted and keeps holding quota
+    DELETING = "DELETING"
+    ACTIVE = "ACTIVE"
+    SUSPENDING = "SUSPENDING"
+    SUSPENDED = "SUSPENDED"  # its nodes were deleted (e.g. spot preemption); holds quota
+    WAITING_FOR_RESOURCES = "WAITING_FOR_RESOURCES"
+
+
+@dataclass(frozen=True)
+class ObservedQueuedResource:
+    """One queued resource from queuedResources.list. A queued resource has no labels of its
+    own: `labels` are those of its node spec, which is where our ownership labels go."""
+
+    name: str  # the short queued resource id; ours always equals the node id, e.g. "sweep-3"
+    zone: str
+    state: QueuedState
+    labels: Mapping[str, str] = field(default_factory=dict)
+    node_names: tuple[str, ...] = ()  # node ids of its node spec
+    create_time: datetime | None = None
+    error: ErrorKind | None = None  # classified failedData.error when state is FAILED
+    error_message: str | None = None
+
+    @property
+    def fleet(self) -> str | None:
+        return self.labels.get(FLEET_LABEL)
+
+    @property
+    def owner(self) -> str | None:
+        return self.labels.get(OWNER_LABEL)
+
+    def owned_by(self, owner: str) -> bool:
+        return self.owner == owner and self.fleet is not None
+
+
+@dataclass(frozen=True)
+class ZoneObservation:
+    """One paginated nodes.list of a (project, zone). When the list failed, `nodes` is empty
+    and `error` is set: the planner must then not conclude that nodes of this zone vanished.
+
+    `queued_resources` is the paginated queuedResources.list of the same zone, or None when
+    it was not listed (the runtime lists it only in zones where a fleet provisions through
+    queued resources or a live incarnation has one). A failure of that list sets `error` too:
+    the whole zone is then unknown for the tick."""
+
+    zone: str
+    observed_at: datetime
+    nodes: tuple[ObservedNode, ...] = ()
+    error: ErrorKind | None = None
+    error_message: str | None = None
+    queued_resources: tuple[ObservedQueuedResource, ...] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None

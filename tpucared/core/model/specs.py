@@ -1,0 +1,106 @@
+"""What the user asked for: fleet and workload specs, and the enums they use."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+
+# Labels every node we create carries (contract). A node without both is never touched.
+FLEET_LABEL = "tpucared-fleet"
+OWNER_LABEL = "tpucared-owner"
+
+
+class CapacityKind(StrEnum):
+    SPOT = "spot"
+    PREEMPTIBLE = "preemptible"
+    ON_DEMAND = "on-demand"
+    RESERVED = "reserved"
+
+
+class Provisioning(StrEnum):
+    DIRECT = "direct"  # nodes.create
+    QUEUED = "queued"  # queuedResources.create
+
+
+class RestartPolicy(StrEnum):
+    NEVER = "never"
+    ON_FAILURE = "on-failure"
+    ALWAYS = "always"
+
+
+class OnSuccess(StrEnum):
+    """What happens to a slot's node once its workload has succeeded for good."""
+
+    DELETE = "delete"  # default: an idle TPU bills or wastes a grant
+    KEEP = "keep"
+
+
+class ErrorKind(StrEnum):
+    """The small taxonomy every cloud failure is classified into (see gcp/errors.py)."""
+
+    CAPACITY = "capacity"  # operation error code 8: no more capacity / insufficient reserved
+    QUOTA = "quota"  # 429 with a google.rpc.QuotaFailure detail
+    RATE_LIMITED = "rate_limited"  # 429 otherwise
+    PERMISSION = "permission"  # 403, and 401 that survives a token refresh
+    NOT_FOUND = "not_found"  # 404
+    ALREADY_EXISTS = "already_exists"  # 409 ALREADY_EXISTS
+    CONFLICT = "conflict"  # 409 "unable to queue the operation" (another op in flight)
+    INVALID = "invalid"  # 400 INVALID_ARGUMENT / FAILED_PRECONDITION
+    TRANSIENT = "transient"  # 5xx, timeouts, connection resets
+
+    @property
+    def retryable_soon(self) -> bool:
+        """Errors that clear by themselves and deserve a short backoff."""
+        return self in (
+            ErrorKind.CAPACITY,
+            ErrorKind.RATE_LIMITED,
+            ErrorKind.CONFLICT,
+            ErrorKind.TRANSIENT,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Specs: what the user asked for.
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    run: str
+    repository: str | None = None
+    ref: str | None = None
+    setup: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    # secret name -> name of the daemon's environment variable holding the value. Values are
+    # read at launch time and never stored, logged or put in metadata.
+    secrets: Mapping[str, str] = field(default_factory=dict)
+    # local path -> remote path, uploaded to every worker before setup.
+    files: Mapping[str, str] = field(default_factory=dict)
+    restart: RestartPolicy = RestartPolicy.ON_FAILURE
+    max_failures: int = 10
+    hang_timeout: float | None = None  # seconds without log growth before a run counts as hung
+    on_success: OnSuccess = OnSuccess.DELETE
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    name: str
+    zones: tuple[str, ...]
+    accelerator_type: str
+    runtime_version: str
+    size: int
+    capacity: CapacityKind = CapacityKind.SPOT
+    provisioning: Provisioning = Provisioning.DIRECT
+    labels: Mapping[str, str] = field(default_factory=dict)
+    workload: WorkloadSpec | None = None
+
+    def node_name(self, slot: int) -> str:
+        """Deterministic node id: a create for the same slot is idempotent."""
+        return f"{self.name}-{slot}"
+
+    def spec_hash(self) -> str:
+        """Stable digest of the spec, stored with the fleet so edits are visible."""
+        blob = json.dumps(asdict(self), sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -1,0 +1,14 @@
+"""Node decisions: one incarnation's lifecycle, and what the planner does about each node.
+
+Called by `core/planning/planner.py` for every live incarnation and every listed resource.
+
+- `lifecycle`       the incarnation lifecycle (`NodePhase`) as a transition table, checked by
+                    the store on every write; the LIVE / PENDING / SERVING phase sets.
+- `cloud`           what a cloud state means: alive, transient, dead.
+- `stuck`           timeouts for states that should end by themselves, as one table.
+- `incarnations`    one live incarnation + what the list shows of it -> its next steps
+                    (a PREEMPTED node's delete is decided here).
+- `strays`          listed resources that no live incarnation accounts for.
+- `slots`           fleet and slot records, and which empty slots get a create.
+- `create_backoff`  a slot's backoff after failed creates, zone rotation, counters.
+"""

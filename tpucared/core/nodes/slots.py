@@ -1,0 +1,176 @@
+"""The slots sub-planner: fleet and slot records, and which empty slots get a create.
+
+Runs after the node and strays sub-planners, on the phases their actions leave behind, so
+a node that is found gone this tick is recreated in the same plan. Rules:
+- every configured fleet has a FleetRecord with its current spec hash, and every slot below
+  its size a SlotRecord (RecordFleet / OpenSlot);
+- a wanted slot (below size, fleet not down, workload not done) with no incarnation in a
+  live phase and nothing adopted for it gets one CreateNode, unless: its backoff has not
+  passed (`next_create_at`); the old node is still being deleted (its name is not free
+  yet); the zone to try was not listed successfully this tick (no creates blind); the name
+  is taken in every zone by something we must not touch; or the create limits are reached
+  (Policy.max_creates, max_creates_per_fleet). Each such case is a Hold, for people;
+- zones are tried from the slot's `next_zone` (core/nodes/create_backoff.py rotates it on
+  stockouts), skipping zones where the name is held by a resource we must not touch;
+- lower slots first, fleets interleaved in config order, so every fleet gets its slot 0
+  before any gets its slot 1.
+Each slot has at most one node: creates only go to slots without a live incarnation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, replace
+
+from tpucared.core.model.records import SlotRecord
+from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, FleetSpec, Provisioning
+from tpucared.core.planning.actions import Action, CreateNode, OpenSlot, RecordFleet, Transition
+from tpucared.core.planning.plan import Hold
+from tpucared.core.planning.view import View
+
+
+def fleet_records(view: View) -> list[Action]:
+    actions: list[Action] = []
+    for spec in view.specs.values():
+        digest = spec.spec_hash()
+        rec = view.fleet_records.get(spec.name)
+        if rec is None or rec.spec_hash != digest:
+            why = "new fleet" if rec is None else f"spec changed (was {rec.spec_hash})"
+            actions.append(
+                RecordFleet(
+                    fleet=spec.name, spec_hash=digest, spec_json=spec_json(spec), reason=why
+                )
+            )
+        for index in range(spec.size):
+            if (spec.name, index) not in view.slots:
+                actions.append(OpenSlot(fleet=spec.name, slot=index, reason="new slot"))
+    return actions
+
+
+def updated_slots(view: View, actions: Iterable[Action]) -> dict[tuple[str, int], SlotRecord]:
+    """The slot records as the SlotUpdates among `actions` leave them (only changed ones)."""
+    out: dict[tuple[str, int], SlotRecord] = {}
+    for a in actions:
+        if isinstance(a, Transition) and a.slot_update is not None:
+            u = a.slot_update
+            key = (u.fleet, u.slot)
+            slot = out.get(key) or view.slot(u.fleet, u.slot)
+            out[key] = replace(
+                slot,
+                create_failures=u.create_failures,
+                next_create_at=u.next_create_at,
+                next_zone=u.next_zone,
+                last_error=u.last_error,
+                preemptions=slot.preemptions + u.add_preemptions,
+            )
+    return out
+
+
+def plan_creates(
+    view: View,
+    claimed: set[tuple[str, int]],
+    busy: Mapping[tuple[str, int], str],
+    in_flight: Counter[str],
+    slots: Mapping[tuple[str, int], SlotRecord],
+) -> tuple[list[Action], list[Hold]]:
+    """`claimed`: slots with a serving incarnation (or an adopt) after this plan's actions;
+    `busy`: slots whose previous node is still DEAD/DELETING, with that phase; `in_flight`:
+    creates in flight per fleet (counted towards the limits); `slots`: slot records this
+    plan changes (a create failure found this tick moves the zone and sets the backoff)."""
+    actions: list[Action] = []
+    holds: list[Hold] = []
+    total = sum(in_flight.values())
+    policy = view.policy
+    wanted = sorted(
+        (index, view.order(spec.name), spec)
+        for spec in view.specs.values()
+        for index in range(spec.size)
+    )
+    for index, _, spec in wanted:
+        key = (spec.name, index)
+        if key in claimed:  # checked first: nearly every slot of a big fleet has its node
+            continue
+        slot = slots.get(key) or view.slot(spec.name, index)
+        name = spec.node_name(index)
+        if slot.done or view.unwanted(spec.name, index) is not None:
+            continue
+
+        why_not: str | None = None
+        until = None
+        if key in busy:
+            why_not = f"the previous node is still {busy[key]}; its name is not free yet"
+        elif slot.next_create_at is not None and view.now < slot.next_create_at:
+            until = slot.next_create_at
+            err = f"; last error: {slot.last_error}" if slot.last_error else ""
+            why_not = (
+                f"backoff until {until.isoformat(timespec='seconds')} after "
+                f"{slot.create_failures} failed create(s){err}"
+            )
+        elif total >= policy.max_creates:
+            why_not = f"create limit: {total} creates in flight (policy.max_creates)"
+        elif in_flight[spec.name] >= policy.max_creates_per_fleet:
+            why_not = (
+                f"create limit: {in_flight[spec.name]} creates in flight for {spec.name} "
+                "(policy.max_creates_per_fleet)"
+            )
+        zone, note = (None, "") if why_not else _pick_zone(view, spec, slot, name)
+        if zone is None:
+            holds.append(
+                Hold(
+                    fleet=spec.name,
+                    slot=index,
+                    node_name=name,
+                    reason=why_not or note,
+                    until=until,
+                )
+            )
+            continue
+        queued = spec.provisioning is Provisioning.QUEUED
+        # Counted while the call is in flight; a queued resource then waits uncounted.
+        in_flight[spec.name] += 1
+        total += 1
+        attempt = slot.create_failures + 1
+        reason = "slot has no node" if attempt == 1 else f"retry after {slot.last_error}"
+        if note:
+            reason = f"{reason}; {note}"
+        actions.append(
+            CreateNode(
+                fleet=spec.name,
+                slot=index,
+                node_name=name,
+                zone=zone,
+                accelerator_type=spec.accelerator_type,
+                runtime_version=spec.runtime_version,
+                capacity=spec.capacity,
+                provisioning=spec.provisioning,
+                labels={**spec.labels, FLEET_LABEL: spec.name, OWNER_LABEL: view.owner},
+                queued_resource=name if queued else None,
+                attempt=attempt,
+                reason=reason,
+            )
+        )
+    return actions, holds
+
+
+def _pick_zone(view: View, spec: FleetSpec, slot: SlotRecord, name: str) -> tuple[str | None, str]:
+    """The zone to create in, and a note (why none, or which zones were skipped)."""
+    zones = spec.zones
+    start = zones.index(slot.next_zone) if slot.next_zone in zones else 0
+    queued = spec.provisioning is Provisioning.QUEUED
+    skipped: list[str] = []
+    for k in range(len(zones)):
+        zone = zones[(start + k) % len(zones)]
+        if not view.zone_known(zone, queued=queued):
+            return None, f"zone {zone} was not listed successfully this tick; not creating blind"
+        if view.occupant(zone, name) is None:
+            note = f"skipped {', '.join(skipped)}: name taken there" if skipped else ""
+            return zone, note
+        skipped.append(zone)
+    return None, f"the name {name} is taken in every zone ({', '.join(skipped)}); waiting"
+
+
+def spec_json(spec: FleetSpec) -> str:
+    """The spec as stored with the fleet (FleetSpec.spec_hash digests the same blob)."""
+    return json.dumps(asdict(spec), sort_keys=True, default=str)

@@ -1,0 +1,186 @@
+"""The strays sub-planner: listed resources that no live incarnation accounts for.
+
+After a crash between a create call and its record, after a lost database, or when people
+create nodes by hand, the lists show nodes and queued resources we have no record of.
+Rules (ownership = both contract labels, `tpucared-owner` equal to our owner id):
+- ours, of a managed fleet, named `{fleet}-{slot}` -> Adopt: record an incarnation in the
+  phase its state implies; as DEAD if the slot is no longer wanted, so that the node
+  sub-planner deletes it at the next tick. If the slot already has a live incarnation (in
+  another zone: a lost or restored database), it is left alone with a notice until that
+  one is gone (the store holds one live incarnation per slot), then adopted.
+- ours, of a fleet that is neither configured nor marked down -> never touched; one notice
+  (an editing mistake in the config must not wipe a pod).
+- ours but named unlike any slot -> never touched; one notice.
+- not ours, under the name of a configured slot in one of its zones -> never touched; one
+  notice (the slot creates in another zone, or waits: see core/nodes/slots.py).
+- anything else is someone else's business and ignored.
+Incarnations still recorded for unmanaged fleets are covered by the same notice and are
+left alone as well.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from tpucared.core.model.observed import CloudState, QueuedState
+from tpucared.core.model.records import NodePhase
+from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL
+from tpucared.core.nodes.cloud import DEAD_STATES, QUEUED_DEAD, is_unhealthy, queued_pseudo_state
+from tpucared.core.planning.actions import Action, Adopt, CloudFacts, Notice, Severity
+from tpucared.core.planning.view import Resource, View, slot_of
+
+P = NodePhase
+SERVING = frozenset({P.REQUESTED, P.CREATING, P.READY})
+_NAMES_SHOWN = 5
+
+
+def plan_strays(view: View, occupied: set[tuple[str, int]]) -> list[Action]:
+    """Adopts and notices for unmatched resources. `occupied` holds the (fleet, slot) pairs
+    that keep an incarnation in a live phase once this plan is applied; adopts are added."""
+    actions: list[Action] = []
+    unmanaged: dict[str, list[str]] = {}
+    for inc in view.live:
+        if not view.managed(inc.fleet):
+            unmanaged.setdefault(inc.fleet, []).append(f"{inc.zone}/{inc.node_name}")
+    for r in view.strays():
+        fleet = r.fleet
+        if r.owned_by(view.owner) and fleet is not None:
+            if not view.managed(fleet):
+                unmanaged.setdefault(fleet, []).append(f"{r.zone}/{r.name}")
+                continue
+            slot = slot_of(fleet, r.name)
+            if slot is None:
+                actions.append(
+                    Notice(
+                        key=f"badname/{r.zone}/{r.name}",
+                        severity=Severity.WARNING,
+                        fleet=fleet,
+                        node=r.name,
+                        reason=f"{r.zone}/{r.name} carries our labels for fleet {fleet} but "
+                        f"is not named {fleet}-<slot>: left alone",
+                    )
+                )
+                continue
+            if (fleet, slot) in occupied:
+                actions.append(
+                    Notice(
+                        key=f"duplicate/{r.zone}/{r.name}",
+                        severity=Severity.WARNING,
+                        fleet=fleet,
+                        node=r.name,
+                        reason=f"{r.name} in {r.zone} carries our labels but slot {slot} of "
+                        f"{fleet} already has a node: left alone until that one is gone",
+                    )
+                )
+                continue
+            occupied.add((fleet, slot))
+            actions.append(_adopt(view, r, fleet, slot))
+            continue
+        hit = _collision(view, r)
+        if hit is not None:
+            labels = r.labels
+            who = ", ".join(f"{k}={labels.get(k) or '-'}" for k in (FLEET_LABEL, OWNER_LABEL))
+            actions.append(
+                Notice(
+                    key=f"foreign/{r.zone}/{r.name}",
+                    severity=Severity.WARNING,
+                    fleet=hit,
+                    node=r.name,
+                    reason=f"{r.name} in {r.zone} is listed without our labels ({who}): "
+                    f"tpucared will not touch it; delete or rename it to free the name",
+                )
+            )
+    for fleet, names in sorted(unmanaged.items()):
+        shown = ", ".join(sorted(names)[:_NAMES_SHOWN])
+        more = f" and {len(names) - _NAMES_SHOWN} more" if len(names) > _NAMES_SHOWN else ""
+        actions.append(
+            Notice(
+                key=f"unmanaged/{fleet}",
+                severity=Severity.WARNING,
+                fleet=fleet,
+                reason=f"fleet {fleet} is not in the config but owns {len(names)} node(s) "
+                f"({shown}{more}): left alone; add it back with size = 0, or run "
+                f"`tpucared down` for it, to delete them",
+            )
+        )
+    return actions
+
+
+def _adopt(view: View, r: Resource, fleet: str, slot: int) -> Adopt:
+    phase, end_reason = _phase_of(r)
+    why = f"listed with our labels but not recorded; adopting it as {phase.value}"
+    unwanted = view.unwanted(fleet, slot)
+    if phase in SERVING and unwanted is not None:
+        phase, end_reason = P.DEAD, unwanted
+        why = f"listed with our labels but {unwanted}; adopting it to delete it"
+    spec = view.specs.get(fleet)
+    accelerator = r.node.accelerator_type if r.node is not None else ""
+    if not accelerator and spec is not None:
+        accelerator = spec.accelerator_type
+    queued = r.queued.name if r.queued is not None else None
+    if queued is None and r.node is not None and r.node.queued_resource:
+        queued = r.node.queued_resource.rsplit("/", 1)[-1]
+    return Adopt(
+        fleet=fleet,
+        slot=slot,
+        node_name=r.name,
+        zone=r.zone,
+        accelerator_type=accelerator,
+        phase=phase,
+        queued_resource=queued,
+        cloud=_facts(r, view.now),
+        end_reason=end_reason,
+        reason=why,
+    )
+
+
+def _phase_of(r: Resource) -> tuple[NodePhase, str | None]:
+    """The phase an adopted resource starts in (a legal edge from REQUESTED)."""
+    node, qr = r.node, r.queued
+    if qr is not None and qr.state in QUEUED_DEAD:
+        return P.DEAD, f"queued resource {qr.state.value}"
+    if node is not None:
+        if node.state in DEAD_STATES:
+            return P.DEAD, node.state.value.lower()
+        if node.state is CloudState.DELETING:
+            return P.DELETING, "deleted outside tpucared"
+        if node.state is CloudState.CREATING:
+            return P.CREATING, None
+        # READY, or a transient state of a node that was usable: timed from now on.
+        return P.READY, None
+    assert qr is not None
+    if qr.state is QueuedState.DELETING:
+        return P.DELETING, "deleted outside tpucared"
+    return P.CREATING, None
+
+
+def _facts(r: Resource, now: datetime) -> CloudFacts:
+    if r.node is not None:
+        n = r.node
+        return CloudFacts(
+            cloud_state=n.state.value,
+            cloud_state_since=now,
+            health=n.health,
+            unhealthy_since=now if is_unhealthy(n.health) else None,
+            cloud_id=n.cloud_id,
+            create_time=n.create_time,
+            endpoints=n.endpoints,
+        )
+    assert r.queued is not None
+    return CloudFacts(
+        cloud_state=queued_pseudo_state(r.queued.state),
+        cloud_state_since=now,
+        health=None,
+        unhealthy_since=None,
+        cloud_id=None,
+        create_time=None,
+    )
+
+
+def _collision(view: View, r: Resource) -> str | None:
+    """The configured fleet whose slot name this resource holds in one of its zones."""
+    for spec in view.specs.values():
+        slot = slot_of(spec.name, r.name)
+        if slot is not None and slot < spec.size and r.zone in spec.zones:
+            return spec.name
+    return None

@@ -1,0 +1,187 @@
+"""The planner: (fleet specs, zone observations, stored snapshot, now, policy, owner) -> Plan.
+
+A pure function, the heart of tpucared. The runtime calls it once per tick after observing
+every zone (one paginated list per project and zone) and loading the store snapshot; it
+executes the returned actions in order (core/planning/actions.py has the executor's contract).
+`tpucared plan` calls it too and prints `Plan.render()`, changing nothing.
+
+It composes sub-planners over one shared `View` (core/planning/view.py), each seeing what the
+previous ones decided:
+1. core/nodes/slots.py `fleet_records`: fleet and slot records for the config;
+2. core/nodes/incarnations.py: each live incarnation of a managed fleet along its lifecycle;
+3. core/nodes/strays.py: listed resources nobody accounts for (adopt, or tell a person);
+4. core/nodes/slots.py `plan_creates`: creates for empty wanted slots;
+5. the `LATER` sub-planners, fed a `NodesOutcome` (e.g. the workload planner: a Transition
+   to READY in this plan, or an incarnation READY in the outcome, is its cue to launch);
+6. notices about zones that cannot be listed and fleets whose nodes differ from the spec.
+Notices whose key is in `reported` were told before and are dropped.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from tpucared.core.model.observed import ZoneObservation
+from tpucared.core.model.records import NodePhase
+from tpucared.core.model.specs import FleetSpec
+from tpucared.core.nodes.incarnations import SERVING, plan_incarnation
+from tpucared.core.nodes.lifecycle import LIVE_PHASES
+from tpucared.core.nodes.slots import fleet_records, plan_creates, updated_slots
+from tpucared.core.nodes.strays import plan_strays
+from tpucared.core.planning.actions import Action, Adopt, Notice, Severity, Transition
+from tpucared.core.planning.plan import Plan
+from tpucared.core.planning.policy import HARD_ERRORS, Policy
+from tpucared.core.planning.snapshot import PlannerSnapshot
+from tpucared.core.planning.view import View
+
+P = NodePhase
+
+
+@dataclass(frozen=True)
+class NodesOutcome:
+    """What the node-level sub-planners leave behind, for the sub-planners that follow."""
+
+    phases: Mapping[int, NodePhase]  # live incarnation id -> its phase after this plan
+    became_ready: frozenset[int]  # incarnations this plan moves to READY
+    adopted: tuple[Adopt, ...]  # incarnations this plan records (they have no id yet)
+
+
+SubPlanner = Callable[[View, NodesOutcome], Iterable[Action]]
+
+# Sub-planners that run after the node-level ones (the workload planner goes here).
+LATER: tuple[SubPlanner, ...] = ()
+
+
+def plan(
+    specs: Sequence[FleetSpec],
+    observations: Iterable[ZoneObservation],
+    snapshot: PlannerSnapshot,
+    now: datetime,
+    policy: Policy,
+    owner: str,
+    *,
+    reported: frozenset[str] = frozenset(),
+) -> Plan:
+    """Everything to do at `now`. `reported`: notice keys told before (the previous plan's
+    `standing`); their notices are left out."""
+    return plan_view(View(specs, tuple(observations), snapshot, now, policy, owner), reported)
+
+
+def plan_view(view: View, reported: frozenset[str] = frozenset()) -> Plan:
+    """`plan` for a `View` already built: the workload planner reads the same view, and at
+    10,000 nodes building it is as costly as the node rules that follow (bench/scale.py)."""
+    now = view.now
+    records = fleet_records(view)
+
+    node_actions: list[tuple[tuple[int, int, int], list[Action]]] = []
+    phases: dict[int, NodePhase] = {}
+    for inc in view.live:
+        if not view.managed(inc.fleet):
+            continue  # left alone; core/nodes/strays.py tells a person
+        acts, phase = plan_incarnation(view, inc)
+        phases[inc.id] = phase
+        if acts:  # most incarnations have none: nothing to order
+            # Scale-down deletes the highest slots first.
+            node_actions.append(((view.order(inc.fleet), -inc.slot, inc.id), acts))
+    node_actions.sort(key=lambda item: item[0])
+
+    occupied = {(i.fleet, i.slot) for i in view.live if phases.get(i.id, i.phase) in LIVE_PHASES}
+    strays = plan_strays(view, occupied)
+    adopts = [a for a in strays if isinstance(a, Adopt)]
+
+    claimed, busy, in_flight = _slot_states(view, phases, adopts)
+    flat_nodes = [a for _, acts in node_actions for a in acts]
+    slots = updated_slots(view, flat_nodes)
+    creates, holds = plan_creates(view, claimed, busy, in_flight, slots)
+
+    outcome = NodesOutcome(
+        phases=phases,
+        became_ready=frozenset(
+            a.incarnation_id for a in flat_nodes if isinstance(a, Transition) and a.new is P.READY
+        ),
+        adopted=tuple(adopts),
+    )
+    later = [a for sub in LATER for a in sub(view, outcome)]
+
+    everything = [*records, *flat_nodes, *strays, *creates, *later, *_notices(view)]
+    notices: dict[str, Notice] = {}
+    actions: list[Action] = []
+    for item in everything:
+        if isinstance(item, Notice):
+            notices.setdefault(item.key, item)
+        else:
+            actions.append(item)
+    fresh = [n for key, n in sorted(notices.items()) if key not in reported]
+    return Plan(
+        now=now,
+        actions=(*actions, *fresh),
+        holds=tuple(holds),
+        standing=frozenset(notices),
+    )
+
+
+def _slot_states(
+    view: View, phases: Mapping[int, NodePhase], adopts: Iterable[Adopt]
+) -> tuple[set[tuple[str, int]], dict[tuple[str, int], str], Counter[str]]:
+    """What the create pass needs once node actions and adopts are applied: slots with a node
+    wanted or coming (claimed), slots whose old node still holds the name (busy, with its
+    phase), and creates in flight per fleet (counted towards the limits)."""
+    claimed: set[tuple[str, int]] = set()
+    busy: dict[tuple[str, int], str] = {}
+    in_flight: Counter[str] = Counter()
+    after = [
+        (i.fleet, i.slot, phases[i.id], i.queued_resource) for i in view.live if i.id in phases
+    ]
+    after += [(a.fleet, a.slot, a.phase, a.queued_resource) for a in adopts]
+    for fleet, slot, phase, queued in after:
+        if phase in SERVING:
+            claimed.add((fleet, slot))
+            # A queued resource counts while its create call is in flight, then waits freely.
+            if phase is P.REQUESTED or (phase is P.CREATING and queued is None):
+                in_flight[fleet] += 1
+        elif phase in (P.DEAD, P.DELETING):
+            busy[(fleet, slot)] = phase.value
+    return claimed, busy, in_flight
+
+
+def _notices(view: View) -> list[Notice]:
+    out: list[Notice] = []
+    zones = sorted({z for spec in view.specs.values() for z in spec.zones})
+    for zone in zones:
+        obs = view.errors.get(zone)
+        if obs is not None and obs.error in HARD_ERRORS:
+            assert obs.error is not None
+            msg = f": {obs.error_message}" if obs.error_message else ""
+            out.append(
+                Notice(
+                    key=f"zone-error/{zone}/{obs.error.value}",
+                    severity=Severity.ERROR,
+                    reason=f"listing {zone} fails ({obs.error.value}{msg}); its nodes are "
+                    "unknown and left as they are until it works",
+                )
+            )
+    for spec in view.specs.values():
+        other = sorted(
+            {
+                i.accelerator_type
+                for i in view.live
+                if i.fleet == spec.name
+                and i.phase in SERVING
+                and i.accelerator_type
+                and i.accelerator_type != spec.accelerator_type
+            }
+        )
+        if other:
+            out.append(
+                Notice(
+                    key=f"drift/{spec.name}/{spec.accelerator_type}",
+                    severity=Severity.INFO,
+                    fleet=spec.name,
+                    reason=f"fleet {spec.name} asks for {spec.accelerator_type} but runs "
+                    f"{', '.join(other)}: those nodes are replaced only when they die",
+                )
+            )
+    return out

@@ -1,0 +1,84 @@
+"""The planner's tunables: create budgets, backoffs, graces and stuck-state timeouts.
+
+`Policy()` holds sensible defaults; `tpucared.config` builds one from the optional
+`[policy]` section. The planner reads it and nothing else reads the clock or the config.
+Which backoff follows which error kind is decided here, in `backoff_for`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from tpucared.core.model.backoff import BackoffRule
+from tpucared.core.model.specs import ErrorKind
+from tpucared.core.nodes.stuck import DEFAULT_TIMEOUTS
+
+_S = timedelta(seconds=1)
+_M = timedelta(minutes=1)
+
+# Errors a person must fix (quota, IAM, a wrong accelerator type or zone): retrying quickly
+# only burns API quota and log lines, so they get the long backoff and a notice.
+HARD_ERRORS: frozenset[ErrorKind] = frozenset(
+    {ErrorKind.QUOTA, ErrorKind.PERMISSION, ErrorKind.INVALID, ErrorKind.NOT_FOUND}
+)
+
+# Defaults (module constants: a frozen rule is safe to share between Policy instances).
+# Capacity: a near-constant 2.4-4 s between a failed create being noticed and the next one
+# (docs/daemon.md, "API requests"). Capacity comes back at a moment nobody can predict, and a
+# lone slot's wait for it is about half its retry cycle (noticing the failure, ~3.5 s in the
+# emulator, plus this wait): median ~3.4 s, p99 ~7 s, at ~53 requests/min. Full jitter at
+# the same request rate has a longer tail (its long draws weigh in E[C^2] / 2E[C]); the 40 %
+# that stays random still keeps the slots of a fleet from retrying in step. No doubling: a
+# stockout does not get worse for being retried, and capacity may return at any minute.
+CAPACITY_BACKOFF = BackoffRule(base=4 * _S, cap=4 * _S, jitter=0.4)
+TRANSIENT_BACKOFF = BackoffRule(base=5 * _S, cap=2 * _M)
+ERROR_BACKOFF = BackoffRule(base=10 * _M, cap=30 * _M, floor=10 * _M)
+
+
+@dataclass(frozen=True)
+class Policy:
+    # Creates in flight (incarnations in REQUESTED, or CREATING by direct provisioning) across
+    # all fleets and per fleet. Queued resources waiting for capacity do not count: queueing
+    # every slot at once is their point.
+    max_creates: int = 8
+    max_creates_per_fleet: int = 4
+    # After a stockout: try the next zone at once; once every zone of the fleet failed in a
+    # row, wait 2.4-4 s (capacity frees at any moment; be there first). The API cost is
+    # bounded per fleet by max_creates_per_fleet, whatever the number of slots hunting.
+    capacity_backoff: BackoffRule = CAPACITY_BACKOFF
+    # Rate limits, conflicts, 5xx, and creates whose outcome was never recorded.
+    transient_backoff: BackoffRule = TRANSIENT_BACKOFF
+    # Quota, permission, invalid requests, unknown zones or types: 10 to 30 minutes.
+    error_backoff: BackoffRule = ERROR_BACKOFF
+    # A create accepted but never listed is not "vanished" before this (list-after-create
+    # consistency); a node that was listed must be missing this long before it counts as
+    # vanished (one odd list must not cost a pod).
+    create_grace: timedelta = 2 * _M
+    vanish_grace: timedelta = 20 * _S
+    # A READY node whose health is UNHEALTHY_MAINTENANCE or TIMEOUT this long is dead.
+    unhealthy_grace: timedelta = 10 * _M
+    # Delete calls for one incarnation before a person is told (retries continue).
+    max_delete_calls: int = 5
+    # Stuck-state timeouts by rule name (core/nodes/stuck.py); None waits forever.
+    timeouts: Mapping[str, timedelta | None] = field(default_factory=lambda: DEFAULT_TIMEOUTS)
+
+    def __post_init__(self) -> None:
+        if self.max_creates < 1 or self.max_creates_per_fleet < 1:
+            raise ValueError("create limits must be at least 1")
+        if self.max_delete_calls < 1:
+            raise ValueError("max_delete_calls must be at least 1")
+        missing = set(DEFAULT_TIMEOUTS) - set(self.timeouts)
+        if missing:
+            raise ValueError(f"timeouts missing: {sorted(missing)}")
+
+    def timeout(self, rule: str) -> timedelta | None:
+        return self.timeouts[rule]
+
+    def backoff_for(self, kind: ErrorKind) -> BackoffRule:
+        if kind is ErrorKind.CAPACITY:
+            return self.capacity_backoff
+        if kind in HARD_ERRORS:
+            return self.error_backoff
+        return self.transient_backoff

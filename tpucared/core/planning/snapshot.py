@@ -1,0 +1,60 @@
+"""What the store remembers, as the planner needs it: one immutable value per tick.
+
+The planner asks for the `PlannerSnapshot` protocol only: the store's own
+`tpucared.store.Snapshot` (one consistent read transaction) satisfies it structurally, so
+core never imports the store. `Snapshot` here is a plain implementation with the same
+fields, for tests and tools. `nodes` holds only incarnations in a LIVE phase, at most one
+per slot (the store's unique index guarantees it; the planner relies on it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tpucared.core.model.records import FleetRecord, IncarnationRecord, SlotRecord
+from tpucared.core.nodes.lifecycle import LIVE_PHASES
+
+SlotKey = tuple[str, int]  # (fleet name, slot index)
+
+
+class PlannerSnapshot(Protocol):
+    @property
+    def fleets(self) -> Mapping[str, FleetRecord]: ...
+
+    @property
+    def slots(self) -> Mapping[SlotKey, SlotRecord]: ...
+
+    @property
+    def nodes(self) -> Mapping[SlotKey, IncarnationRecord]: ...
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    fleets: Mapping[str, FleetRecord] = field(default_factory=dict)
+    slots: Mapping[SlotKey, SlotRecord] = field(default_factory=dict)
+    nodes: Mapping[SlotKey, IncarnationRecord] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        fleets: Iterable[FleetRecord] = (),
+        slots: Iterable[SlotRecord] = (),
+        incarnations: Iterable[IncarnationRecord] = (),
+    ) -> Snapshot:
+        """Key plain records the way the store does; terminal incarnations are dropped and a
+        second live incarnation of one slot is a ValueError (the store cannot hold one)."""
+        nodes: dict[SlotKey, IncarnationRecord] = {}
+        for inc in incarnations:
+            if inc.phase not in LIVE_PHASES:
+                continue
+            key = (inc.fleet, inc.slot)
+            if key in nodes:
+                raise ValueError(f"two live incarnations of {inc.fleet}/{inc.slot}")
+            nodes[key] = inc
+        return cls(
+            fleets={f.name: f for f in fleets},
+            slots={(s.fleet, s.index): s for s in slots},
+            nodes=nodes,
+        )

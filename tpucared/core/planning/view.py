@@ -1,0 +1,234 @@
+"""The planner's read-only view of one tick: indexes over specs, records and observations.
+
+`View` is built once per `plan()` call and shared by the sub-planners (core/nodes/incarnations.py,
+core/nodes/strays.py, core/nodes/slots.py). It answers the questions they all ask: which zones were
+listed successfully, what a list showed for one incarnation (a `Sighting`), which observed
+resources no live incarnation accounts for, which slot a node name belongs to, and whether a
+slot is still wanted. It makes no decisions.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from tpucared.core.model.observed import ObservedNode, ObservedQueuedResource, ZoneObservation
+from tpucared.core.model.records import FleetRecord, IncarnationRecord, SlotRecord
+from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, FleetSpec, OnSuccess
+from tpucared.core.nodes.lifecycle import LIVE_PHASES
+from tpucared.core.planning.policy import Policy
+from tpucared.core.planning.snapshot import PlannerSnapshot
+
+_SLOT_SUFFIX = re.compile(r"-(0|[1-9][0-9]*)")
+
+
+def slot_of(fleet: str, node_name: str) -> int | None:
+    """The slot a node name denotes for `fleet` ("sweep-3" -> 3), or None. Names are
+    `{fleet}-{slot}` with a canonical decimal slot, so no two (fleet, slot) share a name."""
+    if not node_name.startswith(fleet):
+        return None
+    m = _SLOT_SUFFIX.fullmatch(node_name, len(fleet))
+    return int(m.group(1)) if m else None
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """What this tick's lists showed for one incarnation. `known` is False when a list the
+    incarnation depends on failed or was not taken: nothing may then be concluded from
+    absence. `node`/`queued` are the matching resources, whatever their labels."""
+
+    known: bool
+    node: ObservedNode | None = None
+    queued: ObservedQueuedResource | None = None
+
+    @property
+    def present(self) -> bool:
+        return self.node is not None or self.queued is not None
+
+    @property
+    def gone(self) -> bool:
+        return self.known and not self.present
+
+    def labels(self) -> Mapping[str, str] | None:
+        if self.node is not None:
+            return self.node.labels
+        if self.queued is not None:
+            return self.queued.labels
+        return None
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One name in one zone as the lists showed it: a node, its queued resource, or both."""
+
+    zone: str
+    name: str
+    node: ObservedNode | None
+    queued: ObservedQueuedResource | None
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        """The node's labels, else the queued resource's."""
+        if self.node is not None:
+            return self.node.labels
+        assert self.queued is not None
+        return self.queued.labels
+
+    def _label_sets(self) -> list[Mapping[str, str]]:
+        return [r.labels for r in (self.node, self.queued) if r is not None]
+
+    def owned_by(self, owner: str) -> bool:
+        """Ours only if every part (node and queued resource) carries our labels, for one
+        and the same fleet."""
+        sets = self._label_sets()
+        return (
+            all(s.get(OWNER_LABEL) == owner and s.get(FLEET_LABEL) for s in sets)
+            and len({s.get(FLEET_LABEL) for s in sets}) == 1
+        )
+
+    @property
+    def fleet(self) -> str | None:
+        return self.labels.get(FLEET_LABEL)
+
+
+class View:
+    def __init__(
+        self,
+        specs: Sequence[FleetSpec],
+        observations: Iterable[ZoneObservation],
+        snapshot: PlannerSnapshot,
+        now: datetime,
+        policy: Policy,
+        owner: str,
+    ) -> None:
+        if now.tzinfo is None:
+            raise ValueError("now must be timezone-aware")
+        self.now = now
+        self.policy = policy
+        self.owner = owner
+        self.specs: dict[str, FleetSpec] = {s.name: s for s in specs}
+        self.fleet_order: dict[str, int] = {s.name: i for i, s in enumerate(specs)}
+        self.fleet_records: Mapping[str, FleetRecord] = snapshot.fleets
+        self.slots: Mapping[tuple[str, int], SlotRecord] = snapshot.slots
+        self.live: tuple[IncarnationRecord, ...] = tuple(
+            sorted((i for i in snapshot.nodes.values() if i.phase in LIVE_PHASES), key=_inc_key)
+        )
+        self._failed: set[str] = set()
+        self._queued_listed: set[str] = set()
+        self.errors: dict[str, ZoneObservation] = {}
+        nodes: dict[tuple[str, str], ObservedNode] = {}
+        queued: dict[tuple[str, str], ObservedQueuedResource] = {}
+        listed: set[str] = set()
+        # Several observations of one zone are merged; one failure makes the zone unknown.
+        for obs in sorted(observations, key=lambda o: (o.zone, o.observed_at)):
+            if not obs.ok:
+                self._failed.add(obs.zone)
+                self.errors[obs.zone] = obs
+                continue
+            listed.add(obs.zone)
+            for n in obs.nodes:
+                nodes[(obs.zone, n.name)] = n
+            if obs.queued_resources is not None:
+                self._queued_listed.add(obs.zone)
+                for q in obs.queued_resources:
+                    queued[(obs.zone, q.name)] = q
+        self._listed = listed
+        self._nodes = nodes
+        self._queued = queued
+        self._matched: set[tuple[str, str]] = set()
+        self._sightings: dict[int, Sighting] = {}
+        for inc in self.live:
+            self._sightings[inc.id] = self._sight(inc)
+
+    # -- zones ---------------------------------------------------------------------------
+
+    def zone_known(self, zone: str, *, queued: bool = False) -> bool:
+        """True when the zone's node list succeeded (and its queued list, if `queued`)."""
+        if zone in self._failed or zone not in self._listed:
+            return False
+        return not queued or zone in self._queued_listed
+
+    # -- incarnations --------------------------------------------------------------------
+
+    def _sight(self, inc: IncarnationRecord) -> Sighting:
+        needs_queued = inc.queued_resource is not None
+        if not self.zone_known(inc.zone, queued=needs_queued):
+            return Sighting(known=False)
+        node = self._nodes.get((inc.zone, inc.node_name))
+        # A node with the same name but another id is a different node: ours is gone.
+        if (
+            node is not None
+            and inc.cloud_id is not None
+            and node.cloud_id is not None
+            and node.cloud_id != inc.cloud_id
+        ):
+            node = None
+        qr = None
+        if inc.queued_resource is not None:
+            qr = self._queued.get((inc.zone, inc.queued_resource))
+        if node is not None:
+            self._matched.add((inc.zone, inc.node_name))
+        if qr is not None:
+            self._matched.add((inc.zone, qr.name))
+        return Sighting(known=True, node=node, queued=qr)
+
+    def sighting(self, inc: IncarnationRecord) -> Sighting:
+        return self._sightings[inc.id]
+
+    # -- unmatched resources -------------------------------------------------------------
+
+    def strays(self) -> Iterator[Resource]:
+        """Resources of successfully listed zones that no live incarnation accounts for,
+        sorted by (zone, name)."""
+        names = sorted((set(self._nodes) | set(self._queued)) - self._matched)
+        for zone, name in names:
+            if zone in self._failed:
+                continue
+            yield Resource(
+                zone, name, self._nodes.get((zone, name)), self._queued.get((zone, name))
+            )
+
+    def occupant(self, zone: str, name: str) -> Resource | None:
+        """Whatever the lists show under `name` in `zone` (matched or not)."""
+        node = self._nodes.get((zone, name))
+        qr = self._queued.get((zone, name))
+        if node is None and qr is None:
+            return None
+        return Resource(zone, name, node, qr)
+
+    # -- slots ---------------------------------------------------------------------------
+
+    def slot(self, fleet: str, index: int) -> SlotRecord:
+        """The slot's record, or a fresh one if the store has none yet."""
+        return self.slots.get((fleet, index)) or SlotRecord(fleet=fleet, index=index, run_id="")
+
+    def managed(self, fleet: str) -> bool:
+        """Fleets whose nodes the planner acts on: configured, or marked down."""
+        rec = self.fleet_records.get(fleet)
+        return fleet in self.specs or (rec is not None and rec.down)
+
+    def unwanted(self, fleet: str, index: int) -> str | None:
+        """Why (fleet, slot) should have no node, or None while it should have one."""
+        rec = self.fleet_records.get(fleet)
+        if rec is not None and rec.down:
+            return f"fleet {fleet} is down"
+        spec = self.specs.get(fleet)
+        if spec is None:
+            return f"fleet {fleet} is not in the config"
+        if index >= spec.size:
+            return f"scaled down: fleet {fleet} has size {spec.size}"
+        slot = self.slots.get((fleet, index))
+        if slot is not None and slot.done:
+            workload = spec.workload
+            if workload is None or workload.on_success is OnSuccess.DELETE:
+                return "workload finished (on_success = delete)"
+        return None
+
+    def order(self, fleet: str) -> int:
+        return self.fleet_order.get(fleet, len(self.fleet_order))
+
+
+def _inc_key(inc: IncarnationRecord) -> tuple[str, int, int]:
+    return (inc.fleet, inc.slot, inc.id)

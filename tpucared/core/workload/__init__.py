@@ -1,0 +1,9 @@
+"""Workload decisions: launch, watch, stop and relaunch the job on every worker of a slot.
+
+Called by `core/planning/tick.py` for every slot, after the node planner.
+
+- `inputs`    what the workload planner reads: fresh probes of the workers, stored attempts.
+- `planner`   one slot's attempt + this tick's probe -> next steps (launch, cleanup, relaunch,
+              give up, replace the node); the crash backoff.
+- `actions`   the workload actions and the contract the workload runner honours for each.
+"""

@@ -1,0 +1,144 @@
+"""The workload actions, and the contract the workload runner honours for each.
+
+The workload planner (core/workload/planner.py) returns these among a tick's plan; the runtime's
+`WorkloadRunner` (runtime/workload/runner.py) carries them out, in plan order per slot, after the
+node actions. Like the node actions (core/planning/actions.py) they are idempotent and safe to
+re-run after a crash: intent is recorded before the remote step, each store write is a
+compare-and-set, and every remote step is idempotent on the worker (a run directory holds
+exactly one run: launching into it again reports the run instead of starting another).
+
+Division of labour: the runner never decides. What it finds out (a TPU still held after a
+cleanup, a worker that cannot be reached) comes back as data in the next tick's `SlotProbe`
+(core/workload/inputs.py) and the planner decides then. A failed remote step is logged and
+left for the next probe to show; it raises only for bugs.
+
+Worker layout (per slot, `run_id` = SlotRecord.run_id, stable across recreations):
+    ~/.tpucared/runs/<run_id>/attempt-<n>/  one attempt's run (pid, log, exit code, run.sh)
+    ~/.tpucared/runs/<run_id>/secrets.env   the secrets, mode 0600, sourced by the run
+    ~/.tpucared/setup-<digest>.done         setup done on this disk (digest of the setup)
+
+Per action (T = one store transaction):
+
+LaunchWorkload  New attempt (`attempt_id` None):
+                  1. `clean_after` set (an earlier attempt ran on this node): cleanup of that
+                     attempt on every worker (TERM/KILL its process group, kill holders of the
+                     TPU devices, remove the libtpu lock file). Any worker `busy` -> remember
+                     it for SlotProbe.busy and stop; any worker not reached -> stop (the
+                     probe will show it).
+                  2. Secrets read from the daemon's environment (WorkloadSpec.secrets: name ->
+                     variable) and registered for log redaction; one missing -> stop.
+                  3. T: start_attempt(incarnation_id): its `number` must equal `attempt`
+                     (else roll back and stop: the snapshot was stale). Read the slot's
+                     counters in the same T for TPUCARED_PREEMPTIONS / TPUCARED_FAILURES.
+                Resume (`attempt_id` set, the running attempt): skip 1 and 3; nothing is
+                killed, since workers that did start this attempt keep it.
+                Then on every worker: upload `files` and the secrets file (content on SSH
+                stdin, never on a command line); then launch detached into
+                attempt-<attempt> with the TPUCARED_* environment plus `env`, running the
+                setup first if this disk has not completed it (output in the run's log).
+                A worker that fails any step is logged; the next probe shows it never
+                started and the planner resumes or fails the attempt.
+StopWorkload    Cleanup of attempt `attempt` on every worker (as LaunchWorkload step 1);
+                `busy` workers are remembered for SlotProbe.busy. No store write but an event.
+FinishAttempt   T: finish_attempt(attempt_id, outcome, exit_codes, detail): compare-and-set on
+                the attempt still running (a repeat is skipped); FAILED and HUNG add one to the
+                slot's `failures` (CHARGED_OUTCOMES). PREEMPTED does not: the node planner
+                counts preemptions when the node dies.
+MarkSlotDone    T: update_slot(done=True). The node planner then deletes the slot's node
+                unless on_success = keep, and never creates one for it again.
+Replacing a node whose TPU stays busy or whose workers stopped answering is a plain
+`DeleteNode` (core/planning/actions.py) with `expected` READY: the daemon's executor carries it out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar, Final
+
+from tpucared.core.model.records import AttemptOutcome
+from tpucared.core.planning.actions import Action
+
+# Outcomes charged to the slot's crash budget (must match tpucared.store.write_workloads).
+CHARGED_OUTCOMES: Final = frozenset({AttemptOutcome.FAILED, AttemptOutcome.HUNG})
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchWorkload(Action):
+    kind: ClassVar[str] = "launch"
+    fleet: str
+    slot: int
+    incarnation_id: int
+    node_name: str
+    attempt: int  # TPUCARED_ATTEMPT: slot.attempts + 1, or the running attempt's when resuming
+    attempt_id: int | None = None  # set: resume this recorded, running attempt
+    clean_after: int | None = None  # an earlier attempt on this node: free the TPU of it first
+
+    def subject(self) -> str:
+        return f"{self.fleet}/{self.slot}"
+
+    def summary(self) -> str:
+        how = "resume " if self.attempt_id is not None else ""
+        clean = f" after cleaning attempt {self.clean_after}" if self.clean_after else ""
+        return f"{self.fleet}/{self.slot} {how}attempt {self.attempt} on {self.node_name}{clean}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StopWorkload(Action):
+    kind: ClassVar[str] = "stop"
+    fleet: str
+    slot: int
+    incarnation_id: int
+    node_name: str
+    attempt: int
+
+    def subject(self) -> str:
+        return f"{self.fleet}/{self.slot}"
+
+    def summary(self) -> str:
+        return f"{self.fleet}/{self.slot} attempt {self.attempt} on all of {self.node_name}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinishAttempt(Action):
+    kind: ClassVar[str] = "finish"
+    fleet: str
+    slot: int
+    attempt_id: int
+    attempt: int
+    outcome: AttemptOutcome
+    exit_codes: Mapping[int, int | None] = field(default_factory=dict)  # worker -> code
+    detail: str | None = None
+
+    def subject(self) -> str:
+        return f"{self.fleet}/{self.slot}"
+
+    def summary(self) -> str:
+        return f"{self.fleet}/{self.slot} attempt {self.attempt} {self.outcome.value}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MarkSlotDone(Action):
+    kind: ClassVar[str] = "slot-done"
+    fleet: str
+    slot: int
+
+    def subject(self) -> str:
+        return f"{self.fleet}/{self.slot}"
+
+
+WORKLOAD_ACTIONS: tuple[type[Action], ...] = (
+    LaunchWorkload,
+    StopWorkload,
+    FinishAttempt,
+    MarkSlotDone,
+)
+
+__all__ = [
+    "CHARGED_OUTCOMES",
+    "WORKLOAD_ACTIONS",
+    "FinishAttempt",
+    "LaunchWorkload",
+    "MarkSlotDone",
+    "StopWorkload",
+]

@@ -1,0 +1,501 @@
+"""The workload sub-planner: one slot's attempt, this tick's probe of its workers -> next steps.
+
+Where it sits: `plan_slot` runs for every slot of a fleet with a workload, and for every slot
+with a running attempt, after the node sub-planners (core/planning/tick.py composes it);
+`SlotWork.phase_after` is the slot's node phase once the node actions of the same plan are
+applied. It returns workload actions (core/workload/actions.py), node replacements
+(`DeleteNode`), notices, and holds that tell people why nothing launches yet.
+
+A slice is all-or-nothing: every worker runs the same attempt, and when one worker's run ends
+or disappears while the node stays READY, the attempt ends on every worker. Rules for the
+running attempt, first match wins:
+
+  node not READY after this plan, or   SUCCEEDED if the probe saw exit 0 on every worker;
+  the attempt's node is gone           CANCELLED if the slot is no longer wanted (or the fleet
+                                       lost its workload); PREEMPTED otherwise (the node
+                                       planner counts the preemption itself)
+  fleet lost its workload / unwanted   CANCELLED, stop
+  no probe of this attempt this tick   keep watching (e.g. after a daemon restart: re-attach,
+                                       never relaunch blindly)
+  a worker rebooted                    PREEMPTED, stop
+  a worker exited non-zero or died     FAILED, stop every worker
+  a worker unreachable                 wait `unreachable_grace`, then PREEMPTED and replace
+                                       the node (the API can show READY for a dead machine)
+  a worker never started the attempt   within `launch_grace` of its start, and no worker
+                                       ended: launch it again there (resume, idempotent);
+                                       else FAILED, stop
+  every worker exited 0                SUCCEEDED
+  some exited 0, others still run      wait `exit_grace` for the rest, then FAILED, stop
+  every log quiet for `hang_timeout`   HUNG, stop
+
+Then, with no attempt running (or one just finished), whether to launch the next one on the
+slot's READY node (`attempt` = slot.attempts + 1, so numbers only grow):
+
+  slot done, unwanted, no workload     nothing
+  last SUCCEEDED, restart != always    MarkSlotDone (the node planner deletes the node unless
+                                       on_success = keep)
+  last FAILED/HUNG, restart = never,   give up: MarkSlotDone and a notice for a person
+  or failures > max_failures
+  last ended within its backoff        hold: a crash loop backs off (`crash_backoff`, by the
+                                       slot's failures, jitter from stable facts); a run that
+                                       lasted `stable_after` restarts at once; preemptions and
+                                       cancellations never wait
+  no fresh probe of every worker       hold
+  TPU busy after the last cleanup      replace the node (a planned delete: no preemption)
+  a worker unreachable                 hold; replace the node after `unreachable_grace`
+  a launch cannot work (e.g. secret)   hold and a notice
+  otherwise                            LaunchWorkload; when an earlier attempt ran on this
+                                       node, the runner cleans up after it first, so a stop
+                                       that a relaunch follows in the same tick is left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from tpucared.core.model.backoff import BackoffRule, delay, jitter
+from tpucared.core.model.durations import fmt
+from tpucared.core.model.records import (
+    AttemptOutcome,
+    IncarnationRecord,
+    NodePhase,
+    SlotRecord,
+    WorkloadAttemptRecord,
+)
+from tpucared.core.model.specs import RestartPolicy, WorkloadSpec
+from tpucared.core.planning.actions import Action, DeleteNode, Notice, Severity
+from tpucared.core.planning.plan import Hold
+from tpucared.core.workload.actions import (
+    CHARGED_OUTCOMES,
+    FinishAttempt,
+    LaunchWorkload,
+    MarkSlotDone,
+    StopWorkload,
+)
+from tpucared.core.workload.inputs import (
+    NEVER_STARTED,
+    REBOOTED,
+    SlotProbe,
+    WorkerProbe,
+    WorkerState,
+)
+
+P = NodePhase
+Out = AttemptOutcome
+W = WorkerState
+_S = timedelta(seconds=1)
+_M = timedelta(minutes=1)
+
+# 10 s, then doubling up to 5 min (SkyPilot relaunches after 60 s x1.6 up to 300 s; a slice
+# that crashes at start-up should come back sooner the first time).
+CRASH_BACKOFF = BackoffRule(base=10 * _S, cap=5 * _M, floor=10 * _S)
+
+
+@dataclass(frozen=True)
+class WorkloadPolicy:
+    crash_backoff: BackoffRule = CRASH_BACKOFF
+    # A run that lasted this long before failing was no crash loop: relaunch at once.
+    stable_after: timedelta = 10 * _M
+    # A recorded attempt that some workers never started (daemon crash mid-launch, an SSH
+    # error) is launched there again until this long after its start; then it failed.
+    launch_grace: timedelta = 2 * _M
+    # Workers that exited 0 while others still run: how long the others get to finish.
+    exit_grace: timedelta = 1 * _M
+    # A READY node with a worker that SSH cannot reach this long is replaced. Generous: a new
+    # node's sshd and keys take a minute or two, and the API may still catch up (PREEMPTED).
+    unreachable_grace: timedelta = 5 * _M
+
+    def __post_init__(self) -> None:
+        graces = (self.stable_after, self.launch_grace, self.exit_grace, self.unreachable_grace)
+        if any(g < timedelta(0) for g in graces):
+            raise ValueError(f"negative grace in {self}")
+
+
+@dataclass(frozen=True)
+class SlotWork:
+    """Everything the rules see of one slot at one tick."""
+
+    fleet: str
+    index: int
+    spec: WorkloadSpec | None  # None: the fleet has no workload (any more)
+    slot: SlotRecord | None  # None: not opened yet
+    node: IncarnationRecord | None  # the slot's live incarnation, as stored
+    phase_after: NodePhase | None  # its phase once this tick's node actions are applied
+    workers: int  # workers recorded for `node`
+    last: WorkloadAttemptRecord | None  # the slot's newest attempt
+    probe: SlotProbe | None  # this tick's probe of `node` (tracked), if any
+    unwanted: str | None  # why the slot should have no node (core/planning/view.py), or None
+    now: datetime
+
+
+@dataclass
+class SlotPlan:
+    actions: list[Action] = field(default_factory=list)
+    holds: list[Hold] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """How the running attempt ends (or that it is resumed)."""
+
+    outcome: AttemptOutcome | None
+    detail: str
+    codes: dict[int, int | None] = field(default_factory=dict)
+    stop: bool = False  # its processes may still run on a READY node: stop every worker
+    replace: str | None = None  # replace the node; the end reason (at most 64 characters)
+    resume: bool = False
+
+
+def plan_slot(w: SlotWork, policy: WorkloadPolicy) -> SlotPlan:
+    """One slot's workload actions and holds at `w.now` (the rules in the module docstring):
+    end the running attempt if its verdict says so, then decide on the next one."""
+    out = SlotPlan()
+    last = w.last
+    failures = w.slot.failures if w.slot is not None else 0
+    stop_attempt: WorkloadAttemptRecord | None = None
+    if last is not None and last.ended_at is None:
+        verdict = _judge(w, last, policy)
+        if verdict is None:
+            return out
+        if verdict.resume:
+            assert w.node is not None
+            out.actions.append(
+                LaunchWorkload(
+                    fleet=w.fleet,
+                    slot=w.index,
+                    incarnation_id=w.node.id,
+                    node_name=w.node.node_name,
+                    attempt=last.number,
+                    attempt_id=last.id,
+                    reason=verdict.detail,
+                )
+            )
+            return out
+        assert verdict.outcome is not None
+        out.actions.append(
+            FinishAttempt(
+                fleet=w.fleet,
+                slot=w.index,
+                attempt_id=last.id,
+                attempt=last.number,
+                outcome=verdict.outcome,
+                exit_codes=verdict.codes,
+                detail=verdict.detail,
+                reason=f"attempt {last.number} {verdict.outcome.value}: {verdict.detail}",
+            )
+        )
+        if verdict.replace is not None:
+            assert w.node is not None
+            out.actions.append(_replace(w.node, verdict.replace, verdict.detail))
+            return out
+        if verdict.stop:
+            stop_attempt = last
+        if verdict.outcome in CHARGED_OUTCOMES:
+            failures += 1
+        last = replace(last, ended_at=w.now, outcome=verdict.outcome)
+    launched = _next(w, last, failures, policy, out)
+    if stop_attempt is not None and not (launched and launched.clean_after == stop_attempt.number):
+        assert w.node is not None
+        # Right after the FinishAttempt it follows: the outcome is recorded before anything
+        # is killed, so a crash in between cannot turn the kill into the attempt's outcome.
+        out.actions.insert(
+            1,
+            StopWorkload(
+                fleet=w.fleet,
+                slot=w.index,
+                incarnation_id=w.node.id,
+                node_name=w.node.node_name,
+                attempt=stop_attempt.number,
+                reason=f"attempt {stop_attempt.number} ended; a slice runs on all workers "
+                "or none: stop it everywhere",
+            ),
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The running attempt
+
+
+def _judge(w: SlotWork, a: WorkloadAttemptRecord, policy: WorkloadPolicy) -> _Verdict | None:
+    node = w.node
+    on_node = node is not None and node.id == a.incarnation_id
+    probe = w.probe
+    if probe is not None and not (
+        on_node
+        and probe.incarnation_id == a.incarnation_id
+        and probe.attempt == a.number
+        and probe.workers
+    ):
+        probe = None  # a probe of another node or attempt says nothing about this one
+    codes = _codes(probe)
+    if not on_node or w.phase_after is not P.READY:
+        if probe is not None and _all_exited_zero(probe.workers):
+            return _Verdict(Out.SUCCEEDED, "exited 0 on every worker", codes)
+        if w.spec is None or w.unwanted is not None:
+            why = w.unwanted or "the fleet has no workload any more"
+            return _Verdict(Out.CANCELLED, f"stopped: {why}", codes)
+        if on_node and node is not None and w.phase_after is not None:
+            where = f"{node.node_name} is {w.phase_after.value}"
+        else:
+            where = f"its node (incarnation #{a.incarnation_id}) is gone"
+        return _Verdict(Out.PREEMPTED, where, codes)
+    assert node is not None
+    if w.spec is None or w.unwanted is not None:
+        why = w.unwanted or "the fleet has no workload any more"
+        return _Verdict(Out.CANCELLED, f"stopped: {why}", codes, stop=True)
+    if probe is None:
+        return None
+    workers = probe.workers
+    rebooted = [p for p in workers if p.state is W.GONE and p.detail == REBOOTED]
+    if rebooted:
+        return _Verdict(Out.PREEMPTED, f"{_names(rebooted)} rebooted", codes, stop=True)
+    broken = [
+        p
+        for p in workers
+        if (p.state is W.EXITED and p.exit_code != 0)
+        or (p.state is W.GONE and p.detail != NEVER_STARTED)
+    ]
+    if broken:
+        return _Verdict(Out.FAILED, _story(workers), codes, stop=_may_run(workers))
+    unreachable = [p for p in workers if p.state is W.UNREACHABLE]
+    if unreachable:
+        since = _earliest(unreachable, w.now)
+        if w.now - since < policy.unreachable_grace:
+            return None
+        detail = f"{_names(unreachable)} unreachable for {fmt(w.now - since)}: " + "; ".join(
+            p.describe() for p in unreachable
+        )
+        return _Verdict(Out.PREEMPTED, detail, codes, replace="replaced: workers unreachable")
+    never = [p for p in workers if p.state is W.GONE]  # NEVER_STARTED, the only GONE left
+    if never:
+        rest_running = all(p.state is W.RUNNING for p in workers if p not in never)
+        if rest_running and w.now - a.started_at < policy.launch_grace:
+            return _Verdict(
+                None,
+                f"attempt {a.number} has not started on {_names(never)}: launch it there",
+                resume=True,
+            )
+        return _Verdict(
+            Out.FAILED,
+            f"never started on {_names(never)} ({fmt(w.now - a.started_at)} after launch)",
+            codes,
+            stop=_may_run(workers),
+        )
+    running = [p for p in workers if p.state is W.RUNNING]
+    if not running:
+        return _Verdict(Out.SUCCEEDED, "exited 0 on every worker", codes)
+    if len(running) < len(workers):
+        first = _earliest([p for p in workers if p.state is W.EXITED], w.now)
+        if w.now - first < policy.exit_grace:
+            return None
+        exited = [p for p in workers if p.state is W.EXITED]
+        detail = (
+            f"{_names(exited)} exited 0 but {_names(running)} still running "
+            f"{fmt(w.now - first)} later"
+        )
+        return _Verdict(Out.FAILED, detail, codes, stop=True)
+    hang = w.spec.hang_timeout
+    if hang is not None:
+        # Hung only when no worker's log grows: often only worker 0 logs at all.
+        quiet = max(max((p.log_since or w.now) for p in workers), a.started_at)
+        if w.now - quiet >= timedelta(seconds=hang):
+            detail = f"no log output on any worker for {fmt(w.now - quiet)} (hang_timeout)"
+            return _Verdict(Out.HUNG, detail, codes, stop=True)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The next attempt
+
+
+def _next(
+    w: SlotWork,
+    last: WorkloadAttemptRecord | None,
+    failures: int,
+    policy: WorkloadPolicy,
+    out: SlotPlan,
+) -> LaunchWorkload | None:
+    """Decide whether to launch the next attempt now; returns the launch if any."""
+    spec, slot, node = w.spec, w.slot, w.node
+    if spec is None or slot is None or slot.done or w.unwanted is not None:
+        return None
+    if last is not None and last.ended_at is None:
+        return None  # still running (only after a resume or a wait): never a second one
+    outcome = last.outcome if last is not None else None
+    if last is not None and outcome is Out.SUCCEEDED and spec.restart is not RestartPolicy.ALWAYS:
+        out.actions.append(
+            MarkSlotDone(
+                fleet=w.fleet,
+                slot=w.index,
+                reason=f"attempt {last.number} succeeded (restart = {spec.restart.value}): "
+                "the workload is done",
+            )
+        )
+        return None
+    if last is not None and outcome in CHARGED_OUTCOMES:
+        why = None
+        if spec.restart is RestartPolicy.NEVER:
+            why = f"attempt {last.number} {outcome.value} and restart = never"
+        elif failures > spec.max_failures:
+            why = f"{failures} failures, more than max_failures = {spec.max_failures}"
+        if why is not None:
+            _give_up(w, why, out)
+            return None
+    if node is None or node.phase is not P.READY or w.phase_after is not P.READY:
+        return None
+    if w.workers == 0:
+        return None
+    due = _due(w, last, failures, policy)
+    if due is not None and w.now < due:
+        wait = f"relaunch backoff until {due.isoformat(timespec='seconds')}"
+        out.holds.append(_hold(w, f"{wait} after attempt {_last_story(last)}", until=due))
+        return None
+    probe = w.probe
+    if probe is None or probe.incarnation_id != node.id or len(probe.workers) < w.workers:
+        out.holds.append(_hold(w, "waiting for a probe of every worker of " + node.node_name))
+        return None
+    if probe.busy:
+        workers = ", ".join(str(i) for i in probe.busy)
+        why = f"the TPU is still held on worker(s) {workers} after cleanup"
+        out.actions.append(_replace(node, "replaced: TPU busy after cleanup", why))
+        return None
+    unreachable = [p for p in probe.workers if p.state is W.UNREACHABLE]
+    if unreachable:
+        since = _earliest(unreachable, w.now)
+        detail = f"{_names(unreachable)} unreachable over SSH for {fmt(w.now - since)}"
+        if w.now - since >= policy.unreachable_grace:
+            out.actions.append(_replace(node, "replaced: workers unreachable", detail))
+        else:
+            out.holds.append(_hold(w, f"{detail}: {unreachable[0].describe()}"))
+        return None
+    if probe.blocked is not None:
+        out.actions.append(
+            Notice(
+                key=f"workload-blocked/{w.fleet}/{w.index}",
+                severity=Severity.ERROR,
+                fleet=w.fleet,
+                node=node.node_name,
+                reason=f"{w.fleet}/{w.index} cannot launch its workload: {probe.blocked}",
+            )
+        )
+        out.holds.append(_hold(w, f"cannot launch: {probe.blocked}"))
+        return None
+    number = slot.attempts + 1
+    clean_after = last.number if last is not None and last.incarnation_id == node.id else None
+    if last is None:
+        reason = f"first attempt on {node.node_name}"
+    else:
+        reason = f"after attempt {_last_story(last)}"
+    launch = LaunchWorkload(
+        fleet=w.fleet,
+        slot=w.index,
+        incarnation_id=node.id,
+        node_name=node.node_name,
+        attempt=number,
+        clean_after=clean_after,
+        reason=reason,
+    )
+    out.actions.append(launch)
+    return launch
+
+
+def _due(
+    w: SlotWork, last: WorkloadAttemptRecord | None, failures: int, policy: WorkloadPolicy
+) -> datetime | None:
+    """When the next attempt may start: after a crash backoff for a short failed run (and a
+    short successful one under restart = always), at once otherwise."""
+    if last is None or last.ended_at is None:
+        return None
+    if last.outcome not in CHARGED_OUTCOMES and last.outcome is not Out.SUCCEEDED:
+        return None  # preempted or cancelled: not the workload's doing
+    if last.ended_at - last.started_at >= policy.stable_after:
+        return None
+    n = max(failures, 1) if last.outcome in CHARGED_OUTCOMES else 1
+    run_id = w.slot.run_id if w.slot is not None else ""
+    u = jitter(w.fleet, w.index, run_id, last.number)
+    return last.ended_at + delay(policy.crash_backoff, n, u)
+
+
+def _give_up(w: SlotWork, why: str, out: SlotPlan) -> None:
+    out.actions.append(
+        MarkSlotDone(fleet=w.fleet, slot=w.index, reason=f"giving up on the workload: {why}")
+    )
+    out.actions.append(
+        Notice(
+            key=f"workload-gave-up/{w.fleet}/{w.index}",
+            severity=Severity.ERROR,
+            fleet=w.fleet,
+            node=w.node.node_name if w.node is not None else None,
+            reason=f"{w.fleet}/{w.index}: gave up on the workload ({why}); the slot is done "
+            "and keeps no node unless on_success = keep. Its attempts are in the event log.",
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _replace(node: IncarnationRecord, end_reason: str, why: str) -> DeleteNode:
+    """A planned delete of a READY node; the slot gets a new one (no preemption counted)."""
+    return DeleteNode(
+        incarnation_id=node.id,
+        fleet=node.fleet,
+        slot=node.slot,
+        node_name=node.node_name,
+        zone=node.zone,
+        expected=P.READY,
+        queued_resource=node.queued_resource,
+        end_reason=end_reason,
+        reason=f"replace {node.node_name}: {why}",
+    )
+
+
+def _hold(w: SlotWork, reason: str, until: datetime | None = None) -> Hold:
+    name = w.node.node_name if w.node is not None else f"{w.fleet}-{w.index}"
+    return Hold(fleet=w.fleet, slot=w.index, node_name=name, reason=reason, until=until)
+
+
+def _codes(probe: SlotProbe | None) -> dict[int, int | None]:
+    if probe is None:
+        return {}
+    return {p.worker: p.exit_code if p.state is W.EXITED else None for p in probe.workers}
+
+
+def _all_exited_zero(workers: Iterable[WorkerProbe]) -> bool:
+    ws = list(workers)
+    return bool(ws) and all(p.state is W.EXITED and p.exit_code == 0 for p in ws)
+
+
+def _may_run(workers: Iterable[WorkerProbe]) -> bool:
+    """Some worker may still run the attempt (or we cannot tell): it must be stopped."""
+    return any(p.state in (W.RUNNING, W.UNREACHABLE) for p in workers)
+
+
+def _earliest(workers: Iterable[WorkerProbe], now: datetime) -> datetime:
+    return min((p.since or now) for p in workers)
+
+
+def _names(workers: list[WorkerProbe]) -> str:
+    indexes = ", ".join(str(p.worker) for p in workers)
+    return f"worker {indexes}" if len(workers) == 1 else f"workers {indexes}"
+
+
+def _story(workers: tuple[WorkerProbe, ...]) -> str:
+    """`worker 2 exited 1; worker 3 gone (died); workers 0, 1 running`."""
+    groups: dict[str, list[WorkerProbe]] = {}
+    for p in workers:
+        groups.setdefault(p.describe(), []).append(p)
+    # Ends first: they are the news.
+    order = sorted(groups.items(), key=lambda kv: (kv[1][0].state is W.RUNNING, kv[0]))
+    return "; ".join(f"{_names(ps)} {what}" for what, ps in order)
+
+
+def _last_story(last: WorkloadAttemptRecord | None) -> str:
+    if last is None:
+        return "none"
+    outcome = last.outcome.value if last.outcome is not None else "running"
+    return f"{last.number} {outcome}"

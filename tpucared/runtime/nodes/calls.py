@@ -1,0 +1,372 @@
+"""The cloud half of CreateNode and DeleteNode: one call each, in the background, then its
+outcome recorded (the second transaction of core/planning/actions.py).
+
+The executor (executor.py) has already recorded the intent when it hands an action here, so
+the record is safe whatever happens to the call: a crash, a hang, a cancel at shutdown. Each
+call runs as its own task (tasks.TaskSet), bounded by semaphores (`Policy.max_creates`
+creates, `max_deletes` deletes), so a slow API never stalls the tick. Outcomes are facts:
+- create accepted: REQUESTED -> CREATING with `operation`; if the planner already moved it to
+  CREATING (it saw the node listed before the call returned), just `operation` is recorded.
+  The operation is then watched (operations.py), which records the create attempt.
+- create refused: `error` = its kind (ALREADY_EXISTS included) and the slot's `last_error`,
+  with a CreateAttemptRecord, in one transaction, only while still REQUESTED: once the node
+  is listed, a lost response does not make the create a failure.
+- delete accepted: `operation`; refused (NOT_FOUND included): `error`, and `operation`
+  cleared (a create operation still recorded there no longer says anything about the
+  delete). Both only while DELETING.
+A refused call wakes the reconcile loop so the planner decides on it at once.
+
+`record_interrupted_calls` runs once when the daemon starts: no call of the previous process
+can still be in flight, so a create intent (REQUESTED) or a delete (DELETING) whose outcome
+was never recorded gets the outcome a call cut off by a dropped connection would have had,
+TRANSIENT. The planner then retries after the short transient backoff (adopting the node if
+the create did go through) instead of waiting out the `requested` / `deleting` timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+import structlog
+
+from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord, NodePhase
+from tpucared.core.model.specs import ErrorKind
+from tpucared.core.planning.actions import CreateNode, DeleteNode
+from tpucared.gcp import ApiError, Operation, TpuClient
+from tpucared.runtime.clock import Clock
+from tpucared.runtime.nodes.operations import OperationWatcher
+from tpucared.runtime.tasks import TaskSet
+from tpucared.runtime.wakeup import Wakeup
+from tpucared.store import StaleWrite, Store
+
+log = structlog.get_logger(__name__)
+
+MAX_DELETES = 32  # delete calls in flight at once: deletes are cheap, but not free
+
+AttemptHook = Callable[[CreateAttemptRecord], None]  # e.g. the create counter of /metrics
+
+
+@dataclass(frozen=True)
+class NodeTemplate:
+    """What every node we create gets besides the action's own fields."""
+
+    project: str
+    metadata: Mapping[str, str]  # e.g. {"ssh-keys": "tpucared:ssh-ed25519 AAAA... tpucared"}
+    enable_external_ips: bool
+
+
+class CloudCalls:
+    def __init__(
+        self,
+        client: TpuClient,
+        store: Store,
+        clock: Clock,
+        template: NodeTemplate,
+        watcher: OperationWatcher,
+        wakeup: Wakeup,
+        tasks: TaskSet,
+        *,
+        max_creates: int,
+        max_deletes: int = MAX_DELETES,
+        on_attempt: AttemptHook | None = None,
+    ) -> None:
+        self._client = client
+        self._on_attempt = on_attempt
+        self._store = store
+        self._clock = clock
+        self._template = template
+        self._watcher = watcher
+        self._wakeup = wakeup
+        self._tasks = tasks
+        self._creates = asyncio.Semaphore(max_creates)
+        self._deletes = asyncio.Semaphore(max_deletes)
+        self._busy: set[int] = set()  # incarnations with a call in flight
+        self._waiting: set[int] = set()  # ... for which an action was postponed
+
+    def busy(self, incarnation_id: int) -> bool:
+        """A call for this incarnation is in flight: its next one must wait (one call per
+        node at a time; the loop is woken when this one ends)."""
+        if incarnation_id in self._busy:
+            self._waiting.add(incarnation_id)
+            return True
+        return False
+
+    def _release(self, inc: IncarnationRecord) -> None:
+        self._busy.discard(inc.id)
+        if inc.id in self._waiting:
+            self._waiting.discard(inc.id)
+            self._wakeup.set(f"call for {inc.node_name} ended")
+
+    def start_create(self, action: CreateNode, inc: IncarnationRecord) -> None:
+        self._busy.add(inc.id)
+        self._tasks.spawn(self._create(action, inc), name=f"create {inc.node_name} #{inc.id}")
+
+    def start_delete(self, action: DeleteNode, inc: IncarnationRecord) -> None:
+        self._busy.add(inc.id)
+        self._tasks.spawn(self._delete(action, inc), name=f"delete {inc.node_name} #{inc.id}")
+
+    # -- create -----------------------------------------------------------------------------
+
+    async def _create(self, action: CreateNode, inc: IncarnationRecord) -> None:
+        ctx = structlog.contextvars.bound_contextvars(
+            fleet=action.fleet, slot=action.slot, node=action.node_name
+        )
+        with ctx:
+            try:
+                async with self._creates:
+                    started_at, started = self._clock.now(), self._clock.monotonic()
+                    try:
+                        op = await self._call_create(action)
+                    except ApiError as error:
+                        await self._create_refused(action, inc, error, started_at, started)
+                        return
+                    await self._create_accepted(action, inc, op, started_at, started)
+            finally:
+                self._release(inc)
+
+    async def _call_create(self, a: CreateNode) -> Operation:
+        t = self._template
+        if a.queued_resource is not None:
+            return await self._client.create_queued_resource(
+                t.project,
+                a.zone,
+                a.queued_resource,
+                node_id=a.node_name,
+                accelerator_type=a.accelerator_type,
+                runtime_version=a.runtime_version,
+                capacity=a.capacity,
+                labels=a.labels,
+                metadata=t.metadata,
+                enable_external_ips=t.enable_external_ips,
+            )
+        return await self._client.create_node(
+            t.project,
+            a.zone,
+            a.node_name,
+            accelerator_type=a.accelerator_type,
+            runtime_version=a.runtime_version,
+            capacity=a.capacity,
+            labels=a.labels,
+            metadata=t.metadata,
+            enable_external_ips=t.enable_external_ips,
+        )
+
+    async def _create_accepted(
+        self,
+        action: CreateNode,
+        inc: IncarnationRecord,
+        op: Operation,
+        started_at: datetime,
+        started: float,
+    ) -> None:
+        now = self._clock.now()
+        recorded = True
+        try:
+            async with self._store.write() as tx:
+                current = await tx.incarnation(inc.id)
+                if current is not None and current.phase is NodePhase.REQUESTED:
+                    await tx.transition(
+                        inc.id,
+                        NodePhase.REQUESTED,
+                        NodePhase.CREATING,
+                        now,
+                        reason=f"{inc.node_name}: create accepted",
+                        operation=op.name,
+                    )
+                elif current is not None and current.phase is NodePhase.CREATING:
+                    await tx.record_outcome(
+                        inc.id,
+                        NodePhase.CREATING,
+                        now,
+                        operation=op.name,
+                        reason=f"{inc.node_name}: create accepted (node already listed)",
+                    )
+                else:
+                    recorded = False
+        except StaleWrite:
+            recorded = False
+        _log_action(action, "accepted", operation=op.name, latency_s=self._since(started))
+        if not recorded:
+            log.info("create outcome not recorded: the incarnation moved on", incarnation=inc.id)
+        # Watched even when not recorded: the create attempt is still worth recording.
+        self._watcher.watch(op, inc, "create", started_at=started_at, started=started)
+
+    async def _create_refused(
+        self,
+        action: CreateNode,
+        inc: IncarnationRecord,
+        error: ApiError,
+        started_at: datetime,
+        started: float,
+    ) -> None:
+        now = self._clock.now()
+        latency = self._since(started)
+        attempt = CreateAttemptRecord(
+            fleet=action.fleet,
+            slot=action.slot,
+            zone=action.zone,
+            accelerator_type=action.accelerator_type,
+            started_at=started_at,
+            outcome=error.kind.value,
+            latency_s=round(latency, 3),
+            message=error.message,
+            incarnation_id=inc.id,
+        )
+        async with self._store.write() as tx:
+            current = await tx.incarnation(inc.id)
+            still_requested = current is not None and current.phase is NodePhase.REQUESTED
+            if still_requested:
+                await tx.record_outcome(
+                    inc.id,
+                    NodePhase.REQUESTED,
+                    now,
+                    error=error.kind,
+                    last_error=error.message,
+                    reason=f"{inc.node_name}: create refused: {error}",
+                )
+            await tx.record_create_attempt(attempt)
+        if self._on_attempt is not None:
+            self._on_attempt(attempt)
+        _log_action(
+            action,
+            f"refused: {error.kind.value}",
+            error=str(error),
+            attempts=error.attempts,
+            latency_s=latency,
+            recorded=still_requested,
+        )
+        self._wakeup.set(f"create of {inc.node_name} refused")
+
+    # -- delete -----------------------------------------------------------------------------
+
+    async def _delete(self, action: DeleteNode, inc: IncarnationRecord) -> None:
+        ctx = structlog.contextvars.bound_contextvars(
+            fleet=action.fleet, slot=action.slot, node=action.node_name
+        )
+        with ctx:
+            try:
+                async with self._deletes:
+                    started_at, started = self._clock.now(), self._clock.monotonic()
+                    try:
+                        op = await self._call_delete(action)
+                    except ApiError as error:
+                        await self._delete_outcome(action, inc, None, error, started)
+                        return
+                    await self._delete_outcome(action, inc, op, None, started)
+                    self._watcher.watch(op, inc, "delete", started_at=started_at, started=started)
+            finally:
+                self._release(inc)
+
+    async def _call_delete(self, a: DeleteNode) -> Operation:
+        project = self._template.project
+        if a.queued_resource is not None:
+            # force: deletes the node first; a queued resource cannot go while it has one.
+            return await self._client.delete_queued_resource(
+                project, a.zone, a.queued_resource, force=True
+            )
+        return await self._client.delete_node(project, a.zone, a.node_name)
+
+    async def _delete_outcome(
+        self,
+        action: DeleteNode,
+        inc: IncarnationRecord,
+        op: Operation | None,
+        error: ApiError | None,
+        started: float,
+    ) -> None:
+        now = self._clock.now()
+        recorded = True
+        try:
+            async with self._store.write() as tx:
+                if error is None:
+                    assert op is not None
+                    await tx.record_outcome(
+                        inc.id,
+                        NodePhase.DELETING,
+                        now,
+                        operation=op.name,
+                        reason=f"{inc.node_name}: delete accepted",
+                    )
+                else:
+                    await tx.record_outcome(
+                        inc.id,
+                        NodePhase.DELETING,
+                        now,
+                        operation=None,
+                        error=error.kind,
+                        reason=f"{inc.node_name}: delete refused: {error}",
+                    )
+        except StaleWrite:
+            recorded = False
+        latency = self._since(started)
+        if error is None:
+            assert op is not None
+            _log_action(action, "accepted", operation=op.name, latency_s=latency)
+        else:
+            _log_action(
+                action,
+                f"refused: {error.kind.value}",
+                error=str(error),
+                attempts=error.attempts,
+                latency_s=latency,
+                recorded=recorded,
+            )
+            self._wakeup.set(f"delete of {inc.node_name} refused")
+
+    def _since(self, started: float) -> float:
+        return round(self._clock.monotonic() - started, 3)
+
+
+def _log_action(action: CreateNode | DeleteNode, outcome: str, **fields: object) -> None:
+    """The canonical line of a create or delete: what, why, and how the call ended."""
+    level = log.info if outcome == "accepted" else log.warning
+    level(
+        action.kind,
+        action=action.summary(),
+        reason=action.reason,
+        outcome=outcome,
+        **fields,
+    )
+
+
+async def record_interrupted_calls(store: Store, clock: Clock) -> list[IncarnationRecord]:
+    """At start-up, before any call of this process: record the calls a previous process
+    left without an outcome (see the module docstring). Returns the incarnations changed."""
+    snapshot = await store.load_snapshot()
+    now = clock.now()
+    changed = []
+    for inc in sorted(snapshot.nodes.values(), key=lambda i: i.id):
+        if inc.error is not None or inc.phase not in (NodePhase.REQUESTED, NodePhase.DELETING):
+            continue
+        what = "create" if inc.phase is NodePhase.REQUESTED else "delete"
+        message = f"the outcome of the {what} call was lost: tpucared stopped during it"
+        try:
+            async with store.write() as tx:
+                if inc.phase is NodePhase.REQUESTED:
+                    inc = await tx.record_outcome(
+                        inc.id,
+                        inc.phase,
+                        now,
+                        error=ErrorKind.TRANSIENT,
+                        last_error=message,
+                        reason=f"{inc.node_name}: {message}",
+                    )
+                else:
+                    # A delete operation the previous run was waiting on is dropped too: a
+                    # repeated delete is harmless (CONFLICT while it runs, NOT_FOUND after).
+                    inc = await tx.record_outcome(
+                        inc.id,
+                        inc.phase,
+                        now,
+                        error=ErrorKind.TRANSIENT,
+                        operation=None,
+                        reason=f"{inc.node_name}: {message}",
+                    )
+        except StaleWrite:
+            continue
+        log.info("recorded a call interrupted by the last stop", node=inc.node_name, call=what)
+        changed.append(inc)
+    return changed

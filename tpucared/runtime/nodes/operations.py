@@ -1,0 +1,261 @@
+"""The operation watcher: polls every create/delete operation in flight and records its end.
+
+A create or delete call returns a long-running Operation (calls.py records its name on the
+incarnation); whether a create found capacity is only known when that operation ends (error
+code 8). This root task polls each operation with `operations.get` on a short, growing
+schedule (`PollSchedule`), and when one is done writes, in one transaction:
+- on the incarnation, if the operation is still the one it records: `operation = None`, and
+  the classified error when it failed, provided it is still the phase the operation belongs
+  to (a create's error while REQUESTED/CREATING, with the message as the slot's last_error; a
+  delete's error while DELETING). A create failure that arrives after the node was found dead
+  must not read as a failed delete;
+- for a create, the `CreateAttemptRecord` (zone, type, outcome, message, latency), exactly
+  once: the same transaction clears the operation name that led us to it.
+Then it wakes the reconcile loop, so the planner decides on the outcome at once instead of at
+the next poll. Operations recorded by a previous run (the daemon was restarted mid-create)
+are picked up from each tick's snapshot (`adopt`). Nothing here decides anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+import structlog
+
+from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord, NodePhase
+from tpucared.core.model.specs import ErrorKind
+from tpucared.gcp import ApiError, Operation, TpuClient
+from tpucared.runtime.clock import Clock
+from tpucared.runtime.wakeup import Wakeup
+from tpucared.store import KEEP, Store
+
+log = structlog.get_logger(__name__)
+
+Verb = Literal["create", "delete"]
+PENDING = frozenset({NodePhase.REQUESTED, NodePhase.CREATING})
+# Operation names remembered as done, so that a stale snapshot cannot revive one.
+_FINISHED_MEMORY = 10_000
+
+
+@dataclass(frozen=True)
+class PollSchedule:
+    """First poll after `first` s, each later one `factor` times later, at most `cap` s apart."""
+
+    first: float = 0.5
+    factor: float = 2.0
+    cap: float = 5.0
+
+    @classmethod
+    def for_poll_interval(cls, poll_interval: float) -> PollSchedule:
+        # Never slower than the loop itself, never faster than 2 polls per second at default
+        # settings: a create's outcome is what capacity hunting waits for.
+        return cls(first=min(0.5, poll_interval / 2), cap=min(5.0, poll_interval))
+
+    def after(self, interval: float) -> float:
+        return min(self.cap, interval * self.factor)
+
+
+@dataclass
+class Watched:
+    name: str
+    incarnation_id: int
+    verb: Verb
+    node_name: str
+    fleet: str
+    slot: int
+    zone: str
+    accelerator_type: str
+    started_at: datetime  # when the call was issued (the intent's time after a restart)
+    started: float | None  # monotonic start, when this process made the call
+    next_poll: float = 0.0
+    interval: float = 0.0
+    failures: int = field(default=0)
+
+
+class OperationWatcher:
+    def __init__(
+        self,
+        client: TpuClient,
+        store: Store,
+        clock: Clock,
+        wakeup: Wakeup,
+        schedule: PollSchedule | None = None,
+        on_attempt: Callable[[CreateAttemptRecord], None] | None = None,
+    ) -> None:
+        self._client = client
+        self._on_attempt = on_attempt
+        self._store = store
+        self._clock = clock
+        self._wakeup = wakeup
+        self._schedule = schedule or PollSchedule()
+        self._watched: dict[str, Watched] = {}
+        self._finished: deque[str] = deque(maxlen=_FINISHED_MEMORY)
+        self._finished_set: set[str] = set()
+        self._changed = Wakeup()
+
+    def __len__(self) -> int:
+        return len(self._watched)
+
+    def watch(
+        self,
+        operation: Operation,
+        inc: IncarnationRecord,
+        verb: Verb,
+        *,
+        started_at: datetime,
+        started: float | None,
+    ) -> None:
+        """Poll `operation` until done (idempotent per operation name)."""
+        if operation.name in self._watched or operation.name in self._finished_set:
+            return
+        first = 0.0 if operation.done else self._schedule.first
+        self._watched[operation.name] = Watched(
+            name=operation.name,
+            incarnation_id=inc.id,
+            verb=verb,
+            node_name=inc.node_name,
+            fleet=inc.fleet,
+            slot=inc.slot,
+            zone=inc.zone,
+            accelerator_type=inc.accelerator_type,
+            started_at=started_at,
+            started=started,
+            next_poll=self._clock.monotonic() + first,
+            interval=max(first, self._schedule.first),
+        )
+        self._changed.set("watch")
+
+    def adopt(self, live: Iterable[IncarnationRecord]) -> None:
+        """Watch operations recorded on live incarnations that nobody watches (a previous
+        run's, or one whose call returned while we were down)."""
+        for inc in live:
+            name = inc.operation
+            if name is None or name in self._watched or name in self._finished_set:
+                continue
+            verb: Verb = "delete" if inc.phase is NodePhase.DELETING else "create"
+            log.info(
+                "watching an operation recorded earlier",
+                node=inc.node_name,
+                incarnation=inc.id,
+                operation=name,
+                verb=verb,
+            )
+            self.watch(Operation(name=name), inc, verb, started_at=inc.requested_at, started=None)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """The root task: poll what is due, sleep until the next is due or a new watch."""
+        while not stop.is_set():
+            now = self._clock.monotonic()
+            due = [w for w in self._watched.values() if w.next_poll <= now]
+            if due:
+                await asyncio.gather(*(self._poll(w) for w in due))
+                continue
+            wait = min((w.next_poll for w in self._watched.values()), default=now + 3600) - now
+            await self._changed.wait(self._clock, wait, stop)
+            self._changed.take()
+
+    async def _poll(self, w: Watched) -> None:
+        try:
+            op = await self._client.get_operation(w.name)
+        except ApiError as error:
+            if error.kind is ErrorKind.NOT_FOUND:
+                # The API forgot it (operations expire): its outcome is unknowable; the
+                # planner goes by what the lists show.
+                log.warning(
+                    "operation not found; forgetting it", operation=w.name, node=w.node_name
+                )
+                await self._finish(w, None)
+                return
+            w.failures += 1
+            w.interval = self._schedule.cap
+            w.next_poll = self._clock.monotonic() + w.interval
+            log.warning(
+                "polling an operation failed; trying again",
+                operation=w.name,
+                node=w.node_name,
+                kind=error.kind.value,
+                error=str(error),
+                failures=w.failures,
+            )
+            return
+        if not op.done:
+            w.interval = self._schedule.after(w.interval)
+            w.next_poll = self._clock.monotonic() + w.interval
+            return
+        await self._finish(w, op)
+
+    async def _finish(self, w: Watched, op: Operation | None) -> None:
+        """Record the end of `w` (op None: lost) and wake the loop."""
+        error = op.exception() if op is not None else None
+        verb: Verb = w.verb
+        if op is not None and op.verb in ("create", "delete"):
+            verb = "create" if op.verb == "create" else "delete"
+        now = self._clock.now()
+        latency = (
+            self._clock.monotonic() - w.started
+            if w.started is not None
+            else (now - w.started_at).total_seconds()
+        )
+        attempt = None
+        if verb == "create" and op is not None:
+            attempt = CreateAttemptRecord(
+                fleet=w.fleet,
+                slot=w.slot,
+                zone=w.zone,
+                accelerator_type=w.accelerator_type,
+                started_at=w.started_at,
+                outcome="ok" if error is None else error.kind.value,
+                latency_s=round(latency, 3),
+                message=error.message if error is not None else None,
+                incarnation_id=w.incarnation_id,
+            )
+        async with self._store.write() as tx:
+            inc = await tx.incarnation(w.incarnation_id)
+            if inc is not None and inc.operation == w.name:
+                fits = (verb == "create" and inc.phase in PENDING) or (
+                    verb == "delete" and inc.phase is NodePhase.DELETING
+                )
+                failed = error if fits else None
+                await tx.record_outcome(
+                    inc.id,
+                    inc.phase,
+                    now,
+                    operation=None,
+                    error=failed.kind if failed is not None else KEEP,
+                    last_error=failed.message if failed is not None and verb == "create" else KEEP,
+                    reason=_outcome_text(w, verb, error, op),
+                )
+            if attempt is not None:
+                await tx.record_create_attempt(attempt)
+        if attempt is not None and self._on_attempt is not None:
+            self._on_attempt(attempt)
+        del self._watched[w.name]
+        if len(self._finished) == self._finished.maxlen:
+            self._finished_set.discard(self._finished[0])
+        self._finished.append(w.name)
+        self._finished_set.add(w.name)
+        log.info(
+            f"{verb} operation finished",
+            fleet=w.fleet,
+            slot=w.slot,
+            node=w.node_name,
+            incarnation=w.incarnation_id,
+            operation=w.name,
+            outcome="lost" if op is None else ("ok" if error is None else error.kind.value),
+            error=error.message if error is not None else None,
+            latency_s=round(latency, 3),
+        )
+        self._wakeup.set(f"{verb} operation of {w.node_name} finished")
+
+
+def _outcome_text(w: Watched, verb: str, error: ApiError | None, op: Operation | None) -> str:
+    if op is None:
+        return f"{w.node_name}: {verb} operation no longer known to the API"
+    if error is None:
+        return f"{w.node_name}: {verb} operation succeeded"
+    return f"{w.node_name}: {verb} operation failed: {error.kind.value}: {error.message}"

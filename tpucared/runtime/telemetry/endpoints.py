@@ -1,0 +1,69 @@
+"""What the daemon shows of itself while it runs: /healthz, /metrics and /v1/status.
+
+Wires tpucared.runtime.telemetry.server and tpucared.runtime.telemetry.metrics to the runtime:
+every TPU API request is counted (the client's `on_request` hook), every create attempt when it is
+recorded, and after each completed tick the health clock moves and the metrics are refreshed from
+the store. A metrics refresh that fails is logged and does not stop the reconcile loop: nodes
+matter more than graphs. The server listens on `daemon.http`; a port that cannot be bound is a
+start-up error (exit 2), like any other setting a person must fix.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from tpucared.config import Config
+from tpucared.core.model.records import CreateAttemptRecord
+from tpucared.runtime.clock import Clock
+from tpucared.runtime.errors import StartupError
+from tpucared.runtime.reconciler import Tick
+from tpucared.runtime.telemetry.metrics import DaemonMetrics
+from tpucared.runtime.telemetry.server import Health, HttpServer, start_http, store_status
+from tpucared.store import Store
+
+log = structlog.get_logger(__name__)
+
+
+class Telemetry:
+    def __init__(self, config: Config, store: Store, clock: Clock) -> None:
+        self._config = config
+        self._store = store
+        self._clock = clock
+        self.metrics = DaemonMetrics()
+        self.health = Health.for_poll_interval(config.daemon.poll_interval)
+        self.server: HttpServer | None = None
+
+    def api_request(self, call: str, status: str, seconds: float) -> None:
+        self.metrics.api_request(call, status, seconds)
+
+    def create_attempt(self, attempt: CreateAttemptRecord) -> None:
+        self.metrics.record_create(attempt)
+
+    async def on_tick(self, tick: Tick) -> None:
+        self.health.tick()
+        self.metrics.observe_tick(tick.seconds, at=self._clock.now())
+        try:
+            await self.metrics.refresh(self._store, self._clock.now())
+        except Exception:
+            log.exception("refreshing the metrics failed; the daemon carries on")
+
+    async def start(self) -> None:
+        daemon = self._config.daemon
+        try:
+            self.server = await start_http(
+                daemon.http_host,
+                daemon.http_port,
+                health=self.health,
+                metrics=self.metrics,
+                status=store_status(self._store, self._clock.now),
+            )
+        except OSError as exc:
+            raise StartupError(
+                f"{self._config.path}: daemon.http: cannot listen on "
+                f"{daemon.http_host}:{daemon.http_port}: {exc.strerror or exc}"
+            ) from exc
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None

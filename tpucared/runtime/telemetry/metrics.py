@@ -1,0 +1,222 @@
+"""The daemon's Prometheus metrics: the families, and `DaemonMetrics`, which the runtime feeds.
+
+Every family lives in the `DaemonMetrics` instance's own `CollectorRegistry` (never the global
+one), so tests and several daemons in one process do not share counters. docs/metrics.md lists
+each metric with its type, labels and meaning. The runtime wires it with a few calls:
+
+    metrics = DaemonMetrics()
+    client = TpuClient(..., on_request=metrics.api_request)   # every TPU API request
+    # each tick, after executing the plan:
+    metrics.observe_tick(seconds)              # only for a tick that completed
+    await metrics.refresh(store, now)          # node gauges, goodput, event-derived counters
+    # where the executor writes a CreateAttemptRecord:
+    metrics.record_create(attempt)
+
+Counters count from the daemon's start (Prometheus handles the reset at a restart); the first
+`refresh` starts reading the event log at its current end instead of replaying history.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from datetime import datetime
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from tpucared import __version__
+from tpucared.core.model.records import CreateAttemptRecord, EventRecord
+from tpucared.core.nodes.lifecycle import LIVE_PHASES
+from tpucared.inspect.goodput import GoodputTracker
+from tpucared.inspect.lifecycle import (
+    AttemptEnded,
+    Latency,
+    LatencyKind,
+    LifecycleTracker,
+    Preempted,
+)
+from tpucared.store import Store
+from tpucared.store.snapshot import SlotKey, Snapshot
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+EVENT_PAGE = 500  # events read per query when catching up on the log
+
+# Phases in a fixed order, so `tpucared_nodes` always has a series per live phase (a zero is
+# something an alert can compare with; a missing series is not).
+_LIVE_PHASES = sorted(p.value for p in LIVE_PHASES)
+
+_TICK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+_API_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_DELETE_BUCKETS = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+_RECOVERY_BUCKETS = (60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0)
+
+
+class DaemonMetrics:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self._clock = clock
+        r = self.registry
+        _gauge(r, "tpucared_build_info", "tpucared version", "version").labels(__version__).set(1)
+        self.nodes = _gauge(r, "tpucared_nodes", "Live node incarnations", "fleet", "phase")
+        self.slots = _gauge(r, "tpucared_slots", "Slots that want a node", "fleet")
+        self.running = _gauge(
+            r, "tpucared_workloads_running", "Slots with a workload attempt running", "fleet"
+        )
+        self.preemptions = _counter(
+            r, "tpucared_preemptions", "Nodes lost while serving (preempted, ...)", "fleet"
+        )
+        self.creates = _counter(
+            r, "tpucared_create_attempts", "Create calls by outcome", "fleet", "zone", "outcome"
+        )
+        self.dead_to_delete = _histogram(
+            r,
+            "tpucared_dead_to_delete_seconds",
+            "From dead to delete call",
+            "fleet",
+            buckets=_DELETE_BUCKETS,
+        )
+        self.recovery = _histogram(
+            r,
+            "tpucared_recovery_seconds",
+            "From a lost node to the next READY",
+            "fleet",
+            buckets=_RECOVERY_BUCKETS,
+        )
+        self.workload_attempts = _counter(
+            r, "tpucared_workload_attempts", "Workload attempts by outcome", "fleet", "outcome"
+        )
+        self.tick = _histogram(r, "tpucared_tick_seconds", "Completed ticks", buckets=_TICK_BUCKETS)
+        self.last_tick = _gauge(
+            r, "tpucared_last_tick_timestamp_seconds", "Unix time of the last completed tick"
+        )
+        self.api_requests = _counter(
+            r, "tpucared_api_requests", "TPU API requests by HTTP status", "call", "status"
+        )
+        self.api_seconds = _histogram(
+            r,
+            "tpucared_api_request_seconds",
+            "TPU API request duration",
+            "call",
+            buckets=_API_BUCKETS,
+        )
+        self.goodput = _gauge(
+            r, "tpucared_slot_goodput_ratio", "Productive / wall time", "fleet", "slot"
+        )
+        self.slot_wall = _counter(
+            r, "tpucared_slot_wall_seconds", "Wall time accounted", "fleet", "slot"
+        )
+        self.slot_productive = _counter(
+            r, "tpucared_slot_productive_seconds", "Productive time", "fleet", "slot"
+        )
+        self._lifecycle = LifecycleTracker()
+        self._goodput = GoodputTracker()
+        self._slot_series: set[SlotKey] = set()
+        self.last_event_id: int | None = None  # None until the first refresh
+
+    # -- what the runtime calls -----------------------------------------------------------------
+
+    def observe_tick(self, seconds: float, *, at: datetime | None = None) -> None:
+        """A reconcile tick completed in `seconds` (at `at`, default the clock)."""
+        self.tick.observe(seconds)
+        self.last_tick.set(at.timestamp() if at is not None else self._clock())
+
+    def api_request(self, call: str, status: str, seconds: float) -> None:
+        """`TpuClient`'s `on_request` hook: (call, status, seconds)."""
+        self.api_requests.labels(call, status).inc()
+        self.api_seconds.labels(call).observe(seconds)
+
+    def record_create(self, attempt: CreateAttemptRecord) -> None:
+        self.creates.labels(attempt.fleet, attempt.zone, attempt.outcome).inc()
+
+    async def refresh(self, store: Store, now: datetime) -> None:
+        """Read a snapshot and the events since the last refresh in one consistent view,
+        and update everything derived from them."""
+        events: list[EventRecord] = []
+        async with store.read() as reader:
+            snapshot = await reader.snapshot()
+            if self.last_event_id is None:
+                self.last_event_id = snapshot.last_event_id
+            while True:
+                page = await reader.events(since_id=self.last_event_id, limit=EVENT_PAGE)
+                events += page
+                if page:
+                    self.last_event_id = page[-1].id
+                if len(page) < EVENT_PAGE:
+                    break
+        self.observe_events(events)
+        self.set_nodes(snapshot, now)
+
+    # -- the parts of refresh, usable on their own ----------------------------------------------
+
+    def observe_events(self, events: Iterable[EventRecord]) -> None:
+        """Count what new events tell (each event once, in id order)."""
+        for fact in self._lifecycle.feed(events):
+            if isinstance(fact, Preempted):
+                self.preemptions.labels(fact.fleet).inc(fact.count)
+            elif isinstance(fact, AttemptEnded):
+                self.workload_attempts.labels(fact.fleet, fact.outcome).inc()
+            elif isinstance(fact, Latency):
+                family = self.recovery if fact.kind is LatencyKind.RECOVERY else self.dead_to_delete
+                family.labels(fact.fleet).observe(fact.seconds)
+
+    def set_nodes(self, snapshot: Snapshot, now: datetime) -> None:
+        """Set the gauges from a snapshot and credit goodput time up to `now`."""
+        self.nodes.clear()
+        self.slots.clear()
+        self.running.clear()
+        for fleet in snapshot.fleets.values():
+            for phase in _LIVE_PHASES:
+                self.nodes.labels(fleet.name, phase).set(0)
+            wanted = [s for s in snapshot.slots_of(fleet.name) if not s.done and not fleet.down]
+            self.slots.labels(fleet.name).set(len(wanted))
+            self.running.labels(fleet.name).set(0)
+        for (fleet_name, _), node in snapshot.nodes.items():
+            self.nodes.labels(fleet_name, node.phase.value).inc()
+        for fleet_name, _ in snapshot.running:
+            self.running.labels(fleet_name).inc()
+        self._set_goodput(snapshot, now)
+
+    def _set_goodput(self, snapshot: Snapshot, now: datetime) -> None:
+        times = self._goodput.update(snapshot, now)
+        for fleet, slot in self._slot_series - times.keys():
+            for family in (self.goodput, self.slot_wall, self.slot_productive):
+                family.remove(fleet, str(slot))
+        for (fleet, slot), t in times.items():
+            labels = (fleet, str(slot))
+            self.slot_wall.labels(*labels).inc(t.wall_added)
+            self.slot_productive.labels(*labels).inc(t.productive_added)
+            self.goodput.labels(*labels).set(t.ratio)
+        self._slot_series = set(times)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition (content type `CONTENT_TYPE`)."""
+        return generate_latest(self.registry)
+
+
+# Family constructors: one line per metric above instead of five.
+
+
+def _gauge(r: CollectorRegistry, name: str, doc: str, *labels: str) -> Gauge:
+    return Gauge(name, doc, labels, registry=r)
+
+
+def _counter(r: CollectorRegistry, name: str, doc: str, *labels: str) -> Counter:
+    return Counter(name, doc, labels, registry=r)
+
+
+def _histogram(
+    r: CollectorRegistry, name: str, doc: str, *labels: str, buckets: tuple[float, ...]
+) -> Histogram:
+    return Histogram(name, doc, labels, buckets=buckets, registry=r)

@@ -1,0 +1,161 @@
+"""The daemon's small HTTP server: liveness, Prometheus metrics and the status document.
+
+- `GET /healthz`: 200 `ok` while the reconcile loop completes ticks; 503 with the reason
+  once none completed for `Health.threshold` seconds (a hung or crash-looping tick). Docker's
+  HEALTHCHECK and a systemd watchdog script can poll it.
+- `GET /metrics`: the Prometheus text format of `DaemonMetrics` (docs/metrics.md).
+- `GET /v1/status`: the `tpucared status --json` document (`tpucared.inspect.status`).
+
+It listens on `daemon.http` ("127.0.0.1:9464" by default): loopback, because the endpoints
+are unauthenticated. The runtime starts it next to the reconcile loop:
+
+    health = Health.for_poll_interval(config.daemon.poll_interval)
+    server = await start_http(config.daemon.http_host, config.daemon.http_port,
+                              health=health, metrics=metrics, status=store_status(store))
+    ...                                  # health.tick() after each completed tick
+    await server.stop()
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from tpucared.inspect.status import status_document
+from tpucared.runtime.telemetry.metrics import CONTENT_TYPE, DaemonMetrics
+from tpucared.store import Store
+
+log = structlog.get_logger(__name__)
+
+StatusSource = Callable[[], Awaitable[dict[str, Any]]]
+
+# Unhealthy after this many poll intervals without a completed tick, but never sooner than
+# MIN_THRESHOLD: one slow tick (API retries with backoff) is not a dead daemon.
+DEFAULT_TICKS = 3.0
+MIN_THRESHOLD = 30.0
+
+
+class Health:
+    """Whether the reconcile loop is alive: it calls `tick()` after every completed tick."""
+
+    def __init__(self, threshold: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        if threshold <= 0:
+            raise ValueError(f"health threshold must be positive, got {threshold}")
+        self.threshold = threshold
+        self._clock = clock
+        # Before the first tick, the daemon gets the same grace from its start.
+        self.started_at = clock()
+        self.last_tick_at: float | None = None
+
+    @classmethod
+    def for_poll_interval(
+        cls,
+        poll_interval: float,
+        *,
+        ticks: float = DEFAULT_TICKS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> Health:
+        return cls(max(ticks * poll_interval, MIN_THRESHOLD), clock=clock)
+
+    def tick(self) -> None:
+        self.last_tick_at = self._clock()
+
+    def check(self) -> tuple[bool, str]:
+        """(healthy, reason); the reason says how long since the last tick."""
+        if self.last_tick_at is None:
+            age = self._clock() - self.started_at
+            what = "no reconcile tick completed since the start"
+        else:
+            age = self._clock() - self.last_tick_at
+            what = "the last reconcile tick completed"
+        if age <= self.threshold:
+            return True, "ok"
+        return False, f"{what} {age:.1f}s ago (threshold {self.threshold:.1f}s)"
+
+
+def store_status(
+    store: Store, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+) -> StatusSource:
+    """The `status` source for `start_http`: the CLI's document, read from `store`."""
+
+    async def read() -> dict[str, Any]:
+        return status_document(await store.status(), clock())
+
+    return read
+
+
+@dataclass
+class HttpServer:
+    runner: web.AppRunner
+    host: str
+    port: int  # the bound port (useful when asked for port 0)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+
+
+async def start_http(
+    host: str,
+    port: int,
+    *,
+    health: Health,
+    metrics: DaemonMetrics,
+    status: StatusSource,
+) -> HttpServer:
+    app = web.Application()
+    app.router.add_get("/healthz", _healthz(health))
+    app.router.add_get("/metrics", _metrics(metrics))
+    app.router.add_get("/v1/status", _status(status))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except BaseException:
+        await runner.cleanup()  # e.g. the port is taken: leave nothing half-open
+        raise
+    bound_port = int(runner.addresses[0][1])
+    log.info("http serving", host=host, port=bound_port)
+    return HttpServer(runner, host, bound_port)
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _healthz(health: Health) -> Handler:
+    async def handle(_request: web.Request) -> web.StreamResponse:
+        ok, reason = health.check()
+        return web.Response(status=200 if ok else 503, text=reason + "\n")
+
+    return handle
+
+
+def _metrics(metrics: DaemonMetrics) -> Handler:
+    async def handle(_request: web.Request) -> web.StreamResponse:
+        # CONTENT_TYPE carries a version and charset, which `content_type=` would refuse.
+        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+    return handle
+
+
+def _status(status: StatusSource) -> Handler:
+    async def handle(_request: web.Request) -> web.StreamResponse:
+        try:
+            document = await status()
+        except Exception as exc:
+            # A JSON error for scripts, rather than aiohttp's HTML page; the log has the trace.
+            log.exception("status read failed")
+            return web.json_response({"error": f"status read failed: {exc}"}, status=500)
+        return web.json_response(document)
+
+    return handle

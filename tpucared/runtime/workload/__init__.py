@@ -1,0 +1,10 @@
+"""The daemon's worker side: the workload on every worker of a slice, over SSH.
+
+- `runner`   probes a slice's workers and carries out workload actions (launch, stop,
+             cleanup, finish): the workload is relaunched in `WorkloadRunner.launch`.
+- `jobs`     one background job per slot, a probe or a chain of actions; only starts and
+             cancels, the decisions are core's.
+- `hosts`    SSH targets of an incarnation's workers, host keys pinned.
+- `layout`   where a slot's workload lives on its workers, and each attempt's command.
+- `by_hand`  `tpucared logs`, `exec`, `cp`: reaching a fleet's workers by hand.
+"""
