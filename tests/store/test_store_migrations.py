@@ -194,7 +194,7 @@ def test_every_record_field_has_a_column():
     """A field added to a core record needs a column (and a migration) to be remembered."""
     import dataclasses
 
-    from tpucared.core import model
+    from tpucared.core.model import records as model
     from tpucared.store.convert import _RENAMES
 
     tables = {t.name: set(t.c.keys()) for t in metadata.sorted_tables}
