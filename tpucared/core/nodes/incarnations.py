@@ -38,6 +38,7 @@ from tpucared.core.nodes.cloud import (
     is_unhealthy,
     queued_pseudo_state,
 )
+from tpucared.core.nodes.lifecycle import PENDING_PHASES, SERVING_PHASES
 from tpucared.core.nodes.stuck import CLOUD_RULE, QUEUED_RULE
 from tpucared.core.planning.actions import (
     Action,
@@ -53,8 +54,8 @@ from tpucared.core.planning.policy import HARD_ERRORS
 from tpucared.core.planning.view import Sighting, View
 
 P = NodePhase
-PENDING = frozenset({P.REQUESTED, P.CREATING})
-SERVING = frozenset({P.REQUESTED, P.CREATING, P.READY})  # a node wanted, or coming
+PENDING = PENDING_PHASES
+SERVING = SERVING_PHASES
 
 
 def plan_incarnation(view: View, inc: IncarnationRecord) -> tuple[list[Action], NodePhase]:

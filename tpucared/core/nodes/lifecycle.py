@@ -57,6 +57,10 @@ TRANSITIONS: Mapping[NodePhase, frozenset[NodePhase]] = {
 LIVE_PHASES: frozenset[NodePhase] = frozenset(
     {P.REQUESTED, P.CREATING, P.READY, P.DEAD, P.DELETING}
 )
+# Phases waiting for a create to end: asked for, not yet READY.
+PENDING_PHASES: frozenset[NodePhase] = frozenset({P.REQUESTED, P.CREATING})
+# Phases that serve their slot: a node wanted, coming, or up.
+SERVING_PHASES: frozenset[NodePhase] = PENDING_PHASES | {P.READY}
 
 
 class IllegalTransition(ValueError):

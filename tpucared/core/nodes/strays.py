@@ -26,11 +26,12 @@ from tpucared.core.model.observed import CloudState, QueuedState
 from tpucared.core.model.records import NodePhase
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL
 from tpucared.core.nodes.cloud import DEAD_STATES, QUEUED_DEAD, is_unhealthy, queued_pseudo_state
+from tpucared.core.nodes.lifecycle import SERVING_PHASES
 from tpucared.core.planning.actions import Action, Adopt, CloudFacts, Notice, Severity
 from tpucared.core.planning.view import Resource, View, slot_of
 
 P = NodePhase
-SERVING = frozenset({P.REQUESTED, P.CREATING, P.READY})
+SERVING = SERVING_PHASES
 _NAMES_SHOWN = 5
 
 

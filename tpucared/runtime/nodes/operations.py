@@ -29,6 +29,7 @@ import structlog
 
 from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord, NodePhase
 from tpucared.core.model.specs import ErrorKind
+from tpucared.core.nodes.lifecycle import PENDING_PHASES
 from tpucared.gcp import ApiError, Operation, TpuClient
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.wakeup import Wakeup
@@ -37,7 +38,6 @@ from tpucared.store import KEEP, Store
 log = structlog.get_logger(__name__)
 
 Verb = Literal["create", "delete"]
-PENDING = frozenset({NodePhase.REQUESTED, NodePhase.CREATING})
 # Operation names remembered as done, so that a stale snapshot cannot revive one.
 _FINISHED_MEMORY = 10_000
 
@@ -217,7 +217,7 @@ class OperationWatcher:
         async with self._store.write() as tx:
             inc = await tx.incarnation(w.incarnation_id)
             if inc is not None and inc.operation == w.name:
-                fits = (verb == "create" and inc.phase in PENDING) or (
+                fits = (verb == "create" and inc.phase in PENDING_PHASES) or (
                     verb == "delete" and inc.phase is NodePhase.DELETING
                 )
                 failed = error if fits else None
