@@ -24,6 +24,7 @@ from tpucared.demo.progress import Progress, read_progress
 from tpucared.demo.scenario import Injector, Preempt, Stockout, drive, schedule
 from tpucared.emulator import EmulatorServer
 from tpucared.gcp import NoAuth, TpuClient
+from tpucared.gcp.bodies import NodeShape
 
 TOY = EXAMPLES / "toy_train.py"
 PROJECT, ZONE = "tpucared-demo", "us-central2-b"
@@ -209,11 +210,13 @@ async def _node(client: TpuClient, name: str) -> None:
         PROJECT,
         ZONE,
         name,
-        accelerator_type="v4-8",
-        runtime_version="tpu-ubuntu2204-base",
-        capacity=CapacityKind.SPOT,
-        labels={},
-        metadata={},
+        NodeShape(
+            accelerator_type="v4-8",
+            runtime_version="tpu-ubuntu2204-base",
+            capacity=CapacityKind.SPOT,
+            labels={},
+            metadata={},
+        ),
     )
 
 

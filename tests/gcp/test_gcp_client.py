@@ -14,6 +14,7 @@ from gcp_fakes import FakeApi, Reply
 from tpucared import __version__
 from tpucared.core.model.specs import CapacityKind, ErrorKind
 from tpucared.gcp import names
+from tpucared.gcp.bodies import NodeShape
 from tpucared.gcp.client import TpuClient
 from tpucared.gcp.errors import ApiError, CapacityError, OperationTimeout
 from tpucared.gcp.operation import Operation
@@ -77,10 +78,12 @@ async def test_create_node_request_on_the_wire(
         P,
         Z,
         "sweep-0",
-        accelerator_type="v4-8",
-        runtime_version="tpu-ubuntu2204-base",
-        capacity=CapacityKind.SPOT,
-        labels={"tpucared-fleet": "sweep"},
+        NodeShape(
+            accelerator_type="v4-8",
+            runtime_version="tpu-ubuntu2204-base",
+            capacity=CapacityKind.SPOT,
+            labels={"tpucared-fleet": "sweep"},
+        ),
     )
     assert operation == Operation(
         name=f"{PARENT}/operations/operation-1",
@@ -124,9 +127,7 @@ async def test_every_call_hits_its_documented_path(
         Z,
         "q",
         node_id="n",
-        accelerator_type="v4-8",
-        runtime_version="rt",
-        capacity=CapacityKind.SPOT,
+        shape=NodeShape(accelerator_type="v4-8", runtime_version="rt", capacity=CapacityKind.SPOT),
     )
     await client.get_queued_resource(qr)
     await client.delete_queued_resource(qr, force=True)

@@ -10,6 +10,7 @@ import pytest
 from tpucared.core.model.observed import CloudState, QueuedState, WorkerEndpoint
 from tpucared.core.model.specs import CapacityKind, ErrorKind
 from tpucared.gcp import bodies
+from tpucared.gcp.bodies import NodeShape
 from tpucared.gcp.convert import (
     node_from_json,
     parse_health,
@@ -203,13 +204,15 @@ def test_queued_states(state: object, expected: QueuedState) -> None:
 
 def test_node_body_defaults_to_external_ips_and_spot() -> None:
     body = bodies.node_body(
-        accelerator_type="v4-8",
-        runtime_version="tpu-ubuntu2204-base",
-        capacity=CapacityKind.SPOT,
-        labels={"tpucared-fleet": "f"},
-        metadata={"ssh-keys": "tpucared:ssh-ed25519 AAAA tpucared"},
-        tags=["tpu"],
-        service_account="sa@p.iam.gserviceaccount.com",
+        NodeShape(
+            accelerator_type="v4-8",
+            runtime_version="tpu-ubuntu2204-base",
+            capacity=CapacityKind.SPOT,
+            labels={"tpucared-fleet": "f"},
+            metadata={"ssh-keys": "tpucared:ssh-ed25519 AAAA tpucared"},
+            tags=("tpu",),
+            service_account="sa@p.iam.gserviceaccount.com",
+        )
     )
     assert body == {
         "acceleratorType": "v4-8",
@@ -237,12 +240,14 @@ def test_node_body_defaults_to_external_ips_and_spot() -> None:
 )
 def test_node_body_capacity(capacity: CapacityKind, scheduling: dict[str, bool] | None) -> None:
     body = bodies.node_body(
-        accelerator_type="v5litepod-8",
-        runtime_version="v2-alpha-tpuv5-lite",
-        capacity=capacity,
-        enable_external_ips=False,
-        network="net",
-        subnetwork="sub",
+        NodeShape(
+            accelerator_type="v5litepod-8",
+            runtime_version="v2-alpha-tpuv5-lite",
+            capacity=capacity,
+            enable_external_ips=False,
+            network="net",
+            subnetwork="sub",
+        )
     )
     assert body.get("schedulingConfig") == scheduling
     assert body["networkConfig"] == {
@@ -254,7 +259,7 @@ def test_node_body_capacity(capacity: CapacityKind, scheduling: dict[str, bool] 
 
 def test_node_body_requires_type_and_runtime() -> None:
     with pytest.raises(ValueError, match="required"):
-        bodies.node_body(accelerator_type="", runtime_version="r")
+        bodies.node_body(NodeShape(accelerator_type="", runtime_version="r"))
 
 
 @pytest.mark.parametrize(
@@ -269,7 +274,7 @@ def test_node_body_requires_type_and_runtime() -> None:
     ],
 )
 def test_queued_resource_body_tiers(capacity: CapacityKind, tier: dict[str, Any]) -> None:
-    node = bodies.node_body(accelerator_type="v4-8", runtime_version="rt")
+    node = bodies.node_body(NodeShape(accelerator_type="v4-8", runtime_version="rt"))
     body = bodies.queued_resource_body(
         "my-project", ZONE, node_id="sweep-0", node=node, capacity=capacity
     )
@@ -281,7 +286,7 @@ def test_queued_resource_body_tiers(capacity: CapacityKind, tier: dict[str, Any]
 
 
 def test_queued_resource_body_options() -> None:
-    node = bodies.node_body(accelerator_type="v4-8", runtime_version="rt")
+    node = bodies.node_body(NodeShape(accelerator_type="v4-8", runtime_version="rt"))
     body = bodies.queued_resource_body(
         "p",
         ZONE,

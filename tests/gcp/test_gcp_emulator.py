@@ -20,6 +20,7 @@ from tpucared.core.model.observed import CloudState, QueuedState
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind, ErrorKind
 from tpucared.gcp import names
 from tpucared.gcp.auth import NoAuth
+from tpucared.gcp.bodies import NodeShape
 from tpucared.gcp.client import TpuClient
 from tpucared.gcp.errors import (
     AlreadyExistsError,
@@ -114,7 +115,7 @@ async def create(client: TpuClient, node_id: str, **options: Any) -> Operation:
     options.setdefault("runtime_version", RUNTIME)
     options.setdefault("capacity", CapacityKind.SPOT)
     options.setdefault("labels", LABELS)
-    return await client.create_node(P, ZONE, node_id, **options)
+    return await client.create_node(P, ZONE, node_id, NodeShape(**options))
 
 
 async def wait(client: TpuClient, operation: Operation | str) -> Operation:
@@ -425,10 +426,12 @@ async def test_queued_resource_lifecycle(client: TpuClient) -> None:
         ZONE,
         "queued-0",
         node_id="queued-0",
-        accelerator_type=TYPE,
-        runtime_version=RUNTIME,
-        capacity=CapacityKind.SPOT,
-        labels=LABELS,
+        shape=NodeShape(
+            accelerator_type=TYPE,
+            runtime_version=RUNTIME,
+            capacity=CapacityKind.SPOT,
+            labels=LABELS,
+        ),
     )
     await wait(client, created)
     name = names.queued_resource_name(P, ZONE, "queued-0")

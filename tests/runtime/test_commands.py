@@ -35,6 +35,7 @@ from runtime_support import (
 
 from tpucared.core.model.specs import CapacityKind
 from tpucared.gcp import NoAuth, TpuClient
+from tpucared.gcp.bodies import NodeShape
 
 pytestmark = pytest.mark.slow
 
@@ -133,10 +134,12 @@ async def test_down_deletes_every_node_we_own_and_nothing_else(
                 PROJECT,
                 ZONE,
                 name,
-                accelerator_type="v4-8",
-                runtime_version="tpu-ubuntu2204-base",
-                capacity=CapacityKind.SPOT,
-                labels=node_labels,
+                NodeShape(
+                    accelerator_type="v4-8",
+                    runtime_version="tpu-ubuntu2204-base",
+                    capacity=CapacityKind.SPOT,
+                    labels=node_labels,
+                ),
             )
     config = write_config(tmp_path, control.emulator.url)
     db = tmp_path / "state.db"

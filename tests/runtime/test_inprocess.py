@@ -22,6 +22,7 @@ from tpucared.core.model.specs import CapacityKind, ErrorKind
 from tpucared.core.planning.actions import Adopt, CreateNode, DeleteNode, Transition
 from tpucared.core.planning.executor_contract import apply_intent
 from tpucared.gcp import NoAuth, TpuClient
+from tpucared.gcp.bodies import NodeShape
 from tpucared.runtime.daemon import Daemon
 from tpucared.runtime.nodes.calls import NodeTemplate, record_interrupted_calls
 from tpucared.runtime.reconciler import Tick
@@ -157,10 +158,12 @@ async def _create_ours(control: Control, n: int) -> None:
                 PROJECT,
                 ZONE,
                 f"sweep-{slot}",
-                accelerator_type="v4-8",
-                runtime_version="tpu-ubuntu2204-base",
-                capacity=CapacityKind.SPOT,
-                labels={"tpucared-fleet": "sweep", "tpucared-owner": OWNER},
+                NodeShape(
+                    accelerator_type="v4-8",
+                    runtime_version="tpu-ubuntu2204-base",
+                    capacity=CapacityKind.SPOT,
+                    labels={"tpucared-fleet": "sweep", "tpucared-owner": OWNER},
+                ),
             )
     await asyncio.sleep(0.5)  # READY
 

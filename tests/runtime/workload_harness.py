@@ -51,6 +51,7 @@ from tpucared.emulator import EmulatorServer
 from tpucared.emulator.hosts import SshWorkerHosts
 from tpucared.gcp import TpuClient
 from tpucared.gcp.auth import load_token_source
+from tpucared.gcp.bodies import NodeShape
 from tpucared.gcp.convert import node_from_json
 from tpucared.gcp.errors import ApiError
 from tpucared.runtime.workload.hosts import HostKeyFetcher, guest_attribute_host_keys
@@ -141,11 +142,13 @@ class Harness:
             PROJECT,
             ZONE,
             name,
-            accelerator_type=self.specs[0].accelerator_type,
-            runtime_version="tpu-ubuntu2204-base",
-            capacity=CapacityKind.SPOT,
-            labels={FLEET_LABEL: FLEET, OWNER_LABEL: OWNER},
-            metadata={"ssh-keys": ssh_keys_metadata_entry(USER, self.key)},
+            NodeShape(
+                accelerator_type=self.specs[0].accelerator_type,
+                runtime_version="tpu-ubuntu2204-base",
+                capacity=CapacityKind.SPOT,
+                labels={FLEET_LABEL: FLEET, OWNER_LABEL: OWNER},
+                metadata={"ssh-keys": ssh_keys_metadata_entry(USER, self.key)},
+            ),
         )
         for _ in range(500):
             node = await self.client.get_node(PROJECT, ZONE, name)

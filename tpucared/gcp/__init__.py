@@ -5,7 +5,7 @@
 - `retry`      bounded full-jitter retries of one request, honouring Retry-After.
 - `auth`       token sources (none / ADC / key file) refreshed off the event loop.
 - `operation`  the long-running `Operation` value.
-- `bodies`     request bodies for nodes.create and queuedResources.create.
+- `bodies`     `NodeShape` (what a node is made of) and the request bodies built from it.
 - `client`     `TpuClient`: one aiohttp session, one method per API call used.
 - `convert`    API JSON -> `tpucared.core.model` observations.
 - `observe`    `observe_zone`: one paginated list per (project, zone), never raising ApiError.
@@ -18,6 +18,7 @@ from tpucared.gcp.auth import (
     TokenSource,
     load_token_source,
 )
+from tpucared.gcp.bodies import NodeShape
 from tpucared.gcp.client import TpuClient
 from tpucared.gcp.errors import ApiError, OperationTimeout
 from tpucared.gcp.observe import observe_zone
@@ -29,6 +30,7 @@ __all__ = [
     "CredentialsError",
     "GoogleTokenSource",
     "NoAuth",
+    "NodeShape",
     "Operation",
     "OperationTimeout",
     "RetryPolicy",

@@ -1,5 +1,10 @@
 """Request bodies for nodes.create and queuedResources.create, as plain JSON dicts.
 
+`NodeShape` is everything a node is created with besides its name and place: one value that
+the runtime builds (runtime/nodes/calls.py, from the action and the daemon's template) and
+that travels unchanged through `TpuClient.create_node` / `create_queued_resource` to
+`node_body`, instead of a dozen keyword arguments threaded through three layers.
+
 Pure functions, so the exact JSON we send is testable without a server. Choices that differ
 from the API's defaults, on purpose:
 
@@ -16,7 +21,8 @@ from the API's defaults, on purpose:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tpucared.core.model.specs import CapacityKind
@@ -36,46 +42,60 @@ def scheduling_config(capacity: CapacityKind) -> dict[str, bool]:
     return {}
 
 
-def node_body(
-    *,
-    accelerator_type: str,
-    runtime_version: str,
-    capacity: CapacityKind | None = None,
-    labels: Mapping[str, str] | None = None,
-    metadata: Mapping[str, str] | None = None,
-    tags: Sequence[str] = (),
-    enable_external_ips: bool = True,
-    network: str | None = None,
-    subnetwork: str | None = None,
-    service_account: str | None = None,
-    service_account_scopes: Sequence[str] = DEFAULT_SA_SCOPES,
-    description: str | None = None,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class NodeShape:
+    """What a node is made of: type, software, capacity tier, labels, metadata, network.
+
+    `capacity` None makes the node spec of a queued resource, where the tier belongs to the
+    queued resource itself (`queued_resource_body`), not to the node."""
+
+    accelerator_type: str
+    runtime_version: str
+    capacity: CapacityKind | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    enable_external_ips: bool = True
+    network: str | None = None
+    subnetwork: str | None = None
+    service_account: str | None = None
+    service_account_scopes: tuple[str, ...] = DEFAULT_SA_SCOPES
+    description: str | None = None
+
+    def for_queue(self) -> NodeShape:
+        """The same node as a queued resource's node spec: the tier moves to the resource."""
+        return replace(self, capacity=None)
+
+
+def node_body(shape: NodeShape) -> dict[str, Any]:
     """A Node resource for nodes.create (capacity set) or a queued node spec (capacity None)."""
-    if not accelerator_type or not runtime_version:
+    if not shape.accelerator_type or not shape.runtime_version:
         raise ValueError("accelerator_type and runtime_version are required")
-    network_config: dict[str, Any] = {"enableExternalIps": enable_external_ips}
-    if network:
-        network_config["network"] = network
-    if subnetwork:
-        network_config["subnetwork"] = subnetwork
+    network_config: dict[str, Any] = {"enableExternalIps": shape.enable_external_ips}
+    if shape.network:
+        network_config["network"] = shape.network
+    if shape.subnetwork:
+        network_config["subnetwork"] = shape.subnetwork
     body: dict[str, Any] = {
-        "acceleratorType": accelerator_type,
-        "runtimeVersion": runtime_version,
+        "acceleratorType": shape.accelerator_type,
+        "runtimeVersion": shape.runtime_version,
         "networkConfig": network_config,
     }
-    if capacity is not None and (config := scheduling_config(capacity)):
+    if shape.capacity is not None and (config := scheduling_config(shape.capacity)):
         body["schedulingConfig"] = config
-    if labels:
-        body["labels"] = dict(labels)
-    if metadata:
-        body["metadata"] = dict(metadata)
-    if tags:
-        body["tags"] = list(tags)
-    if service_account:
-        body["serviceAccount"] = {"email": service_account, "scope": list(service_account_scopes)}
-    if description:
-        body["description"] = description
+    if shape.labels:
+        body["labels"] = dict(shape.labels)
+    if shape.metadata:
+        body["metadata"] = dict(shape.metadata)
+    if shape.tags:
+        body["tags"] = list(shape.tags)
+    if shape.service_account:
+        body["serviceAccount"] = {
+            "email": shape.service_account,
+            "scope": list(shape.service_account_scopes),
+        }
+    if shape.description:
+        body["description"] = shape.description
     return body
 
 

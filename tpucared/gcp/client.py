@@ -30,7 +30,7 @@ import aiohttp
 import structlog
 
 from tpucared import __version__
-from tpucared.core.model.specs import CapacityKind, ErrorKind
+from tpucared.core.model.specs import ErrorKind
 from tpucared.gcp import bodies, names
 from tpucared.gcp.auth import TokenSource
 from tpucared.gcp.errors import (
@@ -294,40 +294,14 @@ class TpuClient:
         return await self._call("nodes.get", "GET", self._url(name))
 
     async def create_node(
-        self,
-        project: str,
-        zone: str,
-        node_id: str,
-        *,
-        accelerator_type: str,
-        runtime_version: str,
-        capacity: CapacityKind,
-        labels: Mapping[str, str] | None = None,
-        metadata: Mapping[str, str] | None = None,
-        tags: Sequence[str] = (),
-        enable_external_ips: bool = True,
-        network: str | None = None,
-        subnetwork: str | None = None,
-        service_account: str | None = None,
-        description: str | None = None,
+        self, project: str, zone: str, node_id: str, shape: bodies.NodeShape
     ) -> Operation:
         """Start creating a node; wait on the returned Operation for capacity errors."""
-        body = bodies.node_body(
-            accelerator_type=accelerator_type,
-            runtime_version=runtime_version,
-            capacity=capacity,
-            labels=labels,
-            metadata=metadata,
-            tags=tags,
-            enable_external_ips=enable_external_ips,
-            network=network,
-            subnetwork=subnetwork,
-            service_account=service_account,
-            description=description,
-        )
+        if shape.capacity is None:
+            raise ValueError("nodes.create needs a capacity tier (spot, on-demand, ...)")
         url = self._url(f"{names.location(project, zone)}/nodes")
         return await self._operation(
-            "nodes.create", "POST", url, params={"nodeId": node_id}, body=body
+            "nodes.create", "POST", url, params={"nodeId": node_id}, body=bodies.node_body(shape)
         )
 
     @overload
@@ -410,36 +384,19 @@ class TpuClient:
         qr_id: str,
         *,
         node_id: str,
-        accelerator_type: str,
-        runtime_version: str,
-        capacity: CapacityKind,
-        labels: Mapping[str, str] | None = None,
-        metadata: Mapping[str, str] | None = None,
-        tags: Sequence[str] = (),
-        enable_external_ips: bool = True,
-        network: str | None = None,
-        subnetwork: str | None = None,
-        service_account: str | None = None,
+        shape: bodies.NodeShape,
         reservation_name: str | None = None,
         valid_until_seconds: float | None = None,
     ) -> Operation:
-        node = bodies.node_body(
-            accelerator_type=accelerator_type,
-            runtime_version=runtime_version,
-            labels=labels,
-            metadata=metadata,
-            tags=tags,
-            enable_external_ips=enable_external_ips,
-            network=network,
-            subnetwork=subnetwork,
-            service_account=service_account,
-        )
+        """Queue one node of `shape`; its capacity tier becomes the queued resource's."""
+        if shape.capacity is None:
+            raise ValueError("a queued resource needs a capacity tier (spot, on-demand, ...)")
         body = bodies.queued_resource_body(
             project,
             zone,
             node_id=node_id,
-            node=node,
-            capacity=capacity,
+            node=bodies.node_body(shape.for_queue()),
+            capacity=shape.capacity,
             reservation_name=reservation_name,
             valid_until_seconds=valid_until_seconds,
         )

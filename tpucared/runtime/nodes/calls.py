@@ -35,7 +35,7 @@ import structlog
 from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord, NodePhase
 from tpucared.core.model.specs import ErrorKind
 from tpucared.core.planning.actions import CreateNode, DeleteNode
-from tpucared.gcp import ApiError, Operation, TpuClient
+from tpucared.gcp import ApiError, NodeShape, Operation, TpuClient
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.nodes.operations import OperationWatcher
 from tpucared.runtime.tasks import TaskSet
@@ -56,6 +56,17 @@ class NodeTemplate:
     project: str
     metadata: Mapping[str, str]  # e.g. {"ssh-keys": "tpucared:ssh-ed25519 AAAA... tpucared"}
     enable_external_ips: bool
+
+    def shape(self, a: CreateNode) -> NodeShape:
+        """The node `a` asks for, as the client sends it."""
+        return NodeShape(
+            accelerator_type=a.accelerator_type,
+            runtime_version=a.runtime_version,
+            capacity=a.capacity,
+            labels=a.labels,
+            metadata=self.metadata,
+            enable_external_ips=self.enable_external_ips,
+        )
 
 
 class CloudCalls:
@@ -131,28 +142,9 @@ class CloudCalls:
         t = self._template
         if a.queued_resource is not None:
             return await self._client.create_queued_resource(
-                t.project,
-                a.zone,
-                a.queued_resource,
-                node_id=a.node_name,
-                accelerator_type=a.accelerator_type,
-                runtime_version=a.runtime_version,
-                capacity=a.capacity,
-                labels=a.labels,
-                metadata=t.metadata,
-                enable_external_ips=t.enable_external_ips,
+                t.project, a.zone, a.queued_resource, node_id=a.node_name, shape=t.shape(a)
             )
-        return await self._client.create_node(
-            t.project,
-            a.zone,
-            a.node_name,
-            accelerator_type=a.accelerator_type,
-            runtime_version=a.runtime_version,
-            capacity=a.capacity,
-            labels=a.labels,
-            metadata=t.metadata,
-            enable_external_ips=t.enable_external_ips,
-        )
+        return await self._client.create_node(t.project, a.zone, a.node_name, t.shape(a))
 
     async def _create_accepted(
         self,
