@@ -10,7 +10,8 @@ outcome (probes in flight are cancelled). Exit status: 0 after a requested stop,
 root task or a background call or job died (logged).
 
 `run_daemon(config)` is `tpucared run`, in the order the contract gives: migrate the
-database, open the store, make sure the SSH key exists, build the credentials, record the
+database and open the store (`resources.open_resources`, one AsyncExitStack that closes
+everything in reverse), make sure the SSH key exists, build the credentials, record the
 calls the previous run left without an outcome (calls.py), serve /healthz, /metrics and
 /v1/status (telemetry.py), then loop, with two-stage signals (signals.py). Nodes are never
 deleted by stopping.
@@ -20,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any
 
 import structlog
 
@@ -36,8 +38,9 @@ from tpucared.runtime.nodes.executor import Executor
 from tpucared.runtime.nodes.observer import Observer
 from tpucared.runtime.nodes.operations import OperationWatcher, PollSchedule
 from tpucared.runtime.reconciler import PlanFilter, Reconciler, Tick
+from tpucared.runtime.resources import Resources, open_resources
 from tpucared.runtime.signals import TwoStageSignals
-from tpucared.runtime.startup import node_template, token_source
+from tpucared.runtime.startup import node_template
 from tpucared.runtime.tasks import RootTask, TaskSet, supervise
 from tpucared.runtime.telemetry.endpoints import Telemetry
 from tpucared.runtime.wakeup import Wakeup
@@ -94,18 +97,7 @@ class Daemon:
             max_creates=config.policy.max_creates,
             on_attempt=on_attempt,
         )
-        # The slots' SSH work (probes, workload actions), off the tick; probed once per poll.
-        self.workloads = (
-            None
-            if workloads is None
-            else WorkloadJobs(
-                workloads,
-                wakeup=self.wakeup,
-                clock=self.clock,
-                probe_interval=poll,
-                on_failure=self._background_failed,
-            )
-        )
+        self.workloads = None if workloads is None else self._slot_jobs(workloads)
         self.reconciler = Reconciler(
             specs=config.fleets if specs is None else specs,
             policy=config.policy,
@@ -119,6 +111,30 @@ class Daemon:
             workloads=self.workloads,
         )
         self.loop = ReconcileLoop(self.reconciler, self.clock, self.wakeup, poll, on_tick=on_tick)
+
+    @classmethod
+    def over(cls, resources: Resources, template: NodeTemplate, **options: Any) -> Daemon:
+        """The daemon over a command's open resources (`open_resources`, then `connect`)."""
+        if resources.client is None:
+            raise RuntimeError("Daemon.over needs connected resources")
+        return cls(
+            resources.config,
+            resources.store,
+            resources.client,
+            template,
+            clock=resources.clock,
+            **options,
+        )
+
+    def _slot_jobs(self, runner: WorkloadRunner) -> WorkloadJobs:
+        """The slots' SSH work (probes, workload actions), off the tick; probed once per poll."""
+        return WorkloadJobs(
+            runner,
+            wakeup=self.wakeup,
+            clock=self.clock,
+            probe_interval=self.config.daemon.poll_interval,
+            on_failure=self._background_failed,
+        )
 
     def _background_failed(self, exc: BaseException) -> None:
         self.failures.append(exc)
@@ -176,8 +192,6 @@ async def run_daemon(
 
     Embedders (`tpucared demo`, `babysit`) stop it themselves: `stop` ends it when set,
     `until(tick)` when true, and `handle_signals=False` leaves SIGINT/SIGTERM to them."""
-    from tpucared.store.migrate import upgrade_to_head  # Alembic: only commands that migrate
-
     log.info(
         "tpucared starting",
         version=__version__,
@@ -187,60 +201,50 @@ async def run_daemon(
         fleets={f.name: f"{f.size} x {f.accelerator_type}" for f in config.fleets},
         poll_interval_s=config.daemon.poll_interval,
     )
-    revision = await upgrade_to_head(config.daemon.db)
-    log.info("database ready", revision=revision)
-    clock = clock or SystemClock()
-    store = Store.open(config.daemon.db)
-    telemetry = Telemetry(config, store, clock)
-    client: TpuClient | None = None
-    workloads: WorkloadRunner | None = None
-    relay: asyncio.Task[None] | None = None
-    code = 1
-    try:
+    async with open_resources(config, clock=clock) as res:
+        log.info("database ready", revision=res.revision)
+        telemetry = Telemetry(config, res.store, res.clock)
+        res.stack.push_async_callback(telemetry.stop)
         template = node_template(config)
-        tokens = await asyncio.to_thread(token_source, config)
-        client = TpuClient(
-            config.gcp.endpoint, token_source=tokens, on_request=telemetry.api_request
-        )
-        await _warn_about_unconfigured(store, config)
+        client = await res.connect(on_request=telemetry.api_request)
+        await _warn_about_unconfigured(res.store, config)
         workloads = await asyncio.to_thread(
             WorkloadRunner.from_config,
             config,
-            store,
+            res.store,
             fetch_host_keys=guest_attribute_host_keys(client, config.gcp.project),
-            clock=clock.now,
+            clock=res.clock.now,
         )
-        daemon = Daemon(
-            config,
-            store,
-            client,
+        res.stack.push_async_callback(workloads.close)  # workloads keep running; re-attached
+        daemon = Daemon.over(
+            res,
             template,
-            clock=clock,
             on_tick=telemetry.on_tick,
             on_attempt=telemetry.create_attempt,
             workloads=workloads,
         )
-        await record_interrupted_calls(store, clock)
+        await record_interrupted_calls(res.store, res.clock)
         if serve_http:
             await telemetry.start()
         if stop is not None:
-            relay = asyncio.create_task(_relay(stop, daemon.stop), name="daemon-stop-relay")
+            await res.stack.enter_async_context(_relayed(stop, daemon.stop))
         signals = TwoStageSignals(daemon.stop) if handle_signals else contextlib.nullcontext()
         with signals:
             code = await daemon.run(until=until, drain_timeout=drain_timeout)
-    finally:
-        if relay is not None:
-            relay.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await relay
-        await telemetry.stop()
-        if workloads is not None:
-            await workloads.close()  # workloads keep running; the next start re-attaches
-        if client is not None:
-            await client.aclose()
-        await store.close()
     log.info("tpucared stopped", exit_code=code)
     return code
+
+
+@contextlib.asynccontextmanager
+async def _relayed(source: asyncio.Event, target: asyncio.Event) -> AsyncIterator[None]:
+    """Set `target` when `source` is set, while the block runs."""
+    relay = asyncio.create_task(_relay(source, target), name="daemon-stop-relay")
+    try:
+        yield
+    finally:
+        relay.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await relay
 
 
 async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:

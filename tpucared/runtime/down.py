@@ -14,7 +14,6 @@ and keeps the fleet down, across restarts, until `tpucared up` clears it.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -24,14 +23,13 @@ from tpucared.config import Config
 from tpucared.core.nodes.slots import spec_json
 from tpucared.core.planning.actions import DeleteNode, Notice
 from tpucared.core.planning.plan import Plan
-from tpucared.gcp import TpuClient
-from tpucared.runtime.clock import Clock, SystemClock
+from tpucared.runtime.clock import Clock
 from tpucared.runtime.daemon import Daemon
 from tpucared.runtime.errors import StartupError
 from tpucared.runtime.nodes.calls import NodeTemplate
 from tpucared.runtime.reconciler import Tick
+from tpucared.runtime.resources import Resources, open_resources
 from tpucared.runtime.signals import TwoStageSignals
-from tpucared.runtime.startup import token_source
 from tpucared.store import Store
 
 log = structlog.get_logger(__name__)
@@ -54,63 +52,61 @@ async def down(
     clock: Clock | None = None,
     report: Callable[[str], None] = print,
 ) -> DownResult:
-    from tpucared.store.migrate import upgrade_to_head
-
-    clock = clock or SystemClock()
     names = tuple(dict.fromkeys(fleets)) or tuple(f.name for f in config.fleets)
     configured = {f.name for f in config.fleets}
-    await upgrade_to_head(config.daemon.db)
-    store = Store.open(config.daemon.db)
-    client: TpuClient | None = None
-    try:
-        await _mark_down(store, config, names, configured, clock)
-        tokens = await asyncio.to_thread(token_source, config)
-        client = TpuClient(config.gcp.endpoint, token_source=tokens)
+    async with open_resources(config, clock=clock) as res:
+        await _mark_down(res.store, config, names, configured, res.clock)
+        await res.connect()
         # No creates happen for down fleets: nodes need no SSH key, so none is generated.
         template = NodeTemplate(
             project=config.gcp.project, metadata={}, enable_external_ips=not config.ssh.internal_ip
         )
-        daemon = Daemon(
-            config,
-            store,
-            client,
+        daemon = Daemon.over(
+            res,
             template,
-            clock=clock,
             specs=[f for f in config.fleets if f.name in names],
             plan_filter=lambda plan: _only(plan, names),
         )
         result = DownResult(fleets=names)
-        zones = {z for f in config.fleets if f.name in names for z in f.zones}
-        deadline = clock.monotonic() + give_up_after
-
-        def until(tick: Tick) -> bool:
-            for action in tick.execution.deletes():
-                if action.incarnation_id not in {d.incarnation_id for d in result.deleted}:
-                    result.deleted.append(action)
-                    report(
-                        f"deleting {action.node_name} in {action.zone} "
-                        f"({action.fleet}/{action.slot}): {action.reason}"
-                    )
-            if _finished(tick, names, zones):
-                result.finished = True
-                return True
-            if clock.monotonic() >= deadline:
-                result.left = sorted(
-                    f"{i.node_name} ({i.phase.value})"
-                    for i in tick.snapshot.nodes.values()
-                    if i.fleet in names
-                )
-                return True
-            return False
-
+        until = _watch(result, config, names, res.clock.monotonic() + give_up_after, report, res)
         with TwoStageSignals(daemon.stop):
             code = await daemon.run(until=until)
         result.exit_code = code if result.finished else max(code, 1)
         return result
-    finally:
-        if client is not None:
-            await client.aclose()
-        await store.close()
+
+
+def _watch(
+    result: DownResult,
+    config: Config,
+    names: Sequence[str],
+    deadline: float,
+    report: Callable[[str], None],
+    res: Resources,
+) -> Callable[[Tick], bool]:
+    """The loop's `until`: report each delete, stop when done or at the deadline."""
+    zones = {z for f in config.fleets if f.name in names for z in f.zones}
+
+    def until(tick: Tick) -> bool:
+        for action in tick.execution.deletes():
+            if action.incarnation_id not in {d.incarnation_id for d in result.deleted}:
+                result.deleted.append(action)
+                report(
+                    f"deleting {action.node_name} in {action.zone} "
+                    f"({action.fleet}/{action.slot}): {action.reason}"
+                )
+        if _finished(tick, names, zones):
+            result.finished = True
+            return True
+        if res.clock.monotonic() >= deadline:
+            result.left = sorted(
+                f"{i.node_name} ({i.phase.value})"
+                for i in tick.snapshot.nodes.values()
+                if i.fleet in names
+            )
+            return True
+        return False
+
+    return until
 
 
 async def _mark_down(
@@ -154,23 +150,15 @@ def _finished(tick: Tick, names: Sequence[str], zones: set[str]) -> bool:
 
 async def up(config: Config, fleets: Sequence[str], *, clock: Clock | None = None) -> list[str]:
     """Clear the down mark of `fleets`; returns those that were down."""
-    from tpucared.store.migrate import upgrade_to_head
-
-    clock = clock or SystemClock()
-    await upgrade_to_head(config.daemon.db)
-    store = Store.open(config.daemon.db)
     changed = []
-    try:
-        async with store.write() as tx:
-            for name in dict.fromkeys(fleets):
-                record = await tx.fleet(name)
-                if record is None:
-                    raise StartupError(f"{config.path}: no fleet named {name!r} in the database")
-                if record.down:
-                    await tx.set_fleet_down(
-                        name, False, clock.now(), reason=f"tpucared up: fleet {name} wanted again"
-                    )
-                    changed.append(name)
-    finally:
-        await store.close()
+    async with open_resources(config, clock=clock) as res, res.store.write() as tx:
+        for name in dict.fromkeys(fleets):
+            record = await tx.fleet(name)
+            if record is None:
+                raise StartupError(f"{config.path}: no fleet named {name!r} in the database")
+            if record.down:
+                await tx.set_fleet_down(
+                    name, False, res.clock.now(), reason=f"tpucared up: fleet {name} wanted again"
+                )
+                changed.append(name)
     return changed

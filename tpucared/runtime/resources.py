@@ -1,0 +1,61 @@
+"""What one tpucared process holds while it works on a fleet, opened in one place.
+
+`tpucared run`, `tpucared down` and `tpucared up` (and the demo and babysit, through them) all
+open their resources with `open_resources`: the database migrated to head, then the store,
+then, for the commands that talk to the cloud, the credentials and the TPU API client
+(`Resources.connect`). Everything opened is registered on one `contextlib.AsyncExitStack`
+and closed in reverse order on the way out, whatever happened; a command adds its own
+resources (the HTTP server, the workload runner) to the same stack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+
+import structlog
+
+from tpucared.config import Config
+from tpucared.gcp import TpuClient
+from tpucared.runtime.clock import Clock, SystemClock
+from tpucared.runtime.startup import token_source
+from tpucared.store import Store
+
+log = structlog.get_logger(__name__)
+
+RequestHook = Callable[[str, str, float], None]  # (call, status, seconds), e.g. /metrics
+
+
+@dataclass
+class Resources:
+    """The open store (and, once connected, the API client) of one command's run."""
+
+    config: Config
+    clock: Clock
+    store: Store
+    stack: AsyncExitStack
+    revision: str
+    client: TpuClient | None = None
+
+    async def connect(self, *, on_request: RequestHook | None = None) -> TpuClient:
+        """Build the credentials (off the loop: ADC may ask the metadata server) and the
+        client; a bad `[gcp] credentials` is a StartupError."""
+        tokens = await asyncio.to_thread(token_source, self.config)
+        client = TpuClient(self.config.gcp.endpoint, token_source=tokens, on_request=on_request)
+        self.stack.push_async_callback(client.aclose)
+        self.client = client
+        return client
+
+
+@asynccontextmanager
+async def open_resources(config: Config, *, clock: Clock | None = None) -> AsyncIterator[Resources]:
+    """Migrate the database, open the store; close all that was opened on the way out."""
+    from tpucared.store.migrate import upgrade_to_head  # Alembic: only commands that migrate
+
+    async with AsyncExitStack() as stack:
+        revision = await upgrade_to_head(config.daemon.db)
+        store = Store.open(config.daemon.db)
+        stack.push_async_callback(store.close)
+        yield Resources(config, clock or SystemClock(), store, stack, revision)
