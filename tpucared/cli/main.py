@@ -9,6 +9,7 @@ Imports are lazy so `tpucared --version` and read-only commands start fast.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -79,13 +80,12 @@ def _add_events(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.set_defaults(handler=handler, log_stream="stderr")
 
 
-def _runtime(command: str) -> Handler:
-    """A handler running `tpucared.cli.commands.<command>`, imported only when used."""
+def _lazy(module: str, command: str) -> Handler:
+    """A handler running `tpucared.cli.<module>.<command>`, imported only when used: a typo
+    in the arguments costs no import of aiohttp, SQLAlchemy or asyncssh."""
 
     def handler(args: argparse.Namespace) -> int:
-        from tpucared.cli import commands
-
-        result: int = getattr(commands, command)(args)
+        result: int = getattr(importlib.import_module(f"tpucared.cli.{module}"), command)(args)
         return result
 
     return handler
@@ -94,14 +94,14 @@ def _runtime(command: str) -> Handler:
 def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="the daemon: keep the fleets alive (migrates the DB first)")
     _config_arg(p)
-    p.set_defaults(handler=_runtime("run_command"))
+    p.set_defaults(handler=_lazy("daemon", "run_command"))
 
 
 def _add_plan(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("plan", help="what the daemon would do now, changing nothing")
     _config_arg(p)
     p.add_argument("--json", action="store_true", help="the plan as JSON")
-    p.set_defaults(handler=_runtime("plan_command"), log_stream="stderr")
+    p.set_defaults(handler=_lazy("plan", "plan_command"), log_stream="stderr")
 
 
 def _add_down(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -112,14 +112,14 @@ def _add_down(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("fleets", nargs="*", metavar="FLEET", help="default: every configured fleet")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--timeout", default="10m", help="give up after this long (default 10m)")
-    p.set_defaults(handler=_runtime("down_command"), log_stream="stderr")
+    p.set_defaults(handler=_lazy("down", "down_command"), log_stream="stderr")
 
 
 def _add_up(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("up", help="undo `down`: the daemon recreates the fleet(s)")
     _config_arg(p)
     p.add_argument("fleets", nargs="*", metavar="FLEET", help="default: every configured fleet")
-    p.set_defaults(handler=_runtime("up_command"), log_stream="stderr")
+    p.set_defaults(handler=_lazy("down", "up_command"), log_stream="stderr")
 
 
 def _add_db(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -128,7 +128,7 @@ def _add_db(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     upgrade = db_sub.add_parser("upgrade", help="apply the migrations (run does it too)")
     _db_arg(upgrade)
     _config_arg(upgrade, required=False)
-    upgrade.set_defaults(handler=_runtime("db_upgrade_command"), log_stream="stderr")
+    upgrade.set_defaults(handler=_lazy("daemon", "db_upgrade_command"), log_stream="stderr")
 
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -180,21 +180,21 @@ def _add_workload_commands(sub: argparse._SubParsersAction[argparse.ArgumentPars
     logs.add_argument("--worker", type=int, default=0, help="worker index (default 0)")
     logs.add_argument("-f", "--follow", action="store_true", help="stream until Ctrl-C")
     logs.add_argument("-n", "--lines", type=int, default=100, help="lines of the tail")
-    logs.set_defaults(handler=_runtime("logs_command"), log_stream="stderr")
+    logs.set_defaults(handler=_lazy("workers", "logs_command"), log_stream="stderr")
 
     exe = sub.add_parser("exec", help="run a command on workers, output prefixed by worker")
     _config_arg(exe)
     exe.add_argument("where", metavar="FLEET[/SLOT]")
     exe.add_argument("--worker", default="all", help="all | N | N-M (default all)")
     exe.add_argument("cmd", nargs="+", metavar="-- CMD")
-    exe.set_defaults(handler=_runtime("exec_command"), log_stream="stderr")
+    exe.set_defaults(handler=_lazy("workers", "exec_command"), log_stream="stderr")
 
     cp = sub.add_parser("cp", help="upload a local file to workers")
     _config_arg(cp)
     cp.add_argument("source", metavar="SRC")
     cp.add_argument("destination", metavar="FLEET[/SLOT]:DEST")
     cp.add_argument("--worker", default="all", help="all | N | N-M (default all)")
-    cp.set_defaults(handler=_runtime("cp_command"), log_stream="stderr")
+    cp.set_defaults(handler=_lazy("workers", "cp_command"), log_stream="stderr")
 
 
 def build_parser() -> argparse.ArgumentParser:

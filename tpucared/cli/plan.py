@@ -8,15 +8,18 @@ key generated, no event, no cloud call beyond the lists. Works while the daemon 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from tpucared.cli.config_arg import load
 from tpucared.config import Config
 from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.planner import plan as make_plan
 from tpucared.core.planning.snapshot import PlannerSnapshot
 from tpucared.core.planning.snapshot import Snapshot as EmptySnapshot
+from tpucared.errors import UsageError
 from tpucared.gcp import TpuClient
 from tpucared.runtime.clock import Clock, SystemClock
 from tpucared.runtime.errors import StartupError
@@ -53,3 +56,13 @@ async def preview(config: Config, *, clock: Clock | None = None) -> Plan:
     return make_plan(
         config.fleets, observations, snapshot, clock.now(), config.policy, config.daemon.owner
     )
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    config = load(args)
+    try:
+        plan = asyncio.run(preview(config))
+    except StartupError as exc:
+        raise UsageError(str(exc)) from None
+    print(plan.to_json() if args.json else plan.render())
+    return 0

@@ -1,0 +1,51 @@
+"""`tpucared run` (the daemon) and `tpucared db upgrade`.
+
+Exit statuses: 0 ok; 1 a runtime failure; 2 a config, usage or start-up problem a person must
+fix. Heavy modules (aiohttp, SQLAlchemy, Alembic, asyncssh) are imported only once the
+arguments and the config were found sound: a typo costs no import time. The daemon itself is
+`tpucared.runtime.daemon.run_daemon`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+
+from tpucared.cli.config_arg import DEFAULT_DB, load
+from tpucared.errors import UsageError
+from tpucared.runtime.errors import StartupError
+
+# The daemon's heap is large and long-lived (at 10,000 nodes about a million objects: the
+# records, the last lists), and every tick allocates a few hundred thousand short-lived ones;
+# with the default thresholds full collections keep walking the whole heap, ~25% of the CPU
+# (docs/benchmarks.md, "Scale"). Fewer young collections, and the start-up objects frozen out
+# of the collector's reach, cost a little memory.
+GC_THRESHOLD = 100_000
+
+
+def run_command(args: argparse.Namespace) -> int:
+    config = load(args)
+    from tpucared.runtime.daemon import run_daemon
+
+    gc.freeze()
+    gc.set_threshold(GC_THRESHOLD)
+    try:
+        return asyncio.run(run_daemon(config))
+    except StartupError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def db_upgrade_command(args: argparse.Namespace) -> int:
+    if args.db:
+        db = args.db
+    elif args.config:
+        db = load(args).daemon.db
+    else:
+        db = os.environ.get("TPUCARED_DB") or DEFAULT_DB
+    from tpucared.store.migrate import upgrade_to_head
+
+    revision = asyncio.run(upgrade_to_head(db))
+    print(f"{db}: at revision {revision}")
+    return 0
