@@ -1,6 +1,6 @@
 """The emulator's own control API under /_emulator/v1: what the cloud does to you, on demand.
 
-Contract (DESIGN.md, "Emulator"):
+Contract (README.md, "The emulator"):
     POST   /_emulator/v1/projects/{p}/locations/{zone}/nodes/{id}:preempt
            (also :terminate, :vanish, :unhealthy, :heal)         -> the node (internal view)
     POST   .../nodes/{id}:wedge {"worker": i}   (simulated SSH hosts only) leave worker i's TPU

@@ -1,7 +1,7 @@
 """How tpucared shows what it knows: pure functions and small trackers over store records.
 
-Nothing here does I/O except `commands` (the `tpucared status` / `tpucared events` handlers,
-which open the database read-only). The same documents serve the CLI and the daemon's
+Nothing here does I/O (the `tpucared status` / `tpucared events` handlers, which open the
+database read-only, are tpucared/cli/inspect.py). The same documents serve the CLI and the daemon's
 HTTP endpoint (`tpucared.runtime.telemetry.server`), and the trackers feed the Prometheus metrics
 (`tpucared.runtime.telemetry.metrics`).
 
@@ -12,5 +12,4 @@ HTTP endpoint (`tpucared.runtime.telemetry.server`), and the trackers feed the P
   latencies, and workload outcomes.
 - `goodput`: integrates productive time per slot between snapshots.
 - `dbpath`: which database a read-only command opens.
-- `commands`: the CLI handlers.
 """

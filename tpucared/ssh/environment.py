@@ -27,7 +27,7 @@ def workload_environment(
     failures: int,
     env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """User `env` plus the contract variables (DESIGN.md, "Workload environment").
+    """User `env` plus the contract variables (README.md, "Workload environment").
 
     A user variable named TPUCARED_* is rejected: it would silently shadow or be shadowed by
     the contract.
