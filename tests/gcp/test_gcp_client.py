@@ -201,7 +201,7 @@ async def test_repeated_page_token_stops_instead_of_looping(
     fake_api.push(*[Reply(200, {"nodes": [], "nextPageToken": "same"}) for _ in range(3)])
     with pytest.raises(ApiError, match="repeated nextPageToken") as caught:
         await make_client().list_nodes(P, Z)
-    assert caught.value.kind is ErrorKind.TRANSIENT
+    assert caught.value.kind is ErrorKind.MALFORMED
     assert len(fake_api.requests) == 2
 
 

@@ -96,11 +96,11 @@ def test_endpoints_keep_their_worker_index() -> None:
         ("11", CloudState.PREEMPTED),
         (2, CloudState.READY),
         (8, CloudState.STOPPED),
-        (7, CloudState.UNKNOWN),  # unused number
+        (7, CloudState.UNRECOGNIZED),  # unused number
         (16, CloudState.UNKNOWN),
-        ("SOMETHING_NEW", CloudState.UNKNOWN),
+        ("SOMETHING_NEW", CloudState.UNRECOGNIZED),
         (None, CloudState.STATE_UNSPECIFIED),
-        (True, CloudState.UNKNOWN),
+        (True, CloudState.UNRECOGNIZED),
     ],
 )
 def test_states_by_name_or_number(value: object, state: CloudState) -> None:

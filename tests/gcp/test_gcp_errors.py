@@ -283,9 +283,9 @@ def test_transport_errors_are_transient_except_bad_urls() -> None:
     assert "timed out" in classify_transport(TimeoutError(), method="GET", url="u").message
 
 
-def test_malformed_response_is_transient() -> None:
+def test_malformed_response_is_classified_malformed() -> None:
     error = malformed_response(200, "<html>oops", method="GET", url="u")
-    assert error.kind is K.TRANSIENT
+    assert error.kind is K.MALFORMED
     assert "oops" in error.message
 
 

@@ -61,6 +61,44 @@ def _resolve(parts: tuple[str, ...], build: Callable[[str, str, str], str]) -> s
     raise TypeError("pass a full resource name, or project, zone and id")
 
 
+# Bounds of one list (every page of it): see `_list`. At 1,000 items a page, 200 pages is
+# 200,000 resources in one zone, far beyond any TPU zone.
+MAX_LIST_PAGES = 200
+LIST_DEADLINE_S = 120.0
+# Bounds of one request's phases, inside its total (`timeout`).
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 30.0
+# The fields a list page may carry (List*Response in the v2 discovery document).
+_PAGE_FIELDS = frozenset({"nextPageToken", "unreachable"})
+
+
+def _check_page(page: JSON, collection: str, *, method: str, url: str) -> None:
+    """A list page must have the documented shape: anything else (an error envelope sent
+    with 200, a proxy's JSON, items that are not objects) is MALFORMED, never "no items"."""
+    unexpected = set(page) - _PAGE_FIELDS - {collection}
+    batch = page.get(collection, [])
+    token = page.get("nextPageToken")
+    unreachable = page.get("unreachable", [])
+    why = None
+    if unexpected:
+        why = f"unexpected fields {sorted(unexpected)[:5]}"
+    elif not isinstance(batch, list) or not all(isinstance(i, dict) for i in batch):
+        why = f"{collection} is not a list of objects"
+    elif token is not None and not isinstance(token, str):
+        why = "nextPageToken is not a string"
+    elif not isinstance(unreachable, list):
+        why = "unreachable is not a list"
+    if why is not None:
+        raise malformed_response(200, _excerpt(page), method=method, url=url, why=why)
+
+
+def _excerpt(value: object) -> str:
+    try:
+        return json.dumps(value)[:200]
+    except (ValueError, RecursionError):
+        return "(unprintable)"
+
+
 class TpuClient:
     """Async client of tpu.googleapis.com/v2 (or the emulator at `endpoint`).
 
@@ -75,6 +113,7 @@ class TpuClient:
         token_source: TokenSource,
         retry: RetryPolicy | None = None,
         timeout: float = 60.0,  # the API's own per-call deadline (grpc service config)
+        list_deadline: float = LIST_DEADLINE_S,
         session: aiohttp.ClientSession | None = None,
         user_agent: str = USER_AGENT,
         sleep: Sleep = asyncio.sleep,
@@ -87,7 +126,14 @@ class TpuClient:
         self.endpoint = endpoint.rstrip("/")
         self._tokens = token_source
         self._retry = retry if retry is not None else RetryPolicy()
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        # Per request: connecting, and each wait for bytes (the headers included), are bounded
+        # well inside the total, so a server that trickles or stalls cannot hold a tick.
+        self._timeout = aiohttp.ClientTimeout(
+            total=timeout,
+            connect=min(CONNECT_TIMEOUT_S, timeout),
+            sock_read=min(READ_TIMEOUT_S, timeout),
+        )
+        self._list_deadline = list_deadline
         self._session = session
         self._owns_session = session is None
         self._user_agent = user_agent
@@ -175,6 +221,7 @@ class TpuClient:
                     data=payload,
                     headers=headers,
                     timeout=self._timeout,
+                    allow_redirects=False,  # the API never redirects; another host is not it
                 ) as response:
                     status = response.status
                     raw = await response.read()
@@ -190,6 +237,11 @@ class TpuClient:
                 log.info("tpu api answered 401, refreshing the token", call=call)
                 await self._tokens.invalidate(authorization)
                 continue
+            if 300 <= status < 400:
+                where = response_headers.get("Location", "nowhere")
+                raise malformed_response(
+                    status, text, method=method, url=url, why=f"HTTP {status} redirect to {where}"
+                )
             if not 200 <= status < 300:
                 raise classify_http(status, text, response_headers, method=method, url=url)
             if not text.strip():
@@ -199,6 +251,10 @@ class TpuClient:
             except ValueError:
                 raise malformed_response(
                     status, text, method=method, url=url, why="not JSON"
+                ) from None
+            except RecursionError:
+                raise malformed_response(
+                    status, text, method=method, url=url, why="JSON nested too deep"
                 ) from None
             if not isinstance(data, dict):
                 raise malformed_response(status, text, method=method, url=url)
@@ -233,7 +289,19 @@ class TpuClient:
         items: list[JSON] = []
         seen: set[str] = set()
         token: str | None = None
+        deadline = self._clock() + self._list_deadline
         while True:
+            if len(seen) >= MAX_LIST_PAGES or self._clock() > deadline:
+                # A server handing out fresh page tokens forever once cost 126,212 requests
+                # in 40 s and 600 MiB: a list that does not end is a failed list.
+                raise malformed_response(
+                    200,
+                    f"{len(seen) + 1} pages, {len(items)} items",
+                    method="GET",
+                    url=url,
+                    why=f"the list did not end within {MAX_LIST_PAGES} pages / "
+                    f"{self._list_deadline:.0f} s",
+                )
             params: dict[str, str] = {}
             if page_size is not None:
                 params["pageSize"] = str(page_size)
@@ -242,6 +310,7 @@ class TpuClient:
             if token:
                 params["pageToken"] = token
             page = await self._call(call, "GET", url, params=params)
+            _check_page(page, collection, method="GET", url=url)
             unreachable = page.get("unreachable")
             if unreachable:
                 raise ApiError.of(
@@ -250,10 +319,7 @@ class TpuClient:
                     method="GET",
                     url=url,
                 )
-            batch = page.get(collection, [])
-            if not isinstance(batch, list) or not all(isinstance(i, dict) for i in batch):
-                raise malformed_response(200, str(page), method="GET", url=url)
-            items.extend(batch)
+            items.extend(page.get(collection, []))
             token = page.get("nextPageToken") or None
             if token is None:
                 return items

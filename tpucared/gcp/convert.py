@@ -2,9 +2,16 @@
 
 Tolerant of what the API leaves out (proto3 JSON omits defaults, CREATING nodes have no
 endpoints yet) and of enums sent as names or as numbers (the official client's int
-encoding). Unknown enum values map to `CloudState.UNKNOWN` instead of failing, so a new state
-Google adds never stops a zone from being observed. Only a node without a name is refused
-(ValueError): without it there is nothing to reconcile against.
+encoding), strict about everything else: this is the response schema at the client's edge.
+
+- A `state` we cannot read (a new enum name, an unknown number, a boolean, an object) maps to
+  `CloudState.UNRECOGNIZED` with the value kept in `raw_state`: the zone is still observed,
+  and the planner never acts on that node (it says so in a notice). It is not the API's own
+  `UNKNOWN`, which is a state we understand.
+- A field the planner relies on with the wrong type (a name that is not a string, labels
+  that are not a map of strings, endpoints that are not a list of objects...) raises
+  `MalformedResource` (a ValueError): the caller makes the whole zone unknown for the tick,
+  never empty, because a node read wrong could look like "not ours" or "gone".
 """
 
 from __future__ import annotations
@@ -81,18 +88,27 @@ def _as_int(value: object) -> int | None:
 _STATE_BY_NAME: dict[str, CloudState] = {s.value: s for s in CloudState}
 
 
+class MalformedResource(ValueError):
+    """A listed resource whose fields do not have the documented types."""
+
+
 def parse_state(value: object) -> CloudState:
+    """Node.State by name or number; UNRECOGNIZED for anything else (see the docstring)."""
     if isinstance(value, str) and value in _STATE_BY_NAME:
-        return _STATE_BY_NAME[value]  # the usual case, without the enum machinery
+        state = _STATE_BY_NAME[value]  # the usual case, without the enum machinery
+        return CloudState.UNRECOGNIZED if state is CloudState.UNRECOGNIZED else state
     number = _as_int(value)
     if number is not None:
-        return _STATE_BY_NUMBER.get(number, CloudState.UNKNOWN)
+        return _STATE_BY_NUMBER.get(number, CloudState.UNRECOGNIZED)
     if value is None or value == "":
         return CloudState.STATE_UNSPECIFIED
-    try:
-        return CloudState(str(value))
-    except ValueError:
-        return CloudState.UNKNOWN
+    return CloudState.UNRECOGNIZED
+
+
+def raw_excerpt(value: object, limit: int = 80) -> str:
+    """What the API sent, short enough for a notice or a log line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def parse_queued_state(value: object) -> QueuedState:
@@ -129,19 +145,40 @@ def parse_time(value: object) -> datetime | None:
     return parsed.astimezone(UTC)
 
 
-def _str_map(value: object) -> dict[str, str]:
-    if not isinstance(value, Mapping):
+def _str_map(value: object, what: str) -> dict[str, str]:
+    """A map<string, string> field: absent is empty; anything else but strings is refused
+    (labels sent as a list once made every node look unlabelled, so "not ours")."""
+    if value is None:
         return {}
-    return {str(k): str(v) for k, v in value.items()}
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise MalformedResource(f"{what}: not a map of strings: {raw_excerpt(value)}")
+    return dict(value)
+
+
+def _optional_str(data: Mapping[str, Any], key: str, what: str) -> str | None:
+    value = data.get(key)
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise MalformedResource(f"{what}: {key} is not a string: {raw_excerpt(value)}")
+    return str(value)
 
 
 def _endpoints(value: object) -> tuple[WorkerEndpoint, ...]:
     """networkEndpoints[i] is worker i; entries without an address yet are left out."""
-    if not isinstance(value, list):
+    if value is None:
         return ()
+    if not isinstance(value, list):
+        raise MalformedResource(f"networkEndpoints is not a list: {raw_excerpt(value)}")
     endpoints = []
     for index, entry in enumerate(value):
-        if not isinstance(entry, Mapping) or not entry.get("ipAddress"):
+        if not isinstance(entry, Mapping):
+            raise MalformedResource(f"networkEndpoints[{index}] is not an object")
+        if not isinstance(entry.get("ipAddress"), str | None):
+            raise MalformedResource(f"networkEndpoints[{index}].ipAddress is not a string")
+        if not entry.get("ipAddress"):
             continue
         access = entry.get("accessConfig")
         external = access.get("externalIp") if isinstance(access, Mapping) else None
@@ -156,25 +193,30 @@ def _endpoints(value: object) -> tuple[WorkerEndpoint, ...]:
 
 
 def node_from_json(zone: str, data: Mapping[str, Any]) -> ObservedNode:
-    """An API Node as the planner sees it. Raises ValueError for a node without a name."""
+    """An API Node as the planner sees it. Raises MalformedResource (a ValueError) for a node
+    without a name or with a field of the wrong type."""
     name = data.get("name")
     if not isinstance(name, str) or not name.strip("/"):
-        raise ValueError(f"node without a name in zone {zone}")
-    cloud_id = data.get("id")
-    runtime = data.get("runtimeVersion")
-    queued = data.get("queuedResource")
+        raise MalformedResource(f"node without a name in zone {zone}: {raw_excerpt(name)}")
+    what = f"node {short_name(name)}"
+    raw = data.get("state")
+    state = parse_state(raw)
+    health = data.get("health")
+    if isinstance(health, bool) or not isinstance(health, str | int | None):
+        raise MalformedResource(f"{what}: health is not an enum: {raw_excerpt(health)}")
     return ObservedNode(
         name=short_name(name),
         zone=zone,
-        state=parse_state(data.get("state")),
-        accelerator_type=str(data.get("acceleratorType") or ""),
-        labels=_str_map(data.get("labels")),
-        health=parse_health(data.get("health")),
-        cloud_id=str(cloud_id) if cloud_id not in (None, "") else None,
+        state=state,
+        accelerator_type=_optional_str(data, "acceleratorType", what) or "",
+        labels=_str_map(data.get("labels"), f"{what}: labels"),
+        health=parse_health(health),
+        cloud_id=_optional_str(data, "id", what),
         create_time=parse_time(data.get("createTime")),
-        runtime_version=str(runtime) if runtime else None,
+        runtime_version=_optional_str(data, "runtimeVersion", what),
         endpoints=_endpoints(data.get("networkEndpoints")),
-        queued_resource=str(queued) if queued else None,
+        queued_resource=_optional_str(data, "queuedResource", what),
+        raw_state=raw_excerpt(raw) if state is CloudState.UNRECOGNIZED else None,
     )
 
 
@@ -198,7 +240,7 @@ def queued_resource_from_json(zone: str, data: Mapping[str, Any]) -> ObservedQue
             continue
         node = spec.get("node")
         if isinstance(node, Mapping):
-            labels.update(_str_map(node.get("labels")))
+            labels.update(_str_map(node.get("labels"), f"queued resource {name}: labels"))
         if spec.get("nodeId"):
             node_names.append(str(spec["nodeId"]))
     error = None

@@ -227,6 +227,10 @@ class TransientError(ApiError):
     default_kind = ErrorKind.TRANSIENT
 
 
+class MalformedResponseError(ApiError):
+    default_kind = ErrorKind.MALFORMED
+
+
 class OperationTimeout(TransientError):
     """`wait_operation` gave up waiting; the operation may still finish. Poll it later."""
 
@@ -241,6 +245,7 @@ _CLASSES: dict[ErrorKind, type[ApiError]] = {
     ErrorKind.CONFLICT: ConflictError,
     ErrorKind.INVALID: InvalidRequestError,
     ErrorKind.TRANSIENT: TransientError,
+    ErrorKind.MALFORMED: MalformedResponseError,
 }
 
 
@@ -291,7 +296,7 @@ def _parse_body(body: object) -> object:
     if isinstance(body, str):
         try:
             return json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested past reason
             return body
     return body
 
@@ -459,9 +464,11 @@ def classify_transport(exc: BaseException, *, method: str, url: str) -> ApiError
 def malformed_response(
     http_status: int, text: str, *, method: str, url: str, why: str = "not a JSON object"
 ) -> ApiError:
-    """A 2xx whose body we cannot use: a broken proxy or a truncated answer. Retry it."""
+    """A 2xx (or a redirect) whose body we cannot use: a broken proxy, a truncated answer, an
+    error envelope sent with 200, JSON nested past reason. Classified MALFORMED, carrying an
+    excerpt of what came back; the client retries it a few times like a transient error."""
     return ApiError.of(
-        ErrorKind.TRANSIENT,
+        ErrorKind.MALFORMED,
         f"malformed response ({why}): {_snippet(text)!r}",
         http_status=http_status,
         method=method,

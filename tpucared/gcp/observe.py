@@ -3,7 +3,9 @@
 One paginated nodes.list (plus, when asked, one paginated queuedResources.list), converted
 to domain observations. A failure never raises ApiError: it becomes a `ZoneObservation` with
 `error` set and nothing else, because "the list failed" and "the zone is empty" must never
-look the same to the planner. If either list fails the whole zone is unknown for the tick.
+look the same to the planner. If either list fails, or any listed resource does not have the
+documented shape (convert.py), or a node is listed twice, the whole zone is unknown for the
+tick (`ErrorKind.MALFORMED`), and the planner neither creates nor deletes there.
 
 Both lists ask for pages of `LIST_PAGE_SIZE`. The API's default page size is undocumented
 (field notes; the emulator's is 5, on purpose): left to it, a zone of 2,500 nodes could cost
@@ -34,7 +36,7 @@ import structlog
 
 from tpucared.core.model.observed import ObservedNode, ObservedQueuedResource, ZoneObservation
 from tpucared.core.model.specs import ErrorKind
-from tpucared.gcp.convert import node_from_json, queued_resource_from_json
+from tpucared.gcp.convert import MalformedResource, node_from_json, queued_resource_from_json
 from tpucared.gcp.errors import ApiError
 
 if TYPE_CHECKING:
@@ -72,6 +74,7 @@ async def observe_zone(
         )
         fresh: dict[str, tuple[Mapping[str, Any], ObservedNode]] = {}
         nodes = tuple(_convert(zone, item, cache, fresh) for item in raw_nodes)
+        _refuse_duplicates(nodes)
         queued: tuple[ObservedQueuedResource, ...] | None = None
         if queued_resources:
             raw_queued = await client.list_queued_resources(project, zone, page_size=LIST_PAGE_SIZE)
@@ -87,17 +90,30 @@ async def observe_zone(
         return ZoneObservation(
             zone=zone, observed_at=now, error=error.kind, error_message=str(error)
         )
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:
         # A resource we cannot read: report the zone as unreadable rather than drop it and
-        # let the planner think it vanished.
+        # let the planner think it vanished (or is not ours).
         log.warning("zone observation unreadable", project=project, zone=zone, error=str(error))
         return ZoneObservation(
-            zone=zone, observed_at=now, error=ErrorKind.TRANSIENT, error_message=str(error)
+            zone=zone,
+            observed_at=now,
+            error=ErrorKind.MALFORMED,
+            error_message=f"malformed list: {error}",
         )
     if cache is not None:  # only after a successful observation: a failed one tells nothing
         cache.clear()
         cache.update(fresh)
     return ZoneObservation(zone=zone, observed_at=now, nodes=nodes, queued_resources=queued)
+
+
+def _refuse_duplicates(nodes: tuple[ObservedNode, ...]) -> None:
+    """A node listed twice in one list (say READY and PREEMPTED) is an inconsistent
+    observation, not evidence either way: the zone is unknown for this tick."""
+    seen: set[str] = set()
+    for node in nodes:
+        if node.name in seen:
+            raise MalformedResource(f"node {node.name} listed twice in one list")
+        seen.add(node.name)
 
 
 def _convert(

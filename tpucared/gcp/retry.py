@@ -43,7 +43,9 @@ Rng = Callable[[], float]
 
 log = structlog.get_logger(__name__)
 
-RETRYABLE_KINDS = frozenset({ErrorKind.TRANSIENT, ErrorKind.RATE_LIMITED, ErrorKind.CONFLICT})
+RETRYABLE_KINDS = frozenset(
+    {ErrorKind.TRANSIENT, ErrorKind.RATE_LIMITED, ErrorKind.CONFLICT, ErrorKind.MALFORMED}
+)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,10 @@ class CloudState(StrEnum):
     HIDDEN = "HIDDEN"
     UNHIDING = "UNHIDING"
     UNKNOWN = "UNKNOWN"
+    # Ours, not the API's: a state value we cannot read (a new enum name, a number we do not
+    # know, an object). The node is never acted on while it shows one; `raw_state` keeps
+    # what was sent, for the notice. The API's own UNKNOWN is a state we understand.
+    UNRECOGNIZED = "UNRECOGNIZED"
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class ObservedNode:
     runtime_version: str | None = None
     endpoints: tuple[WorkerEndpoint, ...] = ()
     queued_resource: str | None = None
+    raw_state: str | None = None  # what the API sent, when `state` is UNRECOGNIZED
 
     @property
     def fleet(self) -> str | None:

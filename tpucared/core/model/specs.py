@@ -50,6 +50,10 @@ class ErrorKind(StrEnum):
     CONFLICT = "conflict"  # 409 "unable to queue the operation" (another op in flight)
     INVALID = "invalid"  # 400 INVALID_ARGUMENT / FAILED_PRECONDITION
     TRANSIENT = "transient"  # 5xx, timeouts, connection resets
+    # A 2xx (or a redirect) whose body does not have the documented shape: an error envelope,
+    # a proxy's page, JSON nested past reason. Never read as "nothing there"; not retried at
+    # once (a server answering so tends to answer so again), the next tick asks again.
+    MALFORMED = "malformed"
 
     @property
     def retryable_soon(self) -> bool:
@@ -59,6 +63,7 @@ class ErrorKind(StrEnum):
             ErrorKind.RATE_LIMITED,
             ErrorKind.CONFLICT,
             ErrorKind.TRANSIENT,
+            ErrorKind.MALFORMED,
         )
 
 
