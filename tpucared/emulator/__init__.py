@@ -2,8 +2,9 @@
 
 `tpucared.emulator.server` serves the real `/v2/...` REST paths (errors, operations, paging
 and all) plus a control API under `/_emulator/v1/` for preemptions, capacity, faults and
-timing. Layout: `state` owns the emulated cloud (nodes, operations, queued resources,
-capacity, timers); `api` and `control` translate HTTP; `middleware` applies faults and logs
+timing. Layout: `state` answers the calls on the emulated cloud, whose records (nodes,
+operations, capacity), timers and node transitions are `lifecycle`'s and whose queued resources
+are `queued`'s; `api` and `control` translate HTTP; `middleware` applies faults and logs
 requests; `driver` runs timers and the worker-hosts hook; `server` wires it all and is the CLI;
 `thread` runs one in a background thread for synchronous callers.
 """
