@@ -175,3 +175,33 @@ async def test_a_taken_port_fails_to_start_and_leaves_nothing_open() -> None:
 
 async def dict_source() -> dict[str, Any]:
     return {}
+
+
+@pytest.mark.parametrize(("host", "warned"), [("0.0.0.0", True), ("127.0.0.1", False)])
+async def test_listening_on_every_interface_is_warned_about(
+    tmp_path: Path, host: str, warned: bool
+) -> None:
+    """/v1/status and /metrics are unauthenticated: binding every interface is said aloud."""
+    from structlog.testing import capture_logs
+
+    from tpucared.config import load_config
+    from tpucared.runtime.clock import SystemClock
+    from tpucared.runtime.telemetry.endpoints import Telemetry
+
+    with socket.socket() as probe:  # a free port: the config refuses port 0
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    path = tmp_path / "fleet.toml"
+    path.write_text(
+        f'[daemon]\ndb = "state.db"\nhttp = "{host}:{port}"\n[gcp]\nproject = "my-project"\n'
+        '[[fleet]]\nname = "f"\nzones = ["us-central2-b"]\naccelerator_type = "v4-8"\n'
+        'runtime_version = "tpu-ubuntu2204-base"\nsize = 1\n'
+    )
+    config = load_config(path)
+    async with Store.open(tmp_path / "state.db") as store:
+        telemetry = Telemetry(config, store, SystemClock())
+        with capture_logs() as logs:
+            await telemetry.start()
+            await telemetry.stop()
+    warnings = [e for e in logs if e["log_level"] == "warning" and "unauthenticated" in e["event"]]
+    assert len(warnings) == (1 if warned else 0)

@@ -24,6 +24,10 @@ from tpucared.store import Store
 log = structlog.get_logger(__name__)
 
 
+# Addresses that listen on every interface.
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "", "*"})
+
+
 class Telemetry:
     def __init__(self, config: Config, store: Store, clock: Clock) -> None:
         self._config = config
@@ -49,6 +53,15 @@ class Telemetry:
 
     async def start(self) -> None:
         daemon = self._config.daemon
+        if daemon.http_host in WILDCARD_HOSTS:
+            # /v1/status names every node and slot, /metrics the fleet's shape: no
+            # authentication guards them, so reaching them from the network is a choice.
+            log.warning(
+                "daemon.http listens on every interface; /v1/status and /metrics are "
+                "unauthenticated: bind 127.0.0.1 or firewall the port",
+                host=daemon.http_host,
+                port=daemon.http_port,
+            )
         try:
             self.server = await start_http(
                 daemon.http_host,
