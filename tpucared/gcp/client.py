@@ -245,6 +245,8 @@ class TpuClient:
             if not 200 <= status < 300:
                 raise classify_http(status, text, response_headers, method=method, url=url)
             if not text.strip():
+                if method == "GET":  # a resource or a list page is never empty, `{}` at least
+                    raise malformed_response(status, text, method=method, url=url, why="empty")
                 return {}  # e.g. an Empty response
             try:
                 data = json.loads(text)
