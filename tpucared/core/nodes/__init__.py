@@ -6,8 +6,10 @@ Called by `core/planning/planner.py` for every live incarnation and every listed
                     the store on every write; the LIVE / PENDING / SERVING phase sets.
 - `cloud`           what a cloud state means: alive, transient, dead.
 - `stuck`           timeouts for states that should end by themselves, as one table.
-- `incarnations`    one live incarnation + what the list shows of it -> its next steps
-                    (a PREEMPTED node's delete is decided here).
+- `incarnations`    one live incarnation + what the list shows of it -> its next steps, one
+                    rule per phase (a PREEMPTED node's delete is decided here).
+- `step`            what those rules share: the `Step` accumulating the actions, the moves
+                    that end a node, facts / ownership (labels) / expiry (stuck) helpers.
 - `strays`          listed resources that no live incarnation accounts for.
 - `slots`           fleet and slot records, and which empty slots get a create.
 - `create_backoff`  a slot's backoff after failed creates, zone rotation, counters.

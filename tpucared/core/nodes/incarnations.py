@@ -20,6 +20,10 @@ Any phase: nothing is concluded from a zone whose list failed (`Sighting.known` 
 except what a call outcome recorded on the incarnation says by itself.
 Finally, a slot that is no longer wanted (scaled down, fleet down, workload done) gets its
 still-pending or READY node deleted.
+
+This module holds the rules, one function per phase; what they share (the `Step` that
+accumulates the actions, the moves that end a node, and the helpers about facts, ownership and
+expiry) is core/nodes/step.py.
 """
 
 from __future__ import annotations
@@ -31,26 +35,20 @@ from tpucared.core.model.observed import CloudState, QueuedState
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, ErrorKind
 from tpucared.core.nodes import create_backoff as budget
-from tpucared.core.nodes.cloud import (
-    ABSENT,
-    DEAD_STATES,
-    QUEUED_DEAD,
-    is_unhealthy,
-    queued_pseudo_state,
-)
+from tpucared.core.nodes.cloud import ABSENT, DEAD_STATES, QUEUED_DEAD, is_unhealthy
 from tpucared.core.nodes.lifecycle import PENDING_PHASES, SERVING_PHASES
-from tpucared.core.nodes.stuck import CLOUD_RULE, QUEUED_RULE
-from tpucared.core.planning.actions import (
-    Action,
-    CloudFacts,
-    DeleteNode,
-    Notice,
-    RecordCloud,
-    Severity,
-    SlotUpdate,
-    Transition,
+from tpucared.core.nodes.step import (
+    Step,
+    cloud_facts,
+    die,
+    external_delete,
+    fail_dead,
+    labels_pending,
+    ours,
+    stuck_reason,
 )
-from tpucared.core.planning.policy import HARD_ERRORS
+from tpucared.core.nodes.stuck import CLOUD_RULE, QUEUED_RULE
+from tpucared.core.planning.actions import Action, CloudFacts, Severity
 from tpucared.core.planning.view import Sighting, View
 
 P = NodePhase
@@ -62,9 +60,9 @@ def plan_incarnation(view: View, inc: IncarnationRecord) -> tuple[list[Action], 
     s = view.sighting(inc)
     if _unchanged_ready(view, inc, s):
         return [], P.READY
-    step = _Step(view, inc)
-    if s.known and s.present and not _ours(view, inc, s):
-        if not _labels_pending(inc, s):
+    step = Step(view, inc)
+    if s.known and s.present and not ours(view, inc, s):
+        if not labels_pending(inc, s):
             _release(step, s)
     elif inc.phase in PENDING:
         _pending(step, s)
@@ -75,7 +73,7 @@ def plan_incarnation(view: View, inc: IncarnationRecord) -> tuple[list[Action], 
     elif inc.phase is P.DELETING:
         _deleting(step, s)
     unwanted = view.unwanted(inc.fleet, inc.slot)
-    if unwanted is not None and step.phase in SERVING and not _labels_pending(inc, s):
+    if unwanted is not None and step.phase in SERVING and not labels_pending(inc, s):
         step.delete(unwanted, end_reason=unwanted)
     return step.actions, step.phase
 
@@ -100,125 +98,17 @@ def _unchanged_ready(view: View, inc: IncarnationRecord, s: Sighting) -> bool:
         and (node.cloud_id or inc.cloud_id) == inc.cloud_id
         and (node.create_time or inc.create_time) == inc.create_time
         and s.known
-        and node.labels.get(OWNER_LABEL) == view.owner  # _ours, for a node alone
+        and node.labels.get(OWNER_LABEL) == view.owner  # ours, for a node alone
         and node.labels.get(FLEET_LABEL) == inc.fleet
         and view.unwanted(inc.fleet, inc.slot) is None
     )
-
-
-class _Step:
-    """Accumulates one incarnation's actions, tracking its phase as they would leave it."""
-
-    def __init__(self, view: View, inc: IncarnationRecord) -> None:
-        self.view = view
-        self.inc = inc
-        self.phase = inc.phase
-        self.phase_since = inc.phase_since
-        self.actions: list[Action] = []
-        self._recorded = False
-
-    @property
-    def now(self) -> datetime:
-        return self.view.now
-
-    def move(
-        self,
-        new: NodePhase,
-        reason: str,
-        *,
-        end_reason: str | None = None,
-        cloud: CloudFacts | None = None,
-        slot_update: SlotUpdate | None = None,
-    ) -> None:
-        self.actions.append(
-            Transition(
-                incarnation_id=self.inc.id,
-                node_name=self.inc.node_name,
-                expected=self.phase,
-                new=new,
-                reason=reason,
-                end_reason=end_reason,
-                cloud=None if self._recorded else cloud,
-                slot_update=slot_update,
-            )
-        )
-        self._recorded = self._recorded or cloud is not None
-        self.phase = new
-        self.phase_since = self.now
-
-    def record(self, facts: CloudFacts) -> None:
-        if self._recorded or not _differs(self.inc, facts):
-            return
-        state = facts.cloud_state or "?"
-        self.actions.append(
-            RecordCloud(
-                incarnation_id=self.inc.id,
-                node_name=self.inc.node_name,
-                expected=self.phase,
-                cloud=facts,
-                reason=f"cloud shows {state}"
-                + (f", health {facts.health}" if facts.health else ""),
-            )
-        )
-        self._recorded = True
-
-    def delete(self, reason: str, *, end_reason: str | None = None) -> None:
-        """Delete by name, unless a successful list shows the name held by something not
-        ours: then our node is gone and a delete would hit theirs, so just stop tracking."""
-        inc = self.inc
-        if _name_held_by_another(self.view, inc):
-            _end_without_delete(self, end_reason or reason)
-            return
-        self.actions.append(
-            DeleteNode(
-                incarnation_id=inc.id,
-                fleet=inc.fleet,
-                slot=inc.slot,
-                node_name=inc.node_name,
-                zone=inc.zone,
-                expected=self.phase,
-                queued_resource=inc.queued_resource,
-                end_reason=end_reason if self.phase is not P.DELETING else None,
-                reason=reason,
-            )
-        )
-        self.phase = P.DELETING
-
-    def fail(self, kind: ErrorKind, why: str, cloud: CloudFacts | None = None) -> None:
-        """End a create that produced no usable node: FAILED, with the slot's backoff."""
-        update = budget.create_failed(self.view, self.inc, kind, why)
-        self.move(
-            P.FAILED,
-            _with_retry(why, update, self.now),
-            end_reason=f"create failed: {kind.value}",
-            cloud=cloud,
-            slot_update=update,
-        )
-        if kind in HARD_ERRORS:
-            self.notice(
-                f"create-failed/{self.inc.id}",
-                Severity.ERROR,
-                f"creating {self.inc.node_name} in {self.inc.zone} failed ({update.last_error}); "
-                f"a person must fix this; {_with_retry('retrying', update, self.now)}",
-            )
-
-    def notice(self, key: str, severity: Severity, message: str) -> None:
-        self.actions.append(
-            Notice(
-                key=key,
-                severity=severity,
-                fleet=self.inc.fleet,
-                node=self.inc.node_name,
-                reason=message,
-            )
-        )
 
 
 # ---------------------------------------------------------------------------------------------
 # Phases
 
 
-def _pending(step: _Step, s: Sighting) -> None:
+def _pending(step: Step, s: Sighting) -> None:
     """REQUESTED (create outcome not recorded yet) and CREATING (accepted, not READY)."""
     inc = step.inc
     error = inc.error
@@ -235,11 +125,11 @@ def _pending(step: _Step, s: Sighting) -> None:
             if ready or inc.phase is P.REQUESTED or error is ErrorKind.ALREADY_EXISTS:
                 _arrive(step, s, f"the create reported {error.value} but the node is listed")
             else:
-                facts = _facts(step, s)
-                _fail_dead(step, f"create operation failed: {error.value}", error, facts, s)
+                facts = cloud_facts(step, s)
+                fail_dead(step, f"create operation failed: {error.value}", error, facts, s)
             return
         kind = ErrorKind.TRANSIENT if error is ErrorKind.ALREADY_EXISTS else error
-        step.fail(kind, f"create failed: {error.value}", _facts(step, s))
+        step.fail(kind, f"create failed: {error.value}", cloud_facts(step, s))
         return
     if not s.known:
         return
@@ -249,9 +139,9 @@ def _pending(step: _Step, s: Sighting) -> None:
     _absent_pending(step, s)
 
 
-def _arrive(step: _Step, s: Sighting, why: str) -> None:
+def _arrive(step: Step, s: Sighting, why: str) -> None:
     """A pending incarnation's resource is listed with our labels: follow its state."""
-    facts = _facts(step, s, endpoints=True)
+    facts = cloud_facts(step, s, endpoints=True)
     node, qr = s.node, s.queued
     qr_dead = qr is not None and qr.state in QUEUED_DEAD
     if node is not None and node.state is CloudState.READY and not qr_dead:
@@ -264,13 +154,13 @@ def _arrive(step: _Step, s: Sighting, why: str) -> None:
         return
     if node is not None and node.state in DEAD_STATES:
         # Preempted before it was ever usable: capacity went away; try the next zone.
-        _fail_dead(step, f"{node.state.value} before READY", ErrorKind.CAPACITY, facts, s)
+        fail_dead(step, f"{node.state.value} before READY", ErrorKind.CAPACITY, facts, s)
         return
     if qr_dead:
         assert qr is not None
         kind = qr.error or ErrorKind.CAPACITY
         msg = f": {qr.error_message}" if qr.error_message else ""
-        _fail_dead(step, f"queued resource {qr.state.value}{msg}", kind, facts, s)
+        fail_dead(step, f"queued resource {qr.state.value}{msg}", kind, facts, s)
         return
     if (node is not None and node.state is CloudState.DELETING) or (
         node is None and qr is not None and qr.state is QueuedState.DELETING
@@ -291,10 +181,10 @@ def _arrive(step: _Step, s: Sighting, why: str) -> None:
         step.record(facts)
     expired = _pending_stuck(step, s, facts)
     if expired is not None:
-        _fail_dead(step, expired, ErrorKind.TRANSIENT, facts, s)
+        fail_dead(step, expired, ErrorKind.TRANSIENT, facts, s)
 
 
-def _pending_stuck(step: _Step, s: Sighting, facts: CloudFacts) -> str | None:
+def _pending_stuck(step: Step, s: Sighting, facts: CloudFacts) -> str | None:
     """Why a listed, still-pending node counts as stuck, or None."""
     node, qr = s.node, s.queued
     if node is not None:
@@ -309,14 +199,14 @@ def _pending_stuck(step: _Step, s: Sighting, facts: CloudFacts) -> str | None:
         rule = QUEUED_RULE.get(qr.state, "queued")
         start = facts.cloud_state_since
         what = f"queued resource {qr.state.value}"
-    return _expired(step, rule, start, what)
+    return stuck_reason(step, rule, start, what)
 
 
-def _absent_pending(step: _Step, s: Sighting) -> None:
+def _absent_pending(step: Step, s: Sighting) -> None:
     """A pending incarnation with nothing listed under its name in a successful list."""
     inc = step.inc
     policy = step.view.policy
-    facts = _facts(step, s)
+    facts = cloud_facts(step, s)
     if step.phase is P.REQUESTED:
         # The executor has not recorded the call's outcome: it is running, or we crashed.
         timeout = policy.timeout("requested")
@@ -328,7 +218,7 @@ def _absent_pending(step: _Step, s: Sighting) -> None:
     if not seen and inc.operation is not None:
         # The create operation is still running: its outcome (e.g. no capacity) comes as
         # `error`; a node that is not listed yet is no news.
-        expired = _expired(step, "creating", inc.phase_since, "an unfinished create operation")
+        expired = stuck_reason(step, "creating", inc.phase_since, "an unfinished create operation")
         if expired is not None:
             step.fail(ErrorKind.TRANSIENT, expired, facts)
         else:
@@ -355,50 +245,50 @@ def _absent_pending(step: _Step, s: Sighting) -> None:
         step.fail(ErrorKind.TRANSIENT, "the accepted create never showed up in the list", facts)
 
 
-def _ready(step: _Step, s: Sighting) -> None:
+def _ready(step: Step, s: Sighting) -> None:
     if not s.known:
         return
-    facts = _facts(step, s)
+    facts = cloud_facts(step, s)
     node, qr = s.node, s.queued
     now = step.now
     if qr is not None and qr.state in QUEUED_DEAD:
-        _die(step, f"queued resource {qr.state.value}", facts, s)
+        die(step, f"queued resource {qr.state.value}", facts, s)
     elif node is None and qr is not None and qr.state is QueuedState.DELETING:
-        _external_delete(step, facts)
+        external_delete(step, facts)
     elif node is None:
         assert facts.cloud_state_since is not None
         if now - facts.cloud_state_since < step.view.policy.vanish_grace:
             step.record(facts)
         else:
-            _die(step, "vanished", facts, s)
+            die(step, "vanished", facts, s)
     elif node.state in DEAD_STATES:
-        _die(step, node.state.value.lower(), facts, s)
+        die(step, node.state.value.lower(), facts, s)
     elif node.state is CloudState.DELETING:
-        _external_delete(step, facts)
+        external_delete(step, facts)
     elif node.state is CloudState.READY:
         grace = step.view.policy.unhealthy_grace
         since = facts.unhealthy_since
         if is_unhealthy(node.health) and since is not None and now - since >= grace:
-            _die(step, f"unhealthy: {node.health} for {_fmt(now - since)}", facts, s)
+            die(step, f"unhealthy: {node.health} for {_fmt(now - since)}", facts, s)
         else:
             step.record(facts)
     else:
         rule = CLOUD_RULE.get(node.state, "unspecified")
-        expired = _expired(step, rule, facts.cloud_state_since, node.state.value)
+        expired = stuck_reason(step, rule, facts.cloud_state_since, node.state.value)
         if expired is not None:
-            _die(step, expired, facts, s)
+            die(step, expired, facts, s)
         else:
             step.record(facts)
 
 
-def _dead(step: _Step, s: Sighting) -> None:
+def _dead(step: Step, s: Sighting) -> None:
     if s.gone:
         step.move(P.DELETED, "nothing left to delete")
     else:
         step.delete("dead: delete it at once")
 
 
-def _deleting(step: _Step, s: Sighting) -> None:
+def _deleting(step: Step, s: Sighting) -> None:
     inc = step.inc
     policy = step.view.policy
     if inc.error is ErrorKind.NOT_FOUND:
@@ -408,7 +298,7 @@ def _deleting(step: _Step, s: Sighting) -> None:
         step.move(P.DELETED, "gone from the list")
         return
     if s.known:
-        step.record(_facts(step, s))
+        step.record(cloud_facts(step, s))
     last = inc.last_delete_at or inc.phase_since
     due: datetime | None
     if inc.error is not None and inc.operation is None:
@@ -429,61 +319,7 @@ def _deleting(step: _Step, s: Sighting) -> None:
         )
 
 
-# ---------------------------------------------------------------------------------------------
-# Shared moves
-
-
-def _die(step: _Step, reason: str, facts: CloudFacts, s: Sighting) -> None:
-    """An unplanned death of a READY node: DEAD, then delete (or DELETED if nothing is left)."""
-    step.move(
-        P.DEAD,
-        reason,
-        end_reason=reason,
-        cloud=facts,
-        slot_update=budget.node_died(step.view, step.inc),
-    )
-    if s.gone:
-        step.move(P.DELETED, "nothing left to delete")
-    else:
-        step.delete("dead: delete it at once")
-
-
-def _fail_dead(step: _Step, reason: str, kind: ErrorKind, facts: CloudFacts, s: Sighting) -> None:
-    """A pending create that left a dead resource behind: DEAD and delete, slot backoff."""
-    step.move(
-        P.DEAD,
-        reason,
-        end_reason=reason,
-        cloud=facts,
-        slot_update=budget.create_failed(step.view, step.inc, kind, reason),
-    )
-    if s.gone:
-        step.move(P.DELETED, "nothing left to delete")
-    else:
-        step.delete("dead: delete it at once")
-
-
-def _external_delete(step: _Step, facts: CloudFacts) -> None:
-    step.move(
-        P.DELETING,
-        "being deleted outside tpucared",
-        end_reason="deleted outside tpucared",
-        cloud=facts,
-        slot_update=budget.node_died(step.view, step.inc),
-    )
-
-
-def _end_without_delete(step: _Step, why: str) -> None:
-    reason = f"{why}; the name is now held by a node that is not ours: nothing to delete"
-    if step.phase in PENDING:
-        step.move(P.FAILED, reason, end_reason=why)
-        return
-    if step.phase is P.READY:
-        step.move(P.DEAD, reason, end_reason=why)
-    step.move(P.DELETED, reason)
-
-
-def _release(step: _Step, s: Sighting) -> None:
+def _release(step: Step, s: Sighting) -> None:
     """The name is listed without our labels (someone else's node, or our labels were
     removed): stop tracking it and never touch it."""
     inc = step.inc
@@ -502,103 +338,3 @@ def _release(step: _Step, s: Sighting) -> None:
         step.move(P.DELETED, "left alone: not ours")
     else:
         step.move(P.DELETED, "left alone: not ours")
-
-
-# ---------------------------------------------------------------------------------------------
-# Facts and helpers
-
-
-def _ours(view: View, inc: IncarnationRecord, s: Sighting) -> bool:
-    """Every listed part (node, queued resource) carries our labels for this fleet."""
-    parts = [r.labels for r in (s.node, s.queued) if r is not None]
-    return all(
-        labels.get(OWNER_LABEL) == view.owner and labels.get(FLEET_LABEL) == inc.fleet
-        for labels in parts
-    )
-
-
-def _name_held_by_another(view: View, inc: IncarnationRecord) -> bool:
-    """A successful list shows the incarnation's name held by something not ours (checked
-    on whichever of the node and queued lists succeeded)."""
-    occupant = view.occupant(inc.zone, inc.node_name)
-    if occupant is None:
-        return False
-    held = []
-    if occupant.node is not None and view.zone_known(inc.zone):
-        held.append(occupant.node.labels)
-    if occupant.queued is not None and view.zone_known(inc.zone, queued=True):
-        held.append(occupant.queued.labels)
-    return any(
-        labels.get(OWNER_LABEL) != view.owner or labels.get(FLEET_LABEL) != inc.fleet
-        for labels in held
-    )
-
-
-def _labels_pending(inc: IncarnationRecord, s: Sighting) -> bool:
-    """A node we are creating, listed without any labels yet: no verdict until it has some."""
-    node = s.node
-    return (
-        inc.phase in PENDING
-        and node is not None
-        and node.state is CloudState.CREATING
-        and not node.labels
-        and s.queued is None
-    )
-
-
-def _facts(step: _Step, s: Sighting, *, endpoints: bool = False) -> CloudFacts:
-    inc, now = step.inc, step.now
-    node, qr = s.node, s.queued
-    health: str | None = None
-    cloud_id, create_time = inc.cloud_id, inc.create_time
-    if node is not None:
-        state = node.state.value
-        health = node.health
-        cloud_id = node.cloud_id or cloud_id
-        create_time = node.create_time or create_time
-    elif qr is not None:
-        state = queued_pseudo_state(qr.state)
-    else:
-        state = ABSENT
-    same = state == inc.cloud_state and inc.cloud_state_since is not None
-    unhealthy_since = None
-    if is_unhealthy(health):
-        streak = is_unhealthy(inc.health) and inc.unhealthy_since is not None
-        unhealthy_since = inc.unhealthy_since if streak else now
-    return CloudFacts(
-        cloud_state=state,
-        cloud_state_since=inc.cloud_state_since if same else now,
-        health=health,
-        unhealthy_since=unhealthy_since,
-        cloud_id=cloud_id,
-        create_time=create_time,
-        endpoints=node.endpoints if endpoints and node is not None else None,
-    )
-
-
-def _differs(inc: IncarnationRecord, f: CloudFacts) -> bool:
-    return (
-        f.cloud_state != inc.cloud_state
-        or f.cloud_state_since != inc.cloud_state_since
-        or f.health != inc.health
-        or f.unhealthy_since != inc.unhealthy_since
-        or f.cloud_id != inc.cloud_id
-        or f.create_time != inc.create_time
-    )
-
-
-def _expired(step: _Step, rule: str, start: datetime | None, what: str) -> str | None:
-    timeout = step.view.policy.timeout(rule)
-    if timeout is None or start is None:
-        return None
-    age = step.now - start
-    if age < timeout:
-        return None
-    return f"stuck: {what} for {_fmt(age)} (timeout {rule} = {_fmt(timeout)})"
-
-
-def _with_retry(why: str, update: SlotUpdate, now: datetime) -> str:
-    zone = f" in {update.next_zone}" if update.next_zone else ""
-    if update.next_create_at is None:
-        return f"{why}; next create{zone} at once"
-    return f"{why}; next create{zone} in {_fmt(update.next_create_at - now)}"

@@ -1,0 +1,305 @@
+"""One incarnation's step in the making, and what the per-phase rules share (the rules:
+core/nodes/incarnations.py).
+
+`Step` accumulates the actions planned for one live incarnation and tracks the phase they would
+leave it in: it records the cloud's facts at most once, deletes by name only while no one else
+holds the name, and ends a failed create with the slot's backoff (core/nodes/create_backoff.py).
+Also here: the moves that end a node (`die`, `fail_dead`, `external_delete`), and the helpers
+about facts (`cloud_facts`: what the list shows, against what is recorded), ownership (`ours`,
+`labels_pending`, a name held by another) and expiry (`stuck_reason`, by the timeouts of
+core/nodes/stuck.py).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from tpucared.core.model.durations import fmt as _fmt
+from tpucared.core.model.observed import CloudState
+from tpucared.core.model.records import IncarnationRecord, NodePhase
+from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, ErrorKind
+from tpucared.core.nodes import create_backoff as budget
+from tpucared.core.nodes.cloud import ABSENT, is_unhealthy, queued_pseudo_state
+from tpucared.core.nodes.lifecycle import PENDING_PHASES
+from tpucared.core.planning.actions import (
+    Action,
+    CloudFacts,
+    DeleteNode,
+    Notice,
+    RecordCloud,
+    Severity,
+    SlotUpdate,
+    Transition,
+)
+from tpucared.core.planning.policy import HARD_ERRORS
+from tpucared.core.planning.view import Sighting, View
+
+P = NodePhase
+PENDING = PENDING_PHASES
+
+
+class Step:
+    """Accumulates one incarnation's actions, tracking its phase as they would leave it."""
+
+    def __init__(self, view: View, inc: IncarnationRecord) -> None:
+        self.view = view
+        self.inc = inc
+        self.phase = inc.phase
+        self.phase_since = inc.phase_since
+        self.actions: list[Action] = []
+        self._recorded = False
+
+    @property
+    def now(self) -> datetime:
+        return self.view.now
+
+    def move(
+        self,
+        new: NodePhase,
+        reason: str,
+        *,
+        end_reason: str | None = None,
+        cloud: CloudFacts | None = None,
+        slot_update: SlotUpdate | None = None,
+    ) -> None:
+        self.actions.append(
+            Transition(
+                incarnation_id=self.inc.id,
+                node_name=self.inc.node_name,
+                expected=self.phase,
+                new=new,
+                reason=reason,
+                end_reason=end_reason,
+                cloud=None if self._recorded else cloud,
+                slot_update=slot_update,
+            )
+        )
+        self._recorded = self._recorded or cloud is not None
+        self.phase = new
+        self.phase_since = self.now
+
+    def record(self, facts: CloudFacts) -> None:
+        if self._recorded or not _differs(self.inc, facts):
+            return
+        state = facts.cloud_state or "?"
+        self.actions.append(
+            RecordCloud(
+                incarnation_id=self.inc.id,
+                node_name=self.inc.node_name,
+                expected=self.phase,
+                cloud=facts,
+                reason=f"cloud shows {state}"
+                + (f", health {facts.health}" if facts.health else ""),
+            )
+        )
+        self._recorded = True
+
+    def delete(self, reason: str, *, end_reason: str | None = None) -> None:
+        """Delete by name, unless a successful list shows the name held by something not
+        ours: then our node is gone and a delete would hit theirs, so just stop tracking."""
+        inc = self.inc
+        if _name_held_by_another(self.view, inc):
+            _end_without_delete(self, end_reason or reason)
+            return
+        self.actions.append(
+            DeleteNode(
+                incarnation_id=inc.id,
+                fleet=inc.fleet,
+                slot=inc.slot,
+                node_name=inc.node_name,
+                zone=inc.zone,
+                expected=self.phase,
+                queued_resource=inc.queued_resource,
+                end_reason=end_reason if self.phase is not P.DELETING else None,
+                reason=reason,
+            )
+        )
+        self.phase = P.DELETING
+
+    def fail(self, kind: ErrorKind, why: str, cloud: CloudFacts | None = None) -> None:
+        """End a create that produced no usable node: FAILED, with the slot's backoff."""
+        update = budget.create_failed(self.view, self.inc, kind, why)
+        self.move(
+            P.FAILED,
+            _with_retry(why, update, self.now),
+            end_reason=f"create failed: {kind.value}",
+            cloud=cloud,
+            slot_update=update,
+        )
+        if kind in HARD_ERRORS:
+            self.notice(
+                f"create-failed/{self.inc.id}",
+                Severity.ERROR,
+                f"creating {self.inc.node_name} in {self.inc.zone} failed ({update.last_error}); "
+                f"a person must fix this; {_with_retry('retrying', update, self.now)}",
+            )
+
+    def notice(self, key: str, severity: Severity, message: str) -> None:
+        self.actions.append(
+            Notice(
+                key=key,
+                severity=severity,
+                fleet=self.inc.fleet,
+                node=self.inc.node_name,
+                reason=message,
+            )
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Moves that end a node
+
+
+def die(step: Step, reason: str, facts: CloudFacts, s: Sighting) -> None:
+    """An unplanned death of a READY node: DEAD, then delete (or DELETED if nothing is left)."""
+    step.move(
+        P.DEAD,
+        reason,
+        end_reason=reason,
+        cloud=facts,
+        slot_update=budget.node_died(step.view, step.inc),
+    )
+    if s.gone:
+        step.move(P.DELETED, "nothing left to delete")
+    else:
+        step.delete("dead: delete it at once")
+
+
+def fail_dead(step: Step, reason: str, kind: ErrorKind, facts: CloudFacts, s: Sighting) -> None:
+    """A pending create that left a dead resource behind: DEAD and delete, slot backoff."""
+    step.move(
+        P.DEAD,
+        reason,
+        end_reason=reason,
+        cloud=facts,
+        slot_update=budget.create_failed(step.view, step.inc, kind, reason),
+    )
+    if s.gone:
+        step.move(P.DELETED, "nothing left to delete")
+    else:
+        step.delete("dead: delete it at once")
+
+
+def external_delete(step: Step, facts: CloudFacts) -> None:
+    """Someone else is deleting the node: follow it to DELETING; the slot counts a death."""
+    step.move(
+        P.DELETING,
+        "being deleted outside tpucared",
+        end_reason="deleted outside tpucared",
+        cloud=facts,
+        slot_update=budget.node_died(step.view, step.inc),
+    )
+
+
+def _end_without_delete(step: Step, why: str) -> None:
+    reason = f"{why}; the name is now held by a node that is not ours: nothing to delete"
+    if step.phase in PENDING:
+        step.move(P.FAILED, reason, end_reason=why)
+        return
+    if step.phase is P.READY:
+        step.move(P.DEAD, reason, end_reason=why)
+    step.move(P.DELETED, reason)
+
+
+# ---------------------------------------------------------------------------------------------
+# Facts, ownership, expiry
+
+
+def ours(view: View, inc: IncarnationRecord, s: Sighting) -> bool:
+    """Every listed part (node, queued resource) carries our labels for this fleet."""
+    parts = [r.labels for r in (s.node, s.queued) if r is not None]
+    return all(
+        labels.get(OWNER_LABEL) == view.owner and labels.get(FLEET_LABEL) == inc.fleet
+        for labels in parts
+    )
+
+
+def _name_held_by_another(view: View, inc: IncarnationRecord) -> bool:
+    """A successful list shows the incarnation's name held by something not ours (checked
+    on whichever of the node and queued lists succeeded)."""
+    occupant = view.occupant(inc.zone, inc.node_name)
+    if occupant is None:
+        return False
+    held = []
+    if occupant.node is not None and view.zone_known(inc.zone):
+        held.append(occupant.node.labels)
+    if occupant.queued is not None and view.zone_known(inc.zone, queued=True):
+        held.append(occupant.queued.labels)
+    return any(
+        labels.get(OWNER_LABEL) != view.owner or labels.get(FLEET_LABEL) != inc.fleet
+        for labels in held
+    )
+
+
+def labels_pending(inc: IncarnationRecord, s: Sighting) -> bool:
+    """A node we are creating, listed without any labels yet: no verdict until it has some."""
+    node = s.node
+    return (
+        inc.phase in PENDING
+        and node is not None
+        and node.state is CloudState.CREATING
+        and not node.labels
+        and s.queued is None
+    )
+
+
+def cloud_facts(step: Step, s: Sighting, *, endpoints: bool = False) -> CloudFacts:
+    """What the lists show of the incarnation, as facts to record: a state (or an unhealthy
+    streak) that has not changed keeps its recorded start."""
+    inc, now = step.inc, step.now
+    node, qr = s.node, s.queued
+    health: str | None = None
+    cloud_id, create_time = inc.cloud_id, inc.create_time
+    if node is not None:
+        state = node.state.value
+        health = node.health
+        cloud_id = node.cloud_id or cloud_id
+        create_time = node.create_time or create_time
+    elif qr is not None:
+        state = queued_pseudo_state(qr.state)
+    else:
+        state = ABSENT
+    same = state == inc.cloud_state and inc.cloud_state_since is not None
+    unhealthy_since = None
+    if is_unhealthy(health):
+        streak = is_unhealthy(inc.health) and inc.unhealthy_since is not None
+        unhealthy_since = inc.unhealthy_since if streak else now
+    return CloudFacts(
+        cloud_state=state,
+        cloud_state_since=inc.cloud_state_since if same else now,
+        health=health,
+        unhealthy_since=unhealthy_since,
+        cloud_id=cloud_id,
+        create_time=create_time,
+        endpoints=node.endpoints if endpoints and node is not None else None,
+    )
+
+
+def _differs(inc: IncarnationRecord, f: CloudFacts) -> bool:
+    return (
+        f.cloud_state != inc.cloud_state
+        or f.cloud_state_since != inc.cloud_state_since
+        or f.health != inc.health
+        or f.unhealthy_since != inc.unhealthy_since
+        or f.cloud_id != inc.cloud_id
+        or f.create_time != inc.create_time
+    )
+
+
+def stuck_reason(step: Step, rule: str, start: datetime | None, what: str) -> str | None:
+    """Why `what`, lasting since `start`, counts as stuck by the timeout `rule`
+    (core/nodes/stuck.py); None while it has not timed out or has no timeout."""
+    timeout = step.view.policy.timeout(rule)
+    if timeout is None or start is None:
+        return None
+    age = step.now - start
+    if age < timeout:
+        return None
+    return f"stuck: {what} for {_fmt(age)} (timeout {rule} = {_fmt(timeout)})"
+
+
+def _with_retry(why: str, update: SlotUpdate, now: datetime) -> str:
+    zone = f" in {update.next_zone}" if update.next_zone else ""
+    if update.next_create_at is None:
+        return f"{why}; next create{zone} at once"
+    return f"{why}; next create{zone} in {_fmt(update.next_create_at - now)}"
