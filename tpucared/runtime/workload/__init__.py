@@ -1,7 +1,8 @@
 """The daemon's worker side: the workload on every worker of a slice, over SSH.
 
-- `runner`   probes a slice's workers and carries out workload actions (launch, stop,
-             cleanup, finish): the workload is relaunched in `WorkloadRunner.launch`.
+- `runner`   probes a slice's workers, and hands workload actions to its executor.
+- `executor` carries out workload actions (launch, stop, cleanup, finish): the workload is
+             (re)launched in `WorkloadExecutor._launch`.
 - `jobs`     one background job per slot, a probe or a chain of actions; only starts and
              cancels, the decisions are core's.
 - `hosts`    SSH targets of an incarnation's workers, host keys pinned.

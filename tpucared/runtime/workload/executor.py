@@ -1,0 +1,397 @@
+"""The workload executor: the runner's acting side, workload actions carried out on a slice.
+
+`WorkloadExecutor.execute` follows the contract in core/workload/actions.py, one action at a
+time: FinishAttempt and MarkSlotDone are store writes; StopWorkload frees the TPU of an attempt
+on every worker (`_cleanup`); LaunchWorkload checks its preconditions, frees the TPU of the
+previous attempt on the node, records the new one (intent before the launch) and starts it
+detached on every worker: the workload is (re)launched here, in `_launch`. Secret values are
+read from the daemon's environment at launch, registered for log redaction, and reach the
+workers only as a 0600 file written through SSH stdin: never the database, node metadata,
+logs, or a command line. What the planner must know of a cleanup (workers whose TPU stays
+held) waits in `busy` for the next probe. The SSH pool, host key pins and options are the
+runner's (runtime/workload/runner.py), which makes one executor and hands it every workload
+action.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import structlog
+
+from tpucared.core.model.records import IncarnationRecord, NodePhase, SlotRecord, WorkerRecord
+from tpucared.core.model.specs import WorkloadSpec
+from tpucared.core.planning.actions import Action
+from tpucared.core.workload.actions import (
+    FinishAttempt,
+    LaunchWorkload,
+    MarkSlotDone,
+    StopWorkload,
+)
+from tpucared.logsetup import register_secret
+from tpucared.runtime.workload import layout
+from tpucared.runtime.workload.hosts import WorkerHosts
+from tpucared.ssh import (
+    CleanupState,
+    ConnectionPool,
+    FileUpload,
+    LaunchState,
+    ScriptOutputError,
+    Target,
+    WorkerResult,
+    cleanup_script,
+    launch_script,
+    parse_cleanup,
+    parse_launch,
+    run_on_all,
+    secrets_file_contents,
+    sh_command,
+    upload,
+    workload_environment,
+)
+from tpucared.store import NotFound, StaleWrite, Store
+
+if TYPE_CHECKING:
+    from tpucared.runtime.workload.runner import RunnerOptions
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class _Slice:
+    """A slot's READY incarnation as stored when an action runs, with its SSH targets."""
+
+    inc: IncarnationRecord
+    slot: SlotRecord
+    targets: list[Target]
+
+
+class WorkloadExecutor:
+    """Carries out workload actions on the workers of a slot's READY incarnation."""
+
+    def __init__(
+        self,
+        store: Store,
+        workloads: Mapping[str, WorkloadSpec],
+        hosts: WorkerHosts,
+        pool: ConnectionPool,
+        options: RunnerOptions,
+        environ: Mapping[str, str],
+    ) -> None:
+        self._store = store
+        self._workloads = workloads
+        self._hosts = hosts
+        self._pool = pool
+        self._options = options
+        self._environ = environ
+        # Incarnation -> workers whose TPU the last cleanup left held: the next probe says so.
+        self.busy: dict[int, tuple[int, ...]] = {}
+
+    def forget(self, live: set[int]) -> None:
+        """Drop what is remembered about incarnations that are not live any more."""
+        self.busy = {i: w for i, w in self.busy.items() if i in live}
+
+    async def execute(self, action: Action, now: datetime) -> None:
+        """One workload action; one whose records moved on since the plan is skipped."""
+        bound = log.bind(fleet=_slot_of(action)[0], slot=_slot_of(action)[1], action=action.kind)
+        try:
+            if isinstance(action, FinishAttempt):
+                await self._finish(action, now)
+            elif isinstance(action, MarkSlotDone):
+                async with self._store.write() as tx:
+                    await tx.update_slot(action.fleet, action.slot, now, done=True,
+                                         reason=action.reason)  # fmt: skip
+            elif isinstance(action, StopWorkload):
+                await self._stop(action, now)
+            elif isinstance(action, LaunchWorkload):
+                await self._launch(action, now)
+            else:
+                raise TypeError(f"not a workload action: {action.kind}")
+        except (StaleWrite, NotFound) as exc:
+            # The records moved on since the plan (e.g. the node died meanwhile): skipped,
+            # as the node executor skips a stale node action; the next plan decides afresh.
+            bound.info("workload.stale_action", error=str(exc))
+
+    async def _finish(self, a: FinishAttempt, now: datetime) -> None:
+        async with self._store.write() as tx:
+            await tx.finish_attempt(
+                a.attempt_id,
+                a.outcome,
+                now,
+                exit_codes=a.exit_codes,
+                detail=a.detail,
+                reason=f"{a.fleet}/{a.slot}: {a.reason}",
+            )
+        log.info("workload.finished", fleet=a.fleet, slot=a.slot, attempt=a.attempt,
+                 outcome=a.outcome.value, detail=a.detail)  # fmt: skip
+
+    async def _stop(self, a: StopWorkload, now: datetime) -> None:
+        s = await self._slice(a.incarnation_id)
+        if s is None:
+            return
+        await self._cleanup(s, a.attempt, now)
+
+    async def _launch(self, a: LaunchWorkload, now: datetime) -> None:
+        """LaunchWorkload: preconditions, then the attempt's record, then its runs."""
+        bound = log.bind(fleet=a.fleet, slot=a.slot, attempt=a.attempt, node=a.node_name)
+        spec = self._workloads.get(a.fleet)
+        s = await self._slice(a.incarnation_id)
+        if spec is None or s is None:
+            bound.info("workload.launch_skipped", why="no workload or the node is not READY")
+            return
+        secrets = self._read_secrets(spec)
+        if secrets is None:
+            bound.warning("workload.launch_blocked", why=launch_blocked(spec, self._environ))
+            return
+        try:
+            files = await asyncio.to_thread(_local_files, spec)
+        except (OSError, ValueError) as exc:
+            # Gone since the probe checked: the next probe reports it (SlotProbe.blocked).
+            bound.warning("workload.launch_blocked", why=f"workload.files: {exc}")
+            return
+        slot = await self._record_attempt(a, s, now)
+        if slot is None:
+            bound.info("workload.launch_skipped", why="the attempt is not running any more")
+            return
+        if secrets:
+            # Overwritten at every launch: the values are the daemon's current ones.
+            contents = secrets_file_contents(secrets)
+            files.append(FileUpload(layout.secrets_path(slot.run_id), contents, 0o600))
+        if files and not await self._upload(s, files):
+            return
+        states = await self._start_runs(a, s, spec, slot, with_secrets=bool(secrets))
+        failed = {w: why for w, why in states.items() if why not in ("started", "running")}
+        (bound.warning if failed else bound.info)(
+            "workload.launched", resume=a.attempt_id is not None, workers=states
+        )
+        if failed:
+            message = f"attempt {a.attempt} did not start on workers {sorted(failed)}: {failed}"
+            await self._event(s, "workload.launch_failed", now, message, workers=failed)
+
+    async def _record_attempt(
+        self, a: LaunchWorkload, s: _Slice, now: datetime
+    ) -> SlotRecord | None:
+        """A new attempt: free the TPU of the previous one, then record this one (intent
+        before the launch). A resume: check that the attempt still runs. Returns the slot's
+        record as the launch's environment reports it, or None to stop here."""
+        if a.attempt_id is not None:
+            async with self._store.read() as r:
+                recorded = await r.workload_attempt(a.attempt_id)
+            return s.slot if recorded is not None and recorded.ended_at is None else None
+        if a.clean_after is not None and not await self._cleanup(s, a.clean_after, now):
+            return None
+        async with self._store.write() as tx:
+            attempt = await tx.start_attempt(s.inc.id, now, reason=a.reason)
+            if attempt.number != a.attempt:  # a stale plan: roll the record back
+                raise StaleWrite(f"attempt number of {a.fleet}/{a.slot}", a.attempt,
+                                 attempt.number)  # fmt: skip
+            # After this tick's FinishAttempt: TPUCARED_FAILURES counts that failure.
+            return await tx.slot(a.fleet, a.slot) or s.slot
+
+    async def _start_runs(
+        self, a: LaunchWorkload, s: _Slice, spec: WorkloadSpec, slot: SlotRecord, *,
+        with_secrets: bool,
+    ) -> dict[int, str]:  # fmt: skip
+        """Launch the attempt detached on every worker; each worker's launch state."""
+        run_dir = layout.attempt_dir(slot.run_id, a.attempt)
+        command = layout.workload_command(spec)
+        secrets_file = layout.secrets_path(slot.run_id) if with_secrets else None
+
+        def launch_for(t: Target) -> str:
+            env = workload_environment(
+                fleet=a.fleet,
+                slot=a.slot,
+                node=s.inc.node_name,
+                worker=t.worker,
+                num_workers=len(s.targets),
+                run_id=slot.run_id,
+                attempt=a.attempt,
+                preemptions=slot.preemptions,
+                failures=slot.failures,
+                env=spec.env,
+            )
+            return sh_command(launch_script(run_dir, command, env, secrets_file))
+
+        results = await run_on_all(
+            s.targets,
+            launch_for,
+            pool=self._pool,
+            retry=self._options.retry,
+            command_timeout=self._options.command_timeout,
+            label="launch",
+        )
+        await self._hosts.remember(s.inc, s.targets, results)
+        return {r.worker: _launch_state(r) for r in results}
+
+    def _read_secrets(self, spec: WorkloadSpec) -> dict[str, str] | None:
+        """Secret name -> value from the daemon's environment (None if one is missing),
+        each value registered for redaction before anything could log it."""
+        values: dict[str, str] = {}
+        for name, var in spec.secrets.items():
+            value = self._environ.get(var)
+            if value is None:
+                return None
+            register_secret(value)
+            values[name] = value
+        return values
+
+    async def _upload(self, s: _Slice, files: list[FileUpload]) -> bool:
+        results = await upload(
+            s.targets,
+            files,
+            pool=self._pool,
+            retry=self._options.retry,
+            command_timeout=self._options.command_timeout,
+        )
+        await self._hosts.remember(s.inc, s.targets, results)
+        failed = {r.worker: why_failed(r) for r in results if not r.ok}
+        if failed:
+            # The attempt stays recorded: the next probe shows it never started and the
+            # planner launches it again or fails it.
+            log.warning("workload.upload_failed", fleet=s.inc.fleet, slot=s.inc.slot,
+                        node=s.inc.node_name, workers=failed)  # fmt: skip
+        return not failed
+
+    async def _cleanup(self, s: _Slice, attempt: int, now: datetime) -> bool:
+        """Free the TPU of `attempt` on every worker; True when every worker is clean.
+        Busy workers are remembered for the next probe (the planner replaces the node)."""
+        script = cleanup_script(
+            layout.attempt_dir(s.slot.run_id, attempt),
+            grace_seconds=self._options.cleanup_grace,
+            device_patterns=self._options.device_patterns,
+            lockfile=self._options.lockfile,
+        )
+        results = await run_on_all(
+            s.targets,
+            sh_command(script),
+            pool=self._pool,
+            retry=self._options.retry,
+            command_timeout=self._options.command_timeout,
+            label="cleanup",
+        )
+        await self._hosts.remember(s.inc, s.targets, results)
+        report: dict[int, str] = {}
+        busy: list[int] = []
+        for r in results:
+            if not r.completed or r.exit_status != 0:
+                report[r.worker] = f"not cleaned: {why_failed(r)}"
+                continue
+            try:
+                c = parse_cleanup(r.stdout_tail)
+            except ScriptOutputError as exc:
+                report[r.worker] = f"not cleaned: {exc}"
+                continue
+            report[r.worker] = f"{c.state.value} (group {c.group}, {c.holders_killed} holders)"
+            if c.state is CleanupState.BUSY:
+                busy.append(r.worker)
+                report[r.worker] += f" held by pids {list(c.busy_pids)}"
+        clean = all(v.startswith(CleanupState.CLEAN.value) for v in report.values())
+        if busy:
+            self.busy[s.inc.id] = tuple(sorted(busy))
+        else:
+            self.busy.pop(s.inc.id, None)
+        (log.info if clean else log.warning)(
+            "workload.cleanup", fleet=s.inc.fleet, slot=s.inc.slot, attempt=attempt, workers=report
+        )
+        if not clean:
+            message = f"cleanup of attempt {attempt}: {report}"
+            await self._event(s, "workload.cleanup_incomplete", now, message, workers=report)
+        return clean
+
+    async def _slice(self, incarnation_id: int) -> _Slice | None:
+        async with self._store.read() as r:
+            inc = await r.incarnation(incarnation_id)
+            if inc is None or inc.phase is not NodePhase.READY:
+                return None
+            workers = (await r.workers([inc.id])).get(inc.id, ())
+            slot = await r.slot(inc.fleet, inc.slot)
+        if slot is None or not workers:
+            return None
+        targets = await targets_or_why(self._hosts, inc, workers)
+        if isinstance(targets, str):
+            log.warning("workload.no_targets", node=inc.node_name, why=targets)
+            return None
+        return _Slice(inc, slot, targets)
+
+    async def _event(
+        self, s: _Slice, kind: str, now: datetime, message: str, **details: object
+    ) -> None:
+        async with self._store.write() as tx:
+            await tx.append_event(kind, f"{s.inc.node_name}: {message}", now, fleet=s.inc.fleet,
+                                  slot=s.inc.slot, node=s.inc.node_name,
+                                  incarnation_id=s.inc.id, details=details)  # fmt: skip
+
+
+def _slot_of(a: Action) -> tuple[str, int]:
+    assert isinstance(a, LaunchWorkload | StopWorkload | FinishAttempt | MarkSlotDone)
+    return (a.fleet, a.slot)
+
+
+def chains_by_slot(actions: Iterable[Action]) -> dict[tuple[str, int], list[Action]]:
+    """Workload actions grouped by slot, each slot's in plan order: one chain per slot."""
+    chains: dict[tuple[str, int], list[Action]] = {}
+    for a in actions:
+        chains.setdefault(_slot_of(a), []).append(a)
+    return chains
+
+
+def _local_files(spec: WorkloadSpec) -> list[FileUpload]:
+    return [FileUpload.from_local(local, remote) for local, remote in spec.files.items()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Also used by the probing side (runner.py)
+
+
+def why_failed(r: WorkerResult) -> str:
+    """Why a worker's command did not succeed, in one line: the SSH error, the signal, or the
+    exit status with the last line of stderr."""
+    if r.error is not None:
+        return f"{r.error.value}: {r.error_message}"
+    if r.exit_signal is not None:
+        return f"killed by SIG{r.exit_signal}"
+    tail = r.stderr_tail.strip().splitlines()[-1:] or [""]
+    return f"exit {r.exit_status}" + (f": {tail[0][:200]}" if tail[0] else "")
+
+
+async def targets_or_why(
+    hosts: WorkerHosts, inc: IncarnationRecord, workers: Sequence[WorkerRecord]
+) -> list[Target] | str:
+    """The workers' SSH targets, or why there are none (e.g. no external IP)."""
+    try:
+        return await hosts.targets(inc, workers)
+    except ValueError as exc:
+        return str(exc)
+
+
+def launch_blocked(spec: WorkloadSpec, environ: Mapping[str, str]) -> str | None:
+    """Why a launch cannot work now, as far as the daemon itself can tell."""
+    missing = sorted(var for var in spec.secrets.values() if var not in environ)
+    if missing:
+        return f"the daemon's environment lacks {', '.join(missing)} (workload.secrets)"
+    absent = sorted(local for local in spec.files if not Path(local).is_file())
+    if absent:
+        return f"workload.files: {', '.join(absent)} not found"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _launch_state(r: WorkerResult) -> str:
+    if not r.completed:
+        return why_failed(r)
+    try:
+        launched = parse_launch(r.stdout_tail)
+    except ScriptOutputError as exc:
+        return f"{why_failed(r)}: {exc}"
+    if launched.state is LaunchState.ERROR:
+        return f"error: {launched.reason}"
+    if launched.state is LaunchState.EXITED:
+        return f"exited {launched.exit_code}"
+    return launched.state.value
