@@ -5,5 +5,7 @@ Called by `core/planning/tick.py` for every slot, after the node planner.
 - `inputs`    what the workload planner reads: fresh probes of the workers, stored attempts.
 - `planner`   one slot's attempt + this tick's probe -> next steps (launch, cleanup, relaunch,
               give up, replace the node); the crash backoff.
+- `judge`     the running attempt + this tick's probe -> its verdict (ends how, resumes, or
+              runs on), for the planner.
 - `actions`   the workload actions and the contract the workload runner honours for each.
 """

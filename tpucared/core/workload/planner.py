@@ -6,27 +6,9 @@ with a running attempt, after the node sub-planners (core/planning/tick.py compo
 applied. It returns workload actions (core/workload/actions.py), node replacements
 (`DeleteNode`), notices, and holds that tell people why nothing launches yet.
 
-A slice is all-or-nothing: every worker runs the same attempt, and when one worker's run ends
-or disappears while the node stays READY, the attempt ends on every worker. Rules for the
-running attempt, first match wins:
-
-  node not READY after this plan, or   SUCCEEDED if the probe saw exit 0 on every worker;
-  the attempt's node is gone           CANCELLED if the slot is no longer wanted (or the fleet
-                                       lost its workload); PREEMPTED otherwise (the node
-                                       planner counts the preemption itself)
-  fleet lost its workload / unwanted   CANCELLED, stop
-  no probe of this attempt this tick   keep watching (e.g. after a daemon restart: re-attach,
-                                       never relaunch blindly)
-  a worker rebooted                    PREEMPTED, stop
-  a worker exited non-zero or died     FAILED, stop every worker
-  a worker unreachable                 wait `unreachable_grace`, then PREEMPTED and replace
-                                       the node (the API can show READY for a dead machine)
-  a worker never started the attempt   within `launch_grace` of its start, and no worker
-                                       ended: launch it again there (resume, idempotent);
-                                       else FAILED, stop
-  every worker exited 0                SUCCEEDED
-  some exited 0, others still run      wait `exit_grace` for the rest, then FAILED, stop
-  every log quiet for `hang_timeout`   HUNG, stop
+First the running attempt, if any, is judged (core/workload/judge.py has its rules): it ends
+(FinishAttempt, with a StopWorkload when its processes may still run, or a node replacement),
+is resumed where some workers never started it, or is watched on.
 
 Then, with no attempt running (or one just finished), whether to launch the next one on the
 slot's READY node (`attempt` = slot.attempts + 1, so numbers only grow):
@@ -51,7 +33,6 @@ slot's READY node (`attempt` = slot.attempts + 1, so numbers only grow):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -74,13 +55,8 @@ from tpucared.core.workload.actions import (
     MarkSlotDone,
     StopWorkload,
 )
-from tpucared.core.workload.inputs import (
-    NEVER_STARTED,
-    REBOOTED,
-    SlotProbe,
-    WorkerProbe,
-    WorkerState,
-)
+from tpucared.core.workload.inputs import SlotProbe, WorkerState
+from tpucared.core.workload.judge import earliest_since, judge, worker_names
 
 P = NodePhase
 Out = AttemptOutcome
@@ -136,27 +112,16 @@ class SlotPlan:
     holds: list[Hold] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class _Verdict:
-    """How the running attempt ends (or that it is resumed)."""
-
-    outcome: AttemptOutcome | None
-    detail: str
-    codes: dict[int, int | None] = field(default_factory=dict)
-    stop: bool = False  # its processes may still run on a READY node: stop every worker
-    replace: str | None = None  # replace the node; the end reason (at most 64 characters)
-    resume: bool = False
-
-
 def plan_slot(w: SlotWork, policy: WorkloadPolicy) -> SlotPlan:
-    """One slot's workload actions and holds at `w.now` (the rules in the module docstring):
-    end the running attempt if its verdict says so, then decide on the next one."""
+    """One slot's workload actions and holds at `w.now` (the rules in the module docstrings
+    here and in judge.py): end the running attempt if its verdict says so, then decide on the
+    next one."""
     out = SlotPlan()
     last = w.last
     failures = w.slot.failures if w.slot is not None else 0
     stop_attempt: WorkloadAttemptRecord | None = None
     if last is not None and last.ended_at is None:
-        verdict = _judge(w, last, policy)
+        verdict = judge(w, last, policy)
         if verdict is None:
             return out
         if verdict.resume:
@@ -216,98 +181,6 @@ def plan_slot(w: SlotWork, policy: WorkloadPolicy) -> SlotPlan:
 
 
 # ---------------------------------------------------------------------------------------------
-# The running attempt
-
-
-def _judge(w: SlotWork, a: WorkloadAttemptRecord, policy: WorkloadPolicy) -> _Verdict | None:
-    node = w.node
-    on_node = node is not None and node.id == a.incarnation_id
-    probe = w.probe
-    if probe is not None and not (
-        on_node
-        and probe.incarnation_id == a.incarnation_id
-        and probe.attempt == a.number
-        and probe.workers
-    ):
-        probe = None  # a probe of another node or attempt says nothing about this one
-    codes = _codes(probe)
-    if not on_node or w.phase_after is not P.READY:
-        if probe is not None and _all_exited_zero(probe.workers):
-            return _Verdict(Out.SUCCEEDED, "exited 0 on every worker", codes)
-        if w.spec is None or w.unwanted is not None:
-            why = w.unwanted or "the fleet has no workload any more"
-            return _Verdict(Out.CANCELLED, f"stopped: {why}", codes)
-        if on_node and node is not None and w.phase_after is not None:
-            where = f"{node.node_name} is {w.phase_after.value}"
-        else:
-            where = f"its node (incarnation #{a.incarnation_id}) is gone"
-        return _Verdict(Out.PREEMPTED, where, codes)
-    assert node is not None
-    if w.spec is None or w.unwanted is not None:
-        why = w.unwanted or "the fleet has no workload any more"
-        return _Verdict(Out.CANCELLED, f"stopped: {why}", codes, stop=True)
-    if probe is None:
-        return None
-    workers = probe.workers
-    rebooted = [p for p in workers if p.state is W.GONE and p.detail == REBOOTED]
-    if rebooted:
-        return _Verdict(Out.PREEMPTED, f"{_names(rebooted)} rebooted", codes, stop=True)
-    broken = [
-        p
-        for p in workers
-        if (p.state is W.EXITED and p.exit_code != 0)
-        or (p.state is W.GONE and p.detail != NEVER_STARTED)
-    ]
-    if broken:
-        return _Verdict(Out.FAILED, _story(workers), codes, stop=_may_run(workers))
-    unreachable = [p for p in workers if p.state is W.UNREACHABLE]
-    if unreachable:
-        since = _earliest(unreachable, w.now)
-        if w.now - since < policy.unreachable_grace:
-            return None
-        detail = f"{_names(unreachable)} unreachable for {fmt(w.now - since)}: " + "; ".join(
-            p.describe() for p in unreachable
-        )
-        return _Verdict(Out.PREEMPTED, detail, codes, replace="replaced: workers unreachable")
-    never = [p for p in workers if p.state is W.GONE]  # NEVER_STARTED, the only GONE left
-    if never:
-        rest_running = all(p.state is W.RUNNING for p in workers if p not in never)
-        if rest_running and w.now - a.started_at < policy.launch_grace:
-            return _Verdict(
-                None,
-                f"attempt {a.number} has not started on {_names(never)}: launch it there",
-                resume=True,
-            )
-        return _Verdict(
-            Out.FAILED,
-            f"never started on {_names(never)} ({fmt(w.now - a.started_at)} after launch)",
-            codes,
-            stop=_may_run(workers),
-        )
-    running = [p for p in workers if p.state is W.RUNNING]
-    if not running:
-        return _Verdict(Out.SUCCEEDED, "exited 0 on every worker", codes)
-    if len(running) < len(workers):
-        first = _earliest([p for p in workers if p.state is W.EXITED], w.now)
-        if w.now - first < policy.exit_grace:
-            return None
-        exited = [p for p in workers if p.state is W.EXITED]
-        detail = (
-            f"{_names(exited)} exited 0 but {_names(running)} still running "
-            f"{fmt(w.now - first)} later"
-        )
-        return _Verdict(Out.FAILED, detail, codes, stop=True)
-    hang = w.spec.hang_timeout
-    if hang is not None:
-        # Hung only when no worker's log grows: often only worker 0 logs at all.
-        quiet = max(max((p.log_since or w.now) for p in workers), a.started_at)
-        if w.now - quiet >= timedelta(seconds=hang):
-            detail = f"no log output on any worker for {fmt(w.now - quiet)} (hang_timeout)"
-            return _Verdict(Out.HUNG, detail, codes, stop=True)
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
 # The next attempt
 
 
@@ -364,8 +237,8 @@ def _next(
         return None
     unreachable = [p for p in probe.workers if p.state is W.UNREACHABLE]
     if unreachable:
-        since = _earliest(unreachable, w.now)
-        detail = f"{_names(unreachable)} unreachable over SSH for {fmt(w.now - since)}"
+        since = earliest_since(unreachable, w.now)
+        detail = f"{worker_names(unreachable)} unreachable over SSH for {fmt(w.now - since)}"
         if w.now - since >= policy.unreachable_grace:
             out.actions.append(_replace(node, "replaced: workers unreachable", detail))
         else:
@@ -457,41 +330,6 @@ def _replace(node: IncarnationRecord, end_reason: str, why: str) -> DeleteNode:
 def _hold(w: SlotWork, reason: str, until: datetime | None = None) -> Hold:
     name = w.node.node_name if w.node is not None else f"{w.fleet}-{w.index}"
     return Hold(fleet=w.fleet, slot=w.index, node_name=name, reason=reason, until=until)
-
-
-def _codes(probe: SlotProbe | None) -> dict[int, int | None]:
-    if probe is None:
-        return {}
-    return {p.worker: p.exit_code if p.state is W.EXITED else None for p in probe.workers}
-
-
-def _all_exited_zero(workers: Iterable[WorkerProbe]) -> bool:
-    ws = list(workers)
-    return bool(ws) and all(p.state is W.EXITED and p.exit_code == 0 for p in ws)
-
-
-def _may_run(workers: Iterable[WorkerProbe]) -> bool:
-    """Some worker may still run the attempt (or we cannot tell): it must be stopped."""
-    return any(p.state in (W.RUNNING, W.UNREACHABLE) for p in workers)
-
-
-def _earliest(workers: Iterable[WorkerProbe], now: datetime) -> datetime:
-    return min((p.since or now) for p in workers)
-
-
-def _names(workers: list[WorkerProbe]) -> str:
-    indexes = ", ".join(str(p.worker) for p in workers)
-    return f"worker {indexes}" if len(workers) == 1 else f"workers {indexes}"
-
-
-def _story(workers: tuple[WorkerProbe, ...]) -> str:
-    """`worker 2 exited 1; worker 3 gone (died); workers 0, 1 running`."""
-    groups: dict[str, list[WorkerProbe]] = {}
-    for p in workers:
-        groups.setdefault(p.describe(), []).append(p)
-    # Ends first: they are the news.
-    order = sorted(groups.items(), key=lambda kv: (kv[1][0].state is W.RUNNING, kv[0]))
-    return "; ".join(f"{_names(ps)} {what}" for what, ps in order)
 
 
 def _last_story(last: WorkloadAttemptRecord | None) -> str:
