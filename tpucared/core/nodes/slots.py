@@ -23,6 +23,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, replace
+from datetime import datetime
 
 from tpucared.core.model.records import SlotRecord
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, FleetSpec, Provisioning
@@ -82,7 +83,6 @@ def plan_creates(
     actions: list[Action] = []
     holds: list[Hold] = []
     total = sum(in_flight.values())
-    policy = view.policy
     wanted = sorted(
         (index, view.order(spec.name), spec)
         for spec in view.specs.values()
@@ -96,25 +96,7 @@ def plan_creates(
         name = spec.node_name(index)
         if slot.done or view.unwanted(spec.name, index) is not None:
             continue
-
-        why_not: str | None = None
-        until = None
-        if key in busy:
-            why_not = f"the previous node is still {busy[key]}; its name is not free yet"
-        elif slot.next_create_at is not None and view.now < slot.next_create_at:
-            until = slot.next_create_at
-            err = f"; last error: {slot.last_error}" if slot.last_error else ""
-            why_not = (
-                f"backoff until {until.isoformat(timespec='seconds')} after "
-                f"{slot.create_failures} failed create(s){err}"
-            )
-        elif total >= policy.max_creates:
-            why_not = f"create limit: {total} creates in flight (policy.max_creates)"
-        elif in_flight[spec.name] >= policy.max_creates_per_fleet:
-            why_not = (
-                f"create limit: {in_flight[spec.name]} creates in flight for {spec.name} "
-                "(policy.max_creates_per_fleet)"
-            )
+        why_not, until = _why_not_now(view, spec, slot, busy.get(key), total, in_flight)
         zone, note = (None, "") if why_not else _pick_zone(view, spec, slot, name)
         if zone is None:
             holds.append(
@@ -127,31 +109,67 @@ def plan_creates(
                 )
             )
             continue
-        queued = spec.provisioning is Provisioning.QUEUED
         # Counted while the call is in flight; a queued resource then waits uncounted.
         in_flight[spec.name] += 1
         total += 1
-        attempt = slot.create_failures + 1
-        reason = "slot has no node" if attempt == 1 else f"retry after {slot.last_error}"
-        if note:
-            reason = f"{reason}; {note}"
-        actions.append(
-            CreateNode(
-                fleet=spec.name,
-                slot=index,
-                node_name=name,
-                zone=zone,
-                accelerator_type=spec.accelerator_type,
-                runtime_version=spec.runtime_version,
-                capacity=spec.capacity,
-                provisioning=spec.provisioning,
-                labels={**spec.labels, FLEET_LABEL: spec.name, OWNER_LABEL: view.owner},
-                queued_resource=name if queued else None,
-                attempt=attempt,
-                reason=reason,
-            )
-        )
+        actions.append(_create(view, spec, slot, index, name, zone, note))
     return actions, holds
+
+
+def _why_not_now(
+    view: View,
+    spec: FleetSpec,
+    slot: SlotRecord,
+    previous: str | None,
+    total: int,
+    in_flight: Counter[str],
+) -> tuple[str | None, datetime | None]:
+    """Why the slot gets no create this tick whatever the zones show, and until when (for a
+    backoff): its previous node (in phase `previous`) still holds the name, its backoff, or
+    the create limits. (None, None) when nothing of that stands in the way."""
+    policy = view.policy
+    if previous is not None:
+        return f"the previous node is still {previous}; its name is not free yet", None
+    if slot.next_create_at is not None and view.now < slot.next_create_at:
+        until = slot.next_create_at
+        err = f"; last error: {slot.last_error}" if slot.last_error else ""
+        return (
+            f"backoff until {until.isoformat(timespec='seconds')} after "
+            f"{slot.create_failures} failed create(s){err}"
+        ), until
+    if total >= policy.max_creates:
+        return f"create limit: {total} creates in flight (policy.max_creates)", None
+    if in_flight[spec.name] >= policy.max_creates_per_fleet:
+        return (
+            f"create limit: {in_flight[spec.name]} creates in flight for {spec.name} "
+            "(policy.max_creates_per_fleet)"
+        ), None
+    return None, None
+
+
+def _create(
+    view: View, spec: FleetSpec, slot: SlotRecord, index: int, name: str, zone: str, note: str
+) -> CreateNode:
+    """The create of slot `index`'s node `name` in `zone`; `note`: which zones were skipped."""
+    queued = spec.provisioning is Provisioning.QUEUED
+    attempt = slot.create_failures + 1
+    reason = "slot has no node" if attempt == 1 else f"retry after {slot.last_error}"
+    if note:
+        reason = f"{reason}; {note}"
+    return CreateNode(
+        fleet=spec.name,
+        slot=index,
+        node_name=name,
+        zone=zone,
+        accelerator_type=spec.accelerator_type,
+        runtime_version=spec.runtime_version,
+        capacity=spec.capacity,
+        provisioning=spec.provisioning,
+        labels={**spec.labels, FLEET_LABEL: spec.name, OWNER_LABEL: view.owner},
+        queued_resource=name if queued else None,
+        attempt=attempt,
+        reason=reason,
+    )
 
 
 def _pick_zone(view: View, spec: FleetSpec, slot: SlotRecord, name: str) -> tuple[str | None, str]:

@@ -46,65 +46,79 @@ def plan_strays(view: View, occupied: set[tuple[str, int]]) -> list[Action]:
     for r in view.strays():
         fleet = r.fleet
         if r.owned_by(view.owner) and fleet is not None:
-            if not view.managed(fleet):
-                unmanaged.setdefault(fleet, []).append(f"{r.zone}/{r.name}")
-                continue
-            slot = slot_of(fleet, r.name)
-            if slot is None:
-                actions.append(
-                    Notice(
-                        key=f"badname/{r.zone}/{r.name}",
-                        severity=Severity.WARNING,
-                        fleet=fleet,
-                        node=r.name,
-                        reason=f"{r.zone}/{r.name} carries our labels for fleet {fleet} but "
-                        f"is not named {fleet}-<slot>: left alone",
-                    )
-                )
-                continue
-            if (fleet, slot) in occupied:
-                actions.append(
-                    Notice(
-                        key=f"duplicate/{r.zone}/{r.name}",
-                        severity=Severity.WARNING,
-                        fleet=fleet,
-                        node=r.name,
-                        reason=f"{r.name} in {r.zone} carries our labels but slot {slot} of "
-                        f"{fleet} already has a node: left alone until that one is gone",
-                    )
-                )
-                continue
-            occupied.add((fleet, slot))
-            actions.append(_adopt(view, r, fleet, slot))
-            continue
-        hit = _collision(view, r)
-        if hit is not None:
-            labels = r.labels
-            who = ", ".join(f"{k}={labels.get(k) or '-'}" for k in (FLEET_LABEL, OWNER_LABEL))
-            actions.append(
-                Notice(
-                    key=f"foreign/{r.zone}/{r.name}",
-                    severity=Severity.WARNING,
-                    fleet=hit,
-                    node=r.name,
-                    reason=f"{r.name} in {r.zone} is listed without our labels ({who}): "
-                    f"tpucared will not touch it; delete or rename it to free the name",
-                )
-            )
+            action = _our_stray(view, r, fleet, occupied, unmanaged)
+        else:
+            action = _foreign_stray(view, r)
+        if action is not None:
+            actions.append(action)
     for fleet, names in sorted(unmanaged.items()):
-        shown = ", ".join(sorted(names)[:_NAMES_SHOWN])
-        more = f" and {len(names) - _NAMES_SHOWN} more" if len(names) > _NAMES_SHOWN else ""
-        actions.append(
-            Notice(
-                key=f"unmanaged/{fleet}",
-                severity=Severity.WARNING,
-                fleet=fleet,
-                reason=f"fleet {fleet} is not in the config but owns {len(names)} node(s) "
-                f"({shown}{more}): left alone; add it back with size = 0, or run "
-                f"`tpucared down` for it, to delete them",
-            )
-        )
+        actions.append(_unmanaged_notice(fleet, names))
     return actions
+
+
+def _our_stray(
+    view: View,
+    r: Resource,
+    fleet: str,
+    occupied: set[tuple[str, int]],
+    unmanaged: dict[str, list[str]],
+) -> Action | None:
+    """A stray with our labels: adopted into its slot, or left alone (with a notice, or in
+    `unmanaged` for one notice per fleet)."""
+    if not view.managed(fleet):
+        unmanaged.setdefault(fleet, []).append(f"{r.zone}/{r.name}")
+        return None
+    slot = slot_of(fleet, r.name)
+    if slot is None:
+        return Notice(
+            key=f"badname/{r.zone}/{r.name}",
+            severity=Severity.WARNING,
+            fleet=fleet,
+            node=r.name,
+            reason=f"{r.zone}/{r.name} carries our labels for fleet {fleet} but "
+            f"is not named {fleet}-<slot>: left alone",
+        )
+    if (fleet, slot) in occupied:
+        return Notice(
+            key=f"duplicate/{r.zone}/{r.name}",
+            severity=Severity.WARNING,
+            fleet=fleet,
+            node=r.name,
+            reason=f"{r.name} in {r.zone} carries our labels but slot {slot} of "
+            f"{fleet} already has a node: left alone until that one is gone",
+        )
+    occupied.add((fleet, slot))
+    return _adopt(view, r, fleet, slot)
+
+
+def _foreign_stray(view: View, r: Resource) -> Notice | None:
+    """A stray without our labels: a notice if it holds the name of one of our slots."""
+    hit = _collision(view, r)
+    if hit is None:
+        return None
+    labels = r.labels
+    who = ", ".join(f"{k}={labels.get(k) or '-'}" for k in (FLEET_LABEL, OWNER_LABEL))
+    return Notice(
+        key=f"foreign/{r.zone}/{r.name}",
+        severity=Severity.WARNING,
+        fleet=hit,
+        node=r.name,
+        reason=f"{r.name} in {r.zone} is listed without our labels ({who}): "
+        f"tpucared will not touch it; delete or rename it to free the name",
+    )
+
+
+def _unmanaged_notice(fleet: str, names: list[str]) -> Notice:
+    shown = ", ".join(sorted(names)[:_NAMES_SHOWN])
+    more = f" and {len(names) - _NAMES_SHOWN} more" if len(names) > _NAMES_SHOWN else ""
+    return Notice(
+        key=f"unmanaged/{fleet}",
+        severity=Severity.WARNING,
+        fleet=fleet,
+        reason=f"fleet {fleet} is not in the config but owns {len(names)} node(s) "
+        f"({shown}{more}): left alone; add it back with size = 0, or run "
+        f"`tpucared down` for it, to delete them",
+    )
 
 
 def _adopt(view: View, r: Resource, fleet: str, slot: int) -> Adopt:

@@ -102,90 +102,99 @@ class _Store:
     def apply(self, action: Action) -> None:
         match action:
             case RecordFleet():
-                old = self.fleets.get(action.fleet)
-                self.fleets[action.fleet] = FleetRecord(
-                    name=action.fleet,
-                    spec_hash=action.spec_hash,
-                    spec_json=action.spec_json,
-                    applied_at=self.now,
-                    down=old.down if old else False,
-                )
+                self._record_fleet(action)
             case OpenSlot():
-                key = (action.fleet, action.slot)
-                if key not in self.slots:
-                    self.slots[key] = SlotRecord(
-                        fleet=action.fleet, index=action.slot, run_id=f"{key[0]}-{key[1]}-run"
-                    )
+                self._open_slot(action)
             case CreateNode():
-                if self.live_in_slot(action.fleet, action.slot):
-                    self.stale(f"create {action.node_name}: the slot has a live incarnation")
-                    return
-                new_id = self.next_id()
-                self.incs[new_id] = IncarnationRecord(
-                    id=new_id,
-                    fleet=action.fleet,
-                    slot=action.slot,
-                    node_name=action.node_name,
-                    zone=action.zone,
-                    accelerator_type=action.accelerator_type,
-                    phase=NodePhase.REQUESTED,
-                    phase_since=self.now,
-                    requested_at=self.now,
-                    queued_resource=action.queued_resource,
-                )
+                self._create(action)
             case DeleteNode():
-                inc = self.current(action.incarnation_id, action.expected)
-                if inc is None:
-                    return
-                if inc.phase is not NodePhase.DELETING:
-                    inc = self.move(inc, NodePhase.DELETING)
-                    if action.end_reason:
-                        inc = replace(inc, end_reason=action.end_reason)
-                self.incs[inc.id] = replace(
-                    inc, delete_calls=inc.delete_calls + 1, last_delete_at=self.now, error=None
-                )
+                self._delete(action)
             case Transition():
-                inc = self.current(action.incarnation_id, action.expected)
-                if inc is None:
-                    return
-                inc = self.move(inc, action.new)
-                if action.end_reason:
-                    inc = replace(inc, end_reason=action.end_reason)
-                if action.cloud is not None:
-                    inc = _with_facts(inc, action.cloud)
-                self.incs[inc.id] = inc
-                if action.slot_update is not None:
-                    self.slot_update(action.slot_update)
+                self._transition(action)
             case RecordCloud():
                 inc = self.current(action.incarnation_id, action.expected)
                 if inc is not None:
                     self.incs[inc.id] = _with_facts(inc, action.cloud)
             case Adopt():
-                if self.live_in_slot(action.fleet, action.slot):
-                    self.stale(f"adopt {action.node_name}: the slot has a live incarnation")
-                    return
-                self.apply(OpenSlot(fleet=action.fleet, slot=action.slot, reason=action.reason))
-                new_id = self.next_id()
-                inc = IncarnationRecord(
-                    id=new_id,
-                    fleet=action.fleet,
-                    slot=action.slot,
-                    node_name=action.node_name,
-                    zone=action.zone,
-                    accelerator_type=action.accelerator_type,
-                    phase=NodePhase.REQUESTED,
-                    phase_since=self.now,
-                    requested_at=self.now,
-                    queued_resource=action.queued_resource,
-                )
-                inc = _with_facts(self.move(inc, action.phase), action.cloud)
-                if action.end_reason:
-                    inc = replace(inc, end_reason=action.end_reason)
-                self.incs[new_id] = inc
+                self._adopt(action)
             case Notice():
                 pass  # the runtime remembers plan.standing
             case _:
                 raise TypeError(f"unknown action {action!r}")
+
+    def _record_fleet(self, action: RecordFleet) -> None:
+        old = self.fleets.get(action.fleet)
+        self.fleets[action.fleet] = FleetRecord(
+            name=action.fleet,
+            spec_hash=action.spec_hash,
+            spec_json=action.spec_json,
+            applied_at=self.now,
+            down=old.down if old else False,
+        )
+
+    def _open_slot(self, action: OpenSlot) -> None:
+        key = (action.fleet, action.slot)
+        if key not in self.slots:
+            self.slots[key] = SlotRecord(
+                fleet=action.fleet, index=action.slot, run_id=f"{key[0]}-{key[1]}-run"
+            )
+
+    def _requested(self, action: CreateNode | Adopt) -> IncarnationRecord:
+        """A new incarnation as a create or an adopt first records it: REQUESTED."""
+        return IncarnationRecord(
+            id=self.next_id(),
+            fleet=action.fleet,
+            slot=action.slot,
+            node_name=action.node_name,
+            zone=action.zone,
+            accelerator_type=action.accelerator_type,
+            phase=NodePhase.REQUESTED,
+            phase_since=self.now,
+            requested_at=self.now,
+            queued_resource=action.queued_resource,
+        )
+
+    def _create(self, action: CreateNode) -> None:
+        if self.live_in_slot(action.fleet, action.slot):
+            self.stale(f"create {action.node_name}: the slot has a live incarnation")
+            return
+        inc = self._requested(action)
+        self.incs[inc.id] = inc
+
+    def _delete(self, action: DeleteNode) -> None:
+        inc = self.current(action.incarnation_id, action.expected)
+        if inc is None:
+            return
+        if inc.phase is not NodePhase.DELETING:
+            inc = self.move(inc, NodePhase.DELETING)
+            if action.end_reason:
+                inc = replace(inc, end_reason=action.end_reason)
+        self.incs[inc.id] = replace(
+            inc, delete_calls=inc.delete_calls + 1, last_delete_at=self.now, error=None
+        )
+
+    def _transition(self, action: Transition) -> None:
+        inc = self.current(action.incarnation_id, action.expected)
+        if inc is None:
+            return
+        inc = self.move(inc, action.new)
+        if action.end_reason:
+            inc = replace(inc, end_reason=action.end_reason)
+        if action.cloud is not None:
+            inc = _with_facts(inc, action.cloud)
+        self.incs[inc.id] = inc
+        if action.slot_update is not None:
+            self.slot_update(action.slot_update)
+
+    def _adopt(self, action: Adopt) -> None:
+        if self.live_in_slot(action.fleet, action.slot):
+            self.stale(f"adopt {action.node_name}: the slot has a live incarnation")
+            return
+        self.apply(OpenSlot(fleet=action.fleet, slot=action.slot, reason=action.reason))
+        inc = _with_facts(self.move(self._requested(action), action.phase), action.cloud)
+        if action.end_reason:
+            inc = replace(inc, end_reason=action.end_reason)
+        self.incs[inc.id] = inc
 
 
 def _with_facts(inc: IncarnationRecord, f: CloudFacts) -> IncarnationRecord:

@@ -69,33 +69,65 @@ def judge(w: SlotWork, a: WorkloadAttemptRecord, policy: WorkloadPolicy) -> Verd
     while it runs on, or while there is no news of it yet."""
     node = w.node
     on_node = node is not None and node.id == a.incarnation_id
-    probe = w.probe
-    if probe is not None and not (
-        on_node
-        and probe.incarnation_id == a.incarnation_id
-        and probe.attempt == a.number
-        and probe.workers
-    ):
-        probe = None  # a probe of another node or attempt says nothing about this one
+    probe = _probe_of(w, a, on_node)
     codes = _codes(probe)
     if not on_node or w.phase_after is not P.READY:
-        if probe is not None and _all_exited_zero(probe.workers):
-            return Verdict(Out.SUCCEEDED, "exited 0 on every worker", codes)
-        if w.spec is None or w.unwanted is not None:
-            why = w.unwanted or "the fleet has no workload any more"
-            return Verdict(Out.CANCELLED, f"stopped: {why}", codes)
-        if on_node and node is not None and w.phase_after is not None:
-            where = f"{node.node_name} is {w.phase_after.value}"
-        else:
-            where = f"its node (incarnation #{a.incarnation_id}) is gone"
-        return Verdict(Out.PREEMPTED, where, codes)
+        return _off_node(w, a, probe, codes, on_node)
     assert node is not None
     if w.spec is None or w.unwanted is not None:
         why = w.unwanted or "the fleet has no workload any more"
         return Verdict(Out.CANCELLED, f"stopped: {why}", codes, stop=True)
     if probe is None:
         return None
-    workers = probe.workers
+    return _by_workers(w, a, probe.workers, codes, policy, w.spec.hang_timeout)
+
+
+def _probe_of(w: SlotWork, a: WorkloadAttemptRecord, on_node: bool) -> SlotProbe | None:
+    """This tick's probe if it is of `a` on its node: a probe of another node or attempt
+    says nothing about this one."""
+    probe = w.probe
+    if (
+        probe is not None
+        and on_node
+        and probe.incarnation_id == a.incarnation_id
+        and probe.attempt == a.number
+        and probe.workers
+    ):
+        return probe
+    return None
+
+
+def _off_node(
+    w: SlotWork,
+    a: WorkloadAttemptRecord,
+    probe: SlotProbe | None,
+    codes: dict[int, int | None],
+    on_node: bool,
+) -> Verdict:
+    """The attempt's node is gone, or not READY after this plan: nothing left to stop."""
+    if probe is not None and _all_exited_zero(probe.workers):
+        return Verdict(Out.SUCCEEDED, "exited 0 on every worker", codes)
+    if w.spec is None or w.unwanted is not None:
+        why = w.unwanted or "the fleet has no workload any more"
+        return Verdict(Out.CANCELLED, f"stopped: {why}", codes)
+    node = w.node
+    if on_node and node is not None and w.phase_after is not None:
+        where = f"{node.node_name} is {w.phase_after.value}"
+    else:
+        where = f"its node (incarnation #{a.incarnation_id}) is gone"
+    return Verdict(Out.PREEMPTED, where, codes)
+
+
+def _by_workers(
+    w: SlotWork,
+    a: WorkloadAttemptRecord,
+    workers: tuple[WorkerProbe, ...],
+    codes: dict[int, int | None],
+    policy: WorkloadPolicy,
+    hang_timeout: float | None,
+) -> Verdict | None:
+    """The attempt on its READY node, by what this tick's probe found on each worker (the
+    rules from "a worker rebooted" on)."""
     rebooted = [p for p in workers if p.state is W.GONE and p.detail == REBOOTED]
     if rebooted:
         return Verdict(Out.PREEMPTED, f"{worker_names(rebooted)} rebooted", codes, stop=True)
@@ -118,19 +150,44 @@ def judge(w: SlotWork, a: WorkloadAttemptRecord, policy: WorkloadPolicy) -> Verd
         return Verdict(Out.PREEMPTED, detail, codes, replace="replaced: workers unreachable")
     never = [p for p in workers if p.state is W.GONE]  # NEVER_STARTED, the only GONE left
     if never:
-        rest_running = all(p.state is W.RUNNING for p in workers if p not in never)
-        if rest_running and w.now - a.started_at < policy.launch_grace:
-            return Verdict(
-                None,
-                f"attempt {a.number} has not started on {worker_names(never)}: launch it there",
-                resume=True,
-            )
+        return _never_started(w, a, workers, never, codes, policy)
+    return _running_or_exited(w, a, workers, codes, policy, hang_timeout)
+
+
+def _never_started(
+    w: SlotWork,
+    a: WorkloadAttemptRecord,
+    workers: tuple[WorkerProbe, ...],
+    never: list[WorkerProbe],
+    codes: dict[int, int | None],
+    policy: WorkloadPolicy,
+) -> Verdict:
+    """Some workers never started the attempt: resume it there while the rest run and the
+    launch is recent, else it failed."""
+    rest_running = all(p.state is W.RUNNING for p in workers if p not in never)
+    if rest_running and w.now - a.started_at < policy.launch_grace:
         return Verdict(
-            Out.FAILED,
-            f"never started on {worker_names(never)} ({fmt(w.now - a.started_at)} after launch)",
-            codes,
-            stop=_may_run(workers),
+            None,
+            f"attempt {a.number} has not started on {worker_names(never)}: launch it there",
+            resume=True,
         )
+    return Verdict(
+        Out.FAILED,
+        f"never started on {worker_names(never)} ({fmt(w.now - a.started_at)} after launch)",
+        codes,
+        stop=_may_run(workers),
+    )
+
+
+def _running_or_exited(
+    w: SlotWork,
+    a: WorkloadAttemptRecord,
+    workers: tuple[WorkerProbe, ...],
+    codes: dict[int, int | None],
+    policy: WorkloadPolicy,
+    hang_timeout: float | None,
+) -> Verdict | None:
+    """Every worker runs the attempt or exited 0: done, waiting for the rest, or hung."""
     running = [p for p in workers if p.state is W.RUNNING]
     if not running:
         return Verdict(Out.SUCCEEDED, "exited 0 on every worker", codes)
@@ -144,11 +201,10 @@ def judge(w: SlotWork, a: WorkloadAttemptRecord, policy: WorkloadPolicy) -> Verd
             f"{fmt(w.now - first)} later"
         )
         return Verdict(Out.FAILED, detail, codes, stop=True)
-    hang = w.spec.hang_timeout
-    if hang is not None:
+    if hang_timeout is not None:
         # Hung only when no worker's log grows: often only worker 0 logs at all.
         quiet = max(max((p.log_since or w.now) for p in workers), a.started_at)
-        if w.now - quiet >= timedelta(seconds=hang):
+        if w.now - quiet >= timedelta(seconds=hang_timeout):
             detail = f"no log output on any worker for {fmt(w.now - quiet)} (hang_timeout)"
             return Verdict(Out.HUNG, detail, codes, stop=True)
     return None

@@ -56,7 +56,7 @@ from tpucared.core.workload.actions import (
     StopWorkload,
 )
 from tpucared.core.workload.inputs import SlotProbe, WorkerState
-from tpucared.core.workload.judge import earliest_since, judge, worker_names
+from tpucared.core.workload.judge import Verdict, earliest_since, judge, worker_names
 
 P = NodePhase
 Out = AttemptOutcome
@@ -125,32 +125,9 @@ def plan_slot(w: SlotWork, policy: WorkloadPolicy) -> SlotPlan:
         if verdict is None:
             return out
         if verdict.resume:
-            assert w.node is not None
-            out.actions.append(
-                LaunchWorkload(
-                    fleet=w.fleet,
-                    slot=w.index,
-                    incarnation_id=w.node.id,
-                    node_name=w.node.node_name,
-                    attempt=last.number,
-                    attempt_id=last.id,
-                    reason=verdict.detail,
-                )
-            )
+            out.actions.append(_resume(w, last, verdict))
             return out
-        assert verdict.outcome is not None
-        out.actions.append(
-            FinishAttempt(
-                fleet=w.fleet,
-                slot=w.index,
-                attempt_id=last.id,
-                attempt=last.number,
-                outcome=verdict.outcome,
-                exit_codes=verdict.codes,
-                detail=verdict.detail,
-                reason=f"attempt {last.number} {verdict.outcome.value}: {verdict.detail}",
-            )
-        )
+        out.actions.append(_finish(w, last, verdict))
         if verdict.replace is not None:
             assert w.node is not None
             out.actions.append(_replace(w.node, verdict.replace, verdict.detail))
@@ -162,22 +139,55 @@ def plan_slot(w: SlotWork, policy: WorkloadPolicy) -> SlotPlan:
         last = replace(last, ended_at=w.now, outcome=verdict.outcome)
     launched = _next(w, last, failures, policy, out)
     if stop_attempt is not None and not (launched and launched.clean_after == stop_attempt.number):
-        assert w.node is not None
         # Right after the FinishAttempt it follows: the outcome is recorded before anything
         # is killed, so a crash in between cannot turn the kill into the attempt's outcome.
-        out.actions.insert(
-            1,
-            StopWorkload(
-                fleet=w.fleet,
-                slot=w.index,
-                incarnation_id=w.node.id,
-                node_name=w.node.node_name,
-                attempt=stop_attempt.number,
-                reason=f"attempt {stop_attempt.number} ended; a slice runs on all workers "
-                "or none: stop it everywhere",
-            ),
-        )
+        out.actions.insert(1, _stop(w, stop_attempt))
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The running attempt's end, as the verdict says
+
+
+def _resume(w: SlotWork, last: WorkloadAttemptRecord, verdict: Verdict) -> LaunchWorkload:
+    """Launch the running attempt again, on the workers that never started it."""
+    assert w.node is not None
+    return LaunchWorkload(
+        fleet=w.fleet,
+        slot=w.index,
+        incarnation_id=w.node.id,
+        node_name=w.node.node_name,
+        attempt=last.number,
+        attempt_id=last.id,
+        reason=verdict.detail,
+    )
+
+
+def _finish(w: SlotWork, last: WorkloadAttemptRecord, verdict: Verdict) -> FinishAttempt:
+    assert verdict.outcome is not None
+    return FinishAttempt(
+        fleet=w.fleet,
+        slot=w.index,
+        attempt_id=last.id,
+        attempt=last.number,
+        outcome=verdict.outcome,
+        exit_codes=verdict.codes,
+        detail=verdict.detail,
+        reason=f"attempt {last.number} {verdict.outcome.value}: {verdict.detail}",
+    )
+
+
+def _stop(w: SlotWork, attempt: WorkloadAttemptRecord) -> StopWorkload:
+    assert w.node is not None
+    return StopWorkload(
+        fleet=w.fleet,
+        slot=w.index,
+        incarnation_id=w.node.id,
+        node_name=w.node.node_name,
+        attempt=attempt.number,
+        reason=f"attempt {attempt.number} ended; a slice runs on all workers "
+        "or none: stop it everywhere",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,8 +207,26 @@ def _next(
         return None
     if last is not None and last.ended_at is None:
         return None  # still running (only after a resume or a wait): never a second one
-    outcome = last.outcome if last is not None else None
-    if last is not None and outcome is Out.SUCCEEDED and spec.restart is not RestartPolicy.ALWAYS:
+    if last is not None and _workload_over(w, spec, last, failures, out):
+        return None
+    if node is None or node.phase is not P.READY or w.phase_after is not P.READY:
+        return None
+    if w.workers == 0:
+        return None
+    if _launch_held(w, node, last, failures, policy, out):
+        return None
+    launch = _launch(w, node, slot, last)
+    out.actions.append(launch)
+    return launch
+
+
+def _workload_over(
+    w: SlotWork, spec: WorkloadSpec, last: WorkloadAttemptRecord, failures: int, out: SlotPlan
+) -> bool:
+    """Whether the last attempt ended the slot's workload: it succeeded and is not to be
+    restarted (MarkSlotDone), or it failed once too often (give up)."""
+    outcome = last.outcome
+    if outcome is Out.SUCCEEDED and spec.restart is not RestartPolicy.ALWAYS:
         out.actions.append(
             MarkSlotDone(
                 fleet=w.fleet,
@@ -207,8 +235,8 @@ def _next(
                 "the workload is done",
             )
         )
-        return None
-    if last is not None and outcome in CHARGED_OUTCOMES:
+        return True
+    if outcome in CHARGED_OUTCOMES:
         why = None
         if spec.restart is RestartPolicy.NEVER:
             why = f"attempt {last.number} {outcome.value} and restart = never"
@@ -216,25 +244,35 @@ def _next(
             why = f"{failures} failures, more than max_failures = {spec.max_failures}"
         if why is not None:
             _give_up(w, why, out)
-            return None
-    if node is None or node.phase is not P.READY or w.phase_after is not P.READY:
-        return None
-    if w.workers == 0:
-        return None
+            return True
+    return False
+
+
+def _launch_held(
+    w: SlotWork,
+    node: IncarnationRecord,
+    last: WorkloadAttemptRecord | None,
+    failures: int,
+    policy: WorkloadPolicy,
+    out: SlotPlan,
+) -> bool:
+    """Whether something stands in the way of a launch on the READY node: the crash backoff,
+    no fresh probe of every worker, a TPU still busy, an unreachable worker, or a launch that
+    cannot work. Each adds its hold, node replacement or notice to `out`."""
     due = _due(w, last, failures, policy)
     if due is not None and w.now < due:
         wait = f"relaunch backoff until {due.isoformat(timespec='seconds')}"
         out.holds.append(_hold(w, f"{wait} after attempt {_last_story(last)}", until=due))
-        return None
+        return True
     probe = w.probe
     if probe is None or probe.incarnation_id != node.id or len(probe.workers) < w.workers:
         out.holds.append(_hold(w, "waiting for a probe of every worker of " + node.node_name))
-        return None
+        return True
     if probe.busy:
         workers = ", ".join(str(i) for i in probe.busy)
         why = f"the TPU is still held on worker(s) {workers} after cleanup"
         out.actions.append(_replace(node, "replaced: TPU busy after cleanup", why))
-        return None
+        return True
     unreachable = [p for p in probe.workers if p.state is W.UNREACHABLE]
     if unreachable:
         since = earliest_since(unreachable, w.now)
@@ -243,7 +281,7 @@ def _next(
             out.actions.append(_replace(node, "replaced: workers unreachable", detail))
         else:
             out.holds.append(_hold(w, f"{detail}: {unreachable[0].describe()}"))
-        return None
+        return True
     if probe.blocked is not None:
         out.actions.append(
             Notice(
@@ -255,14 +293,22 @@ def _next(
             )
         )
         out.holds.append(_hold(w, f"cannot launch: {probe.blocked}"))
-        return None
+        return True
+    return False
+
+
+def _launch(
+    w: SlotWork, node: IncarnationRecord, slot: SlotRecord, last: WorkloadAttemptRecord | None
+) -> LaunchWorkload:
+    """The next attempt, on the slot's READY node; it cleans up after the last one first when
+    that ran on the same node."""
     number = slot.attempts + 1
     clean_after = last.number if last is not None and last.incarnation_id == node.id else None
     if last is None:
         reason = f"first attempt on {node.node_name}"
     else:
         reason = f"after attempt {_last_story(last)}"
-    launch = LaunchWorkload(
+    return LaunchWorkload(
         fleet=w.fleet,
         slot=w.index,
         incarnation_id=node.id,
@@ -271,8 +317,6 @@ def _next(
         clean_after=clean_after,
         reason=reason,
     )
-    out.actions.append(launch)
-    return launch
 
 
 def _due(

@@ -69,6 +69,17 @@ class DaemonMetrics:
         self._clock = clock
         r = self.registry
         _gauge(r, "tpucared_build_info", "tpucared version", "version").labels(__version__).set(1)
+        # Registered in this order, which is the order of the families in /metrics.
+        self._register_fleet_families(r)
+        self._register_tick_and_api_families(r)
+        self._register_slot_time_families(r)
+        self._lifecycle = LifecycleTracker()
+        self._goodput = GoodputTracker()
+        self._slot_series: set[SlotKey] = set()
+        self.last_event_id: int | None = None  # None until the first refresh
+
+    def _register_fleet_families(self, r: CollectorRegistry) -> None:
+        """Nodes, slots, workloads, creates and their latencies, by fleet."""
         self.nodes = _gauge(r, "tpucared_nodes", "Live node incarnations", "fleet", "phase")
         self.slots = _gauge(r, "tpucared_slots", "Slots that want a node", "fleet")
         self.running = _gauge(
@@ -97,6 +108,9 @@ class DaemonMetrics:
         self.workload_attempts = _counter(
             r, "tpucared_workload_attempts", "Workload attempts by outcome", "fleet", "outcome"
         )
+
+    def _register_tick_and_api_families(self, r: CollectorRegistry) -> None:
+        """The daemon's own pace: ticks, and its requests to the TPU API."""
         self.tick = _histogram(r, "tpucared_tick_seconds", "Completed ticks", buckets=_TICK_BUCKETS)
         self.last_tick = _gauge(
             r, "tpucared_last_tick_timestamp_seconds", "Unix time of the last completed tick"
@@ -111,6 +125,9 @@ class DaemonMetrics:
             "call",
             buckets=_API_BUCKETS,
         )
+
+    def _register_slot_time_families(self, r: CollectorRegistry) -> None:
+        """Goodput: each slot's productive and wall time."""
         self.goodput = _gauge(
             r, "tpucared_slot_goodput_ratio", "Productive / wall time", "fleet", "slot"
         )
@@ -120,10 +137,6 @@ class DaemonMetrics:
         self.slot_productive = _counter(
             r, "tpucared_slot_productive_seconds", "Productive time", "fleet", "slot"
         )
-        self._lifecycle = LifecycleTracker()
-        self._goodput = GoodputTracker()
-        self._slot_series: set[SlotKey] = set()
-        self.last_event_id: int | None = None  # None until the first refresh
 
     # -- what the runtime calls -----------------------------------------------------------------
 
