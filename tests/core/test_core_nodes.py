@@ -76,7 +76,23 @@ READY_ROWS = [
     ("healthy", ready(READY_NODE), world(READY_NODE), [], []),
     ("preempted", ready(READY_NODE), world(node(state=C.PREEMPTED)), DEAD_DELETE, ["sweep-0"]),
     ("terminated", ready(READY_NODE), world(node(state=C.TERMINATED)), DEAD_DELETE, ["sweep-0"]),
-    ("unknown", ready(READY_NODE), world(node(state=C.UNKNOWN)), DEAD_DELETE, ["sweep-0"]),
+    # The API's own UNKNOWN is dead only after its grace (policy timeout "unknown", 10 min).
+    ("unknown", ready(READY_NODE), world(node(state=C.UNKNOWN)), [], []),
+    (
+        "unknown-past-its-grace",
+        ready(node(state=C.UNKNOWN), since=timedelta(minutes=11)),
+        world(node(state=C.UNKNOWN)),
+        DEAD_DELETE,
+        ["sweep-0"],
+    ),
+    # A state we cannot read is never acted on, however long it lasts.
+    (
+        "unrecognized",
+        ready(node(state=C.UNRECOGNIZED), since=timedelta(days=3)),
+        world(node(state=C.UNRECOGNIZED)),
+        [],
+        [],
+    ),
     ("stopped", ready(READY_NODE), world(node(state=C.STOPPED)), DEAD_DELETE, ["sweep-0"]),
     (
         "deleted-by-someone",

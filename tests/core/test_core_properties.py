@@ -42,7 +42,7 @@ from tpucared.core.model.specs import (
 from tpucared.core.nodes.cloud import ABSENT, DEAD_STATES
 from tpucared.core.nodes.incarnations import SERVING
 from tpucared.core.nodes.lifecycle import LIVE_PHASES
-from tpucared.core.planning.actions import Adopt, CreateNode, DeleteNode, Transition
+from tpucared.core.planning.actions import Adopt, CreateNode, DeleteNode, RecordCloud, Transition
 from tpucared.core.planning.executor_contract import apply_intent
 from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.snapshot import Snapshot
@@ -370,3 +370,56 @@ def test_planning_converges(w: World) -> None:
         floor = max([floor, *(i.id for i in snap.nodes.values())])
         reported = p.standing
     raise AssertionError(f"still planning after 4 rounds:\n{p.render()}")
+
+
+def _unwanted(w: World, fleet: str, slot: int) -> bool:
+    """A slot the config no longer wants: its node goes whatever the lists say."""
+    fleet_specs, _, snap = w
+    spec_of = {s.name: s for s in fleet_specs}
+    record = snap.fleets.get(fleet)
+    slot_record = snap.slots.get((fleet, slot))
+    return (
+        fleet not in spec_of
+        or slot >= spec_of[fleet].size
+        or (record is not None and record.down)
+        or (slot_record is not None and slot_record.done)
+    )
+
+
+@SETTINGS
+@given(worlds())
+def test_nothing_is_decided_from_a_list_not_understood(w: World) -> None:
+    """Issue "never act on what you don't understand": a zone whose list failed (malformed,
+    transient, anything) gets no create, and no delete of a node that was not already judged
+    dead from an understood list (DEAD / DELETING retries are the earlier decision's), unless
+    the config itself no longer wants the slot."""
+    _, observations, snap = w
+    p = plan_of(w)
+    by_id = {i.id: i for i in snap.nodes.values()}
+    for a in p.actions:
+        if isinstance(a, CreateNode):
+            assert known(observations, a.zone, queued=False) is not None, a
+        if isinstance(a, DeleteNode) and known(observations, a.zone, queued=False) is None:
+            inc = by_id[a.incarnation_id]
+            assert inc.phase in (P.DEAD, P.DELETING) or _unwanted(w, a.fleet, a.slot), (a, inc)
+
+
+@SETTINGS
+@given(worlds())
+def test_a_state_we_cannot_read_is_never_acted_on(w: World) -> None:
+    """A node listed with an UNRECOGNIZED state (a new enum value, a number, an object) gets
+    no delete, no transition, no adopt, no record: at most a notice naming it."""
+    observations = w[1]
+    unreadable = {
+        (o.zone, n.name)
+        for o in observations
+        if o.ok
+        for n in o.nodes
+        if n.state is CloudState.UNRECOGNIZED
+    }
+    zone_of = {i.id: i.zone for i in w[2].nodes.values()}
+    for a in plan_of(w).actions:
+        if isinstance(a, Adopt):
+            assert (a.zone, a.node_name) not in unreadable, a
+        if isinstance(a, DeleteNode | Transition | RecordCloud):
+            assert (zone_of[a.incarnation_id], a.node_name) not in unreadable, a

@@ -10,19 +10,21 @@ classes; core/nodes/stuck.py holds the timeouts of the transient ones.
 
 from __future__ import annotations
 
-from tpucared.core.model.observed import CloudState, QueuedState
+from tpucared.core.model.observed import CloudState, ObservedNode, QueuedState
+from tpucared.core.planning.actions import Notice, Severity
 
 C = CloudState
 Q = QueuedState
 
 # A node in one of these states is dead: it will not come back by itself and still holds its
-# name and quota, so it is deleted at once. UNKNOWN is the API giving up on the node. STOPPED:
-# tpucared never stops nodes and spot/preemptible TPUs cannot be restarted.
-DEAD_STATES: frozenset[CloudState] = frozenset({C.PREEMPTED, C.TERMINATED, C.UNKNOWN, C.STOPPED})
+# name and quota, so it is deleted at once. STOPPED: tpucared never stops nodes and
+# spot/preemptible TPUs cannot be restarted.
+DEAD_STATES: frozenset[CloudState] = frozenset({C.PREEMPTED, C.TERMINATED, C.STOPPED})
 
 # States a node passes through and should leave by itself; each has a timeout in
 # core/nodes/stuck.py, after which the node counts as dead. STATE_UNSPECIFIED is a blip, not a
-# verdict.
+# verdict; UNKNOWN is the API not knowing for now: dead only after its grace ("unknown").
+# UNRECOGNIZED is in no class: a state we cannot read is never acted on (`unrecognized_notice`).
 TRANSIENT_STATES: frozenset[CloudState] = frozenset(
     {
         C.CREATING,
@@ -35,6 +37,7 @@ TRANSIENT_STATES: frozenset[CloudState] = frozenset(
         C.HIDDEN,
         C.UNHIDING,
         C.STATE_UNSPECIFIED,
+        C.UNKNOWN,
     }
 )
 
@@ -63,3 +66,15 @@ def queued_pseudo_state(state: QueuedState) -> str:
 
 def is_unhealthy(health: str | None) -> bool:
     return health in UNHEALTHY
+
+
+def unrecognized_notice(node: ObservedNode, fleet: str | None) -> Notice:
+    """The one notice about a node whose state could not be read (told once per value)."""
+    return Notice(
+        key=f"unrecognized-state/{node.zone}/{node.name}/{node.raw_state}",
+        severity=Severity.WARNING,
+        fleet=fleet,
+        node=node.name,
+        reason=f"node {node.name} in {node.zone} shows a state tpucared cannot read "
+        f"({node.raw_state}); it is left exactly as it is until its state reads again",
+    )

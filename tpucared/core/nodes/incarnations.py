@@ -17,7 +17,8 @@ DEAD  delete (or DELETED when nothing is listed any more).
 DELETING  gone from a successful list, or the delete found NOT_FOUND -> DELETED; otherwise
     delete again after the error's backoff or the `deleting` timeout.
 Any phase: nothing is concluded from a zone whose list failed (`Sighting.known` False),
-except what a call outcome recorded on the incarnation says by itself.
+except what a call outcome recorded on the incarnation says by itself; and nothing at all is
+done while the node shows a state we cannot read (`CloudState.UNRECOGNIZED`): one notice.
 Finally, a slot that is no longer wanted (scaled down, fleet down, workload done) gets its
 still-pending or READY node deleted.
 
@@ -35,7 +36,13 @@ from tpucared.core.model.observed import CloudState, QueuedState
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, ErrorKind
 from tpucared.core.nodes import create_backoff as budget
-from tpucared.core.nodes.cloud import ABSENT, DEAD_STATES, QUEUED_DEAD, is_unhealthy
+from tpucared.core.nodes.cloud import (
+    ABSENT,
+    DEAD_STATES,
+    QUEUED_DEAD,
+    is_unhealthy,
+    unrecognized_notice,
+)
 from tpucared.core.nodes.lifecycle import PENDING_PHASES, SERVING_PHASES
 from tpucared.core.nodes.step import (
     Step,
@@ -58,6 +65,10 @@ SERVING = SERVING_PHASES
 
 def plan_incarnation(view: View, inc: IncarnationRecord) -> tuple[list[Action], NodePhase]:
     s = view.sighting(inc)
+    if s.node is not None and s.node.state is CloudState.UNRECOGNIZED:
+        # Never act on what we cannot read: no delete, no transition, no record; a person
+        # is told once (the API grew a state, or something between us and it is broken).
+        return [unrecognized_notice(s.node, inc.fleet)], inc.phase
     if _unchanged_ready(view, inc, s):
         return [], P.READY
     step = Step(view, inc)

@@ -25,7 +25,13 @@ from datetime import datetime
 from tpucared.core.model.observed import CloudState, QueuedState
 from tpucared.core.model.records import NodePhase
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL
-from tpucared.core.nodes.cloud import DEAD_STATES, QUEUED_DEAD, is_unhealthy, queued_pseudo_state
+from tpucared.core.nodes.cloud import (
+    DEAD_STATES,
+    QUEUED_DEAD,
+    is_unhealthy,
+    queued_pseudo_state,
+    unrecognized_notice,
+)
 from tpucared.core.nodes.lifecycle import SERVING_PHASES
 from tpucared.core.planning.actions import Action, Adopt, CloudFacts, Notice, Severity
 from tpucared.core.planning.view import Resource, View, slot_of
@@ -88,6 +94,10 @@ def _our_stray(
             f"{fleet} already has a node: left alone until that one is gone",
         )
     occupied.add((fleet, slot))
+    if r.node is not None and r.node.state is CloudState.UNRECOGNIZED:
+        # Neither adopted nor replaced while its state cannot be read: the slot stays
+        # occupied (no second node is created beside it) and a person is told.
+        return unrecognized_notice(r.node, fleet)
     return _adopt(view, r, fleet, slot)
 
 

@@ -51,6 +51,7 @@ STUCK_RULES: tuple[StuckRule, ...] = (
     StuckRule("stopping", "cloud STOPPING", _m(20), "dead: delete, recreate"),
     StuckRule("hiding", "cloud HIDING, HIDDEN or UNHIDING", _m(30), "dead: delete, recreate"),
     StuckRule("unspecified", "cloud STATE_UNSPECIFIED", _m(10), "dead: delete, recreate"),
+    StuckRule("unknown", "cloud UNKNOWN (the API's own)", _m(10), "dead: delete, recreate"),
 )
 
 DEFAULT_TIMEOUTS: Mapping[str, timedelta | None] = {r.name: r.timeout for r in STUCK_RULES}
@@ -76,6 +77,7 @@ CLOUD_RULE: Mapping[CloudState, str] = {
     CloudState.HIDDEN: "hiding",
     CloudState.UNHIDING: "hiding",
     CloudState.STATE_UNSPECIFIED: "unspecified",
+    CloudState.UNKNOWN: "unknown",
 }
 
 # Which rule times a queued resource that has no node yet.

@@ -26,7 +26,7 @@ from datetime import datetime
 
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import NodePhase
-from tpucared.core.model.specs import FleetSpec
+from tpucared.core.model.specs import ErrorKind, FleetSpec
 from tpucared.core.nodes.incarnations import SERVING, plan_incarnation
 from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.core.nodes.slots import fleet_records, plan_creates, updated_slots
@@ -152,7 +152,9 @@ def _notices(view: View) -> list[Notice]:
     zones = sorted({z for spec in view.specs.values() for z in spec.zones})
     for zone in zones:
         obs = view.errors.get(zone)
-        if obs is not None and obs.error in HARD_ERRORS:
+        # A hard error needs a person; an answer we could not read may too (a proxy, an API
+        # change): both are told. Transient failures clear by themselves and are not.
+        if obs is not None and (obs.error in HARD_ERRORS or obs.error is ErrorKind.MALFORMED):
             assert obs.error is not None
             msg = f": {obs.error_message}" if obs.error_message else ""
             out.append(
