@@ -232,6 +232,18 @@ def test_preemption_counts_and_recreates_at_once() -> None:
     assert [h.node_name for h in p.holds] == ["sweep-0"]
 
 
+def test_relabelled_while_creating_moves_to_the_next_zone_at_once() -> None:
+    """A person relabels our node while it is still CREATING: the name is taken in that zone
+    by a node we must not touch, and the fleet has a second zone: the slot goes there at once
+    instead of waiting out the 10-30 minute error backoff."""
+    p = plan_for(pending(P.CREATING), world(node(state=C.CREATING, labels={"team": "x"})))
+    (failed,) = [t for t in p.of(Transition) if t.new is P.FAILED]
+    assert failed.slot_update is not None
+    assert failed.slot_update.next_zone == Z2
+    assert failed.slot_update.next_create_at is None
+    assert [(c.node_name, c.zone) for c in p.of(CreateNode)] == [("sweep-0", Z2)]
+
+
 def test_vanished_node_is_recreated_in_the_same_plan() -> None:
     record = replace(ready(READY_NODE), cloud_state=ABSENT, cloud_state_since=ago(seconds=30))
     p = plan_for(record, world())

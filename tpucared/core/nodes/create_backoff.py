@@ -34,15 +34,22 @@ def create_failed(view: View, inc: IncarnationRecord, kind: ErrorKind, why: str)
     failures = slot.create_failures + 1
     here = zones.index(inc.zone) if inc.zone in zones else -1
     u = jitter(inc.fleet, inc.slot, slot.run_id, failures)
-    if kind is ErrorKind.CAPACITY:
+    if kind is ErrorKind.CAPACITY or (kind is ErrorKind.ALREADY_EXISTS and len(zones) > 1):
+        # Capacity, or the name held here by a node we must not touch (someone else's, or
+        # ours relabelled by a person): another zone may be free, so rotate.
         next_zone = zones[(here + 1) % len(zones)]
         rounds, rest = divmod(failures, len(zones))
+        rule = (
+            view.policy.capacity_backoff
+            if kind is ErrorKind.CAPACITY
+            else view.policy.error_backoff
+        )
         # Mid-round: the next zone has not been tried yet, so try it now.
-        wait = timedelta(0) if rest else delay(view.policy.capacity_backoff, rounds, u)
+        wait = timedelta(0) if rest else delay(rule, rounds, u)
     else:
         next_zone = zones[here] if here >= 0 else zones[0]
-        # ALREADY_EXISTS reaches here only when someone else holds the name: a person must
-        # act, so it waits like the hard errors.
+        # ALREADY_EXISTS in a fleet's only zone: someone else holds the name and a person
+        # must act, so it waits like the hard errors.
         rule = (
             view.policy.error_backoff
             if kind is ErrorKind.ALREADY_EXISTS
