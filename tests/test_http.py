@@ -205,3 +205,35 @@ async def test_listening_on_every_interface_is_warned_about(
             await telemetry.stop()
     warnings = [e for e in logs if e["log_level"] == "warning" and "unauthenticated" in e["event"]]
     assert len(warnings) == (1 if warned else 0)
+
+
+async def test_a_connection_that_never_finishes_its_headers_is_closed(tmp_path: Path) -> None:
+    """Slow clients cannot hold descriptors: an unfinished request is dropped after the idle
+    timeout, while the server keeps answering everyone else."""
+    db = tmp_path / "state.db"
+    await populate(db)
+    async with Store.open(db) as store:
+        server = await start_http(
+            "127.0.0.1",
+            0,
+            health=Health(30.0),
+            metrics=DaemonMetrics(),
+            status=store_status(store, lambda: T0),
+            idle_timeout=0.5,
+        )
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # never finished
+            await writer.drain()
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            assert await asyncio.wait_for(reader.read(), 10) == b""  # closed by the server
+            assert loop.time() - started < 5
+            writer.close()
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(server.url + "/healthz") as resp,
+            ):
+                assert resp.status in (200, 503)
+        finally:
+            await server.stop()
