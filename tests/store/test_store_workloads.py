@@ -8,6 +8,7 @@ import pytest
 from store_support import T0, facts
 
 from tpucared.core.model.records import AttemptOutcome, IncarnationRecord, NodePhase
+from tpucared.core.workload.attempts import AttemptState, IllegalAttemptTransition
 from tpucared.store import AttemptRunning, NotFound, StaleWrite, Store
 
 P = NodePhase
@@ -99,3 +100,50 @@ async def test_attempt_numbers_continue_across_incarnations(seeded: Store):
         attempt = await tx.start_attempt(second.id, T1)
     assert (attempt.number, attempt.incarnation_id) == (2, second.id)
     assert (await seeded.load_snapshot()).slots[("sweep", 0)].failures == 0  # preempted: no
+
+
+@pytest.mark.parametrize(
+    ("finished", "expected", "outcome"),
+    [
+        (AttemptOutcome.SUCCEEDED, AttemptState.SUCCEEDED, AttemptOutcome.FAILED),
+        (AttemptOutcome.CANCELLED, AttemptState.CANCELLED, AttemptOutcome.CANCELLED),
+        (None, AttemptState.HUNG, AttemptOutcome.FAILED),  # the attempt still runs
+    ],
+    ids=["rewrite-outcome", "end-twice", "from-a-state-it-is-not-in"],
+)
+async def test_an_illegal_attempt_write_is_refused_and_changes_nothing(
+    seeded: Store,
+    finished: AttemptOutcome | None,
+    expected: AttemptState,
+    outcome: AttemptOutcome,
+):
+    inc = await ready_node(seeded)
+    async with seeded.write() as tx:
+        attempt = await tx.start_attempt(inc.id, T0)
+        if finished is not None:
+            attempt = await tx.finish_attempt(attempt.id, finished, T0, exit_codes={0: 0})
+    last_event = (await seeded.events())[-1].id
+    async with seeded.write() as tx:
+        with pytest.raises(IllegalAttemptTransition) as err:
+            await tx.finish_attempt(
+                attempt.id, outcome, T1, exit_codes={0: 1}, detail="rewritten", expected=expected
+            )
+        # Refused before any write: not even this transaction sees a change.
+        assert await tx.workload_attempt(attempt.id) == attempt
+    assert (err.value.current, err.value.new) == (expected, AttemptState(outcome.value))
+    async with seeded.read() as r:
+        assert await r.workload_attempt(attempt.id) == attempt
+    slot = (await seeded.load_snapshot()).slots[("sweep", 0)]
+    assert (slot.attempts, slot.failures) == (1, 0)
+    assert await seeded.events(since_id=last_event) == []  # no event either
+
+
+async def test_a_stale_finish_names_the_states(seeded: Store):
+    inc = await ready_node(seeded)
+    async with seeded.write() as tx:
+        attempt = await tx.start_attempt(inc.id, T0)
+        await tx.finish_attempt(attempt.id, AttemptOutcome.HUNG, T1)
+    with pytest.raises(StaleWrite) as err:
+        async with seeded.write() as tx:
+            await tx.finish_attempt(attempt.id, AttemptOutcome.FAILED, T1)
+    assert (err.value.expected, err.value.actual) == (AttemptState.RUNNING, AttemptState.HUNG)

@@ -15,14 +15,13 @@ and keeps the fleet down, across restarts, until `tpucared up` clears it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import structlog
 
 from tpucared.config import Config
 from tpucared.core.nodes.slots import spec_json
 from tpucared.core.planning.actions import DeleteNode, Notice
-from tpucared.core.planning.plan import Plan
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.daemon import Daemon
 from tpucared.runtime.errors import StartupError
@@ -65,7 +64,7 @@ async def down(
             res,
             template,
             specs=[f for f in config.fleets if f.name in names],
-            plan_filter=lambda plan: _only(plan, names),
+            plan_filter=lambda plan: plan.without_notices_outside(names),
         )
         result = DownResult(fleets=names)
         until = _watch(result, config, names, res.clock.monotonic() + give_up_after, report, res)
@@ -128,14 +127,6 @@ async def _mark_down(
                 name, True, now, reason=f"tpucared down: deleting every node of fleet {name}"
             )
             log.info("fleet marked down", fleet=name)
-
-
-def _only(plan: Plan, names: Sequence[str]) -> Plan:
-    """Drop notices about fleets this run leaves out (they are unmanaged only here)."""
-    kept = tuple(
-        a for a in plan.actions if not (isinstance(a, Notice) and a.fleet and a.fleet not in names)
-    )
-    return replace(plan, actions=kept)
 
 
 def _finished(tick: Tick, names: Sequence[str], zones: set[str]) -> bool:

@@ -4,6 +4,13 @@ An attempt is recorded before the launch (its `number` is the TPUCARED_ATTEMPT t
 and finished once its outcome is known. The slot's `attempts` and `failures` counters change in
 the same transaction as the attempt row they count, so they always equal what the
 `workload_attempts` table shows.
+
+Both writes follow the attempt lifecycle (core/workload/attempts.py), whose states are derived
+from the stored columns (`ended_at`, `outcome`): `start_attempt` records an attempt in its
+initial state (RUNNING) only while every earlier attempt of the slot is terminal, and
+`finish_attempt` checks its edge against the table before writing anything
+(`IllegalAttemptTransition`), then writes with a compare-and-set on the state the caller read
+(`StaleWrite` if the attempt moved on).
 """
 
 from __future__ import annotations
@@ -12,9 +19,17 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Final
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import ColumnElement, and_, insert, or_, select, update
 
 from tpucared.core.model.records import AttemptOutcome, NodePhase, WorkloadAttemptRecord
+from tpucared.core.workload.attempts import (
+    OPEN_STATES,
+    AttemptState,
+    attempt_state,
+    check_attempt_transition,
+    ended,
+    outcome_of,
+)
 from tpucared.store import convert
 from tpucared.store.errors import AttemptRunning, NotFound, StaleWrite
 from tpucared.store.models import SlotRow, WorkloadAttemptRow
@@ -24,13 +39,22 @@ from tpucared.store.write_base import WriterBase
 FAILURE_OUTCOMES: Final = frozenset({AttemptOutcome.FAILED, AttemptOutcome.HUNG})
 
 
+def _in_state(state: AttemptState) -> ColumnElement[bool]:
+    """The WHERE clause of "the attempt row is in `state`" (`attempts.state_of` in SQL)."""
+    outcome = outcome_of(state)
+    if outcome is None:
+        return WorkloadAttemptRow.ended_at.is_(None)
+    return and_(WorkloadAttemptRow.ended_at.is_not(None), WorkloadAttemptRow.outcome == outcome)
+
+
 class WorkloadWrites(WriterBase):
     async def start_attempt(
         self, incarnation_id: int, now: datetime, *, reason: str = ""
     ) -> WorkloadAttemptRecord:
         """Record a launch on a READY incarnation before it happens; returns the attempt
-        whose `number` (the slot's new `attempts`) is TPUCARED_ATTEMPT. `AttemptRunning`
-        while the slot's previous attempt is unfinished; `StaleWrite` if not READY."""
+        whose `number` (the slot's new `attempts`) is TPUCARED_ATTEMPT, in the lifecycle's
+        initial state (RUNNING). `AttemptRunning` while an earlier attempt of the slot is not
+        terminal; `StaleWrite` if not READY."""
         inc = await self.incarnation(incarnation_id)
         if inc is None:
             raise NotFound(f"node incarnation {incarnation_id}")
@@ -42,7 +66,7 @@ class WorkloadWrites(WriterBase):
             select(WorkloadAttemptRow.id).where(
                 WorkloadAttemptRow.fleet == inc.fleet,
                 WorkloadAttemptRow.slot == inc.slot,
-                WorkloadAttemptRow.ended_at.is_(None),
+                or_(*(_in_state(s) for s in sorted(OPEN_STATES))),
             )
         )
         if running:
@@ -88,14 +112,18 @@ class WorkloadWrites(WriterBase):
         exit_codes: Mapping[int, int | None] | None = None,
         detail: str | None = None,
         reason: str = "",
+        expected: AttemptState = AttemptState.RUNNING,
     ) -> WorkloadAttemptRecord:
-        """Record how a running attempt ended: compare-and-set on it still running
-        (finishing twice raises `StaleWrite`). A failed or hung attempt adds one to the
-        slot's `failures`."""
+        """Record how an attempt ended: the edge `expected` -> `outcome` is checked against
+        the attempt lifecycle first (`IllegalAttemptTransition`, nothing written), then
+        written with a compare-and-set on the attempt still being in `expected` (finishing
+        twice raises `StaleWrite`). A failed or hung attempt adds one to the slot's
+        `failures`."""
+        check_attempt_transition(expected, ended(outcome))
         codes = {str(k): v for k, v in (exit_codes or {}).items()}
         stmt = (
             update(WorkloadAttemptRow)
-            .where(WorkloadAttemptRow.id == attempt_id, WorkloadAttemptRow.ended_at.is_(None))
+            .where(WorkloadAttemptRow.id == attempt_id, _in_state(expected))
             .values(ended_at=now, outcome=outcome, exit_codes=codes, detail=detail)
             .returning(*WorkloadAttemptRow.__table__.c)
         )
@@ -104,7 +132,7 @@ class WorkloadWrites(WriterBase):
             current = await self.workload_attempt(attempt_id)
             if current is None:
                 raise NotFound(f"workload attempt {attempt_id}")
-            raise StaleWrite(f"workload attempt {attempt_id}", "running", current.outcome)
+            raise StaleWrite(f"workload attempt {attempt_id}", expected, attempt_state(current))
         attempt = convert.workload_attempt(row)
         if outcome in FAILURE_OUTCOMES:
             await self._conn.execute(

@@ -5,18 +5,19 @@ contract). `Plan.holds` explains slots that want a node but get no create this t
 (backoff, create limits, a zone that failed to list, a name someone else holds): they are
 for people (`tpucared plan`, /v1/status) and are never executed. `Plan.standing` is the set
 of notice keys whose condition holds at this tick; the runtime passes it to the next
-`plan()` as `reported`, so each condition is reported once.
+`plan()` as `reported`, so each condition is reported once. `Plan.without_notices_outside` is
+the narrowing a run over some fleets only applies (`tpucared down`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
-from tpucared.core.planning.actions import Action
+from tpucared.core.planning.actions import Action, Notice
 
 A = TypeVar("A", bound=Action)
 
@@ -54,6 +55,17 @@ class Plan:
 
     def of(self, kind: type[A]) -> tuple[A, ...]:
         return tuple(a for a in self.actions if isinstance(a, kind))
+
+    def without_notices_outside(self, fleets: Collection[str]) -> Plan:
+        """This plan without the notices about fleets other than `fleets` (a run over some
+        fleets only leaves the others out, so they read as unmanaged there alone). Every
+        other action, and every notice naming no fleet, is kept."""
+        kept = tuple(
+            a
+            for a in self.actions
+            if not (isinstance(a, Notice) and a.fleet and a.fleet not in fleets)
+        )
+        return replace(self, actions=kept)
 
     def render(self) -> str:
         """One line per action (`kind  what: reason`), then one per hold."""

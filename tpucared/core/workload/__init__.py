@@ -8,4 +8,8 @@ Called by `core/planning/tick.py` for every slot, after the node planner.
 - `judge`     the running attempt + this tick's probe -> its verdict (ends how, resumes, or
               runs on), for the planner.
 - `actions`   the workload actions and the contract the workload runner honours for each.
+- `attempts`  the attempt lifecycle: states derived from the stored attempt, the table of
+              allowed edges the store checks on every attempt write.
+- `probes`    probe scheduling for the runtime's background jobs: which slots to probe when,
+              which probe answers reach the planner, which chains of actions to keep or drop.
 """

@@ -7,6 +7,10 @@ Where it sits, in the daemon's tick (reconciler.py), which never awaits SSH:
     ... the executor runs the node actions (their cloud calls in the background) ...
     jobs.dispatch(snapshot, plan, workload_actions)   # start chains and due probes, cancel
 
+This module only starts, feeds and cancels the jobs; the rules it follows (which probe answers
+are stale, which slots are due a probe, which of a chain's actions to drop, what is news) are
+pure and live in core/workload/probes.py.
+
 A slot has at most one job at a time: a probe of its READY node's workers, or the chain of
 its workload actions of one plan, in order (runner.execute_chain). While a slot has a job,
 its workload actions are not started (the job's end wakes the loop, and the next plan
@@ -58,20 +62,29 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import structlog
 
-from tpucared.core.model.records import NodePhase
-from tpucared.core.planning.actions import Action, DeleteNode, Transition
+from tpucared.core.planning.actions import Action
 from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.snapshot import SlotKey
-from tpucared.core.workload.actions import (
-    LaunchWorkload,
-    StopWorkload,
+from tpucared.core.workload.inputs import SlotProbe, TickSnapshot
+from tpucared.core.workload.probes import (
+    Probed,
+    became_ready,
+    first_probe,
+    going_away,
+    is_idle,
+    is_news,
+    is_reachable,
+    keep_chain,
+    leaving,
+    node_of,
+    probe_due,
+    stale_probe,
 )
-from tpucared.core.workload.inputs import SlotProbe, TickSnapshot, WorkerProbe, WorkerState
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.tasks import TaskSet
 from tpucared.runtime.wakeup import Wakeup
@@ -83,10 +96,6 @@ log = structlog.get_logger(__name__)
 # The first probe of a node: ~20 s of retrying a connection that fails before the command
 # starts (refused: sshd not up; keys still propagating), 0.5 s doubling up to 5 s.
 FIRST_PROBE_RETRY = RetryPolicy(attempts=8, initial_delay=0.5, multiplier=2.0, max_delay=5.0)
-# A probe is due when its predecessor started this share of the probe interval ago: the
-# next poll tick comes one interval after the previous tick *started*, a hair before the
-# probe it started did.
-_DUE_SHARE = 0.9
 DEFAULT_MAX_PROBES = 64
 
 
@@ -105,14 +114,6 @@ class _Job:
 class _Result:
     probe: SlotProbe
     epoch: int  # the slot's epoch when the probe started
-
-
-@dataclass(frozen=True)
-class _Probed:
-    incarnation_id: int
-    epoch: int
-    started: float  # monotonic
-    reachable: bool  # some worker answered (the node's sshd is up)
 
 
 @dataclass
@@ -163,7 +164,7 @@ class WorkloadJobs:
         self._probing = 0  # probes running
         self._epochs: dict[SlotKey, int] = {}
         self._results: dict[SlotKey, _Result] = {}  # ended since the last `collect`
-        self._probed: dict[SlotKey, _Probed] = {}  # each slot's newest probe
+        self._probed: dict[SlotKey, Probed] = {}  # each slot's newest probe
         self._stopping = False
         self._pruned: set[int] = set()  # the live incarnations at the last prune
         self._deferred: set[SlotKey] = set()  # slots whose actions wait for their job to end
@@ -187,7 +188,7 @@ class WorkloadJobs:
         fed: dict[SlotKey, SlotProbe] = {}
         stale: list[str] = []
         for key, result in sorted(self._results.items()):
-            why = self._invalid(key, result, snapshot)
+            why = stale_probe(key, result.probe, result.epoch, self._epochs.get(key, 0), snapshot)
             if why is None:
                 fed[key] = result.probe
             else:
@@ -197,21 +198,6 @@ class WorkloadJobs:
         if stale:
             log.debug("workload.stale_probes", slots=stale)
         return fed
-
-    def _invalid(self, key: SlotKey, result: _Result, snapshot: TickSnapshot) -> str | None:
-        probe = result.probe
-        inc = snapshot.nodes.get(key)
-        if inc is None or inc.id != probe.incarnation_id:
-            return "another node now"
-        if inc.phase is not NodePhase.READY:
-            return f"node {inc.phase.value}"
-        if result.epoch != self._epochs.get(key, 0):
-            return "taken before the slot's last workload actions"
-        last = snapshot.last_attempts.get(key)
-        number = last.number if last is not None and last.incarnation_id == inc.id else None
-        if number != probe.attempt:
-            return f"probed attempt {probe.attempt}, newest is {number}"
-        return None
 
     def dispatch(
         self, snapshot: TickSnapshot, plan: Plan, workload_actions: Sequence[Action]
@@ -223,12 +209,12 @@ class WorkloadJobs:
         self.last = None
         if self._stopping:
             return report
-        leaving = _leaving(plan)
+        away = leaving(plan.actions)
         live = {inc.id for inc in snapshot.nodes.values()}
         for job in list(self._jobs.values()):
             if job.incarnation_id is None or job.cancelled is not None:
                 continue
-            if job.incarnation_id in leaving or job.incarnation_id not in live:
+            if going_away(job.incarnation_id, away, live):
                 self._cancel(job, "its node is going away")
                 report.cancelled += 1
         for key, chain in chains_by_slot(workload_actions).items():
@@ -236,13 +222,13 @@ class WorkloadJobs:
                 report.deferred += 1
                 self._deferred.add(key)
                 continue
-            kept = [a for a in chain if _node_of(a) not in leaving]
+            kept = keep_chain(chain, away)
             report.dropped += len(chain) - len(kept)
             if kept:
                 self._start_chain(key, kept)
                 report.chains += 1
-        report.probes = self._probe_new_nodes(snapshot, plan, leaving)
-        report.probes += self._schedule_probes(snapshot, leaving)
+        report.probes = self._probe_new_nodes(snapshot, plan)
+        report.probes += self._schedule_probes(snapshot, away)
         report.in_flight = len(self._jobs)
         self.runner.forget(live)
         if live != self._pruned:
@@ -251,48 +237,43 @@ class WorkloadJobs:
             self._tasks.spawn(self.runner.prune_connections(live), name="prune connections")
         return report
 
-    def _probe_new_nodes(self, snapshot: TickSnapshot, plan: Plan, leaving: set[int]) -> int:
+    def _probe_new_nodes(self, snapshot: TickSnapshot, plan: Plan) -> int:
         """Probe the nodes this plan found READY now, not at the next tick: their slots wait
         for nothing else to launch (the snapshot predates the transition: read the store)."""
         keys = {inc.id: key for key, inc in snapshot.nodes.items()}
         started = 0
-        for a in plan.actions:
-            if not (isinstance(a, Transition) and a.new is NodePhase.READY):
-                continue
-            key = keys.get(a.incarnation_id)
-            if key is None or key in self._jobs or a.incarnation_id in leaving:
+        for incarnation_id in became_ready(plan.actions):
+            key = keys.get(incarnation_id)
+            if key is None or key in self._jobs:
                 continue
             if self.runner.workload_of(key[0]) is None:
                 continue
-            self._start_probe(key, a.incarnation_id, None)
+            self._start_probe(key, incarnation_id, None)
             started += 1
         return started
 
-    def _schedule_probes(self, snapshot: TickSnapshot, leaving: set[int]) -> int:
+    def _schedule_probes(self, snapshot: TickSnapshot, away: set[int]) -> int:
+        """Probe the slots whose probe is due (core/workload/probes.py: `probe_due`)."""
         started = 0
         now = self._clock.monotonic()
         for job in self.runner.probe_jobs(snapshot):
             key = job.key
-            if key in self._jobs or job.inc.id in leaving:
+            if key in self._jobs or job.inc.id in away:
                 continue
-            if not self._due(key, job, snapshot, now):
-                continue
-            self._start_probe(key, job.inc.id, job)
-            started += 1
+            due = probe_due(
+                key,
+                self._probed.get(key),
+                incarnation_id=job.inc.id,
+                attempt=job.attempt,
+                slot_epoch=self._epochs.get(key, 0),
+                snapshot=snapshot,
+                now=now,
+                interval=self.probe_interval,
+            )
+            if due:
+                self._start_probe(key, job.inc.id, job)
+                started += 1
         return started
-
-    def _due(self, key: SlotKey, job: ProbeJob, snapshot: TickSnapshot, now: float) -> bool:
-        last = self._probed.get(key)
-        if last is None or last.incarnation_id != job.inc.id:
-            return True  # a fresh node
-        if last.epoch != self._epochs.get(key, 0):
-            return True  # the slot's workload actions ran since: see what they did
-        attempt = snapshot.last_attempts.get(key)
-        slot = snapshot.slots.get(key)
-        idle = attempt is None or attempt.ended_at is not None or attempt.number != job.attempt
-        if idle and slot is not None and not slot.done:
-            return True  # a launch waits for a fresh probe
-        return now - last.started >= _DUE_SHARE * self.probe_interval
 
     # -----------------------------------------------------------------------------------------
     # Jobs
@@ -313,7 +294,7 @@ class WorkloadJobs:
             job.task = self._tasks.spawn(self._run_probe(job), name=f"probe {key[0]}/{key[1]}")
 
     def _start_chain(self, key: SlotKey, chain: list[Action]) -> None:
-        nodes = {n for n in (_node_of(a) for a in chain) if n is not None}
+        nodes = {n for n in (node_of(a) for a in chain) if n is not None}
         epoch = self._epochs.get(key, 0) + 1
         self._epochs[key] = epoch  # probes started before this chain are stale from now on
         job = _Job(key, "chain", min(nodes) if nodes else None, epoch)
@@ -323,9 +304,7 @@ class WorkloadJobs:
 
     async def _run_probe(self, job: _Job) -> None:
         key = job.key
-        previous = self._probed.get(key)
-        first = previous is None or previous.incarnation_id != job.incarnation_id
-        first = first or (previous is not None and not previous.reachable)
+        first = first_probe(self._probed.get(key), job.incarnation_id)
         retry = self._first_retry if first else NO_RETRY
         started = self._clock.monotonic()
         news = urgent = False
@@ -338,16 +317,11 @@ class WorkloadJobs:
                     news = True  # not READY any more (or no workers): the planner decides
                     return
             fresh = await self.runner.probe_slot(probe, retry=retry)
-            before = self.runner.previous(key)
-            news = _news(before, fresh)
-            # Nothing runs there: the planner may launch (or relaunch) on this answer.
-            idle = fresh.attempt is None or all(
-                w.state is not WorkerState.RUNNING for w in fresh.workers
-            )
-            urgent = news and idle
+            news = is_news(self.runner.previous(key), fresh)
+            urgent = news and is_idle(fresh)  # the planner may launch on this answer
             tracked = self.runner.track(fresh)
-            reachable = any(w.state is not WorkerState.UNREACHABLE for w in fresh.workers)
-            self._probed[key] = _Probed(fresh.incarnation_id, job.epoch, started, reachable)
+            reachable = is_reachable(fresh)
+            self._probed[key] = Probed(fresh.incarnation_id, job.epoch, started, reachable)
             self._results[key] = _Result(tracked, job.epoch)
         finally:
             self._probing -= 1
@@ -429,37 +403,3 @@ class WorkloadJobs:
         self._queue.clear()
         await self._tasks.cancel()
         self._jobs.clear()
-
-
-def _leaving(plan: Plan) -> set[int]:
-    """Incarnations this plan deletes or takes out of READY."""
-    out: set[int] = set()
-    for a in plan.actions:
-        if isinstance(a, DeleteNode) or (
-            isinstance(a, Transition) and a.new is not NodePhase.READY
-        ):
-            out.add(a.incarnation_id)
-    return out
-
-
-def _node_of(a: Action) -> int | None:
-    return a.incarnation_id if isinstance(a, LaunchWorkload | StopWorkload) else None
-
-
-def _news(before: SlotProbe | None, fresh: SlotProbe) -> bool:
-    """Whether the planner may decide something new from `fresh`: anything but the same
-    answers (states, exit codes, why) from the same run as the previous probe."""
-    if before is None:
-        return True
-    if (before.incarnation_id, before.attempt, before.busy, before.blocked) != (
-        fresh.incarnation_id,
-        fresh.attempt,
-        fresh.busy,
-        fresh.blocked,
-    ):
-        return True
-    return _answers(before.workers) != _answers(fresh.workers)
-
-
-def _answers(workers: Iterable[WorkerProbe]) -> list[tuple[object, ...]]:
-    return [(w.worker, w.state, w.exit_code, w.detail) for w in workers]
