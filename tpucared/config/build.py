@@ -1,0 +1,284 @@
+"""Rules across keys, and the frozen values: a validated `ConfigFile` becomes a `Config`.
+
+Pass two of the validation, run only when `schema.py` accepted the shape: unique fleet
+names, node-name length, capacity/provisioning combos, reserved labels, file paths,
+credentials vs endpoint, backoff and stuck-timeout tunables into a core `Policy`, and the
+`[guard]` budget (`guard.py`). Every problem is collected in a `Problems`, not just the
+first, and no `Config` is made if there is any. Nothing here reads secret values: `secrets`
+only names the daemon's environment variables that hold them.
+
+Decisions worth knowing:
+- Relative paths (daemon.db, ssh.key, gcp.credentials, workload.files sources) are relative
+  to the config file's directory, so the daemon behaves the same from any working directory.
+- daemon.owner, the value of the `tpucared-owner` label, defaults to "default". It must be
+  stable for the daemon's whole life (a new value orphans every node it made) and distinct
+  per daemon when several share a project: set it explicitly then.
+- ssh.key defaults to `id_ed25519` next to the database file.
+- daemon.poll_interval is "1s" to "10m"; with credentials = "none" (an emulator) it may go
+  down to "100ms", for tests and demos.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from tpucared.config.guard import build_guard
+from tpucared.config.messages import Problems, dotted
+from tpucared.config.schema import (
+    DEFAULT_ENDPOINT,
+    ConfigFile,
+    DaemonTable,
+    FleetTable,
+    GcpTable,
+    PolicyTable,
+    SshTable,
+    WorkloadTable,
+)
+from tpucared.config.syntax import as_written
+from tpucared.config.values import Config, DaemonConfig, GcpConfig, SshConfig
+from tpucared.core.model import durations
+from tpucared.core.model.backoff import BackoffRule
+from tpucared.core.model.specs import (
+    FLEET_LABEL,
+    OWNER_LABEL,
+    CapacityKind,
+    FleetSpec,
+    Provisioning,
+    WorkloadSpec,
+)
+from tpucared.core.nodes.stuck import DEFAULT_TIMEOUTS, with_overrides
+from tpucared.core.planning.policy import Policy
+
+MAX_NODE_NAME = 63  # RFC 1035 label: what the TPU API accepts as a node id
+
+
+def build_config(raw: ConfigFile, file: Path, problems: Problems) -> Config | None:
+    """The frozen `Config`, or None with every rule broken added to `problems`."""
+    base = file.parent
+    daemon = _daemon(raw.daemon, base, problems, emulator=raw.gcp.credentials == "none")
+    gcp = _gcp(raw.gcp, base, problems)
+    ssh = _ssh(raw.ssh, daemon, base, problems)
+    fleets = _fleets(raw.fleet, base, problems)
+    policy = _policy(raw.policy, problems)
+    guard = build_guard(raw.guard, raw, problems)
+    if problems or daemon is None or gcp is None or ssh is None or policy is None:
+        return None
+    return Config(
+        path=file, daemon=daemon, gcp=gcp, ssh=ssh, fleets=fleets, policy=policy, guard=guard
+    )
+
+
+def _resolve(base: Path, value: str) -> Path:
+    return (base / Path(value).expanduser()).resolve()
+
+
+def _daemon(
+    raw: DaemonTable, base: Path, problems: Problems, *, emulator: bool
+) -> DaemonConfig | None:
+    db = raw.db
+    if "://" not in db:
+        db = str(_resolve(base, db))
+    elif not re.match(r"sqlite(\+aiosqlite)?://", db):
+        problems.add(
+            "daemon.db", f'expected a file path or a "sqlite://" URL, got {as_written(db)}'
+        )
+    seconds = raw.poll_interval.total_seconds()
+    # Every tick lists every zone: below 1s that burns the real API's quota. An emulator
+    # (credentials "none") answers in microseconds, and tests want sub-second ticks.
+    low, low_text = (0.1, "100ms") if emulator else (1.0, "1s")
+    if not low <= seconds <= 600:
+        problems.add(
+            "daemon.poll_interval",
+            f'expected "{low_text}" to "10m", got {_fmt(raw.poll_interval)}',
+        )
+    host, sep, port = raw.http.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        problems.add(
+            "daemon.http", f'expected "host:port" like "127.0.0.1:9464", got {as_written(raw.http)}'
+        )
+        return None
+    return DaemonConfig(
+        db=db, poll_interval=seconds, http_host=host, http_port=int(port), owner=raw.owner
+    )
+
+
+def _gcp(raw: GcpTable, base: Path, problems: Problems) -> GcpConfig | None:
+    url = urlsplit(raw.endpoint)
+    if url.scheme not in ("http", "https") or not url.netloc or url.path not in ("", "/"):
+        problems.add(
+            "gcp.endpoint",
+            f'expected a base URL like "{DEFAULT_ENDPOINT}" or "http://127.0.0.1:8471", '
+            f"got {as_written(raw.endpoint)}",
+        )
+        return None
+    endpoint = raw.endpoint.rstrip("/")
+    credentials = raw.credentials
+    if credentials == "none":
+        if (url.hostname or "").endswith("googleapis.com"):
+            problems.add(
+                "gcp.credentials",
+                f'"none" only works with an emulator; {endpoint} needs "default" or a key file',
+            )
+        return GcpConfig(project=raw.project, endpoint=endpoint, credentials=credentials)
+    if url.scheme == "http":
+        problems.add(
+            "gcp.credentials",
+            f"{endpoint} is plain http and would get Google credentials in the clear; "
+            'use "none" for an emulator',
+        )
+    if credentials != "default":
+        key = _resolve(base, credentials)
+        if not key.is_file():
+            problems.add(
+                "gcp.credentials",
+                'expected "default", "none" or an existing key file, '
+                f"got {as_written(credentials)} ({key} does not exist)",
+            )
+        credentials = str(key)
+    return GcpConfig(project=raw.project, endpoint=endpoint, credentials=credentials)
+
+
+def _ssh(
+    raw: SshTable, daemon: DaemonConfig | None, base: Path, problems: Problems
+) -> SshConfig | None:
+    if raw.key is not None:
+        key = _resolve(base, raw.key)
+    elif daemon is not None and "://" not in daemon.db:
+        key = Path(daemon.db).parent / "id_ed25519"
+    else:
+        problems.add("ssh.key", "required when daemon.db is a URL (there is no directory to use)")
+        return None
+    return SshConfig(
+        user=raw.user,
+        port=raw.port,
+        key=key,
+        internal_ip=raw.internal_ip,
+        concurrency=raw.concurrency,
+    )
+
+
+def _fleets(raws: Sequence[FleetTable], base: Path, problems: Problems) -> tuple[FleetSpec, ...]:
+    specs = []
+    seen: dict[str, int] = {}
+    for i, raw in enumerate(raws):
+        at = f"fleet {json.dumps(raw.name)}"
+        if raw.name in seen:
+            problems.add(f"{at}: name", f"also used by fleet #{seen[raw.name] + 1}; must be unique")
+        seen.setdefault(raw.name, i)
+        longest = f"{raw.name}-{max(raw.size - 1, 0)}"
+        if len(longest) > MAX_NODE_NAME:
+            problems.add(
+                f"{at}: name",
+                f"node names are {raw.name}-<slot>, at most {MAX_NODE_NAME} characters, "
+                f"but {longest} has {len(longest)}: shorten the name",
+            )
+        if raw.provisioning is Provisioning.QUEUED and raw.capacity is CapacityKind.PREEMPTIBLE:
+            problems.add(
+                f"{at}: capacity",
+                '"preemptible" cannot be queued (queued resources offer spot, on-demand and '
+                'reserved capacity): use "spot", or provisioning = "direct"',
+            )
+        for reserved in (FLEET_LABEL, OWNER_LABEL):
+            if reserved in raw.labels:
+                problems.add(f"{at}: labels.{reserved}", "reserved: tpucared sets it itself")
+        workload = _workload(raw.workload, at, base, problems) if raw.workload else None
+        specs.append(
+            FleetSpec(
+                name=raw.name,
+                zones=tuple(raw.zones),
+                accelerator_type=raw.accelerator_type,
+                runtime_version=raw.runtime_version,
+                size=raw.size,
+                capacity=raw.capacity,
+                provisioning=raw.provisioning,
+                labels=dict(raw.labels),
+                workload=workload,
+            )
+        )
+    return tuple(specs)
+
+
+def _workload(raw: WorkloadTable, at: str, base: Path, problems: Problems) -> WorkloadSpec:
+    if raw.ref is not None and raw.repository is None:
+        problems.add(f"{at}: workload.ref", "set without workload.repository (a ref of what?)")
+    for table, names in (("env", raw.env), ("secrets", raw.secrets)):
+        for name in names:
+            if name.startswith("TPUCARED_"):
+                problems.add(
+                    f"{at}: workload.{table}.{name}", "TPUCARED_* variables are set by tpucared"
+                )
+    for name in raw.secrets:
+        if name in raw.env:
+            problems.add(f"{at}: workload.secrets.{name}", "also in workload.env; keep one")
+    files = {}
+    for local, remote in raw.files.items():
+        source = _resolve(base, local)
+        if not source.exists():
+            problems.add(f"{at}: workload.files.{dotted([local])}", f"{source} does not exist")
+        files[str(source)] = remote
+    return WorkloadSpec(
+        run=raw.run,
+        repository=raw.repository,
+        ref=raw.ref,
+        setup=raw.setup,
+        env=dict(raw.env),
+        secrets={name: secret.env for name, secret in raw.secrets.items()},
+        files=files,
+        restart=raw.restart,
+        max_failures=raw.max_failures,
+        hang_timeout=raw.hang_timeout.total_seconds() if raw.hang_timeout else None,
+        on_success=raw.on_success,
+    )
+
+
+def _policy(raw: PolicyTable, problems: Problems) -> Policy | None:
+    rules = {}
+    for name in ("capacity", "transient", "error"):
+        base: timedelta = getattr(raw, f"{name}_backoff")
+        cap: timedelta = getattr(raw, f"{name}_backoff_cap")
+        if base <= timedelta(0):
+            problems.add(f"policy.{name}_backoff", f"expected more than zero, got {_fmt(base)}")
+        elif cap < base:
+            problems.add(
+                f"policy.{name}_backoff_cap",
+                f"expected at least policy.{name}_backoff ({_fmt(base)}), got {_fmt(cap)}",
+            )
+        else:
+            # The error backoff never retries sooner than its base: a person must act first.
+            floor = base if name == "error" else timedelta(0)
+            # Only capacity hunting has a tunable jitter; the others keep full jitter.
+            share = raw.capacity_backoff_jitter if name == "capacity" else 1.0
+            rules[name] = BackoffRule(base=base, cap=cap, floor=floor, jitter=share)
+    for name in raw.timeouts:
+        if name not in DEFAULT_TIMEOUTS:
+            close = difflib.get_close_matches(name, list(DEFAULT_TIMEOUTS), n=1)
+            hint = f' (did you mean "{close[0]}"?)' if close else ""
+            problems.add(
+                f"policy.timeouts.{dotted([name])}",
+                f"unknown stuck-state timeout{hint}; known: {', '.join(DEFAULT_TIMEOUTS)}",
+            )
+    if problems or len(rules) < 3:
+        return None
+    return Policy(
+        max_creates=raw.max_creates,
+        max_creates_per_fleet=raw.max_creates_per_fleet,
+        capacity_backoff=rules["capacity"],
+        transient_backoff=rules["transient"],
+        error_backoff=rules["error"],
+        create_grace=raw.create_grace,
+        vanish_grace=raw.vanish_grace,
+        unhealthy_grace=raw.unhealthy_grace,
+        max_delete_calls=raw.max_delete_calls,
+        timeouts=with_overrides(raw.timeouts),
+    )
+
+
+def _fmt(d: timedelta) -> str:
+    return json.dumps(durations.fmt(d))

@@ -1,0 +1,65 @@
+"""The `[guard]` budget: limits the rest of the config must stay within.
+
+A guard (e.g. the terms of a TRC grant) pins the project and allows only some zones,
+accelerator types and capacity kinds, and at most so many nodes across all fleets, so a
+typo in a fleet cannot spend money. `build_guard` makes the frozen `GuardConfig` and adds
+a problem for every fleet or key outside it; `build.py` calls it with the rest.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tpucared.config.messages import Problems
+from tpucared.config.schema import ConfigFile, GuardTable
+from tpucared.config.syntax import as_written
+from tpucared.config.values import GuardConfig
+from tpucared.core.model.specs import CapacityKind
+
+
+def build_guard(raw: GuardTable | None, root: ConfigFile, problems: Problems) -> GuardConfig | None:
+    """The guard, or None without a [guard] table; whatever breaks it goes to `problems`."""
+    if raw is None:
+        return None
+    guard = GuardConfig(
+        project=raw.project,
+        zones=None if raw.zones is None else frozenset(raw.zones),
+        accelerator_types=None
+        if raw.accelerator_types is None
+        else frozenset(raw.accelerator_types),
+        capacity=None if raw.capacity is None else frozenset(raw.capacity),
+        max_nodes=raw.max_nodes,
+    )
+    if guard.project is not None and root.gcp.project != guard.project:
+        problems.add(
+            "gcp.project",
+            f"expected guard.project {as_written(guard.project)}, "
+            f"got {as_written(root.gcp.project)}",
+        )
+    for fleet in root.fleet:
+        at = f"fleet {json.dumps(fleet.name)}"
+        checks: list[tuple[str, list[str], frozenset[str] | None]] = [
+            ("zones", list(fleet.zones), guard.zones),
+            ("accelerator_type", [fleet.accelerator_type], guard.accelerator_types),
+            ("capacity", [fleet.capacity.value], _values(guard.capacity)),
+        ]
+        for key, wanted, allowed in checks:
+            for value in wanted:
+                if allowed is not None and value not in allowed:
+                    problems.add(
+                        f"{at}: {key}",
+                        f"{as_written(value)} is not allowed by the guard "
+                        f"(allowed: {', '.join(sorted(allowed)) or 'nothing'})",
+                    )
+    total = sum(f.size for f in root.fleet)
+    if guard.max_nodes is not None and total > guard.max_nodes:
+        sizes = ", ".join(f"{f.name} {f.size}" for f in root.fleet)
+        problems.add(
+            "guard.max_nodes",
+            f"the fleets ask for {total} nodes ({sizes}), more than the {guard.max_nodes} allowed",
+        )
+    return guard
+
+
+def _values(kinds: frozenset[CapacityKind] | None) -> frozenset[str] | None:
+    return None if kinds is None else frozenset(k.value for k in kinds)

@@ -1,0 +1,131 @@
+"""The shape of the TOML file: one pydantic model per table, with its defaults.
+
+Pass one of the validation: strict types, unknown keys refused, and the per-value rules of
+`syntax.py` (durations, names, zones, accelerator types, label syntax) plus ranges. Rules
+across keys are not here but in `build.py`. `ConfigFile` is the whole file; the README's
+"Configuration" section documents each key and default, and must agree with this module.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tpucared.config.syntax import (
+    AcceleratorType,
+    Duration,
+    DurationOrNever,
+    EnvName,
+    FleetName,
+    LabelKey,
+    LabelValue,
+    NonEmpty,
+    Owner,
+    Project,
+    RuntimeVersion,
+    UserName,
+    Zone,
+    unique_list,
+)
+from tpucared.core.model.specs import CapacityKind, OnSuccess, Provisioning, RestartPolicy
+
+DEFAULT_ENDPOINT = "https://tpu.googleapis.com"
+
+
+def _lax() -> Any:
+    # Enums come from TOML as strings; strict mode would only accept enum instances.
+    return Field(strict=False)
+
+
+class Table(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class DaemonTable(Table):
+    db: NonEmpty
+    poll_interval: Duration = timedelta(seconds=10)
+    http: NonEmpty = "127.0.0.1:9464"
+    owner: Owner = "default"
+
+
+class GcpTable(Table):
+    project: Project
+    endpoint: NonEmpty = DEFAULT_ENDPOINT
+    credentials: NonEmpty = "default"
+
+
+class SshTable(Table):
+    user: UserName = "tpucared"
+    port: int = Field(default=22, ge=1, le=65535)
+    key: NonEmpty | None = None
+    internal_ip: bool = False
+    concurrency: int = Field(default=64, ge=1, le=1024)
+
+
+class SecretTable(Table):
+    env: EnvName
+
+
+class WorkloadTable(Table):
+    run: NonEmpty
+    repository: NonEmpty | None = None
+    ref: NonEmpty | None = None
+    setup: NonEmpty | None = None
+    env: dict[EnvName, str] = Field(default_factory=dict)
+    secrets: dict[EnvName, SecretTable] = Field(default_factory=dict)
+    files: dict[NonEmpty, NonEmpty] = Field(default_factory=dict)
+    restart: Annotated[RestartPolicy, _lax()] = RestartPolicy.ON_FAILURE
+    max_failures: int = Field(default=10, ge=0)
+    hang_timeout: Duration | None = None
+    on_success: Annotated[OnSuccess, _lax()] = OnSuccess.DELETE
+
+
+class FleetTable(Table):
+    name: FleetName
+    zones: Annotated[list[Zone], unique_list("at least one zone")]
+    accelerator_type: AcceleratorType
+    runtime_version: RuntimeVersion
+    size: int = Field(ge=0, le=10000)
+    capacity: Annotated[CapacityKind, _lax()] = CapacityKind.SPOT
+    provisioning: Annotated[Provisioning, _lax()] = Provisioning.DIRECT
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=62)
+    workload: WorkloadTable | None = None
+
+
+class PolicyTable(Table):
+    max_creates: int = Field(default=8, ge=1)
+    max_creates_per_fleet: int = Field(default=4, ge=1)
+    capacity_backoff: Duration = timedelta(seconds=4)
+    capacity_backoff_cap: Duration = timedelta(seconds=4)
+    # The random share of each capacity wait (1 = full jitter over [0, wait]).
+    capacity_backoff_jitter: float = Field(default=0.4, ge=0, le=1)
+    transient_backoff: Duration = timedelta(seconds=5)
+    transient_backoff_cap: Duration = timedelta(minutes=2)
+    error_backoff: Duration = timedelta(minutes=10)
+    error_backoff_cap: Duration = timedelta(minutes=30)
+    create_grace: Duration = timedelta(minutes=2)
+    vanish_grace: Duration = timedelta(seconds=20)
+    unhealthy_grace: Duration = timedelta(minutes=10)
+    max_delete_calls: int = Field(default=5, ge=1)
+    timeouts: dict[str, DurationOrNever] = Field(default_factory=dict)
+
+
+class GuardTable(Table):
+    project: Project | None = None
+    zones: Annotated[list[Zone], unique_list("at least one zone")] | None = None
+    accelerator_types: list[AcceleratorType] | None = None
+    capacity: list[Annotated[CapacityKind, _lax()]] | None = None
+    max_nodes: int | None = Field(default=None, ge=0)
+
+
+class ConfigFile(Table):
+    """The whole file: `[daemon]`, `[gcp]`, `[ssh]`, `[[fleet]]`, `[policy]`, `[guard]`."""
+
+    daemon: DaemonTable
+    gcp: GcpTable
+    ssh: SshTable = SshTable()
+    fleet: list[FleetTable] = Field(default_factory=list)
+    policy: PolicyTable = PolicyTable()
+    guard: GuardTable | None = None

@@ -1,0 +1,155 @@
+"""Values with their own syntax: durations, names, zones, labels and the like.
+
+Each is an `Annotated` type that `schema.py` puts on a field; a value that does not fit is
+refused with "expected WHAT, got VALUE", VALUE shown as the user wrote it in TOML
+(`as_written`, also used by the other modules' messages).
+
+Durations are strings: "500ms", "30s", "10m", "24h", "2d", "1h30m". Plain numbers are
+refused (is 30 seconds or minutes?) with a hint to write "30s".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Annotated
+
+from pydantic import BeforeValidator
+from pydantic_core import PydanticCustomError
+
+from tpucared.core.model import durations
+
+
+def as_written(value: object) -> str:
+    """A value as the user wrote it in TOML, for messages."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, list):
+        return "a list"
+    return str(value)
+
+
+def _fail(expected: str, value: object) -> PydanticCustomError:
+    return PydanticCustomError(
+        "tpucared",
+        "expected {expected}, got {got}",
+        {
+            "expected": expected,
+            "got": as_written(value),
+        },
+    )
+
+
+_DURATION_EXPECTED = 'a duration string like "30s", "10m", "24h" or "1h30m"'
+
+
+def parse_duration(value: object) -> timedelta:
+    """A config duration: a string for core.durations.parse (plain numbers are refused)."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise PydanticCustomError(
+            "tpucared",
+            'expected {expected}, got the bare number {got} (write "{got}s" for seconds)',
+            {"expected": _DURATION_EXPECTED, "got": as_written(value)},
+        )
+    if not isinstance(value, str):
+        raise _fail(_DURATION_EXPECTED, value)
+    try:
+        return durations.parse(value)
+    except ValueError:
+        raise _fail(f"{_DURATION_EXPECTED}, at most a year", value) from None
+
+
+def _duration_or_never(value: object) -> timedelta | None:
+    if value == "never":
+        return None
+    try:
+        return parse_duration(value)
+    except PydanticCustomError:
+        raise _fail(f'{_DURATION_EXPECTED}, or "never"', value) from None
+
+
+def _pattern(regex: str, expected: str) -> BeforeValidator:
+    compiled = re.compile(regex)
+
+    def check(value: object) -> str:
+        if not isinstance(value, str) or not compiled.fullmatch(value):
+            raise _fail(expected, value)
+        return value
+
+    return BeforeValidator(check)
+
+
+def unique_list(expected: str) -> BeforeValidator:
+    """A list with no item twice, and not empty (`expected` says what it should hold)."""
+
+    def check(value: object) -> object:
+        if isinstance(value, list):
+            dupes = sorted({str(v) for v in value if value.count(v) > 1})
+            if dupes:
+                raise PydanticCustomError(
+                    "tpucared", "listed more than once: {dupes}", {"dupes": ", ".join(dupes)}
+                )
+            if not value:
+                raise _fail(expected, value)
+        return value
+
+    return BeforeValidator(check)
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+DurationOrNever = Annotated[timedelta | None, BeforeValidator(_duration_or_never)]
+NonEmpty = Annotated[str, _pattern(r"(?s).*\S.*", "a non-empty string")]
+# RFC 1035 label, lowercase: what node ids and label values accept.
+FleetName = Annotated[
+    str,
+    _pattern(
+        r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?",
+        "a lowercase name: a letter, then letters, digits or '-', not ending in '-'",
+    ),
+]
+Zone = Annotated[str, _pattern(r"[a-z]+-[a-z]+[0-9]+-[a-z]", 'a zone like "us-central2-b"')]
+AcceleratorType = Annotated[
+    str,
+    _pattern(r"v[0-9]+[a-z]*-[1-9][0-9]*", 'an accelerator type like "v4-32" or "v5litepod-16"'),
+]
+RuntimeVersion = Annotated[
+    str, _pattern(r"[a-z0-9][a-z0-9._-]*", 'a runtime version like "tpu-ubuntu2204-base"')
+]
+LabelKey = Annotated[
+    str,
+    _pattern(
+        r"[a-z][a-z0-9_-]{0,62}",
+        "a label key: a lowercase letter, then up to 62 lowercase letters, digits, '_' or '-'",
+    ),
+]
+LabelValue = Annotated[
+    str,
+    _pattern(r"[a-z0-9_-]{0,63}", "a label value: up to 63 lowercase letters, digits, '_' or '-'"),
+]
+Owner = Annotated[
+    str,
+    _pattern(
+        r"[a-z0-9][a-z0-9_-]{0,62}",
+        "an owner id: up to 63 lowercase letters, digits, '_' or '-', not starting with '_'/'-'",
+    ),
+]
+EnvName = Annotated[
+    str,
+    _pattern(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name like WANDB_API_KEY"),
+]
+Project = Annotated[
+    str,
+    _pattern(
+        r"(?:[a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]",
+        'a project id like "my-project" (6-30 lowercase letters, digits or "-")',
+    ),
+]
+UserName = Annotated[str, _pattern(r"[a-z_][a-z0-9_-]{0,31}", 'a Unix user name like "tpucared"')]

@@ -1,0 +1,71 @@
+"""The frozen values a loaded config hands out: `Config` and its parts.
+
+Everything here is already checked: paths are absolute, durations are seconds or
+`timedelta`s, fleets are the core's `FleetSpec`s and the planner tunables a core `Policy`.
+The runtime, the CLI and the demo read these; only `build.py` makes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tpucared.core.model.specs import CapacityKind, FleetSpec
+from tpucared.core.planning.policy import Policy
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    db: str  # an absolute path, or a SQLAlchemy URL as written
+    poll_interval: float  # seconds
+    http_host: str
+    http_port: int
+    owner: str  # the `tpucared-owner` label value
+
+    @property
+    def db_url(self) -> str:
+        return self.db if "://" in self.db else f"sqlite+aiosqlite:///{self.db}"
+
+
+@dataclass(frozen=True)
+class GcpConfig:
+    project: str
+    endpoint: str
+    credentials: str  # "default" (ADC), "none" (emulators only) or an absolute key-file path
+
+
+@dataclass(frozen=True)
+class SshConfig:
+    user: str
+    port: int
+    key: Path
+    internal_ip: bool
+    concurrency: int
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    """Limits a config must stay within (e.g. a TRC grant), so a typo cannot spend money."""
+
+    project: str | None = None
+    zones: frozenset[str] | None = None
+    accelerator_types: frozenset[str] | None = None
+    capacity: frozenset[CapacityKind] | None = None
+    max_nodes: int | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    daemon: DaemonConfig
+    gcp: GcpConfig
+    ssh: SshConfig
+    fleets: tuple[FleetSpec, ...]
+    policy: Policy
+    guard: GuardConfig | None = None
+
+    def fleet(self, name: str) -> FleetSpec:
+        for spec in self.fleets:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
