@@ -584,6 +584,14 @@ def test_bad_config(tmp_path: Path, text: str, expected: list[str]) -> None:
         assert any(line.startswith(want) for line in found), (want, found)
 
 
+@pytest.mark.parametrize("http", ["localhost", "127.0.0.1:0", "127.0.0.1:99999"])
+def test_a_bad_daemon_http_is_the_only_line(tmp_path: Path, http: str) -> None:
+    """One mistake, one line: a wrong [daemon] must not add a guess about ssh.key."""
+    found = problems(tmp_path, daemon(f'http = "{http}"'))
+    assert len(found) == 1, found
+    assert "daemon.http" in found[0]
+
+
 def test_an_inline_secret_is_not_echoed(tmp_path: Path) -> None:
     found = problems(tmp_path, workload('secrets = { K = "hunter2" }'))
     assert found

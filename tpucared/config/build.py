@@ -150,7 +150,9 @@ def _ssh(
 ) -> SshConfig | None:
     if raw.key is not None:
         key = _resolve(base, raw.key)
-    elif daemon is not None and "://" not in daemon.db:
+    elif daemon is None:
+        return None  # [daemon] was wrong and is reported: a guess about ssh.key would mislead
+    elif "://" not in daemon.db:
         key = Path(daemon.db).parent / "id_ed25519"
     else:
         problems.add("ssh.key", "required when daemon.db is a URL (there is no directory to use)")
