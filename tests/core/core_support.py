@@ -31,7 +31,7 @@ from tpucared.core.planning.actions import Action, DeleteNode, Transition
 from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.planner import plan
 from tpucared.core.planning.policy import Policy
-from tpucared.core.planning.snapshot import Snapshot
+from tpucared.core.planning.snapshot import PlainSnapshot
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 Z1, Z2 = "us-central2-b", "europe-west4-a"
@@ -191,7 +191,7 @@ def snapshot(
     slots: Iterable[SlotRecord] | None = None,
     down: Iterable[str] = (),
     extra_fleets: Iterable[str] = (),
-) -> Snapshot:
+) -> PlainSnapshot:
     """Records as the store would hold them after earlier ticks: fleet and slot records for
     every spec (so no RecordFleet/OpenSlot noise), plus what is passed."""
     specs = list(specs)
@@ -208,13 +208,13 @@ def snapshot(
     ]
     if slots is None:
         slots = [slot(i, s.name) for s in specs for i in range(s.size)]
-    return Snapshot.of(fleets, slots, incarnations)
+    return PlainSnapshot.of(fleets, slots, incarnations)
 
 
 def run(
     specs: Iterable[FleetSpec],
     observations: Iterable[ZoneObservation],
-    snap: Snapshot | None = None,
+    snap: PlainSnapshot | None = None,
     *,
     now: datetime = T0,
     policy: Policy | None = None,

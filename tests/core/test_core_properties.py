@@ -45,7 +45,7 @@ from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.core.planning.actions import Adopt, CreateNode, DeleteNode, RecordCloud, Transition
 from tpucared.core.planning.executor_contract import apply_intent
 from tpucared.core.planning.plan import Plan
-from tpucared.core.planning.snapshot import Snapshot
+from tpucared.core.planning.snapshot import PlainSnapshot
 
 P = NodePhase
 FLEETS = ("a", "b", "c")
@@ -170,7 +170,7 @@ def zone_lists(draw: st.DrawFn) -> list[ZoneObservation]:
 
 
 @st.composite
-def worlds(draw: st.DrawFn) -> tuple[list[FleetSpec], list[ZoneObservation], Snapshot]:
+def worlds(draw: st.DrawFn) -> tuple[list[FleetSpec], list[ZoneObservation], PlainSnapshot]:
     fleet_specs = draw(specs())
     down = draw(st.sets(st.sampled_from(FLEETS)))
     records = [
@@ -203,11 +203,11 @@ def worlds(draw: st.DrawFn) -> tuple[list[FleetSpec], list[ZoneObservation], Sna
         for i in range(5)
         if draw(st.booleans())
     ]
-    snap = Snapshot.of(records, slots, draw(incarnations()))
+    snap = PlainSnapshot.of(records, slots, draw(incarnations()))
     return fleet_specs, draw(zone_lists()), snap
 
 
-World = tuple[list[FleetSpec], list[ZoneObservation], Snapshot]
+World = tuple[list[FleetSpec], list[ZoneObservation], PlainSnapshot]
 
 
 def plan_of(w: World) -> Plan:
@@ -348,7 +348,7 @@ def test_plan_is_deterministic(w: World, rnd: object) -> None:
     first = plan_of(w)
     assert plan_of(w) == first
     shuffled_obs = [replace(o, nodes=tuple(reversed(o.nodes))) for o in reversed(observations)]
-    shuffled = Snapshot(
+    shuffled = PlainSnapshot(
         fleets=dict(reversed(list(snap.fleets.items()))),
         slots=dict(reversed(list(snap.slots.items()))),
         nodes=dict(reversed(list(snap.nodes.items()))),

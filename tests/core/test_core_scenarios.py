@@ -22,7 +22,7 @@ from tpucared.core.planning.executor_contract import apply_intent, record_outcom
 from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.planner import plan
 from tpucared.core.planning.policy import Policy
-from tpucared.core.planning.snapshot import Snapshot
+from tpucared.core.planning.snapshot import PlainSnapshot
 
 TICK = timedelta(seconds=10)
 
@@ -85,7 +85,7 @@ class Cloud:
 class Daemon:
     specs: list[FleetSpec]
     cloud: Cloud
-    snap: Snapshot = field(default_factory=Snapshot)
+    snap: PlainSnapshot = field(default_factory=PlainSnapshot)
     now: datetime = T0
     reported: frozenset[str] = frozenset()
     last_id: int = 0

@@ -17,8 +17,8 @@ from tpucared.cli.config_arg import load
 from tpucared.config import Config
 from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.planner import plan as make_plan
+from tpucared.core.planning.snapshot import PlainSnapshot as EmptySnapshot
 from tpucared.core.planning.snapshot import PlannerSnapshot
-from tpucared.core.planning.snapshot import Snapshot as EmptySnapshot
 from tpucared.errors import UsageError
 from tpucared.gcp import TpuClient
 from tpucared.runtime.clock import Clock, SystemClock

@@ -22,8 +22,7 @@ from tpucared.core.model.records import (
     WorkerRecord,
     WorkloadAttemptRecord,
 )
-
-SlotKey = tuple[str, int]  # (fleet name, slot index)
+from tpucared.core.planning.snapshot import SlotKey as SlotKey  # one definition, re-exported
 
 K = TypeVar("K")
 V = TypeVar("V")

@@ -30,7 +30,7 @@ from tpucared.core.planning.actions import (
     Transition,
 )
 from tpucared.core.planning.plan import Plan
-from tpucared.core.planning.snapshot import PlannerSnapshot, Snapshot
+from tpucared.core.planning.snapshot import PlainSnapshot, PlannerSnapshot
 
 
 class StaleAction(RuntimeError):
@@ -51,8 +51,8 @@ class _Store:
         if self.strict:
             raise StaleAction(why)
 
-    def snapshot(self) -> Snapshot:
-        return Snapshot.of(self.fleets.values(), self.slots.values(), self.incs.values())
+    def snapshot(self) -> PlainSnapshot:
+        return PlainSnapshot.of(self.fleets.values(), self.slots.values(), self.incs.values())
 
     def next_id(self) -> int:
         self.last_id += 1
@@ -216,7 +216,7 @@ def apply_intent(
     *,
     strict: bool = True,
     id_floor: int = 0,
-) -> Snapshot:
+) -> PlainSnapshot:
     """Record every action's intent, in plan order. `strict` raises StaleAction where the
     executor would skip; new incarnation ids start above `id_floor` and every id in use
     (terminal incarnations leave the snapshot, so a caller that iterates passes the largest
@@ -235,7 +235,7 @@ def record_outcome(
     operation: str | None = None,
     error: ErrorKind | None = None,
     accepted_create: bool = False,
-) -> Snapshot:
+) -> PlainSnapshot:
     """What the executor records when a call (or its operation) returns: an accepted create
     moves REQUESTED -> CREATING with its operation; otherwise `operation`/`error` are set."""
     incs = {i.id: i for i in snapshot.nodes.values()}
@@ -248,4 +248,4 @@ def record_outcome(
     else:
         inc = replace(inc, operation=operation, error=error)
     incs[incarnation_id] = inc
-    return Snapshot.of(snapshot.fleets.values(), snapshot.slots.values(), incs.values())
+    return PlainSnapshot.of(snapshot.fleets.values(), snapshot.slots.values(), incs.values())

@@ -2,7 +2,7 @@
 
 The planner asks for the `PlannerSnapshot` protocol only: the store's own
 `tpucared.store.Snapshot` (one consistent read transaction) satisfies it structurally, so
-core never imports the store. `Snapshot` here is a plain implementation with the same
+core never imports the store. `PlainSnapshot` here is a plain implementation with the same
 fields, for tests and tools. `nodes` holds only incarnations in a LIVE phase, at most one
 per slot (the store's unique index guarantees it; the planner relies on it).
 """
@@ -31,7 +31,7 @@ class PlannerSnapshot(Protocol):
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class PlainSnapshot:
     fleets: Mapping[str, FleetRecord] = field(default_factory=dict)
     slots: Mapping[SlotKey, SlotRecord] = field(default_factory=dict)
     nodes: Mapping[SlotKey, IncarnationRecord] = field(default_factory=dict)
@@ -42,7 +42,7 @@ class Snapshot:
         fleets: Iterable[FleetRecord] = (),
         slots: Iterable[SlotRecord] = (),
         incarnations: Iterable[IncarnationRecord] = (),
-    ) -> Snapshot:
+    ) -> PlainSnapshot:
         """Key plain records the way the store does; terminal incarnations are dropped and a
         second live incarnation of one slot is a ValueError (the store cannot hold one)."""
         nodes: dict[SlotKey, IncarnationRecord] = {}

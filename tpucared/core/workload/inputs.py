@@ -11,8 +11,8 @@ workers and stragglers with `now` alone (core/workload/planner.py).
 
 The records come from the store's snapshot: `WorkloadRecords` is the part of it the workload
 planner needs (each live incarnation's workers, each slot's newest attempt); the store's
-`Snapshot` satisfies it structurally, `WorkloadSnapshot` is a plain implementation for tests
-and tools.
+`Snapshot` (tpucared.store) satisfies it structurally, `WorkloadSnapshot` is a plain
+implementation for tests and tools.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from tpucared.core.model.records import (
     WorkerRecord,
     WorkloadAttemptRecord,
 )
-from tpucared.core.planning.snapshot import PlannerSnapshot, SlotKey, Snapshot
+from tpucared.core.planning.snapshot import PlainSnapshot, PlannerSnapshot, SlotKey
 
 
 class WorkerState(StrEnum):
@@ -150,7 +150,7 @@ class TickSnapshot(PlannerSnapshot, WorkloadRecords, Protocol):
 
 
 @dataclass(frozen=True)
-class WorkloadSnapshot(Snapshot):
+class WorkloadSnapshot(PlainSnapshot):
     """A plain `TickSnapshot` (core.snapshot.Snapshot plus workers and attempts)."""
 
     workers: Mapping[int, tuple[WorkerRecord, ...]] = field(default_factory=dict)
@@ -166,9 +166,9 @@ class WorkloadSnapshot(Snapshot):
         workers: Iterable[WorkerRecord] = (),
         attempts: Iterable[WorkloadAttemptRecord] = (),
     ) -> WorkloadSnapshot:
-        """Like `Snapshot.of`, plus workers (of live incarnations) and the newest attempt of
+        """Like `PlainSnapshot.of`, plus workers (of live incarnations) and the newest attempt of
         each slot among `attempts`."""
-        base = Snapshot.of(fleets, slots, incarnations)
+        base = PlainSnapshot.of(fleets, slots, incarnations)
         live = {i.id for i in base.nodes.values()}
         by_node: dict[int, list[WorkerRecord]] = {}
         for w in sorted(workers, key=lambda w: (w.incarnation_id, w.index)):
