@@ -6,6 +6,7 @@
 - `auth`       token sources (none / ADC / key file) refreshed off the event loop.
 - `operation`  the long-running `Operation` value.
 - `bodies`     `NodeShape` (what a node is made of) and the request bodies built from it.
+- `responses`  the response schema at the client's edge: what an answer must look like.
 - `client`     `TpuClient`: one aiohttp session, one method per API call used.
 - `convert`    API JSON -> `tpucared.core.model` observations.
 - `observe`    `observe_zone`: one paginated list per (project, zone), never raising ApiError.

@@ -4,15 +4,18 @@ Every request goes through `_call` -> `call_with_retry` -> `_send`, so each one:
 - sends `Content-Type: application/json`, our User-Agent and the token source's
   Authorization header;
 - answers a 401 by invalidating the token and trying once more with a fresh one;
-- is retried with backoff for TRANSIENT / RATE_LIMITED / CONFLICT failures (retry.py);
+- is retried with backoff for TRANSIENT / RATE_LIMITED / CONFLICT / MALFORMED failures
+  (retry.py), each phase bounded (connect, every read including the headers, the total);
+- never follows a redirect, and reads its answer through responses.py (the schema);
 - fails only with a classified `ApiError` (errors.py), never an aiohttp exception;
 - is counted in `request_counts[(call, status)]`, e.g. `("nodes.list", "200")`, with
   `"error"` as the status when no response came back; `on_request` sees each one too.
 
 Methods return parsed JSON dicts (the API's camelCase shapes) or `Operation`s; turning them
-into domain types is convert.py's job. Every list follows `nextPageToken` to the end, and
-a page that reports unreachable locations fails the whole list (TRANSIENT): a partial list
-would make present nodes look vanished.
+into domain types is convert.py's job. Every list follows `nextPageToken` to the end, within
+`MAX_LIST_PAGES` and `list_deadline` (a list that does not end is MALFORMED), and a page that
+reports unreachable locations fails the whole list (TRANSIENT): a partial list would make
+present nodes look vanished.
 """
 
 from __future__ import annotations
@@ -36,11 +39,11 @@ from tpucared.gcp.auth import TokenSource
 from tpucared.gcp.errors import (
     ApiError,
     OperationTimeout,
-    classify_http,
     classify_transport,
     malformed_response,
 )
 from tpucared.gcp.operation import Operation
+from tpucared.gcp.responses import check_page, read_body
 from tpucared.gcp.retry import RetryPolicy, Rng, Sleep, call_with_retry
 
 JSON = dict[str, Any]
@@ -68,35 +71,6 @@ LIST_DEADLINE_S = 120.0
 # Bounds of one request's phases, inside its total (`timeout`).
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 30.0
-# The fields a list page may carry (List*Response in the v2 discovery document).
-_PAGE_FIELDS = frozenset({"nextPageToken", "unreachable"})
-
-
-def _check_page(page: JSON, collection: str, *, method: str, url: str) -> None:
-    """A list page must have the documented shape: anything else (an error envelope sent
-    with 200, a proxy's JSON, items that are not objects) is MALFORMED, never "no items"."""
-    unexpected = set(page) - _PAGE_FIELDS - {collection}
-    batch = page.get(collection, [])
-    token = page.get("nextPageToken")
-    unreachable = page.get("unreachable", [])
-    why = None
-    if unexpected:
-        why = f"unexpected fields {sorted(unexpected)[:5]}"
-    elif not isinstance(batch, list) or not all(isinstance(i, dict) for i in batch):
-        why = f"{collection} is not a list of objects"
-    elif token is not None and not isinstance(token, str):
-        why = "nextPageToken is not a string"
-    elif not isinstance(unreachable, list):
-        why = "unreachable is not a list"
-    if why is not None:
-        raise malformed_response(200, _excerpt(page), method=method, url=url, why=why)
-
-
-def _excerpt(value: object) -> str:
-    try:
-        return json.dumps(value)[:200]
-    except (ValueError, RecursionError):
-        return "(unprintable)"
 
 
 class TpuClient:
@@ -237,30 +211,7 @@ class TpuClient:
                 log.info("tpu api answered 401, refreshing the token", call=call)
                 await self._tokens.invalidate(authorization)
                 continue
-            if 300 <= status < 400:
-                where = response_headers.get("Location", "nowhere")
-                raise malformed_response(
-                    status, text, method=method, url=url, why=f"HTTP {status} redirect to {where}"
-                )
-            if not 200 <= status < 300:
-                raise classify_http(status, text, response_headers, method=method, url=url)
-            if not text.strip():
-                if method == "GET":  # a resource or a list page is never empty, `{}` at least
-                    raise malformed_response(status, text, method=method, url=url, why="empty")
-                return {}  # e.g. an Empty response
-            try:
-                data = json.loads(text)
-            except ValueError:
-                raise malformed_response(
-                    status, text, method=method, url=url, why="not JSON"
-                ) from None
-            except RecursionError:
-                raise malformed_response(
-                    status, text, method=method, url=url, why="JSON nested too deep"
-                ) from None
-            if not isinstance(data, dict):
-                raise malformed_response(status, text, method=method, url=url)
-            return data
+            return read_body(status, text, response_headers, method=method, url=url)
         raise AssertionError("unreachable: the second round always returns or raises")
 
     async def _operation(
@@ -312,7 +263,7 @@ class TpuClient:
             if token:
                 params["pageToken"] = token
             page = await self._call(call, "GET", url, params=params)
-            _check_page(page, collection, method="GET", url=url)
+            check_page(page, collection, method="GET", url=url)
             unreachable = page.get("unreachable")
             if unreachable:
                 raise ApiError.of(

@@ -1,4 +1,9 @@
-"""Bounded retries of one API request, at the adapter edge (STYLE 7).
+"""Bounded retries of one API request, at the adapter edge.
+
+Requests are retried here, at the edge of the REST client, and nowhere above it: each one gets
+a bounded number of attempts, honours the server's Retry-After, and logs each failed attempt as
+"attempt i/N" with the call's name, the error kind and the wait. Budgets across requests (when
+to create again) are the planner's.
 
 `call_with_retry` runs a request up to `RetryPolicy.max_attempts` times. It retries only the
 kinds in `RetryPolicy.retry_kinds`:
@@ -13,7 +18,8 @@ CAPACITY, QUOTA, PERMISSION, NOT_FOUND, ALREADY_EXISTS and INVALID never clear w
 request's lifetime, so they surface at once. Only the request is retried, never a failed
 long-running operation: whether to create again is the planner's call.
 
-The delay before retry n (1-based) is "full jitter": `rng() * min(cap, base * 2**(n-1))`,
+The delay before retry n (1-based) is "full jitter": `rng() * min(cap, base * 2**(n-1))`, the
+daemon's one backoff rule (core/model/backoff.py) with full jitter, fed with `u = rng()`;
 raised to the server's Retry-After when it asked for longer. A Retry-After beyond
 `max_retry_after` is not slept through here: the error surfaces with `retry_after` set, so
 the daemon's loop, not a request, does the long wait. `sleep` and `rng` are injected so tests
@@ -33,13 +39,14 @@ from typing import TypeVar
 
 import structlog
 
+from tpucared.core.model.backoff import Backoff, in_seconds
 from tpucared.core.model.specs import ErrorKind
 from tpucared.gcp.errors import ApiError
 
 T = TypeVar("T")
 
 Sleep = Callable[[float], Awaitable[None]]
-Rng = Callable[[], float]
+Rng = Callable[[], float]  # a draw in [0, 1), random.random; 1.0 gives the ceiling itself
 
 log = structlog.get_logger(__name__)
 
@@ -62,9 +69,14 @@ class RetryPolicy:
         if self.base < 0 or self.cap < 0 or self.max_retry_after < 0:
             raise ValueError("base, cap and max_retry_after must not be negative")
 
+    @property
+    def rule(self) -> Backoff[float]:
+        """The backoff between attempts: doubling from `base` up to `cap`, full jitter."""
+        return in_seconds(self.base, self.cap)
+
     def backoff(self, retry: int, rng: Rng) -> float:
         """Full-jitter delay before retry number `retry` (1-based)."""
-        return rng() * min(self.cap, self.base * 2.0 ** (retry - 1))
+        return self.rule.delay(retry, rng())
 
     def delay(self, retry: int, error: ApiError, rng: Rng) -> float | None:
         """Seconds to wait before retry `retry` after `error`, or None to give up now."""
