@@ -5,6 +5,10 @@ worker. Retries are per worker, with exponential backoff and jitter so a slice's
 reconnect in lock-step (sshd's MaxStartups drops bursts: "kex_exchange_identification:
 Connection closed by remote host"). Only failures that happened before the command started
 are ever retried; budgets across ticks belong to the planner, not here.
+
+The delays are the daemon's one backoff rule (core/model/backoff.py), centred: each is
+`min(max_delay, initial_delay * multiplier**(attempt-1))` scaled by a uniform factor in
+[1 - jitter, 1 + jitter], with `u` drawn here from the fan-out's `random.Random`.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from tpucared.core.model.backoff import Backoff, in_seconds
 from tpucared.ssh.errors import TRANSIENT_KINDS, SshErrorKind
 
 
@@ -36,10 +41,20 @@ class RetryPolicy:
         """Whether to try again after `attempt` (1-based) failed with `kind`."""
         return attempt < self.attempts and kind.before_command and kind in self.retry_on
 
+    @property
+    def rule(self) -> Backoff[float]:
+        """The backoff between tries: growing by `multiplier`, jittered around its ceiling."""
+        return in_seconds(
+            self.initial_delay,
+            self.max_delay,
+            factor=self.multiplier,
+            jitter=self.jitter,
+            centred=True,
+        )
+
     def delay(self, attempt: int, rng: random.Random) -> float:
         """Seconds to wait after failed attempt number `attempt` (1-based)."""
-        base = min(self.max_delay, self.initial_delay * self.multiplier ** (attempt - 1))
-        return max(0.0, base * (1.0 + self.jitter * rng.uniform(-1.0, 1.0)))
+        return self.rule.delay(attempt, rng.random())
 
 
 # One try: for per-tick probes, where the next tick is the retry.

@@ -4,7 +4,8 @@ outcome recorded (the second transaction of core/planning/actions.py).
 The executor (executor.py) has already recorded the intent when it hands an action here, so
 the record is safe whatever happens to the call: a crash, a hang, a cancel at shutdown. Each
 call runs as its own task (tasks.TaskSet), bounded by semaphores (`Policy.max_creates`
-creates, `max_deletes` deletes), so a slow API never stalls the tick. Outcomes are facts:
+creates, `max_deletes` deletes), so a slow API never stalls the tick. Outcomes are facts,
+recorded only in the phase they belong to (core/nodes/outcomes.py decides which):
 - create accepted: REQUESTED -> CREATING with `operation`; if the planner already moved it to
   CREATING (it saw the node listed before the call returned), just `operation` is recorded.
   The operation is then watched (operations.py), which records the create attempt.
@@ -32,8 +33,9 @@ from datetime import datetime
 
 import structlog
 
-from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord, NodePhase
+from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord
 from tpucared.core.model.specs import ErrorKind
+from tpucared.core.nodes import outcomes
 from tpucared.core.planning.actions import CreateNode, DeleteNode
 from tpucared.gcp import ApiError, NodeShape, Operation, TpuClient
 from tpucared.runtime.clock import Clock
@@ -159,25 +161,26 @@ class CloudCalls:
         try:
             async with self._store.write() as tx:
                 current = await tx.incarnation(inc.id)
-                if current is not None and current.phase is NodePhase.REQUESTED:
+                phase = None if current is None else outcomes.accepted_create_phase(current.phase)
+                if current is None or phase is None:
+                    recorded = False
+                elif phase is not current.phase:
                     await tx.transition(
                         inc.id,
-                        NodePhase.REQUESTED,
-                        NodePhase.CREATING,
+                        current.phase,
+                        phase,
                         now,
                         reason=f"{inc.node_name}: create accepted",
                         operation=op.name,
                     )
-                elif current is not None and current.phase is NodePhase.CREATING:
+                else:
                     await tx.record_outcome(
                         inc.id,
-                        NodePhase.CREATING,
+                        phase,
                         now,
                         operation=op.name,
                         reason=f"{inc.node_name}: create accepted (node already listed)",
                     )
-                else:
-                    recorded = False
         except StaleWrite:
             recorded = False
         _log_action(action, "accepted", operation=op.name, latency_s=self._since(started))
@@ -209,11 +212,12 @@ class CloudCalls:
         )
         async with self._store.write() as tx:
             current = await tx.incarnation(inc.id)
-            still_requested = current is not None and current.phase is NodePhase.REQUESTED
+            phase = outcomes.call_phase("create")
+            still_requested = current is not None and current.phase is phase
             if still_requested:
                 await tx.record_outcome(
                     inc.id,
-                    NodePhase.REQUESTED,
+                    phase,
                     now,
                     error=error.kind,
                     last_error=error.message,
@@ -277,7 +281,7 @@ class CloudCalls:
                     assert op is not None
                     await tx.record_outcome(
                         inc.id,
-                        NodePhase.DELETING,
+                        outcomes.call_phase("delete"),
                         now,
                         operation=op.name,
                         reason=f"{inc.node_name}: delete accepted",
@@ -285,7 +289,7 @@ class CloudCalls:
                 else:
                     await tx.record_outcome(
                         inc.id,
-                        NodePhase.DELETING,
+                        outcomes.call_phase("delete"),
                         now,
                         operation=None,
                         error=error.kind,
@@ -331,13 +335,13 @@ async def record_interrupted_calls(store: Store, clock: Clock) -> list[Incarnati
     now = clock.now()
     changed = []
     for inc in sorted(snapshot.nodes.values(), key=lambda i: i.id):
-        if inc.error is not None or inc.phase not in (NodePhase.REQUESTED, NodePhase.DELETING):
+        what = outcomes.interrupted_call(inc.phase, inc.error)
+        if what is None:
             continue
-        what = "create" if inc.phase is NodePhase.REQUESTED else "delete"
         message = f"the outcome of the {what} call was lost: tpucared stopped during it"
         try:
             async with store.write() as tx:
-                if inc.phase is NodePhase.REQUESTED:
+                if what == "create":
                     inc = await tx.record_outcome(
                         inc.id,
                         inc.phase,

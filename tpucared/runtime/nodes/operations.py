@@ -3,12 +3,12 @@
 A create or delete call returns a long-running Operation (calls.py records its name on the
 incarnation); whether a create found capacity is only known when that operation ends (error
 code 8). This root task polls each operation with `operations.get` on a short, growing
-schedule (`PollSchedule`), and when one is done writes, in one transaction:
+schedule (`PollSchedule`, the daemon's backoff rule without jitter), and when one is done
+writes, in one transaction:
 - on the incarnation, if the operation is still the one it records: `operation = None`, and
-  the classified error when it failed, provided it is still the phase the operation belongs
-  to (a create's error while REQUESTED/CREATING, with the message as the slot's last_error; a
-  delete's error while DELETING). A create failure that arrives after the node was found dead
-  must not read as a failed delete;
+  the classified error when it failed, provided the incarnation is still in a phase the
+  operation's error belongs to (core/nodes/outcomes.py decides; a create's message is also
+  the slot's last_error);
 - for a create, the `CreateAttemptRecord` (zone, type, outcome, message, latency), exactly
   once: the same transaction clears the operation name that led us to it.
 Then it wakes the reconcile loop, so the planner decides on the outcome at once instead of at
@@ -23,13 +23,14 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
 
 import structlog
 
-from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord, NodePhase
+from tpucared.core.model.backoff import Backoff, in_seconds
+from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord
 from tpucared.core.model.specs import ErrorKind
-from tpucared.core.nodes.lifecycle import PENDING_PHASES
+from tpucared.core.nodes import outcomes
+from tpucared.core.nodes.outcomes import Verb
 from tpucared.gcp import ApiError, Operation, TpuClient
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.wakeup import Wakeup
@@ -37,27 +38,33 @@ from tpucared.store import KEEP, Store
 
 log = structlog.get_logger(__name__)
 
-Verb = Literal["create", "delete"]
 # Operation names remembered as done, so that a stale snapshot cannot revive one.
 _FINISHED_MEMORY = 10_000
+# 0.5 s, then doubling, at most 5 s apart, without jitter.
+DEFAULT_POLLING: Backoff[float] = Backoff(0.5, 5.0, jitter=0.0)
 
 
 @dataclass(frozen=True)
 class PollSchedule:
-    """First poll after `first` s, each later one `factor` times later, at most `cap` s apart."""
+    """First poll `rule.base` s after the call, each later one `rule.factor` times later, at
+    most `rule.cap` s apart; after a poll that failed, `rule.cap` apart from then on."""
 
-    first: float = 0.5
-    factor: float = 2.0
-    cap: float = 5.0
+    rule: Backoff[float] = DEFAULT_POLLING
 
     @classmethod
     def for_poll_interval(cls, poll_interval: float) -> PollSchedule:
         # Never slower than the loop itself, never faster than 2 polls per second at default
         # settings: a create's outcome is what capacity hunting waits for.
-        return cls(first=min(0.5, poll_interval / 2), cap=min(5.0, poll_interval))
+        return cls(in_seconds(min(0.5, poll_interval / 2), min(5.0, poll_interval), jitter=0.0))
 
-    def after(self, interval: float) -> float:
-        return min(self.cap, interval * self.factor)
+    @property
+    def first(self) -> float:
+        return self.rule.base
+
+    def after(self, polls: int, failures: int) -> float:
+        """The wait before the next poll, once `polls` polls saw the operation still running
+        and `failures` polls failed."""
+        return self.rule.cap if failures else self.rule.delay(polls + 1, 0.0)
 
 
 @dataclass
@@ -73,7 +80,7 @@ class Watched:
     started_at: datetime  # when the call was issued (the intent's time after a restart)
     started: float | None  # monotonic start, when this process made the call
     next_poll: float = 0.0
-    interval: float = 0.0
+    polls: int = 0  # polls that saw it still running
     failures: int = field(default=0)
 
 
@@ -126,7 +133,6 @@ class OperationWatcher:
             started_at=started_at,
             started=started,
             next_poll=self._clock.monotonic() + first,
-            interval=max(first, self._schedule.first),
         )
         self._changed.set("watch")
 
@@ -137,7 +143,7 @@ class OperationWatcher:
             name = inc.operation
             if name is None or name in self._watched or name in self._finished_set:
                 continue
-            verb: Verb = "delete" if inc.phase is NodePhase.DELETING else "create"
+            verb = outcomes.operation_verb(inc.phase)
             log.info(
                 "watching an operation recorded earlier",
                 node=inc.node_name,
@@ -172,8 +178,7 @@ class OperationWatcher:
                 await self._finish(w, None)
                 return
             w.failures += 1
-            w.interval = self._schedule.cap
-            w.next_poll = self._clock.monotonic() + w.interval
+            w.next_poll = self._clock.monotonic() + self._schedule.after(w.polls, w.failures)
             log.warning(
                 "polling an operation failed; trying again",
                 operation=w.name,
@@ -184,61 +189,42 @@ class OperationWatcher:
             )
             return
         if not op.done:
-            w.interval = self._schedule.after(w.interval)
-            w.next_poll = self._clock.monotonic() + w.interval
+            w.polls += 1
+            w.next_poll = self._clock.monotonic() + self._schedule.after(w.polls, w.failures)
             return
         await self._finish(w, op)
 
     async def _finish(self, w: Watched, op: Operation | None) -> None:
         """Record the end of `w` (op None: lost) and wake the loop."""
         error = op.exception() if op is not None else None
-        verb: Verb = w.verb
-        if op is not None and op.verb in ("create", "delete"):
-            verb = "create" if op.verb == "create" else "delete"
+        verb = outcomes.ended_verb(w.verb, op.verb if op is not None else None)
         now = self._clock.now()
         latency = (
             self._clock.monotonic() - w.started
             if w.started is not None
             else (now - w.started_at).total_seconds()
         )
-        attempt = None
-        if verb == "create" and op is not None:
-            attempt = CreateAttemptRecord(
-                fleet=w.fleet,
-                slot=w.slot,
-                zone=w.zone,
-                accelerator_type=w.accelerator_type,
-                started_at=w.started_at,
-                outcome="ok" if error is None else error.kind.value,
-                latency_s=round(latency, 3),
-                message=error.message if error is not None else None,
-                incarnation_id=w.incarnation_id,
-            )
+        lost = op is None
+        attempt = _attempt(w, error, latency) if verb == "create" and not lost else None
         async with self._store.write() as tx:
             inc = await tx.incarnation(w.incarnation_id)
             if inc is not None and inc.operation == w.name:
-                fits = (verb == "create" and inc.phase in PENDING_PHASES) or (
-                    verb == "delete" and inc.phase is NodePhase.DELETING
-                )
-                failed = error if fits else None
+                failed = error if outcomes.operation_error_fits(verb, inc.phase) else None
+                slot_error = failed is not None and outcomes.sets_last_error(verb)
                 await tx.record_outcome(
                     inc.id,
                     inc.phase,
                     now,
                     operation=None,
                     error=failed.kind if failed is not None else KEEP,
-                    last_error=failed.message if failed is not None and verb == "create" else KEEP,
+                    last_error=failed.message if slot_error and failed is not None else KEEP,
                     reason=_outcome_text(w, verb, error, op),
                 )
             if attempt is not None:
                 await tx.record_create_attempt(attempt)
         if attempt is not None and self._on_attempt is not None:
             self._on_attempt(attempt)
-        del self._watched[w.name]
-        if len(self._finished) == self._finished.maxlen:
-            self._finished_set.discard(self._finished[0])
-        self._finished.append(w.name)
-        self._finished_set.add(w.name)
+        self._forget(w.name)
         log.info(
             f"{verb} operation finished",
             fleet=w.fleet,
@@ -246,11 +232,34 @@ class OperationWatcher:
             node=w.node_name,
             incarnation=w.incarnation_id,
             operation=w.name,
-            outcome="lost" if op is None else ("ok" if error is None else error.kind.value),
+            outcome="lost" if lost else ("ok" if error is None else error.kind.value),
             error=error.message if error is not None else None,
             latency_s=round(latency, 3),
         )
         self._wakeup.set(f"{verb} operation of {w.node_name} finished")
+
+    def _forget(self, name: str) -> None:
+        """Stop watching `name`, and remember it so that a stale snapshot cannot revive it."""
+        del self._watched[name]
+        if len(self._finished) == self._finished.maxlen:
+            self._finished_set.discard(self._finished[0])
+        self._finished.append(name)
+        self._finished_set.add(name)
+
+
+def _attempt(w: Watched, error: ApiError | None, latency: float) -> CreateAttemptRecord:
+    """The create attempt a finished create operation (not a lost one) adds to the history."""
+    return CreateAttemptRecord(
+        fleet=w.fleet,
+        slot=w.slot,
+        zone=w.zone,
+        accelerator_type=w.accelerator_type,
+        started_at=w.started_at,
+        outcome="ok" if error is None else error.kind.value,
+        latency_s=round(latency, 3),
+        message=error.message if error is not None else None,
+        incarnation_id=w.incarnation_id,
+    )
 
 
 def _outcome_text(w: Watched, verb: str, error: ApiError | None, op: Operation | None) -> str:
