@@ -7,5 +7,6 @@
 - `records`    what the store remembers: fleets, slots, incarnations (`NodePhase`), workers,
                workload and create attempts, events.
 - `durations`  "30s" / "10m" / "1h30m" <-> timedelta.
-- `backoff`    capped exponential backoff with a jittered share, as pure arithmetic.
+- `backoff`    `Backoff`, the one backoff rule type (planner, REST and SSH retries, operation
+               polling): capped exponential with a jittered share, as pure arithmetic.
 """

@@ -13,4 +13,5 @@ Called by `core/planning/planner.py` for every live incarnation and every listed
 - `strays`          listed resources that no live incarnation accounts for.
 - `slots`           fleet and slot records, and which empty slots get a create.
 - `create_backoff`  a slot's backoff after failed creates, zone rotation, counters.
+- `outcomes`        which phase a create/delete call's outcome belongs to (the runtime asks).
 """
