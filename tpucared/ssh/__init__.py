@@ -12,9 +12,10 @@ copy) into calls of this package; nothing here decides anything. Modules, one jo
     retry         per-worker retry policy (backoff + jitter) for the first minutes of a node
     fanout        run_on_all: one command on N workers -> list[WorkerResult]
     upload        files (and the secrets file) to N workers through stdin
-    shell         quoting and the marker-line protocol of the remote scripts
-    scripts       detached launch / probe / cleanup scripts and their parsers
-    provision     setup (git + setup command), secrets file, atomic file write
+    shell         quoting (ShellWord) and the marker-line protocol of the remote scripts
+    shfiles       the remote scripts' text: sh/*.sh, read once, given their values as $1, $2...
+    scripts       detached launch / probe / cleanup (sh/launch, run, probe, cleanup.sh), parsers
+    provision     setup (sh/setup.sh), secrets file, atomic file write (sh/write_file.sh)
     environment   the TPUCARED_* workload environment contract
 """
 

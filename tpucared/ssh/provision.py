@@ -1,20 +1,24 @@
-"""Remote scripts that prepare a worker once per node incarnation: files, secrets, code, setup.
+"""Preparing a worker once per node incarnation: files, secrets, code, setup.
 
-Owns `write_file_script` (how any file, the secrets file included, reaches a worker: content
-on stdin, never on a command line), `secrets_file_contents`, and `setup_script` (clone or
-update the repository, then run the user's setup command). Pure functions; `upload.py` and the
-runtime send them with the fan-out.
+Owns `write_file_script` (sh/write_file.sh: how any file, the secrets file included, reaches
+a worker: content on stdin, never on a command line), `secrets_file_contents`, and
+`setup_script` (sh/setup.sh: clone or update the repository, then run the user's setup
+command). The functions check and quote the values and hand them to the scripts as positional
+parameters (`shfiles.script`); they are pure, and `upload.py` and the runtime send the scripts
+with the fan-out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tpucared.ssh.shell import CHOOSE_SHELL, assignment, export_lines, path_expr, quote
+from tpucared.ssh import shfiles
+from tpucared.ssh.shell import assignment, env_words, path_expr, quote
 
 
 def write_file_script(remote_path: str, *, mode: int, size: int) -> str:
-    """A script that writes its stdin to `remote_path` atomically with `mode`.
+    """A script (sh/write_file.sh) that writes its stdin to `remote_path` atomically with
+    `mode`.
 
     Created under umask 077 (a secret is never readable by others, not even between write and
     chmod), size-checked against `size` so a connection dropped mid-transfer cannot install a
@@ -23,25 +27,8 @@ def write_file_script(remote_path: str, *, mode: int, size: int) -> str:
     """
     if not 0 <= mode <= 0o7777:
         raise ValueError(f"invalid file mode {mode:o}")
-    return f"""\
-set -eu
-umask 077
-f={path_expr(remote_path)}
-d=$(dirname -- "$f")
-mkdir -p -- "$d"
-t="$d/.$(basename -- "$f").tpucared.$$"
-trap 'rm -f -- "$t"' EXIT
-cat > "$t"
-n=$(wc -c < "$t")
-if [ "$((n))" -ne {int(size)} ]; then
-  echo "received $((n)) of {int(size)} bytes for $f" >&2
-  exit 1
-fi
-chmod {mode:04o} -- "$t"
-mv -f -- "$t" "$f"
-trap - EXIT
-echo "TPUCARED_WRITE state=ok bytes=$((n))"
-"""
+    args = [path_expr(remote_path), quote(str(int(size))), quote(f"{mode:04o}")]
+    return shfiles.script("write_file", args)
 
 
 def secrets_file_contents(secrets: Mapping[str, str]) -> bytes:
@@ -63,7 +50,8 @@ def setup_script(
     *,
     env: Mapping[str, str] | None = None,
 ) -> str:
-    """A script that brings `workdir` to `ref` of `repository` and runs `setup_cmd` there.
+    """A script (sh/setup.sh) that brings `workdir` to `ref` of `repository` and runs
+    `setup_cmd` there, with `env` exported.
 
     First run: `git clone` into a temporary name, renamed into place only when complete (an
     interrupted clone never looks like a checkout). Later runs: fetch, then check out `ref`
@@ -74,47 +62,5 @@ def setup_script(
     `scripts.launch_script` (detached, probed) for long ones. Prints
     `TPUCARED_SETUP state=done commit=<sha or none>`.
     """
-    exports = "\n".join(export_lines(env or {}))
-    checkout = ""
-    if repository:
-        checkout = f"""\
-command -v git >/dev/null 2>&1 || {{ echo "git is not installed on this worker" >&2; exit 1; }}
-repo={quote(repository)}
-ref={quote(ref or "")}
-if [ -d "$wd/.git" ]; then
-  git -C "$wd" remote set-url origin "$repo"
-  git -C "$wd" fetch --quiet --force --tags --prune origin '+refs/heads/*:refs/remotes/origin/*'
-else
-  if [ -e "$wd" ]; then echo "$wd exists and is not a git checkout" >&2; exit 1; fi
-  mkdir -p -- "$(dirname -- "$wd")"
-  rm -rf -- "$wd.tpucared-clone"
-  git clone --quiet --no-checkout -- "$repo" "$wd.tpucared-clone"
-  mv -- "$wd.tpucared-clone" "$wd"
-fi
-cd -- "$wd"
-# Remote branches first: a local branch of the same name (made by clone) may be stale.
-if [ -z "$ref" ]; then
-  target=refs/remotes/origin/HEAD
-  git rev-parse -q --verify "$target" >/dev/null || git remote set-head origin --auto >/dev/null
-elif git rev-parse -q --verify "refs/remotes/origin/$ref^{{commit}}" >/dev/null; then
-  target="refs/remotes/origin/$ref"
-elif git rev-parse -q --verify "$ref^{{commit}}" >/dev/null; then
-  target=$ref
-else
-  git fetch --quiet --force origin "$ref"
-  target=FETCH_HEAD
-fi
-git checkout --quiet --force --detach "$target"
-commit=$(git rev-parse HEAD)
-"""
-    else:
-        checkout = 'mkdir -p -- "$wd"\ncd -- "$wd"\ncommit=none\n'
-    run_setup = f'"$tpucared_shell" -c {quote(setup_cmd)}\n' if setup_cmd else ""
-    return f"""\
-set -eu
-export GIT_TERMINAL_PROMPT=0
-{exports}
-{CHOOSE_SHELL}
-wd={path_expr(workdir)}
-{checkout}{run_setup}echo "TPUCARED_SETUP state=done commit=$commit"
-"""
+    args = [quote(repository or ""), quote(ref or ""), quote(setup_cmd or ""), path_expr(workdir)]
+    return shfiles.script("setup", [*args, *env_words(env or {})])

@@ -1,8 +1,10 @@
 """Building blocks for the POSIX sh scripts run on workers, and for reading their answers.
 
-Owns quoting of paths and environment values, the `sh -c` wrapping of a script into one SSH
-command, and the parsing of the single marker line each script prints. `scripts.py` and
-`provision.py` build their scripts from these; nothing here does I/O.
+Owns quoting (`ShellWord`: a value made safe as one shell word, for paths, environment
+values and script parameters), the `sh -c` wrapping of a script into one SSH command, and the
+parsing of the single marker line each script prints. The scripts themselves are the .sh files
+of tpucared/ssh/sh/ (`shfiles.py`); `scripts.py` and `provision.py` give them their values
+with these helpers. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -10,19 +12,24 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping
+from typing import NewType
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# One shell word that expands to exactly one value, whatever the value holds: the only thing
+# that may be spliced into a script. Made by `quote` and `path_expr`.
+ShellWord = NewType("ShellWord", str)
 
 
 class ScriptOutputError(ValueError):
     """A worker's answer lacks the expected marker line or is malformed."""
 
 
-def quote(value: str) -> str:
-    return shlex.quote(value)
+def quote(value: str) -> ShellWord:
+    return ShellWord(shlex.quote(value))
 
 
-def path_expr(path: str) -> str:
+def path_expr(path: str) -> ShellWord:
     """A shell word for a remote path. A leading `~` means the login user's home.
 
     Relative paths are relative to the login directory (the home), where an SSH command
@@ -33,11 +40,16 @@ def path_expr(path: str) -> str:
     if "\0" in path:
         raise ValueError(f"NUL byte in remote path {path!r}")
     if path == "~":
-        return '"$HOME"'
+        return ShellWord('"$HOME"')
     if path.startswith("~/"):
         rest = path[2:]
-        return '"$HOME"' + ("/" + quote(rest) if rest else "/")
+        return ShellWord('"$HOME"' + ("/" + quote(rest) if rest else "/"))
     return quote(path)
+
+
+def optional_path(path: str | None) -> ShellWord:
+    """`path_expr(path)`, or the empty word `''` (what the scripts read as "none")."""
+    return quote("") if path is None else path_expr(path)
 
 
 def check_env_name(name: str) -> str:
@@ -61,16 +73,17 @@ def export_lines(env: Mapping[str, str]) -> list[str]:
     return [f"export {assignment(name, value)}" for name, value in env.items()]
 
 
+def env_words(env: Mapping[str, str]) -> list[ShellWord]:
+    """One quoted `NAME=value` word per variable, for a script that runs `export "$@"`."""
+    return [
+        quote(f"{check_env_name(name)}={check_env_value(name, value)}")
+        for name, value in env.items()
+    ]
+
+
 def sh_command(script: str) -> str:
     """The SSH command that runs `script` under POSIX sh, whatever the user's login shell."""
     return "sh -c " + quote(script)
-
-
-# Picks bash when present, as a workload command written for `gcloud ... ssh --command` expects
-# (`source venv/bin/activate && ...`); plain sh otherwise.
-CHOOSE_SHELL = (
-    "if command -v bash >/dev/null 2>&1; then tpucared_shell=bash; else tpucared_shell=sh; fi"
-)
 
 
 def parse_marker(stdout: str, marker: str) -> dict[str, str]:
