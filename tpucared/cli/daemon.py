@@ -1,7 +1,9 @@
 """`tpucared run` (the daemon) and `tpucared db upgrade`.
 
 Exit statuses: 0 ok; 1 a runtime failure; 2 a config, usage or start-up problem a person must
-fix. Heavy modules (aiohttp, SQLAlchemy, Alembic, asyncssh) are imported only once the
+fix, or a database tpucared must not use (`tpucared.store.errors.DatabaseError`, printed by
+`tpucared.cli.main`: broken, newer than this tpucared, someone else's, or held by another
+daemon). Heavy modules (aiohttp, SQLAlchemy, Alembic, asyncssh) are imported only once the
 arguments and the config were found sound: a typo costs no import time. The daemon itself is
 `tpucared.runtime.daemon.run_daemon`.
 """
@@ -44,8 +46,10 @@ def db_upgrade_command(args: argparse.Namespace) -> int:
         db = load(args).daemon.db
     else:
         db = os.environ.get("TPUCARED_DB") or DEFAULT_DB
+    from tpucared.store.lock import WriterLock
     from tpucared.store.migrate import upgrade_to_head
 
-    revision = asyncio.run(upgrade_to_head(db))
+    with WriterLock(db):  # not under a running daemon: its schema would change beneath it
+        revision = asyncio.run(upgrade_to_head(db))
     print(f"{db}: at revision {revision}")
     return 0

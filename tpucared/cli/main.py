@@ -2,7 +2,8 @@
 
 Every command's implementation lives with the layer it belongs to (the daemon in runtime/, the
 emulator in emulator/, database commands in store/); this module only parses, configures
-logging once, and maps failures to exit codes: 0 ok, 1 runtime failure, 2 bad usage or config.
+logging once, and maps failures to exit codes: 0 ok, 1 runtime failure, 2 bad usage or config
+or a database tpucared must not use (one line each, no traceback).
 Imports are lazy so `tpucared --version` and read-only commands start fast.
 """
 
@@ -253,3 +254,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        if not _is_database_error(exc):
+            raise
+        print(f"tpucared: {exc}", file=sys.stderr)
+        return 2
+
+
+def _is_database_error(exc: Exception) -> bool:
+    """A database tpucared must not use (`tpucared.store.errors.DatabaseError`: broken, newer,
+    someone else's, held by another daemon), from any command: one line, exit status 2. Looked
+    up without importing the store: if it was never imported, this cannot be one."""
+    errors = sys.modules.get("tpucared.store.errors")
+    return errors is not None and isinstance(exc, errors.DatabaseError)

@@ -201,7 +201,7 @@ async def run_daemon(
         fleets={f.name: f"{f.size} x {f.accelerator_type}" for f in config.fleets},
         poll_interval_s=config.daemon.poll_interval,
     )
-    async with open_resources(config, clock=clock) as res:
+    async with open_resources(config, clock=clock, single_writer=True) as res:
         log.info("database ready", revision=res.revision)
         telemetry = Telemetry(config, res.store, res.clock)
         res.stack.push_async_callback(telemetry.stop)

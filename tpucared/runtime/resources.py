@@ -1,8 +1,9 @@
 """What one tpucared process holds while it works on a fleet, opened in one place.
 
 `tpucared run`, `tpucared down` and `tpucared up` (and the demo and babysit, through them) all
-open their resources with `open_resources`: the database migrated to head, then the store,
-then, for the commands that talk to the cloud, the credentials and the TPU API client
+open their resources with `open_resources`: for the daemon (`single_writer`) first the
+database's single-writer lock (`tpucared.store.lock`), then the database migrated to head, then
+the store, then, for the commands that talk to the cloud, the credentials and the TPU API client
 (`Resources.connect`). Everything opened is registered on one `contextlib.AsyncExitStack`
 and closed in reverse order on the way out, whatever happened; a command adds its own
 resources (the HTTP server, the workload runner) to the same stack.
@@ -22,6 +23,7 @@ from tpucared.gcp import TpuClient
 from tpucared.runtime.clock import Clock, SystemClock
 from tpucared.runtime.startup import token_source
 from tpucared.store import Store
+from tpucared.store.lock import WriterLock
 
 log = structlog.get_logger(__name__)
 
@@ -50,11 +52,20 @@ class Resources:
 
 
 @asynccontextmanager
-async def open_resources(config: Config, *, clock: Clock | None = None) -> AsyncIterator[Resources]:
-    """Migrate the database, open the store; close all that was opened on the way out."""
+async def open_resources(
+    config: Config, *, clock: Clock | None = None, single_writer: bool = False
+) -> AsyncIterator[Resources]:
+    """Migrate the database, open the store; close all that was opened on the way out.
+
+    `single_writer` (the daemon): first take the database's writer lock, before anything
+    touches the database; a second daemon stops there (`LockHeld`). It is on the stack first,
+    so it is released last, after everything else has closed. `down` and `up` run beside a
+    daemon and do not take it."""
     from tpucared.store.migrate import upgrade_to_head  # Alembic: only commands that migrate
 
     async with AsyncExitStack() as stack:
+        if single_writer:
+            stack.enter_context(WriterLock(config.daemon.db))
         revision = await upgrade_to_head(config.daemon.db)
         store = Store.open(config.daemon.db)
         stack.push_async_callback(store.close)

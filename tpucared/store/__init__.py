@@ -11,13 +11,16 @@ after a restart; the CLI's read-only commands and people with `sqlite3` read it 
 - `repository`: `Store`, the handle: `read()` / `write()` transactions, one-call reads.
 - `reads` / `writes`: the queries (`Reader`) and the changes (`Tx`), returning core records.
 - `snapshot`: `Snapshot` (the planner's input) and the status read models.
-- `errors`: `StaleWrite` (lost compare-and-set), `IllegalTransition`, `NotFound`.
+- `errors`: `StaleWrite` (lost compare-and-set), `IllegalTransition`, `NotFound`, and
+  `DatabaseError` (a file tpucared must not use: broken, newer, someone else's, locked).
+- `lock`: `WriterLock`, the daemon's single-writer lock next to a SQLite file (`state.db.lock`).
 """
 
 from tpucared.store.engine import database_url, make_engine
 from tpucared.store.errors import (
     AttemptRunning,
     CasConflict,
+    DatabaseError,
     IllegalTransition,
     LiveIncarnationExists,
     NotFound,
@@ -36,6 +39,7 @@ __all__ = [
     "AttemptRunning",
     "CasConflict",
     "CloudWrites",
+    "DatabaseError",
     "FleetStatus",
     "IllegalTransition",
     "LiveIncarnationExists",

@@ -15,16 +15,27 @@ SQLite settings, and why:
   rate (a handful of commits per poll interval).
 - `foreign_keys=ON`: SQLite leaves them off by default. Migrations turn them off (see
   `tpucared.store.migrate`) because table rebuilds must not cascade.
-- `busy_timeout`: a writer waits for another writer's lock instead of failing at once.
+- `busy_timeout`: a writer waits for another writer's lock instead of failing at once. The
+  switch to WAL of a new file is also retried for as long: when two connections switch the
+  same file at once, SQLite fails one of them with `database is locked` at once (waiting
+  could deadlock), without waiting busy_timeout.
 - Transactions are started by us (`BEGIN IMMEDIATE` for writes, plain `BEGIN` for reads) instead
   of by the `sqlite3` module's legacy implicit transactions, which skip BEGIN for SELECT and DDL.
   Taking the write lock up front means a write transaction can never fail half-way with
   SQLITE_BUSY when it upgrades from reading to writing; it waits `busy_timeout` at BEGIN instead.
+
+Files tpucared cannot use are refused at this edge with one `DatabaseError` line naming the
+file and what to do: `check_file` before anything opens it (a directory, a read-only file or
+directory), `database_error` for what SQLite says once it is opened (not a database, corrupt,
+locked by another writer). `tpucared.store.migrate` applies both before it migrates.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -33,6 +44,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from tpucared.store.errors import DatabaseError
 
 # Execution option that marks a connection's transactions as read-only: they BEGIN DEFERRED and
 # never take the write lock. Set by `Store.read()`.
@@ -137,8 +150,7 @@ def _install_sqlite_listeners(
             # busy_timeout first: switching to WAL needs a lock another process may hold.
             cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
             if not read_only:  # a reader cannot switch modes, and needs no particular one
-                cursor.execute("PRAGMA journal_mode = WAL")
-                (mode,) = cursor.fetchone()
+                mode = _switch_to_wal(cursor, busy_timeout_ms)
                 if str(mode).lower() != "wal":
                     # e.g. an in-memory database, or a network filesystem without shared
                     # memory: refuse rather than run with readers that block the daemon.
@@ -157,3 +169,103 @@ def _install_sqlite_listeners(
 
     event.listen(engine.sync_engine, "connect", on_connect)
     event.listen(engine.sync_engine, "begin", on_begin)
+
+
+def _switch_to_wal(cursor: Any, busy_timeout_ms: int) -> str:
+    """`PRAGMA journal_mode = WAL`, retried until `busy_timeout_ms` while it reports the file
+    locked: SQLite fails one of two connections switching at once without waiting (waiting
+    could deadlock), and the other one finishes in milliseconds. Sleeps on the loop's thread,
+    but only on a new file: one already in WAL mode never waits here."""
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            (mode,) = cursor.fetchone()
+            return str(mode)
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.02)
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    name = getattr(exc, "sqlite_errorname", "")
+    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "database is locked" in str(exc)
+
+
+def check_file(path: Path) -> None:
+    """Refuse, before anything opens it, a database path SQLite could not write: a directory,
+    a read-only file, a read-only directory (WAL writes `NAME-wal` and `NAME-shm` beside the
+    file). A missing file and missing directories are fine: they are created."""
+    if path.is_dir():
+        raise DatabaseError(f"{path}: is a directory, not a database file: set daemon.db to a file")
+    directory = path.parent
+    while not directory.exists() and directory.parent != directory:
+        directory = directory.parent  # the first directory that exists gets the new ones
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise DatabaseError(
+            f"{path}: read-only directory {directory} (SQLite writes {path.name}-wal and "
+            f"{path.name}-shm next to the database): make it writable for tpucared's user"
+        )
+    if path.exists() and not os.access(path, os.W_OK):
+        raise DatabaseError(f"{path}: read-only file: make it writable for tpucared's user")
+
+
+def database_error(exc: BaseException, path: Path, busy_timeout_ms: int) -> DatabaseError | None:
+    """What SQLite's error (wrapped by SQLAlchemy or not) means for the file at `path`, as one
+    line; None when it is not about the file (a bug, a broken migration: let it propagate)."""
+    error = _sqlite_error(exc)
+    if error is None:
+        return None
+    text = str(error)
+    name = getattr(error, "sqlite_errorname", "")
+    if name == "SQLITE_NOTADB" or "file is not a database" in text:
+        return DatabaseError(
+            f"{path}: not an SQLite database ({text}): "
+            "set daemon.db to another file, or move this one away"
+        )
+    if name.startswith("SQLITE_CORRUPT") or "malformed" in text:
+        return DatabaseError(
+            f"{path}: the database is corrupt ({text}): "
+            "restore it from a backup, or move it away to start afresh"
+        )
+    if _is_busy(error):
+        seconds = f"{busy_timeout_ms / 1000:g}"
+        return DatabaseError(
+            f"{path}: locked by another process's write transaction (waited {seconds} s): "
+            f"find it with `fuser {path}`, stop it, and start again"
+        )
+    if name.startswith("SQLITE_READONLY") or "readonly" in text:
+        return DatabaseError(f"{path}: read-only ({text}): make it writable for tpucared's user")
+    if name == "SQLITE_FULL" or "disk is full" in text:
+        return DatabaseError(f"{path}: the disk is full ({text}): free some space")
+    if name.startswith(("SQLITE_CANTOPEN", "SQLITE_IOERR", "SQLITE_PERM")):
+        return DatabaseError(
+            f"{path}: cannot open or read it ({text}): check the file and its disk"
+        )
+    return None
+
+
+def lock_file_error(exc: OSError, path: Path) -> DatabaseError:
+    """An OSError on a file next to the database (the writer lock) as one line."""
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return DatabaseError(
+            f"{path}: read-only directory {path.parent} ({exc.strerror}): "
+            "make it writable for tpucared's user"
+        )
+    return DatabaseError(f"{path}: {exc.strerror or exc}: check the file and its directory")
+
+
+def _sqlite_error(exc: BaseException) -> sqlite3.Error | None:
+    """The sqlite3 error behind `exc`: itself, SQLAlchemy's `.orig`, or a cause."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, sqlite3.Error):
+            return current
+        orig = getattr(current, "orig", None)
+        if isinstance(orig, sqlite3.Error):
+            return orig
+        current = current.__cause__ or current.__context__
+    return None

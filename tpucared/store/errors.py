@@ -5,6 +5,9 @@
 - `IllegalTransition` (re-exported from `tpucared.core.nodes.lifecycle`): the edge is not in the
   lifecycle table at all. A bug in the caller, never retried.
 - `NotFound`: the record the write refers to does not exist.
+- `DatabaseError`: the database file cannot be used as it is (not a database, corrupt, newer
+  than this tpucared, someone else's, read-only, locked): one line naming the file and what to
+  do. The CLI prints it as `tpucared: <message>` and exits 2.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from tpucared.core.nodes.lifecycle import IllegalTransition
 __all__ = [
     "AttemptRunning",
     "CasConflict",
+    "DatabaseError",
     "IllegalTransition",
     "LiveIncarnationExists",
     "NotFound",
@@ -24,6 +28,10 @@ __all__ = [
 
 class StoreError(Exception):
     """Base of the store's own errors."""
+
+
+class DatabaseError(StoreError):
+    """The database file is not one tpucared can safely use; nothing was written to it."""
 
 
 class NotFound(StoreError, LookupError):

@@ -11,6 +11,14 @@ transaction, so SQLite lets one migrator in at a time (the others wait on the bu
 then find the schema already at head), and a crash mid-migration rolls back completely. Foreign
 keys are off while migrating (SQLite table rebuilds would otherwise cascade or fail half-way) and
 checked with `PRAGMA foreign_key_check` before the commit.
+
+Never migrates into what it does not understand. Before the upgrade, a SQLite file is checked
+without writing a byte to it (`engine.check_file`, then a read-only connection): a directory, a
+read-only file or directory, a file that is not a database or is corrupt (`PRAGMA
+quick_check`), a schema revision this tpucared does not know (newer: upgrade tpucared), and
+someone else's database (tables but no `alembic_version`, or tables that are not ours) are each
+refused with one `DatabaseError` line. Another process's write lock is waited for
+`MIGRATION_BUSY_TIMEOUT_MS`, then refused the same way. An empty or missing file is migrated.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import asyncio
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +38,23 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import URL, Connection
 
-from tpucared.store.engine import database_url, make_engine
+from tpucared.store.engine import check_file, database_error, database_url, make_engine, sqlite_path
+from tpucared.store.errors import DatabaseError
 from tpucared.store.models import metadata
 
-# How long a second migrator waits for the first one's transaction before giving up.
-MIGRATION_BUSY_TIMEOUT_MS = 120_000
+# How long a migrator waits for another process's write transaction before giving up: a
+# migration takes well under a second, so 5 s means something else holds the file.
+MIGRATION_BUSY_TIMEOUT_MS = 5_000
 
 Setting = str | os.PathLike[str] | URL
 
+# Every table any of our revisions creates (a migration that drops a table keeps its name
+# here): a database at one of our revisions with another table is not ours.
+OUR_TABLES = frozenset(metadata.tables) | {"alembic_version"}
 
-class MigrationError(RuntimeError):
-    pass
+
+class MigrationError(DatabaseError, RuntimeError):
+    """The database cannot be brought to head (missing scripts, a migration's broken result)."""
 
 
 def migrations_dir() -> Path:
@@ -72,13 +86,19 @@ def head_revision() -> str:
     return head
 
 
-async def _run_locked(setting: Setting, action: Callable[[Config], None]) -> str | None:
+async def _run_locked(
+    setting: Setting, action: Callable[[Config], None], *, check: bool = False
+) -> str | None:
     """Run an Alembic command on one connection inside one write transaction; return the
-    revision the database is at afterwards."""
+    revision the database is at afterwards. With `check`, a SQLite file is first checked to be
+    one we may migrate (see the module's docstring). SQLite's errors about the file become
+    `DatabaseError`s."""
     url = setting if isinstance(setting, URL) else database_url(setting)
-    engine = make_engine(url, foreign_keys=False, busy_timeout_ms=MIGRATION_BUSY_TIMEOUT_MS)
+    path = sqlite_path(url)
 
     def in_transaction(conn: Connection) -> str | None:
+        if check and path is not None:
+            _check_schema(conn, path)  # again, now that we hold the write lock
         cfg = alembic_config(url)
         cfg.attributes["connection"] = conn
         action(cfg)
@@ -89,15 +109,116 @@ async def _run_locked(setting: Setting, action: Callable[[Config], None]) -> str
         return MigrationContext.configure(conn).get_current_revision()
 
     try:
-        async with engine.begin() as conn:  # BEGIN IMMEDIATE: one migrator at a time
-            return await conn.run_sync(in_transaction)
+        if check and path is not None and await asyncio.to_thread(_existing, path):
+            await _check_file_contents(url, path)
+        engine = make_engine(url, foreign_keys=False, busy_timeout_ms=MIGRATION_BUSY_TIMEOUT_MS)
+        try:
+            async with engine.begin() as conn:  # BEGIN IMMEDIATE: one migrator at a time
+                return await conn.run_sync(in_transaction)
+        finally:
+            await engine.dispose()
+    except DatabaseError:
+        raise
+    except Exception as exc:
+        error = None if path is None else database_error(exc, path, MIGRATION_BUSY_TIMEOUT_MS)
+        if error is None:
+            raise
+        raise error from exc
+
+
+def _existing(path: Path) -> bool:
+    """`check_file`, then: is there a non-empty file to look into (not a new one)?"""
+    check_file(path)
+    return path.exists() and path.stat().st_size > 0
+
+
+async def _check_file_contents(url: URL, path: Path) -> None:
+    """Refuse a file that is not a sound tpucared database at a revision we know, reading it on
+    a read-only connection: not a byte is written to it, not even the switch to WAL."""
+    engine = make_engine(url, read_only=True, busy_timeout_ms=MIGRATION_BUSY_TIMEOUT_MS)
+    try:
+        async with engine.connect() as conn:
+            await conn.run_sync(_check_contents, path)
     finally:
         await engine.dispose()
 
 
+def _check_contents(conn: Connection, path: Path) -> None:
+    if not _check_schema(conn, path):
+        return  # no schema yet
+    # Reads every page (about 0.2 s per 200 MB): garbage pages anywhere are caught here, not
+    # by the daemon half-way through a tick.
+    (verdict,) = conn.exec_driver_sql("PRAGMA quick_check(1)").one()
+    if verdict != "ok":
+        # "*** in database main ***\nPage 47: ...": the problem, on the one line.
+        lines = [line for line in str(verdict).splitlines() if not line.startswith("***")]
+        raise DatabaseError(
+            f"{path}: the database is corrupt (quick_check: {'; '.join(lines) or verdict}): "
+            "restore it from a backup, or move it away to start afresh"
+        )
+
+
+def _check_schema(conn: Connection, path: Path) -> bool:
+    """Raise unless the SQLite database is empty or tpucared's at a revision this tpucared
+    knows; False when it has no schema at all."""
+    objects = [
+        str(name)
+        for (name,) in conn.exec_driver_sql(
+            "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
+        )
+    ]
+    tables = {
+        str(name)
+        for (name,) in conn.exec_driver_sql(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    }
+    if "alembic_version" not in tables:
+        if objects:
+            raise DatabaseError(
+                f"{path}: not a tpucared database (no alembic_version; it holds "
+                f"{_names(objects)}): refusing to migrate into it; set daemon.db to another file"
+            )
+        return False
+    revisions = [str(r) for (r,) in conn.exec_driver_sql("SELECT version_num FROM alembic_version")]
+    head = head_revision()
+    known = _all_revisions()
+    for revision in revisions:
+        if revision in known:
+            continue
+        if revision.isdigit() and head.isdigit() and int(revision) > int(head):
+            raise DatabaseError(
+                f"{path}: schema revision {revision} is newer than this tpucared "
+                f"(head {head}): upgrade tpucared"
+            )
+        raise DatabaseError(
+            f"{path}: schema revision {revision!r} is not one of tpucared's (head {head}): "
+            "not a tpucared database; set daemon.db to another file"
+        )
+    # At no revision (downgraded to base) only alembic_version itself may be there.
+    foreign = tables - OUR_TABLES if revisions else tables - {"alembic_version"}
+    if foreign:
+        raise DatabaseError(
+            f"{path}: not a tpucared database (tables tpucared does not know: "
+            f"{_names(foreign)}): refusing to migrate into it; set daemon.db to another file"
+        )
+    return True
+
+
+def _names(names: Iterable[str]) -> str:
+    ordered = sorted(names)
+    more = f" and {len(ordered) - 5} more" if len(ordered) > 5 else ""
+    return ", ".join(ordered[:5]) + more
+
+
+def _all_revisions() -> set[str]:
+    return {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+
+
 async def upgrade_to_head(setting: Setting) -> str:
-    """Bring the database to the newest schema (creating the file if needed); idempotent."""
-    revision = await _run_locked(setting, lambda cfg: command.upgrade(cfg, "head"))
+    """Bring the database to the newest schema (creating the file if needed); idempotent.
+    A file that is not ours to migrate is a `DatabaseError` (see the module's docstring)."""
+    revision = await _run_locked(setting, lambda cfg: command.upgrade(cfg, "head"), check=True)
     assert revision is not None
     return revision
 
