@@ -34,7 +34,8 @@ async def run_engine(
 ) -> int:
     """Run the daemon over `config` until `stop` is set or `until(tick)` is true; returns its
     exit status (0 after a requested stop, 1 when a part of it died). StartupError and
-    MigrationError propagate, as from `run_daemon`."""
+    DatabaseError (another daemon holds the database, or it is broken) propagate, as from
+    `run_daemon`."""
     return await run_daemon(
         config,
         clock=clock,

@@ -188,7 +188,9 @@ async def run_daemon(
     handle_signals: bool = True,
     drain_timeout: float = DRAIN_TIMEOUT_S,
 ) -> int:
-    """`tpucared run`: returns the exit status. StartupError/MigrationError propagate.
+    """`tpucared run`: returns the exit status. StartupError and the store's DatabaseError
+    (a broken or foreign database, or another daemon holding the single-writer lock, which is
+    taken before anything touches the database) propagate.
 
     Embedders (`tpucared demo`, `babysit`) stop it themselves: `stop` ends it when set,
     `until(tick)` when true, and `handle_signals=False` leaves SIGINT/SIGTERM to them."""
