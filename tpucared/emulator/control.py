@@ -8,6 +8,21 @@ Contract (README.md, "The emulator"):
     GET    /_emulator/v1/capacity                                 -> {"capacity": [...]}
     PUT    /_emulator/v1/capacity {"zone", "accelerator_type", "available": N | null}
     GET|PUT|DELETE /_emulator/v1/faults                           (see faults.py)
+           kinds: unavailable, internal, deadline, quota, rate_limited, conflict, permission,
+           drop, and malformed: an answer nobody should act on (hostile.py), per its "mode":
+             not_json        200, an HTML page
+             deep_json       200, ~10 KB of JSON nested 2,500 deep (json.loads: RecursionError)
+             error_envelope  200 carrying {"error": {"code": 503, ...}}
+             redirect        302, Location on another host (http://127.0.0.2:9/v2/...)
+             labels_list     node lists: each node's labels as ["k=v", ...]
+             state           node lists: each node's state replaced by "value" (any JSON)
+             duplicate       node lists: the first node listed twice, the copy PREEMPTED
+             endless_pages   lists: the first page, a fresh nextPageToken every time, forever
+             slow_headers    nothing for "delay_s" seconds, then the real answer
+           e.g. {"script": [{"kind": "malformed", "mode": "state", "value": 99}]}, or random:
+           {"error_rate": 1, "kinds": ["malformed"], "mode": "slow_headers", "delay_s": 5};
+           an unknown mode, or a state without value / slow_headers without delay_s, is 400
+           INVALID_ARGUMENT naming the field ("mode", "script[0].mode", ...)
     GET|PUT /_emulator/v1/timing {"create_seconds", "delete_seconds", "queued_provision_seconds",
                                   "preemptible_max_seconds", "spot_mean_lifetime_seconds"}
     GET    /_emulator/v1/requests[?since=epoch]  -> [{method, path, query, status, time, fault}]

@@ -1,15 +1,21 @@
-"""Fault injection for the v2 API: errors, latency and dropped connections, random or scripted.
+"""Fault injection for the v2 API: errors, latency, dropped connections and hostile answers.
 
 Configured through `PUT /_emulator/v1/faults`:
     {"error_rate": 0.1, "latency_ms": 50, "kinds": ["unavailable", ...], "retry_after_s": 1,
      "seed": 7, "paths": ["nodes"], "methods": ["POST"],
      "script": [{"kind": "unavailable"}, {"kind": "ok"}, {"kind": "rate_limited",
-                 "retry_after_s": 1}, {"kind": "internal", "after": true}]}
+                 "retry_after_s": 1}, {"kind": "internal", "after": true},
+                {"kind": "malformed", "mode": "state", "value": "SOMETHING_NEW"}]}
 Only /v2 requests whose path contains one of `paths` (and whose method is in `methods`, when
 given) are affected; /_emulator never is. Each matching request first consumes the next script
 entry, if any ("ok" lets it through); once the script is used up, it fails with probability
 `error_rate`, with a kind drawn from `kinds`. An entry with `"after": true` lets the request
 take effect and then loses the response (the case that tests idempotent retries).
+
+The kind `malformed` is an API that answers, but not with anything a client should act on;
+its `mode` (one of `MALFORMED_MODES`, rendered by hostile.py) says how, `value` is the state
+the `state` mode puts on every node and `delay_s` the stall of `slow_headers`. A script entry
+carries its own; random `malformed` faults use the top-level `mode`, `value` and `delay_s`.
 
 `FaultInjector` only decides; the request pipeline (middleware.py) applies the decision.
 """
@@ -33,6 +39,18 @@ FAULT_KINDS = (
     "conflict",  # 409 ABORTED "unable to queue the operation"
     "permission",  # 403 PERMISSION_DENIED "Permission 'tpu.nodes.list' denied on ..."
     "drop",  # the TCP connection is closed without a response
+    "malformed",  # an answer no client should act on, per `mode` (hostile.py)
+)
+MALFORMED_MODES = (
+    "not_json",  # 200, an HTML page
+    "deep_json",  # 200, ~10 KB of JSON nested past any parser's recursion limit
+    "error_envelope",  # 200 carrying {"error": {"code": 503, ...}}
+    "redirect",  # 302 to another host
+    "labels_list",  # node lists: every node's labels as ["k=v", ...]
+    "state",  # node lists: every node's state replaced by `value`
+    "duplicate",  # node lists: the first node listed again, the copy PREEMPTED
+    "endless_pages",  # lists: the first page, with a fresh nextPageToken every time
+    "slow_headers",  # nothing at all for `delay_s` seconds, then the real answer
 )
 DEFAULT_RANDOM_KINDS = ("unavailable", "internal", "rate_limited")
 
@@ -43,6 +61,9 @@ class Fault:
     retry_after_s: float | None = None
     after: bool = False  # apply after the request took effect
     latency_ms: float = 0.0
+    mode: str | None = None  # kind "malformed" only
+    value: Any = None  # mode "state": the JSON value every node's state becomes
+    delay_s: float | None = None  # mode "slow_headers": how long to send nothing
 
 
 def _number(payload: dict[str, Any], key: str, default: float | None) -> float | None:
@@ -72,6 +93,35 @@ def _kind(value: object, allow_ok: bool) -> str:
     return str(value)
 
 
+def _malformed(payload: dict[str, Any], where: str, kind: str | None) -> dict[str, Any]:
+    """`mode`, `value` and `delay_s` of a malformed fault, checked; `where` prefixes the field
+    names in errors ("" at the top level, "script[2]." in a script entry)."""
+    fields = {"mode", "value", "delay_s"} & set(payload)
+    if kind != "malformed":
+        if fields:
+            raise errors.invalid_argument(
+                f"{sorted(fields)} only apply to kind 'malformed'", where + sorted(fields)[0]
+            )
+        return {}
+    mode = payload.get("mode")
+    if mode not in MALFORMED_MODES:
+        raise errors.invalid_argument(
+            f"unknown malformed mode {mode!r}; one of {MALFORMED_MODES}", where + "mode"
+        )
+    delay = payload.get("delay_s")
+    if (delay is not None or mode == "slow_headers") and (
+        not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0
+    ):
+        raise errors.invalid_argument("delay_s must be a number >= 0", where + "delay_s")
+    if mode == "state" and "value" not in payload:
+        raise errors.invalid_argument("state needs value, any JSON value", where + "value")
+    return {
+        "mode": mode,
+        "value": payload.get("value"),
+        "delay_s": float(delay) if isinstance(delay, int | float) else None,
+    }
+
+
 class FaultInjector:
     def __init__(self) -> None:
         self.clear()
@@ -85,6 +135,7 @@ class FaultInjector:
         self.paths: tuple[str, ...] | None = None
         self.methods: tuple[str, ...] | None = None
         self.script: deque[Fault] = deque()
+        self.malformed: dict[str, Any] = {}  # mode, value, delay_s of random malformed faults
         self._rng = random.Random()
 
     def configure(self, payload: object) -> None:
@@ -92,7 +143,7 @@ class FaultInjector:
         if not isinstance(payload, dict):
             raise errors.invalid_argument("the fault configuration must be a JSON object")
         known = {"error_rate", "latency_ms", "kinds", "retry_after_s", "seed", "paths"}
-        unknown = set(payload) - known - {"methods", "script"}
+        unknown = set(payload) - known - {"methods", "script", "mode", "value", "delay_s"}
         if unknown:
             raise errors.invalid_argument(f"unknown fault fields: {sorted(unknown)}")
         rate = _number(payload, "error_rate", 0.0) or 0.0
@@ -112,13 +163,22 @@ class FaultInjector:
                 retry_after_s=_number(entry, "retry_after_s", default_retry),
                 after=bool(entry.get("after", False)),
                 latency_ms=_number(entry, "latency_ms", 0.0) or 0.0,
+                **_malformed(entry, f"script[{i}].", entry.get("kind")),
             )
-            for entry in script
+            for i, entry in enumerate(script)
         )
+        random_kinds = tuple(_kind(k, allow_ok=False) for k in kinds)
+        random_malformed = "malformed" in random_kinds
+        if not random_malformed and {"mode", "value", "delay_s"} & set(payload):
+            raise errors.invalid_argument(
+                "mode, value and delay_s (top level) need 'malformed' in kinds", "kinds"
+            )
+        malformed = _malformed(payload, "", "malformed" if random_malformed else None)
         self.clear()
         self.error_rate = rate
         self.latency_ms = _number(payload, "latency_ms", 0.0) or 0.0
-        self.kinds = tuple(_kind(k, allow_ok=False) for k in kinds)
+        self.kinds = random_kinds
+        self.malformed = malformed
         self.retry_after_s = default_retry
         self.seed = seed
         self.paths = _strings(payload, "paths")
@@ -136,10 +196,8 @@ class FaultInjector:
             "seed": self.seed,
             "paths": list(self.paths) if self.paths is not None else None,
             "methods": list(self.methods) if self.methods is not None else None,
-            "script_remaining": [
-                {"kind": f.kind, "retry_after_s": f.retry_after_s, "after": f.after}
-                for f in self.script
-            ],
+            **self.malformed,
+            "script_remaining": [_entry_json(f) for f in self.script],
         }
 
     def matches(self, method: str, path: str) -> bool:
@@ -157,8 +215,17 @@ class FaultInjector:
             latency += entry.latency_ms
             return latency / 1000, None if entry.kind == "ok" else entry
         if self.error_rate and self._rng.random() < self.error_rate:
-            return latency / 1000, Fault(self._rng.choice(self.kinds), self.retry_after_s)
+            kind = self._rng.choice(self.kinds)
+            extra = self.malformed if kind == "malformed" else {}
+            return latency / 1000, Fault(kind, self.retry_after_s, **extra)
         return latency / 1000, None
+
+
+def _entry_json(fault: Fault) -> dict[str, Any]:
+    entry = {"kind": fault.kind, "retry_after_s": fault.retry_after_s, "after": fault.after}
+    if fault.kind == "malformed":
+        entry.update(mode=fault.mode, value=fault.value, delay_s=fault.delay_s)
+    return entry
 
 
 def fault_error(fault: Fault, method: str, path: str) -> ApiError:

@@ -1,10 +1,12 @@
 """The request pipeline every /v2 call goes through, and the Google error envelope for all.
 
 For a /v2 request, in order: bring the state's clock up to date (`state.advance()`), ask the
-fault injector what to do (latency, an error instead of a response, a dropped connection, or an
-error after the request took effect), run the handler, turn `ApiError` into the AIP-193
-envelope, and append one record to the request log. /_emulator requests skip faults and the
-log but get the same clock update and error envelope, so tests see consistent state.
+fault injector what to do (latency, an error instead of a response, a dropped connection, an
+error after the request took effect, or a hostile answer, hostile.py), run the handler, turn
+`ApiError` into the AIP-193 envelope, and append one record to the request log (its `fault` is
+the kind injected; a `malformed` mode that does not fit the request is not logged as one).
+/_emulator requests skip faults and the log but get the same clock update and error envelope,
+so tests see consistent state.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from tpucared.emulator import hostile
 from tpucared.emulator.errors import ApiError, internal
 from tpucared.emulator.faults import Fault, FaultInjector, fault_error
 from tpucared.emulator.requestlog import RequestLog, RequestRecord
@@ -62,7 +65,15 @@ def make_middleware(
             await asyncio.sleep(delay)
             state.advance()
         response: web.StreamResponse
-        if fault is not None and not fault.after:
+        if fault is not None and fault.kind == "malformed":
+
+            async def run(real: web.Request) -> web.StreamResponse:
+                state.advance()  # a stall may have passed time
+                return await _run(handler, real)
+
+            response, applied = await hostile.respond(fault, request, run)
+            fault = fault if applied else None
+        elif fault is not None and not fault.after:
             response = _apply(fault, request)
         else:
             response = await _run(handler, request)
