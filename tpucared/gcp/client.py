@@ -249,7 +249,7 @@ class TpuClient:
                 # in 40 s and 600 MiB: a list that does not end is a failed list.
                 raise malformed_response(
                     200,
-                    f"{len(seen) + 1} pages, {len(items)} items",
+                    f"{len(seen)} pages fetched, {len(items)} items",
                     method="GET",
                     url=url,
                     why=f"the list did not end within {MAX_LIST_PAGES} pages / "
