@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -60,3 +61,11 @@ def test_emulator_options_reach_the_emulator_and_sigterm_stops_it() -> None:
     events = [json.loads(line)["event"] for line in stdout.splitlines() if line.startswith("{")]
     assert events[0] == "emulator.started"
     assert events[-1] == "emulator.stopped"
+
+
+def test_a_missing_config_names_both_ways_to_give_it() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TPUCARED_CONFIG"}
+    for argv in (["logs", "f/0"], ["exec", "f", "--", "true"], ["cp", "x", "f:/tmp/x"], ["run"]):
+        out = subprocess.run([*TPUCARED, *argv], capture_output=True, text=True, env=env)
+        assert out.returncode == 2, argv
+        assert out.stderr == "tpucared: no config file: pass -c FILE or set TPUCARED_CONFIG\n"

@@ -27,8 +27,10 @@ def _config_arg(parser: argparse.ArgumentParser, required: bool = True) -> None:
         "-c",
         "--config",
         default=os.environ.get("TPUCARED_CONFIG"),
-        required=required and not os.environ.get("TPUCARED_CONFIG"),
-        help="fleet config file (TOML); defaults to $TPUCARED_CONFIG",
+        # Not argparse's `required`: its error would not mention $TPUCARED_CONFIG; a command
+        # that needs the config refuses in config_arg.load ("pass -c FILE or set ...").
+        help="fleet config file (TOML); defaults to $TPUCARED_CONFIG"
+        + ("" if required else " (optional)"),
     )
 
 
