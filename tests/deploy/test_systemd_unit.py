@@ -62,5 +62,15 @@ def test_unit_keeps_the_contracted_settings() -> None:
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",
         "Restart=on-failure",
+        # The daemon says READY=1, WATCHDOG=1 per tick, STATUS=, STOPPING=1 (sdnotify.py).
+        "Type=notify",
+        "NotifyAccess=main",
     ):
         assert setting in text
+
+
+def test_the_watchdog_outlasts_the_longest_poll_and_a_slow_tick() -> None:
+    """Pings come once per tick, at most poll_interval (10m at most) + one tick apart."""
+    match = re.search(r"^WatchdogSec=(\d+)min$", UNIT.read_text(), re.MULTILINE)
+    assert match, "WatchdogSec= in minutes"
+    assert int(match.group(1)) >= 10 + 5

@@ -14,6 +14,7 @@ records intent, calls the cloud or the workers, records outcomes (docs/daemon.md
                 `by_hand` (what `tpucared logs` / `exec` / `cp` do).
 - `telemetry/`  what the daemon shows of itself: `server` (/healthz /metrics /v1/status),
                 `metrics` (Prometheus families), `endpoints` (the wiring).
+- `sdnotify`    what systemd hears (READY=1, WATCHDOG=1 per tick, STATUS=, STOPPING=1).
 - `down`        delete every node tpucared owns for some fleets (`tpucared down`, babysit).
 - `wakeup`, `clock`, `tasks`, `signals`, `startup`, `errors`: waking the loop, injected time,
   supervised tasks, two-stage SIGTERM/SIGINT, what must exist before the first call.

@@ -14,7 +14,9 @@ database and open the store (`resources.open_resources`, one AsyncExitStack that
 everything in reverse), make sure the SSH key exists, build the credentials, record the
 calls the previous run left without an outcome (calls.py), serve /healthz, /metrics and
 /v1/status (telemetry.py), then loop, with two-stage signals (signals.py). Nodes are never
-deleted by stopping.
+deleted by stopping. Under systemd (`$NOTIFY_SOCKET`, sdnotify.py) it says READY=1 after the
+first tick that listed a zone, WATCHDOG=1 and STATUS= after every tick (chained after
+telemetry's hook), and STOPPING=1 as soon as the stop event is set.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from tpucared.runtime.nodes.observer import Observer
 from tpucared.runtime.nodes.operations import OperationWatcher, PollSchedule
 from tpucared.runtime.reconciler import PlanFilter, Reconciler, Tick
 from tpucared.runtime.resources import Resources, open_resources
+from tpucared.runtime.sdnotify import Notifier, TickNotifier
 from tpucared.runtime.signals import TwoStageSignals
 from tpucared.runtime.startup import node_template
 from tpucared.runtime.tasks import RootTask, TaskSet, supervise
@@ -218,10 +221,13 @@ async def run_daemon(
             clock=res.clock.now,
         )
         res.stack.push_async_callback(workloads.close)  # workloads keep running; re-attached
+        notifier = Notifier()
+        res.stack.callback(notifier.close)
+        systemd = TickNotifier(notifier, config.fleets)
         daemon = Daemon.over(
             res,
             template,
-            on_tick=telemetry.on_tick,
+            on_tick=_chained(telemetry.on_tick, systemd.on_tick),
             on_attempt=telemetry.create_attempt,
             workloads=workloads,
         )
@@ -232,9 +238,41 @@ async def run_daemon(
             await res.stack.enter_async_context(_relayed(stop, daemon.stop))
         signals = TwoStageSignals(daemon.stop) if handle_signals else contextlib.nullcontext()
         with signals:
-            code = await daemon.run(until=until, drain_timeout=drain_timeout)
+            async with _told_on_stop(daemon.stop, systemd):
+                code = await daemon.run(until=until, drain_timeout=drain_timeout)
     log.info("tpucared stopped", exit_code=code)
     return code
+
+
+def _chained(*hooks: TickHook) -> TickHook:
+    """One tick hook running `hooks` in order (the loop takes one)."""
+
+    async def chained(tick: Tick) -> None:
+        for hook in hooks:
+            await hook(tick)
+
+    return chained
+
+
+@contextlib.asynccontextmanager
+async def _told_on_stop(stop: asyncio.Event, systemd: TickNotifier) -> AsyncIterator[None]:
+    """`systemd.stopping()` as soon as `stop` is set, or when the block ends at the latest."""
+    if not systemd.notifier.enabled:
+        yield
+        return
+    teller = asyncio.create_task(_tell_stopping(stop, systemd), name="daemon-sd-stopping")
+    try:
+        yield
+    finally:
+        teller.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await teller
+        systemd.stopping()
+
+
+async def _tell_stopping(stop: asyncio.Event, systemd: TickNotifier) -> None:
+    await stop.wait()
+    systemd.stopping()
 
 
 @contextlib.asynccontextmanager
