@@ -251,6 +251,8 @@ async def test_the_cli_runs_exec_with_a_config_file(running: Harness, tmp_path: 
         f"{FLEET}/0/0: hello from $TPUCARED_NODE",
         f"{FLEET}/0/1: hello from $TPUCARED_NODE",
     ]
+    # Only the command's own output: no info lines from ssh.fanout (warnings would show).
+    assert stderr.decode() == ""
 
 
 def test_a_config_problem_is_one_line_and_exit_2(tmp_path: Path) -> None:

@@ -115,14 +115,14 @@ def _add_down(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("fleets", nargs="*", metavar="FLEET", help="default: every configured fleet")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--timeout", default="10m", help="give up after this long (default 10m)")
-    p.set_defaults(handler=_lazy("down", "down_command"), log_stream="stderr")
+    p.set_defaults(handler=_lazy("down", "down_command"), log_stream="stderr", quiet=True)
 
 
 def _add_up(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("up", help="undo `down`: the daemon recreates the fleet(s)")
     _config_arg(p)
     p.add_argument("fleets", nargs="*", metavar="FLEET", help="default: every configured fleet")
-    p.set_defaults(handler=_lazy("down", "up_command"), log_stream="stderr")
+    p.set_defaults(handler=_lazy("down", "up_command"), log_stream="stderr", quiet=True)
 
 
 def _add_db(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -183,21 +183,21 @@ def _add_workload_commands(sub: argparse._SubParsersAction[argparse.ArgumentPars
     logs.add_argument("--worker", type=int, default=0, help="worker index (default 0)")
     logs.add_argument("-f", "--follow", action="store_true", help="stream until Ctrl-C")
     logs.add_argument("-n", "--lines", type=int, default=100, help="lines of the tail")
-    logs.set_defaults(handler=_lazy("workers", "logs_command"), log_stream="stderr")
+    logs.set_defaults(handler=_lazy("workers", "logs_command"), log_stream="stderr", quiet=True)
 
     exe = sub.add_parser("exec", help="run a command on workers, output prefixed by worker")
     _config_arg(exe)
     exe.add_argument("where", metavar="FLEET[/SLOT]")
     exe.add_argument("--worker", default="all", help="all | N | N-M (default all)")
     exe.add_argument("cmd", nargs="+", metavar="-- CMD")
-    exe.set_defaults(handler=_lazy("workers", "exec_command"), log_stream="stderr")
+    exe.set_defaults(handler=_lazy("workers", "exec_command"), log_stream="stderr", quiet=True)
 
     cp = sub.add_parser("cp", help="upload a local file to workers")
     _config_arg(cp)
     cp.add_argument("source", metavar="SRC")
     cp.add_argument("destination", metavar="FLEET[/SLOT]:DEST")
     cp.add_argument("--worker", default="all", help="all | N | N-M (default all)")
-    cp.set_defaults(handler=_lazy("workers", "cp_command"), log_stream="stderr")
+    cp.set_defaults(handler=_lazy("workers", "cp_command"), log_stream="stderr", quiet=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -208,8 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tpucared {__version__}")
     parser.add_argument(
         "--log-level",
-        default=os.environ.get("TPUCARED_LOG_LEVEL", "info"),
+        default=os.environ.get("TPUCARED_LOG_LEVEL") or None,
         choices=["debug", "info", "warning", "error"],
+        help="default info ($TPUCARED_LOG_LEVEL); warning for logs/exec/cp/down/up, whose "
+        "output is their own",
     )
     parser.add_argument(
         "--log-format",
@@ -247,6 +249,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     json_logs = {"auto": None, "json": True, "console": False}[args.log_format]
     # Commands whose stdout is their output (a plan, a report) log to stderr.
     stream = sys.stderr if getattr(args, "log_stream", None) == "stderr" else None
+    # Commands a person runs for their output (logs/exec/cp/down/up, `quiet`) show only
+    # warnings from the libraries under them (ssh.fanout, the reconciler) unless asked.
+    if args.log_level is None:
+        args.log_level = "warning" if getattr(args, "quiet", False) else "info"
     configure_logging(level=args.log_level, json=json_logs, stream=stream)
     handler: Handler = args.handler
     try:
