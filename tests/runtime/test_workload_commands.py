@@ -135,6 +135,15 @@ async def test_cp_copies_a_file_to_the_selected_workers(running: Harness, tmp_pa
     assert copied.stat().st_mode & 0o777 == 0o640
     assert not (running.home(1) / "cfg" / "app.toml").exists()
 
+    snap = await snapshot_of(running)
+    missing = str(tmp_path / "nope.toml")
+    with pytest.raises(CommandError) as refused:
+        await copy(config, snap, missing, f"{FLEET}:x")
+    assert str(refused.value) == f"{missing}: no such file"
+    with pytest.raises(CommandError) as refused:
+        await copy(config, snap, str(tmp_path), f"{FLEET}:x")
+    assert str(refused.value) == f"{tmp_path}: is a directory (cp copies one file)"
+
 
 async def test_logs_shows_and_follows_one_workers_log(running: Harness, tmp_path: Path) -> None:
     config = config_for(running, tmp_path)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import signal
 import sys
@@ -201,8 +202,14 @@ async def copy(
     where, path = parse_remote(destination)
     try:
         file = await asyncio.to_thread(FileUpload.from_local, source, path)
-    except (OSError, ValueError) as exc:
-        raise CommandError(f"{source}: {exc}") from exc
+    except FileNotFoundError as exc:
+        raise CommandError(f"{source}: no such file") from exc
+    except IsADirectoryError as exc:
+        raise CommandError(f"{source}: is a directory (cp copies one file)") from exc
+    except OSError as exc:
+        raise CommandError(f"{source}: {exc.strerror or exc}") from exc
+    except ValueError as exc:  # FileUpload refuses what is not a regular file
+        raise CommandError(_not_a_file(source)) from exc
     targets = _select(config, snapshot, where, parse_workers(workers), err)
     if not targets:
         return 1
@@ -220,6 +227,17 @@ async def copy(
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
+
+
+def _not_a_file(source: str) -> str:
+    """Why `source` cannot be copied, said once: missing, a directory, or something else."""
+    if not os.path.lexists(source):
+        return f"{source}: no such file"
+    if os.path.isdir(source):
+        return f"{source}: is a directory (cp copies one file)"
+    if not os.path.exists(source):
+        return f"{source}: a broken symbolic link"
+    return f"{source}: not a regular file"
 
 
 def _slice(config: Config, snapshot: Snapshot, fleet: str, slot: int) -> list[Target]:
