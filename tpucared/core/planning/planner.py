@@ -156,12 +156,16 @@ def _notices(view: View) -> list[Notice]:
         # change): both are told. Transient failures clear by themselves and are not.
         if obs is not None and (obs.error in HARD_ERRORS or obs.error is ErrorKind.MALFORMED):
             assert obs.error is not None
-            msg = f": {obs.error_message}" if obs.error_message else ""
+            # The message of an ApiError already starts with its kind ("permission: ..."):
+            # the kind is said once.
+            why = obs.error_message or obs.error.value
+            if not why.startswith(obs.error.value):
+                why = f"{obs.error.value}: {why}"
             out.append(
                 Notice(
                     key=f"zone-error/{zone}/{obs.error.value}",
                     severity=Severity.ERROR,
-                    reason=f"listing {zone} fails ({obs.error.value}{msg}); its nodes are "
+                    reason=f"listing {zone} fails ({why}); its nodes are "
                     "unknown and left as they are until it works",
                 )
             )
