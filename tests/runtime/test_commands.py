@@ -210,6 +210,27 @@ async def test_db_upgrade_and_configuration_errors(tmp_path: Path, control: Cont
     assert f"{bad}: daemon.poll_interval: expected a duration string" in err
     assert sorted(p.name for p in bad_dir.iterdir()) == ["fleet.toml"]  # no db, no key
 
+    # Bad credentials (a missing file is refused with the config; here a key file that is
+    # not one): refused before the database or the SSH key is created.
+    not_a_key = tmp_path / "not-a-key.json"
+    not_a_key.write_text("{}")
+    bad.write_text(
+        bad.read_text()
+        .replace("poll_interval = 10", 'poll_interval = "1s"')
+        .replace('credentials = "none"', f'credentials = "{not_a_key}"')
+    )
+    code, out, err = await tpucared("run", "-c", str(bad))
+    assert code == 2, err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"tpucared: {bad}: gcp.credentials: ")
+    assert "Traceback" not in out + err
+    assert sorted(p.name for p in bad_dir.iterdir()) == ["fleet.toml"]  # no db, no key
+    bad.write_text(
+        bad.read_text()
+        .replace('poll_interval = "1s"', "poll_interval = 10")
+        .replace(f'credentials = "{not_a_key}"', 'credentials = "none"')
+    )
+
     code, _, err = await tpucared("run", "-c", str(tmp_path / "missing.toml"))
     assert code == 2
     assert "missing.toml: cannot read the config" in err

@@ -9,9 +9,10 @@ cloud calls and workload actions in flight `DRAIN_TIMEOUT_S` to finish and recor
 outcome (probes in flight are cancelled). Exit status: 0 after a requested stop, 1 when a
 root task or a background call or job died (logged).
 
-`run_daemon(config)` is `tpucared run`, in the order the contract gives: migrate the
+`run_daemon(config)` is `tpucared run`, in the order the contract gives: build the
+credentials (before anything is created: bad ones leave no database and no key), migrate the
 database and open the store (`resources.open_resources`, one AsyncExitStack that closes
-everything in reverse), make sure the SSH key exists, build the credentials, record the
+everything in reverse), make sure the SSH key exists, connect the client, record the
 calls the previous run left without an outcome (calls.py), serve /healthz, /metrics and
 /v1/status (telemetry.py), then loop, with two-stage signals (signals.py). Nodes are never
 deleted by stopping. Under systemd (`$NOTIFY_SOCKET`, sdnotify.py) it says READY=1 after the
@@ -40,7 +41,7 @@ from tpucared.runtime.nodes.executor import Executor
 from tpucared.runtime.nodes.observer import Observer
 from tpucared.runtime.nodes.operations import OperationWatcher, PollSchedule
 from tpucared.runtime.reconciler import PlanFilter, Reconciler, Tick
-from tpucared.runtime.resources import Resources, open_resources
+from tpucared.runtime.resources import Resources, credentials, open_resources
 from tpucared.runtime.sdnotify import Notifier, TickNotifier
 from tpucared.runtime.signals import TwoStageSignals
 from tpucared.runtime.startup import node_template
@@ -206,12 +207,13 @@ async def run_daemon(
         fleets={f.name: f"{f.size} x {f.accelerator_type}" for f in config.fleets},
         poll_interval_s=config.daemon.poll_interval,
     )
+    tokens = await credentials(config)  # bad credentials: no database, no key left behind
     async with open_resources(config, clock=clock, single_writer=True) as res:
         log.info("database ready", revision=res.revision)
         telemetry = Telemetry(config, res.store, res.clock)
         res.stack.push_async_callback(telemetry.stop)
         template = node_template(config)
-        client = await res.connect(on_request=telemetry.api_request)
+        client = await res.connect(on_request=telemetry.api_request, tokens=tokens)
         await _warn_about_unconfigured(res.store, config)
         workloads = await asyncio.to_thread(
             WorkloadRunner.from_config,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import structlog
 
 from tpucared.config import Config
-from tpucared.gcp import TpuClient
+from tpucared.gcp import TokenSource, TpuClient
 from tpucared.runtime.clock import Clock, SystemClock
 from tpucared.runtime.startup import token_source
 from tpucared.store import Store
@@ -41,14 +41,24 @@ class Resources:
     revision: str
     client: TpuClient | None = None
 
-    async def connect(self, *, on_request: RequestHook | None = None) -> TpuClient:
-        """Build the credentials (off the loop: ADC may ask the metadata server) and the
-        client; a bad `[gcp] credentials` is a StartupError."""
-        tokens = await asyncio.to_thread(token_source, self.config)
+    async def connect(
+        self, *, on_request: RequestHook | None = None, tokens: TokenSource | None = None
+    ) -> TpuClient:
+        """Build the credentials (off the loop: ADC may ask the metadata server; `tokens`, if
+        the command built them before opening anything) and the client; a bad
+        `[gcp] credentials` is a StartupError."""
+        if tokens is None:
+            tokens = await credentials(self.config)
         client = TpuClient(self.config.gcp.endpoint, token_source=tokens, on_request=on_request)
         self.stack.push_async_callback(client.aclose)
         self.client = client
         return client
+
+
+async def credentials(config: Config) -> TokenSource:
+    """`[gcp] credentials`, built off the loop; a bad one is a StartupError. `run` calls it
+    before `open_resources`, so bad credentials leave no database and no key behind."""
+    return await asyncio.to_thread(token_source, config)
 
 
 @asynccontextmanager
