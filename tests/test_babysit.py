@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import signal
 import socket
@@ -263,3 +264,17 @@ async def test_ctrl_c_deletes_the_node_and_exits_130(
     assert proc.returncode == 130, out
     assert "interrupted: deleting stop's node" in out
     assert await _nodes(emulator) == []
+
+
+def test_messages_speak_of_flags_not_config_keys() -> None:
+    from tpucared.demo.babysit import _FlagView
+
+    out = io.StringIO()
+    view = _FlagView(out)
+    view.say(
+        "x/0: gave up (3 failures); the slot is done and keeps no node unless on_success = keep."
+    )
+    view.say("deleting x-0: workload finished (on_success = delete)")
+    assert "on_success" not in out.getvalue()
+    assert "unless --keep." in out.getvalue()
+    assert "(no --keep)" in out.getvalue()

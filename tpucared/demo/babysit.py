@@ -199,7 +199,7 @@ async def babysit(config: Config, *, keep: bool, out: TextIO) -> int:
     from tpucared.store.migrate import upgrade_to_head
 
     name = config.fleets[0].name
-    view = PlainView(out)
+    view = _FlagView(out)
     await upgrade_to_head(config.daemon.db)
     before = await _before(config, name)
     if before.finished is not None:
@@ -269,6 +269,28 @@ async def _follow(
             view.show(reading, 0.0)
             await output.follow(reader)
         await asyncio.wait({engine}, timeout=REFRESH_S)
+
+
+# The daemon's messages name config keys; babysit has no config file, only flags.
+_CONFIG_TO_FLAGS = (
+    ("unless on_success = keep", "unless --keep"),
+    ("(on_success = delete)", "(no --keep)"),
+    ("on_success = keep", "--keep"),
+)
+
+
+def _in_flags(text: str) -> str:
+    """`text` speaking of babysit's flags where it speaks of the config they stand for."""
+    for config_words, flag_words in _CONFIG_TO_FLAGS:
+        text = text.replace(config_words, flag_words)
+    return text
+
+
+class _FlagView(PlainView):
+    """PlainView whose lines say `--keep` where the daemon's say `on_success = keep`."""
+
+    def say(self, text: str) -> None:
+        super().say(_in_flags(text))
 
 
 class _Output:
