@@ -1095,14 +1095,33 @@ def render(result: dict[str, Any], *, markdown: bool = False) -> str:
         )
     lines = [common.table(headers, rows, markdown=markdown), ""]
     for v in result["verdicts"]:
-        best, pssh = v["tpucared_best"], v["parallel_ssh_best"]
-        lines.append(
-            f"{v['fleet']} {v['command']} at {v['workers']} workers: best tpucared "
-            f"({best and best['label']}) {best and best['median_s']} s vs best parallel-ssh "
-            f"({pssh and pssh['label']}) {pssh and pssh['median_s']} s; within 5 s: "
-            f"{v['within_5_s']}, faster than parallel-ssh: {v['faster_than_parallel_ssh']}"
-        )
+        lines.append(_verdict_line(v))
     return "\n".join(lines)
+
+
+def _verdict_line(v: dict[str, Any]) -> str:
+    """One fleet/command's verdict; a question not measured in this run is left out (the
+    5 s target is judged at TARGET_WORKERS only)."""
+
+    def said(best: dict[str, Any] | None) -> str:
+        if best is None:
+            return "not measured"
+        return f"{common.format_seconds(best['median_s'])} s ({best['label']})"
+
+    line = (
+        f"{v['fleet']} {v['command']} at {v['workers']} workers: best tpucared "
+        f"{said(v['tpucared_best'])} vs best parallel-ssh {said(v['parallel_ssh_best'])}"
+    )
+    if v["within_5_s"] is not None:
+        verdict = "within" if v["within_5_s"] else "NOT within"
+        line += f"; {verdict} {TARGET_SECONDS:g} s at {TARGET_WORKERS} workers"
+    if v["faster_than_parallel_ssh"] is not None:
+        line += (
+            "; faster than parallel-ssh"
+            if v["faster_than_parallel_ssh"]
+            else ("; slower than parallel-ssh")
+        )
+    return line
 
 
 # ---------------------------------------------------------------------------------------------

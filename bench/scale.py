@@ -725,7 +725,7 @@ def run(
                         {"nodes": size, "variant": variant, "error": str(exc)[-2000:]}
                     )
                     continue
-                progress(render_row(row))
+                progress(render_row(row))  # one line: the table comes once, at the end
                 result["results"].append(row)
     return result
 
@@ -758,7 +758,11 @@ def _cells(row: Mapping[str, Any]) -> list[str]:
 
 
 def render_row(row: Mapping[str, Any]) -> str:
-    return common.table(HEADERS, [_cells(row)])
+    """One measured size as a progress line (`render` prints the table of all of them)."""
+    cells = dict(zip(HEADERS, _cells(row), strict=True))
+    return f"scale {cells.pop('variant')} n={cells.pop('nodes')}: " + ", ".join(
+        f"{name} {value}" for name, value in cells.items()
+    )
 
 
 def render(result: Mapping[str, Any]) -> str:

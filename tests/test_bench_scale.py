@@ -70,6 +70,11 @@ def test_the_scale_benchmark_runs_in_quick_mode(tmp_path: Path) -> None:
     assert api["only_list_pages"] is True
 
     assert any("measuring" in line for line in lines)
+    # Each size is one progress line; the table is printed once, by `render`.
+    assert [line for line in lines if "tick p50 ms" in line] == [
+        scale.render_row(r) for r in result["results"]
+    ]
+    assert not any(line.startswith("nodes ") for line in lines)  # no table header
     table = scale.render(result)
     assert "200" in table
     assert "none" in table
