@@ -15,7 +15,9 @@ import pytest
 from store_support import facts, hours, seed, slot_update
 
 from tpucared.core.model.records import AttemptOutcome, CreateAttemptRecord, NodePhase
+from tpucared.core.model.specs import ErrorKind
 from tpucared.store import Store
+from tpucared.store.snapshot import ZoneHealth
 
 P = NodePhase
 DOC = Path(__file__).resolve().parents[2] / "docs" / "inspecting.md"
@@ -127,6 +129,21 @@ async def populate(store: Store, now: datetime) -> None:
         )
         await tx.transition(e.id, P.REQUESTED, P.FAILED, at(1.5))
 
+        # z-c cannot be listed for 4 ticks; z-a lists fine.
+        await tx.save_zone_health(ZoneHealth("proj", "z-a", last_ok_at=at(0)), at(0))
+        await tx.save_zone_health(
+            ZoneHealth(
+                "proj",
+                "z-c",
+                failures=4,
+                error_kind=ErrorKind.TRANSIENT,
+                error_message="cannot reach http://127.0.0.1:9/: connection refused",
+                failing_since=at(0.1),
+                unreachable=True,
+            ),
+            at(0),
+        )
+
 
 def approx(value: float) -> Any:
     return pytest.approx(value, abs=0.02)
@@ -148,6 +165,13 @@ def check_recent_events(rows: Rows) -> None:
     assert rows[0]["id"] > rows[-1]["id"]  # newest first
     assert rows[0]["kind"] == "node.failed"
     assert rows[0]["node"] == "eval-0"
+
+
+def check_zones_failing(rows: Rows) -> None:
+    keys = ("project", "zone", "failures", "error_kind", "unreachable")
+    got = [tuple(r[k] for k in keys) for r in rows]
+    assert got == [("proj", "z-c", 4, "transient", 1)]
+    assert "connection refused" in rows[0]["error_message"]
 
 
 def check_preemptions_per_fleet(rows: Rows) -> None:
@@ -232,6 +256,7 @@ def check_node_life(rows: Rows) -> None:
 EXPECTED: dict[str, list[Callable[[Rows], None]]] = {
     "What is running now": [check_running_now],
     "Recent events": [check_recent_events],
+    "Zones the daemon cannot list": [check_zones_failing],
     "Preemptions per fleet": [check_preemptions_per_fleet],
     "Preemption history": [check_preemption_history],
     "Uptime and goodput per slot": [check_goodput],

@@ -5,7 +5,9 @@ versioned JSON document whose keys only grow (see docs/inspecting.md). It depend
 database contents alone, apart from `generated_at`, so that two readers of the same database
 agree; durations such as a node's uptime are left to the reader (`generated_at - ready_at`).
 
-`status_lines` is the human form: one table row per slot and one summary line per fleet.
+`status_lines` is the human form: one table row per slot, one summary line per fleet, and one
+line per zone whose lists are failing (the daemon cannot see, so cannot keep, its nodes there;
+a slot with no error of its own shows the zone's in LAST ERROR).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from tpucared.core.model.records import (
 )
 from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.inspect.fmt import NONE, duration, iso, table, truncate
-from tpucared.store.snapshot import FleetStatus, SlotStatus
+from tpucared.store.snapshot import FleetStatus, SlotStatus, ZoneHealth
 
 STATUS_VERSION = 1  # bumped only for an incompatible change; new keys do not bump it
 LAST_ERROR_WIDTH = 60
@@ -55,9 +57,30 @@ def status_document(fleets: Sequence[FleetStatus], generated_at: datetime) -> di
                 "applied_at": iso(f.fleet.applied_at),
                 "down": f.fleet.down,
                 "slots": [_slot_doc(s) for s in f.slots],
+                "failing_zones": [z.zone for z in f.failing_zones],
             }
             for f in fleets
         ],
+        "zones": [_zone_doc(z) for z in failing_zones(fleets)],
+    }
+
+
+def failing_zones(fleets: Sequence[FleetStatus]) -> list[ZoneHealth]:
+    """The zones of these fleets whose lists are failing, once each, by project and zone."""
+    seen = {(z.project, z.zone): z for f in fleets for z in f.failing_zones}
+    return [seen[k] for k in sorted(seen)]
+
+
+def _zone_doc(z: ZoneHealth) -> dict[str, Any]:
+    return {
+        "project": z.project,
+        "zone": z.zone,
+        "failed_lists": z.failures,
+        "unreachable": z.unreachable,
+        "error_kind": None if z.error_kind is None else z.error_kind.value,
+        "error_message": z.error_message,
+        "failing_since": iso(z.failing_since),
+        "last_ok_at": iso(z.last_ok_at),
     }
 
 
@@ -132,7 +155,28 @@ def status_lines(fleets: Sequence[FleetStatus], now: datetime) -> list[str]:
     rows: list[list[str]] = []
     for f in fleets:  # the store orders fleets by name and slots by index
         rows += [_row(f, s, now) for s in f.slots] or [_empty_fleet_row(f)]
-    return [*table(HEADERS, rows), "", *(_summary(f) for f in fleets)]
+    zones = [_zone_line(z, now) for z in failing_zones(fleets)]
+    return [*table(HEADERS, rows), "", *(_summary(f) for f in fleets), *zones]
+
+
+def _zone_line(z: ZoneHealth, now: datetime) -> str:
+    kind = z.error_kind.value if z.error_kind is not None else "error"
+    since = duration(now - z.failing_since) if z.failing_since is not None else NONE
+    state = "unreachable" if z.unreachable else "failing"
+    return (
+        f"zone {z.zone}: {state}, {z.failures} failed lists in a row for {since}: "
+        f"{kind}: {z.error_message or NONE}"
+    )
+
+
+def _zone_error(f: FleetStatus, s: SlotStatus) -> str | None:
+    """A failing list of the zone the slot lives in (any of the fleet's if it has no node)."""
+    node_zone = s.node.zone if s.node is not None and s.node.phase in LIVE_PHASES else None
+    for z in f.failing_zones:
+        if node_zone is None or z.zone == node_zone:
+            kind = z.error_kind.value if z.error_kind is not None else "error"
+            return f"listing {z.zone} fails: {kind}: {z.error_message or NONE}"
+    return None
 
 
 def _row(f: FleetStatus, s: SlotStatus, now: datetime) -> list[str]:
@@ -155,7 +199,7 @@ def _row(f: FleetStatus, s: SlotStatus, now: datetime) -> list[str]:
         str(s.slot.preemptions),
         str(s.slot.failures),
         uptime,
-        truncate(s.slot.last_error, LAST_ERROR_WIDTH),
+        truncate(s.slot.last_error or _zone_error(f, s), LAST_ERROR_WIDTH),
     ]
 
 

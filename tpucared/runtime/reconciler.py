@@ -15,14 +15,22 @@ probes that are due. The tick never waits for SSH: a slow or hung worker delays 
 slot, and a job that ends wakes the loop. Without workloads (`tpucared down`) only the node
 planner runs. Operations recorded in the snapshot that nobody polls yet are handed to the
 operation watcher (after a restart: the previous run's creates and deletes).
+
+After the lists, each zone's health (table `zone_health`: consecutive failed lists, the last
+error, since when) is brought up to date in one small write transaction, only for the zones
+whose row changed: a zone that keeps listing fine costs nothing. The `UNREACHABLE_AFTER`th
+consecutive failure tells `zone.unreachable` (once per outage); the first list that succeeds
+after it tells `zone.reachable`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any
 
 import structlog
 
@@ -40,10 +48,15 @@ from tpucared.runtime.nodes.operations import OperationWatcher
 from tpucared.runtime.workload.jobs import Dispatch, WorkloadJobs
 from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.store import Snapshot, Store
+from tpucared.store.snapshot import ZoneHealth
 
 log = structlog.get_logger(__name__)
 
 PlanFilter = Callable[[Plan], Plan]
+
+# Consecutive ticks whose list of a zone failed before `zone.unreachable` is told (and before
+# /healthz counts the zone as down).
+UNREACHABLE_AFTER = 3
 
 
 @dataclass(frozen=True)
@@ -56,6 +69,8 @@ class Tick:
     execution: Execution
     seconds: float
     workloads: Dispatch | None = None  # what became of the slots' jobs (None: no workloads)
+    # Every zone listed so far, by zone, as recorded after this tick's lists.
+    zone_health: Mapping[str, ZoneHealth] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def next_hold_lifts(self) -> datetime | None:
@@ -81,6 +96,7 @@ class Reconciler:
         clock: Clock,
         plan_filter: PlanFilter | None = None,
         workloads: WorkloadJobs | None = None,
+        project: str | None = None,
     ) -> None:
         self.specs = tuple(specs)
         self.policy = policy
@@ -96,6 +112,10 @@ class Reconciler:
         self.ticks = 0
         self.last: Tick | None = None
         self._live: tuple[IncarnationRecord, ...] | None = None
+        # The project the observer lists (zone health is recorded per project and zone).
+        self.project = project if project is not None else str(getattr(observer, "_project", ""))
+        self.zone_health: dict[str, ZoneHealth] | None = None  # read from the store at first
+        self._last_ok: dict[str, datetime] = {}  # zone -> its last successful list (memory)
 
     async def tick(self, reason: str = "poll") -> Tick:
         started = self._clock.monotonic()
@@ -103,6 +123,7 @@ class Reconciler:
             self._live = tuple((await self._store.load_snapshot()).nodes.values())
         zones = zones_to_observe(self.specs, self._live)
         observations = await self._observer.observe(zones, self._clock.now())
+        await self._record_zone_health(observations)
         snapshot = await self._store.load_snapshot()
         self._live = tuple(snapshot.nodes.values())
         self._watcher.adopt(self._live)
@@ -138,10 +159,108 @@ class Reconciler:
             execution=execution,
             seconds=round(self._clock.monotonic() - started, 4),
             workloads=dispatch,
+            zone_health=MappingProxyType(dict(self.zone_health or {})),
         )
         self.last = tick
         _log_tick(tick)
         return tick
+
+    async def _record_zone_health(self, observations: Iterable[ZoneObservation]) -> None:
+        """Bring `zone_health` up to date: one write for the zones that changed, if any."""
+        if self.zone_health is None:
+            async with self._store.read() as r:
+                rows = await r.zone_health()
+            self.zone_health = {z.zone: z for z in rows if z.project == self.project}
+        now = self._clock.now()
+        changed: list[tuple[ZoneHealth, tuple[str, str] | None]] = []
+        for obs in observations:
+            if obs.ok:
+                self._last_ok[obs.zone] = obs.observed_at
+            before = self.zone_health.get(obs.zone)
+            after, event = next_zone_health(
+                before, obs, self.project, self._last_ok.get(obs.zone), UNREACHABLE_AFTER
+            )
+            if after != before:
+                self.zone_health[obs.zone] = after
+                changed.append((after, event))
+        if not changed:
+            return
+        async with self._store.write() as tx:
+            for health, event in changed:
+                await tx.save_zone_health(health, now)
+                if event is not None:
+                    kind, message = event
+                    await tx.append_event(kind, message, now, details=_health_details(health))
+        for health, event in changed:
+            if event is not None:
+                log.warning(event[0], zone=health.zone, message=event[1])
+
+
+def next_zone_health(
+    before: ZoneHealth | None,
+    obs: ZoneObservation,
+    project: str,
+    last_ok: datetime | None,
+    threshold: int = UNREACHABLE_AFTER,
+) -> tuple[ZoneHealth, tuple[str, str] | None]:
+    """A zone's health after one list, and the event to tell (kind, message) if any. A zone
+    that keeps listing fine keeps its record unchanged (no write)."""
+    prev = before or ZoneHealth(project=project, zone=obs.zone)
+    if obs.ok:
+        if before is not None and not before.failing:
+            return before, None
+        after = ZoneHealth(project=project, zone=obs.zone, last_ok_at=obs.observed_at)
+        if prev.unreachable:
+            since = _when(prev.failing_since)
+            return after, ("zone.reachable", f"{obs.zone}: listed again (failing since {since})")
+        return after, None
+    kind = obs.error
+    after = replace(
+        prev,
+        failures=prev.failures + 1,
+        error_kind=kind,
+        error_message=obs.error_message,
+        failing_since=prev.failing_since or obs.observed_at,
+        last_ok_at=last_ok or prev.last_ok_at,
+    )
+    if after.failures >= threshold and not prev.unreachable:
+        after = replace(after, unreachable=True)
+        what = kind.value if kind is not None else "error"
+        message = (
+            f"{obs.zone}: cannot list nodes ({after.failures} ticks in a row since "
+            f"{_when(after.failing_since)}): {what}: {obs.error_message or '-'}"
+        )
+        return after, ("zone.unreachable", message)
+    return after, None
+
+
+def unlistable_fleets(
+    specs: Iterable[FleetSpec], health: Mapping[str, ZoneHealth]
+) -> list[tuple[str, tuple[ZoneHealth, ...]]]:
+    """The fleets none of whose zones can be listed (each `unreachable`), with those zones."""
+    found = []
+    for spec in specs:
+        zones = tuple(health.get(z) for z in spec.zones)
+        if zones and all(z is not None and z.unreachable for z in zones):
+            found.append((spec.name, tuple(z for z in zones if z is not None)))
+    return found
+
+
+def _when(at: datetime | None) -> str:
+    if at is None:
+        return "-"
+    return at.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _health_details(h: ZoneHealth) -> dict[str, Any]:
+    return {
+        "project": h.project,
+        "zone": h.zone,
+        "failures": h.failures,
+        "error_kind": None if h.error_kind is None else h.error_kind.value,
+        "error_message": h.error_message,
+        "failing_since": _when(h.failing_since),
+    }
 
 
 def _log_tick(tick: Tick) -> None:

@@ -257,4 +257,22 @@ class ChangeCounterRow(Base):
     counter: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
 
 
+class ZoneHealthRow(Base):
+    """Whether the daemon could list a (project, zone): consecutive failed lists, the last
+    error and since when (migration 0003). Written by the runtime only when it changes."""
+
+    __tablename__ = "zone_health"
+    __table_args__ = (CheckConstraint("failures >= 0", name="failures_not_negative"),)
+
+    project: Mapped[str] = mapped_column(String(63), primary_key=True)
+    zone: Mapped[str] = mapped_column(String(64), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    error_kind: Mapped[ErrorKind | None] = mapped_column(StrEnumType(ErrorKind, 32))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    failing_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_ok_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    unreachable: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("0"))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 metadata = Base.metadata

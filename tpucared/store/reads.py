@@ -8,6 +8,7 @@ or the read models of `tpucared.store.snapshot`.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
@@ -39,8 +40,16 @@ from tpucared.store.models import (
     SlotRow,
     WorkerRow,
     WorkloadAttemptRow,
+    ZoneHealthRow,
 )
-from tpucared.store.snapshot import FleetStatus, SlotKey, SlotStatus, Snapshot, frozen_mapping
+from tpucared.store.snapshot import (
+    FleetStatus,
+    SlotKey,
+    SlotStatus,
+    Snapshot,
+    ZoneHealth,
+    frozen_mapping,
+)
 
 # Written as the partial indexes' own WHERE text so SQLite can use them (it cannot prove that a
 # bound-parameter IN list implies the index condition).
@@ -109,6 +118,18 @@ class Reader:
     async def fleets(self) -> list[FleetRecord]:
         rows = await self._rows(select(FleetRow.__table__).order_by(FleetRow.name))
         return [convert.fleet(r) for r in rows]
+
+    async def zone_health(self) -> list[ZoneHealth]:
+        """Every (project, zone) the daemon has listed, by project and zone. Empty on a
+        database from before migration 0003 (a read-only `status` of an old file)."""
+        stmt = select(ZoneHealthRow.__table__).order_by(ZoneHealthRow.project, ZoneHealthRow.zone)
+        try:
+            rows = await self._rows(stmt)
+        except OperationalError as exc:
+            if "no such table" in str(exc):
+                return []
+            raise
+        return [_zone_health(r) for r in rows]
 
     async def slots(self, fleet: str | None = None) -> list[SlotRecord]:
         stmt = select(SlotRow.__table__).order_by(SlotRow.fleet, SlotRow.slot)
@@ -285,8 +306,10 @@ class Reader:
         for row in await self._rows(_newest_per_slot(WorkloadAttemptRow)):
             att = convert.workload_attempt(row)
             attempts[(att.fleet, att.slot)] = att
+        failing = [z for z in await self.zone_health() if z.failing]
         result = []
         for f in fleets:
+            zones = _spec_zones(f) | {n.zone for (name, _), n in nodes.items() if name == f.name}
             rows = []
             for s in slots:
                 if s.fleet != f.name:
@@ -300,5 +323,28 @@ class Reader:
                         last_attempt=attempts.get((s.fleet, s.index)),
                     )
                 )
-            result.append(FleetStatus(fleet=f, slots=tuple(rows)))
+            mine = tuple(z for z in failing if z.zone in zones)
+            result.append(FleetStatus(fleet=f, slots=tuple(rows), failing_zones=mine))
         return result
+
+
+def _zone_health(row: Mapping[str, Any]) -> ZoneHealth:
+    return ZoneHealth(
+        project=row["project"],
+        zone=row["zone"],
+        failures=row["failures"],
+        error_kind=row["error_kind"],
+        error_message=row["error_message"],
+        failing_since=row["failing_since"],
+        last_ok_at=row["last_ok_at"],
+        unreachable=bool(row["unreachable"]),
+    )
+
+
+def _spec_zones(fleet: FleetRecord) -> set[str]:
+    """The zones of the fleet's applied spec (`spec_json`); none if it cannot be read."""
+    try:
+        zones = json.loads(fleet.spec_json).get("zones", [])
+    except (ValueError, AttributeError):
+        return set()
+    return {z for z in zones if isinstance(z, str)} if isinstance(zones, list) else set()

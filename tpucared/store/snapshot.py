@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cached_property
 from types import MappingProxyType
 from typing import TypeVar
@@ -22,6 +23,7 @@ from tpucared.core.model.records import (
     WorkerRecord,
     WorkloadAttemptRecord,
 )
+from tpucared.core.model.specs import ErrorKind
 from tpucared.core.planning.snapshot import SlotKey as SlotKey  # one definition, re-exported
 
 K = TypeVar("K")
@@ -77,6 +79,29 @@ class SlotStatus:
 
 
 @dataclass(frozen=True)
+class ZoneHealth:
+    """Whether the daemon could list a (project, zone) (table `zone_health`). `failures`:
+    consecutive ticks whose list failed, 0 once one succeeds; `error_kind`/`error_message`
+    and `failing_since` describe the current run of failures (None when `failures` is 0);
+    `unreachable`: `zone.unreachable` was told and `zone.reachable` not yet."""
+
+    project: str
+    zone: str
+    failures: int = 0
+    error_kind: ErrorKind | None = None
+    error_message: str | None = None
+    failing_since: datetime | None = None
+    last_ok_at: datetime | None = None
+    unreachable: bool = False
+
+    @property
+    def failing(self) -> bool:
+        return self.failures > 0
+
+
+@dataclass(frozen=True)
 class FleetStatus:
     fleet: FleetRecord
     slots: tuple[SlotStatus, ...]
+    # The fleet's zones (configured, or holding its newest nodes) whose lists are failing.
+    failing_zones: tuple[ZoneHealth, ...] = ()

@@ -31,8 +31,9 @@ from tpucared.core.model.records import (
 from tpucared.core.planning.actions import SlotUpdate
 from tpucared.store import convert
 from tpucared.store.errors import NotFound
-from tpucared.store.models import CreateAttemptRow, EventRow, FleetRow, SlotRow
+from tpucared.store.models import CreateAttemptRow, EventRow, FleetRow, SlotRow, ZoneHealthRow
 from tpucared.store.reads import Reader
+from tpucared.store.snapshot import ZoneHealth
 
 
 class _Keep(Enum):
@@ -264,3 +265,24 @@ class WriterBase(Reader):
             )
         )
         return attempt
+
+    # -- zone health --------------------------------------------------------------------------
+
+    async def save_zone_health(self, health: ZoneHealth, now: datetime) -> None:
+        """Record whether a (project, zone) could be listed (one row, replaced). The runtime
+        calls it only when the row changes; the event that goes with it is the caller's."""
+        values = {
+            "failures": health.failures,
+            "error_kind": health.error_kind,
+            "error_message": health.error_message,
+            "failing_since": health.failing_since,
+            "last_ok_at": health.last_ok_at,
+            "unreachable": health.unreachable,
+            "updated_at": now,
+        }
+        where = (ZoneHealthRow.project == health.project, ZoneHealthRow.zone == health.zone)
+        result = await self._conn.execute(update(ZoneHealthRow).where(*where).values(**values))
+        if result.rowcount == 0:
+            await self._conn.execute(
+                insert(ZoneHealthRow).values(project=health.project, zone=health.zone, **values)
+            )

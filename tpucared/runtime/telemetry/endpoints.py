@@ -16,7 +16,7 @@ from tpucared.config import Config
 from tpucared.core.model.records import CreateAttemptRecord
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.errors import StartupError
-from tpucared.runtime.reconciler import Tick
+from tpucared.runtime.reconciler import Tick, unlistable_fleets
 from tpucared.runtime.telemetry.metrics import DaemonMetrics
 from tpucared.runtime.telemetry.server import Health, HttpServer, start_http, store_status
 from tpucared.store import Store
@@ -45,6 +45,7 @@ class Telemetry:
 
     async def on_tick(self, tick: Tick) -> None:
         self.health.tick()
+        self.health.set_zones_down(zones_down_reason(self._config, tick))
         self.metrics.observe_tick(tick.seconds, at=self._clock.now())
         try:
             await self.metrics.refresh(self._store, self._clock.now())
@@ -80,3 +81,18 @@ class Telemetry:
         if self.server is not None:
             await self.server.stop()
             self.server = None
+
+
+def zones_down_reason(config: Config, tick: Tick) -> str | None:
+    """Why /healthz fails while ticks complete: the fleets none of whose zones can be listed."""
+    down = unlistable_fleets(config.fleets, tick.zone_health)
+    if not down:
+        return None
+    name, zones = down[0]
+    last = zones[-1]
+    kind = last.error_kind.value if last.error_kind is not None else "error"
+    more = f" (and {len(down) - 1} more fleets)" if len(down) > 1 else ""
+    return (
+        f"fleet {name}{more}: no zone can be listed for {last.failures} ticks "
+        f"({', '.join(z.zone for z in zones)}): {kind}: {last.error_message or '-'}"
+    )

@@ -1,8 +1,10 @@
 """The daemon's small HTTP server: liveness, Prometheus metrics and the status document.
 
 - `GET /healthz`: 200 `ok` while the reconcile loop completes ticks; 503 with the reason
-  once none completed for `Health.threshold` seconds (a hung or crash-looping tick). Docker's
-  HEALTHCHECK and a systemd watchdog script can poll it.
+  once none completed for `Health.threshold` seconds (a hung or crash-looping tick), and
+  while no zone of some fleet could be listed for `UNREACHABLE_AFTER` ticks in a row (the
+  API is unreachable: the daemon runs but can keep nothing alive). Docker's HEALTHCHECK and
+  a systemd watchdog script can poll it.
 - `GET /metrics`: the Prometheus text format of `DaemonMetrics` (docs/metrics.md).
 - `GET /v1/status`: the `tpucared status --json` document (`tpucared.inspect.status`).
 
@@ -52,6 +54,8 @@ class Health:
         # Before the first tick, the daemon gets the same grace from its start.
         self.started_at = clock()
         self.last_tick_at: float | None = None
+        # Why the daemon cannot do its job although it ticks (no zone of a fleet listable).
+        self.zones_down: str | None = None
 
     @classmethod
     def for_poll_interval(
@@ -66,8 +70,13 @@ class Health:
     def tick(self) -> None:
         self.last_tick_at = self._clock()
 
+    def set_zones_down(self, reason: str | None) -> None:
+        """Unhealthy with `reason` until called again with None (the runtime, each tick)."""
+        self.zones_down = reason
+
     def check(self) -> tuple[bool, str]:
-        """(healthy, reason); the reason says how long since the last tick."""
+        """(healthy, reason); the reason says how long since the last tick, or which fleet
+        cannot list any of its zones."""
         if self.last_tick_at is None:
             age = self._clock() - self.started_at
             what = "no reconcile tick completed since the start"
@@ -75,6 +84,8 @@ class Health:
             age = self._clock() - self.last_tick_at
             what = "the last reconcile tick completed"
         if age <= self.threshold:
+            if self.zones_down is not None:
+                return False, self.zones_down
             return True, "ok"
         return False, f"{what} {age:.1f}s ago (threshold {self.threshold:.1f}s)"
 
