@@ -28,7 +28,7 @@ from core_support import (
     world,
 )
 
-from tpucared.core.model.observed import CloudState, QueuedState
+from tpucared.core.model.observed import CloudState, QueuedState, ZoneObservation
 from tpucared.core.model.records import NodePhase
 from tpucared.core.model.specs import (
     FLEET_LABEL,
@@ -354,6 +354,29 @@ def test_zone_errors_a_person_must_fix_are_told() -> None:
     (n,) = p.of(Notice)
     assert n.key == f"zone-error/{Z1}/permission"
     assert n.severity is Severity.ERROR
+
+
+@pytest.mark.parametrize(
+    ("message", "shown"),
+    [
+        ("permission: Location us-central2-b is not found", "(permission: Location us-central"),
+        ("Location us-central2-b is not found", "(permission: Location us-central"),
+        (None, "(permission); its nodes"),
+    ],
+)
+def test_a_zone_error_names_its_kind_once(message: str | None, shown: str) -> None:
+    obs = ZoneObservation(
+        zone=Z1, observed_at=T0, error=ErrorKind.PERMISSION, error_message=message
+    )
+    (n,) = run([spec(size=0)], [obs, listed(Z2)]).of(Notice)
+    assert shown in n.reason
+    assert "permission: permission" not in n.reason
+
+
+def test_malformed_zone_lists_are_told() -> None:
+    obs = ZoneObservation(zone=Z1, observed_at=T0, error=ErrorKind.MALFORMED, error_message="x")
+    (n,) = run([spec(size=0)], [obs, listed(Z2)]).of(Notice)
+    assert n.key == f"zone-error/{Z1}/malformed"
 
 
 def test_transient_zone_errors_are_not_told() -> None:
