@@ -201,3 +201,25 @@ async def test_failing_lists_then_listing_again(
     assert (row["failures"], row["unreachable"], row["error_kind"]) == (0, 0, None)
     assert (await _status(port))["zones"] == []
     assert len(_events(db, "zone.unreachable")) == 1
+
+
+@pytest.mark.slow
+async def test_plan_exits_1_when_no_zone_can_be_listed(tmp_path: Path) -> None:
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    config = write_config(tmp_path, endpoint, zones=(ZONE, "us-east1-d"))
+    rc, out, err = await tpucared("plan", "-c", str(config))
+    assert rc == 1, (out, err)
+    # The last line (the log lines of the failed requests come first).
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"tpucared plan: no zone could be listed ({ZONE}, us-east1-d): ")
+    assert "127.0.0.1" in line, line
+    assert out  # the plan is still shown
+
+
+def test_a_plan_with_one_zone_listed_is_not_blind() -> None:
+    from tpucared.cli.plan import blind_reason
+
+    failed = _failed(T0, "a")
+    assert blind_reason([failed, ZoneObservation("b", T0)]) is None
+    assert blind_reason([]) is None
+    assert blind_reason([failed]) == "no zone could be listed (a): a: transient: refused"

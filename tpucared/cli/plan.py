@@ -4,23 +4,31 @@ One observation (the same lists a tick makes: reads only), the store read throug
 read-only connection, and the pure planner. Nothing is written anywhere: no migration (a
 database that does not exist yet is planned against as empty, and is not created), no SSH
 key generated, no event, no cloud call beyond the lists. Works while the daemon runs.
+
+When no zone could be listed (the endpoint is unreachable, credentials are refused...), the
+plan is printed all the same but the command exits 1 with a one-line reason on stderr: a
+plan made blind is not "nothing to do".
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
+from collections.abc import Sequence
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from tpucared.cli.config_arg import load
 from tpucared.config import Config
+from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.planner import plan as make_plan
 from tpucared.core.planning.snapshot import PlainSnapshot as EmptySnapshot
 from tpucared.core.planning.snapshot import PlannerSnapshot
 from tpucared.errors import UsageError
 from tpucared.gcp import TpuClient
+from tpucared.inspect.fmt import one_line
 from tpucared.runtime.clock import Clock, SystemClock
 from tpucared.runtime.errors import StartupError
 from tpucared.runtime.nodes.observer import Observer, zones_to_observe
@@ -47,22 +55,46 @@ async def read_snapshot(db: str) -> PlannerSnapshot:
 
 
 async def preview(config: Config, *, clock: Clock | None = None) -> Plan:
+    return (await observe_and_plan(config, clock=clock))[1]
+
+
+async def observe_and_plan(
+    config: Config, *, clock: Clock | None = None
+) -> tuple[tuple[ZoneObservation, ...], Plan]:
     clock = clock or SystemClock()
     snapshot = await read_snapshot(config.daemon.db)
     tokens = await asyncio.to_thread(token_source, config)
     async with TpuClient(config.gcp.endpoint, token_source=tokens) as client:
         zones = zones_to_observe(config.fleets, snapshot.nodes.values())
         observations = await Observer(client, config.gcp.project).observe(zones, clock.now())
-    return make_plan(
+    plan = make_plan(
         config.fleets, observations, snapshot, clock.now(), config.policy, config.daemon.owner
+    )
+    return observations, plan
+
+
+def blind_reason(observations: Sequence[ZoneObservation]) -> str | None:
+    """Why the plan was made blind: every zone's list failed (None if one succeeded)."""
+    if not observations or any(o.ok for o in observations):
+        return None
+    failed = observations[0]
+    kind = failed.error.value if failed.error is not None else "error"
+    return (
+        f"no zone could be listed ({', '.join(o.zone for o in observations)}): "
+        f"{failed.zone}: {kind}: {one_line(failed.error_message or '-')}"
     )
 
 
 def plan_command(args: argparse.Namespace) -> int:
     config = load(args)
     try:
-        plan = asyncio.run(preview(config))
+        observations, plan = asyncio.run(observe_and_plan(config))
     except StartupError as exc:
         raise UsageError(str(exc)) from None
     print(plan.to_json() if args.json else plan.render())
+    reason = blind_reason(observations)
+    if reason is not None:
+        sys.stdout.flush()
+        print(f"tpucared plan: {reason}", file=sys.stderr)
+        return 1
     return 0
