@@ -20,8 +20,11 @@ import pytest
 from inspect_support import CAPACITY_ERROR, Scenario, cli, cli_env, populate, run_cli
 
 from tpucared.cli.main import main
+from tpucared.core.model.records import CreateAttemptRecord, NodePhase
+from tpucared.core.planning.actions import SlotUpdate
 from tpucared.inspect.dbpath import DEFAULT_DB, resolve_db
 from tpucared.store import Store
+from tpucared.store.migrate import upgrade_to_head
 
 CONFIG = """
 [daemon]
@@ -304,3 +307,46 @@ def test_events_into_a_closed_pipe_exits_quietly(db: Path) -> None:
         env=cli_env(),
     )
     assert (proc.returncode, proc.stderr) == (0, "")
+
+
+async def _stockout_db(path: Path) -> None:
+    """Fleet "hunt": slot 0's create met a stockout and is retrying; slot 1's met a quota
+    refusal; slot 2's stockout is followed by a new create in flight."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    await upgrade_to_head(path)
+    async with Store.open(path) as store, store.write() as tx:
+        await tx.record_fleet("hunt", "h", json.dumps({"zones": ["z"]}), now)
+        await tx.ensure_slots("hunt", 3, now)
+        for slot, kind in ((0, "capacity"), (1, "quota"), (2, "capacity")):
+            node = await tx.request_node("hunt", slot, f"hunt-{slot}", "z", "v4-8", now)
+            await tx.record_create_attempt(
+                CreateAttemptRecord("hunt", slot, "z", "v4-8", now, kind, 1.0, kind, node.id)
+            )
+            backoff = SlotUpdate(
+                fleet="hunt",
+                slot=slot,
+                create_failures=1,
+                next_create_at=now,
+                next_zone="z",
+                last_error=f"{kind}: refused",
+            )
+            await tx.transition(
+                node.id, NodePhase.REQUESTED, NodePhase.FAILED, now, slot_update=backoff
+            )
+        await tx.request_node("hunt", 2, "hunt-2", "z", "v4-8", now)
+
+
+async def test_a_stockout_being_retried_reads_waiting_for_capacity(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    await _stockout_db(db)
+    rows = {
+        line.split()[1]: line
+        for line in cli("status", "--db", str(db)).splitlines()
+        if line.startswith("hunt ")
+    }
+    assert "waiting for capacity" in rows["0"]
+    assert rows["1"].split()[4] == "failed"  # a quota refusal: a person must look
+    assert rows["2"].split()[4] == "requested"  # the retry is under way
+    doc = json.loads(cli("status", "--db", str(db), "--json"))
+    waiting = [s["waiting_for_capacity"] for s in doc["fleets"][0]["slots"]]
+    assert waiting == [True, False, False]

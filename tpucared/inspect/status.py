@@ -22,6 +22,7 @@ from tpucared.core.model.records import (
     WorkerRecord,
     WorkloadAttemptRecord,
 )
+from tpucared.core.model.specs import ErrorKind
 from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.inspect.fmt import NONE, duration, iso, table, truncate
 from tpucared.store.snapshot import FleetStatus, SlotStatus, ZoneHealth
@@ -56,7 +57,7 @@ def status_document(fleets: Sequence[FleetStatus], generated_at: datetime) -> di
                 "spec_hash": f.fleet.spec_hash,
                 "applied_at": iso(f.fleet.applied_at),
                 "down": f.fleet.down,
-                "slots": [_slot_doc(s) for s in f.slots],
+                "slots": [_slot_doc(s, f.fleet.down) for s in f.slots],
                 "failing_zones": [z.zone for z in f.failing_zones],
             }
             for f in fleets
@@ -84,7 +85,21 @@ def _zone_doc(z: ZoneHealth) -> dict[str, Any]:
     }
 
 
-def _slot_doc(s: SlotStatus) -> dict[str, Any]:
+def waiting_for_capacity(s: SlotStatus, down: bool = False) -> bool:
+    """The slot has no live node because its last create met a stockout (CAPACITY), and the
+    daemon keeps retrying it (the slot is not done, its fleet not down): not given up."""
+    node = s.node
+    if down or s.slot.done or (node is not None and node.phase in LIVE_PHASES):
+        return False
+    last = s.last_create
+    return (
+        last is not None
+        and last.outcome == ErrorKind.CAPACITY.value
+        and (s.slot.create_failures > 0)
+    )
+
+
+def _slot_doc(s: SlotStatus, down: bool = False) -> dict[str, Any]:
     slot = s.slot
     return {
         "slot": slot.index,
@@ -97,6 +112,7 @@ def _slot_doc(s: SlotStatus) -> dict[str, Any]:
         "next_zone": slot.next_zone,
         "last_error": slot.last_error,
         "done": slot.done,
+        "waiting_for_capacity": waiting_for_capacity(s, down),
         "node": None if s.node is None else _node_doc(s.node, s.workers),
         "workload": None if s.last_attempt is None else _attempt_doc(s.last_attempt),
     }
@@ -185,6 +201,8 @@ def _row(f: FleetStatus, s: SlotStatus, now: datetime) -> list[str]:
     phase = node.phase.value if node is not None else NONE
     if s.slot.done and not live:
         phase = "done"  # finished for good: the deleted node is not a problem to look into
+    elif waiting_for_capacity(s, f.fleet.down):
+        phase = "waiting for capacity"  # the create failed on a stockout; retrying, not gave up
     uptime = NONE
     if node is not None and node.phase is NodePhase.READY and node.ready_at is not None:
         uptime = duration(now - node.ready_at)

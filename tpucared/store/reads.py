@@ -306,6 +306,10 @@ class Reader:
         for row in await self._rows(_newest_per_slot(WorkloadAttemptRow)):
             att = convert.workload_attempt(row)
             attempts[(att.fleet, att.slot)] = att
+        creates: dict[SlotKey, CreateAttemptRecord] = {}
+        for row in await self._rows(_newest_per_slot(CreateAttemptRow)):
+            create = convert.create_attempt(row)
+            creates[(create.fleet, create.slot)] = create
         failing = [z for z in await self.zone_health() if z.failing]
         result = []
         for f in fleets:
@@ -321,6 +325,7 @@ class Reader:
                         node=node,
                         workers=workers.get(node.id, ()) if node else (),
                         last_attempt=attempts.get((s.fleet, s.index)),
+                        last_create=creates.get((s.fleet, s.index)),
                     )
                 )
             mine = tuple(z for z in failing if z.zone in zones)

@@ -76,6 +76,8 @@ class SlotStatus:
     node: IncarnationRecord | None
     workers: tuple[WorkerRecord, ...]
     last_attempt: WorkloadAttemptRecord | None
+    # The slot's newest create call and how it ended (None if it never made one).
+    last_create: CreateAttemptRecord | None = None
 
 
 @dataclass(frozen=True)
