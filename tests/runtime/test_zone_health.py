@@ -32,7 +32,7 @@ from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.specs import ErrorKind, FleetSpec
 from tpucared.runtime.reconciler import UNREACHABLE_AFTER, next_zone_health, unlistable_fleets
 from tpucared.runtime.telemetry.server import Health
-from tpucared.store.snapshot import ZoneHealth
+from tpucared.store.snapshot import ZoneHealth, error_text
 
 Daemons = Callable[[Path], Daemon]
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
@@ -68,6 +68,15 @@ def test_failures_are_counted_and_unreachable_is_told_once_per_outage() -> None:
         after,
         None,
     )
+
+
+def test_the_error_names_its_kind_once() -> None:
+    assert error_text(ErrorKind.TRANSIENT, "transient: refused (GET /x)") == (
+        "transient: refused (GET /x)"
+    )
+    assert error_text(ErrorKind.TRANSIENT, "refused") == "transient: refused"
+    assert error_text(ErrorKind.TRANSIENT, None) == "transient"
+    assert error_text(None, None) == "-"
 
 
 def test_a_short_failure_recovers_without_events() -> None:
@@ -147,6 +156,7 @@ async def test_an_endpoint_where_nothing_listens_is_told_shown_and_unhealthy(
     (event,) = await wait_for(told, 2 * SLOW, "zone.unreachable")
     assert ZONE in event["message"]
     assert "127.0.0.1" in event["message"], event["message"]
+    assert "transient: transient" not in event["message"]  # the kind is named once
     details = json.loads(event["details"])
     assert (details["project"], details["zone"]) == (PROJECT, ZONE)
     assert details["failures"] == UNREACHABLE_AFTER

@@ -35,6 +35,7 @@ from tpucared.runtime.nodes.observer import Observer, zones_to_observe
 from tpucared.runtime.startup import token_source
 from tpucared.store import Store, database_url
 from tpucared.store.engine import sqlite_path
+from tpucared.store.snapshot import error_text
 
 
 async def read_snapshot(db: str) -> PlannerSnapshot:
@@ -78,10 +79,9 @@ def blind_reason(observations: Sequence[ZoneObservation]) -> str | None:
     if not observations or any(o.ok for o in observations):
         return None
     failed = observations[0]
-    kind = failed.error.value if failed.error is not None else "error"
     return (
         f"no zone could be listed ({', '.join(o.zone for o in observations)}): "
-        f"{failed.zone}: {kind}: {one_line(failed.error_message or '-')}"
+        f"{failed.zone}: {one_line(error_text(failed.error, failed.error_message))}"
     )
 
 

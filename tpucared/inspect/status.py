@@ -176,13 +176,9 @@ def status_lines(fleets: Sequence[FleetStatus], now: datetime) -> list[str]:
 
 
 def _zone_line(z: ZoneHealth, now: datetime) -> str:
-    kind = z.error_kind.value if z.error_kind is not None else "error"
     since = duration(now - z.failing_since) if z.failing_since is not None else NONE
     state = "unreachable" if z.unreachable else "failing"
-    return (
-        f"zone {z.zone}: {state}, {z.failures} failed lists in a row for {since}: "
-        f"{kind}: {z.error_message or NONE}"
-    )
+    return f"zone {z.zone}: {state}, {z.failures} failed lists in a row for {since}: {z.error_text}"
 
 
 def _zone_error(f: FleetStatus, s: SlotStatus) -> str | None:
@@ -190,8 +186,7 @@ def _zone_error(f: FleetStatus, s: SlotStatus) -> str | None:
     node_zone = s.node.zone if s.node is not None and s.node.phase in LIVE_PHASES else None
     for z in f.failing_zones:
         if node_zone is None or z.zone == node_zone:
-            kind = z.error_kind.value if z.error_kind is not None else "error"
-            return f"listing {z.zone} fails: {kind}: {z.error_message or NONE}"
+            return f"listing {z.zone} fails: {z.error_text}"
     return None
 
 

@@ -225,10 +225,9 @@ def next_zone_health(
     )
     if after.failures >= threshold and not prev.unreachable:
         after = replace(after, unreachable=True)
-        what = kind.value if kind is not None else "error"
         message = (
             f"{obs.zone}: cannot list nodes ({after.failures} ticks in a row since "
-            f"{_when(after.failing_since)}): {what}: {obs.error_message or '-'}"
+            f"{_when(after.failing_since)}): {after.error_text}"
         )
         return after, ("zone.unreachable", message)
     return after, None

@@ -100,6 +100,20 @@ class ZoneHealth:
     def failing(self) -> bool:
         return self.failures > 0
 
+    @property
+    def error_text(self) -> str:
+        """`kind: message` of the last failure (`-` when none)."""
+        return error_text(self.error_kind, self.error_message)
+
+
+def error_text(kind: ErrorKind | None, message: str | None) -> str:
+    """`kind: message`, naming the kind once (the client's messages already start with it)."""
+    if kind is None:
+        return message or "-"
+    if not message:
+        return kind.value
+    return message if message.startswith(f"{kind.value}:") else f"{kind.value}: {message}"
+
 
 @dataclass(frozen=True)
 class FleetStatus:

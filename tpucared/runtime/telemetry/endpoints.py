@@ -90,9 +90,8 @@ def zones_down_reason(config: Config, tick: Tick) -> str | None:
         return None
     name, zones = down[0]
     last = zones[-1]
-    kind = last.error_kind.value if last.error_kind is not None else "error"
     more = f" (and {len(down) - 1} more fleets)" if len(down) > 1 else ""
     return (
         f"fleet {name}{more}: no zone can be listed for {last.failures} ticks "
-        f"({', '.join(z.zone for z in zones)}): {kind}: {last.error_message or '-'}"
+        f"({', '.join(z.zone for z in zones)}): {last.error_text}"
     )
