@@ -11,13 +11,20 @@
 rd=$1
 log=-1
 if [ -f "$rd/log" ]; then log=$(wc -c < "$rd/log") && log=$((log)) || log=-1; fi
+exited() {
+  read -r code < "$rd/exit_code"
+  echo "TPUCARED_PROBE state=exited code=$code log_bytes=$log"
+}
 # _pid and _why are set by run_alive (lib.sh).
 # shellcheck disable=SC2154
 if [ -s "$rd/exit_code" ]; then
-  read -r code < "$rd/exit_code"
-  echo "TPUCARED_PROBE state=exited code=$code log_bytes=$log"
+  exited
 elif run_alive; then
   echo "TPUCARED_PROBE state=running pid=$_pid log_bytes=$log"
+elif [ -s "$rd/exit_code" ]; then
+  # The run wrote its exit code and ended between the two checks above: it exited, it did
+  # not die (without this a clean exit 0 could be judged a crash).
+  exited
 else
   echo "TPUCARED_PROBE state=gone reason=$_why log_bytes=$log"
 fi
