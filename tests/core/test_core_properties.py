@@ -263,9 +263,14 @@ def test_never_more_serving_nodes_than_size(w: World) -> None:
         # told apart from someone else's: the planner waits for its labels before deleting
         # it (core/nodes/incarnations.py `_labels_pending`), so an unwanted slot may keep it
         # that long.
+        # And a node whose state cannot be read is never acted on, not even to scale down
+        # (issue "never act on what you don't understand"): it keeps its slot until it reads.
+        listed = occupants(observations, inc.zone, inc.node_name)
+        if any(isinstance(n, ObservedNode) and n.state is CloudState.UNRECOGNIZED for n in listed):
+            return True
         return inc.phase in (NodePhase.REQUESTED, NodePhase.CREATING) and any(
             isinstance(n, ObservedNode) and n.state is CloudState.CREATING and not n.labels
-            for n in occupants(observations, inc.zone, inc.node_name)
+            for n in listed
         )
 
     for s in fleet_specs:
