@@ -66,13 +66,13 @@ SERVING = SERVING_PHASES
 
 def plan_incarnation(view: View, inc: IncarnationRecord) -> tuple[list[Action], NodePhase]:
     s = view.sighting(inc)
-    listed = view.occupant(inc.zone, inc.node_name)
-    if listed is not None and listed.node is not None and listed.node.state is C.UNRECOGNIZED:
+    listed = s.node or view.listed_node(inc.zone, inc.node_name)
+    if listed is not None and listed.state is C.UNRECOGNIZED:
         # Never act on what we cannot read: no delete (not even a scale-down's), no
         # transition, no record; a person is told once (the API grew a state, or something
         # between us and it is broken). Looked up by name: a queued incarnation whose queued
         # list failed does not see its node in its sighting, but the node is still listed.
-        return [unrecognized_notice(listed.node, inc.fleet)], inc.phase
+        return [unrecognized_notice(listed, inc.fleet)], inc.phase
     if _unchanged_ready(view, inc, s):
         return [], P.READY
     step = Step(view, inc)

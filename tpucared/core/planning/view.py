@@ -190,6 +190,11 @@ class View:
                 zone, name, self._nodes.get((zone, name)), self._queued.get((zone, name))
             )
 
+    def listed_node(self, zone: str, name: str) -> ObservedNode | None:
+        """The node a successful list shows under `name` in `zone` (matched or not); a dict
+        lookup, no allocation: asked for every live incarnation every tick."""
+        return self._nodes.get((zone, name))
+
     def occupant(self, zone: str, name: str) -> Resource | None:
         """Whatever the lists show under `name` in `zone` (matched or not)."""
         node = self._nodes.get((zone, name))
