@@ -8,15 +8,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import aiohttp
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent / "runtime"))
-
 from runtime_support import (
     REPO,
     SLOW,
@@ -32,18 +27,11 @@ from runtime_support import (
 
 from tpucared.core.model.records import NodePhase as P
 from tpucared.core.planning.actions import SlotUpdate
-from tpucared.emulator import EmulatorServer
 from tpucared.inspect.status import status_document
 from tpucared.store import Store
 from tpucared.store.migrate import upgrade_to_head
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-async def control(emulator: EmulatorServer) -> AsyncIterator[Control]:
-    async with aiohttp.ClientSession() as session:
-        yield Control(emulator, session)
 
 
 async def _status(config: Path, *extra: str) -> str:
