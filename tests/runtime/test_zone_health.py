@@ -30,7 +30,11 @@ from test_commands import tpucared
 
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.specs import ErrorKind, FleetSpec
-from tpucared.runtime.reconciler import UNREACHABLE_AFTER, next_zone_health, unlistable_fleets
+from tpucared.core.planning.zone_health import (
+    UNREACHABLE_AFTER,
+    next_zone_health,
+    unlistable_fleets,
+)
 from tpucared.runtime.telemetry.server import Health
 from tpucared.store.snapshot import ZoneHealth, error_text
 

@@ -27,20 +27,20 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import datetime
 from types import MappingProxyType
-from typing import Any
 
 import structlog
 
 from tpucared.core.model.observed import ZoneObservation
-from tpucared.core.model.records import IncarnationRecord
+from tpucared.core.model.records import IncarnationRecord, ZoneHealth
 from tpucared.core.model.specs import FleetSpec
 from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.planner import plan as make_plan
 from tpucared.core.planning.policy import Policy
 from tpucared.core.planning.tick import plan_tick
+from tpucared.core.planning.zone_health import UNREACHABLE_AFTER, health_details, next_zone_health
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.nodes.executor import Execution, Executor
 from tpucared.runtime.nodes.observer import Observer, summarize, zones_to_observe
@@ -48,15 +48,10 @@ from tpucared.runtime.nodes.operations import OperationWatcher
 from tpucared.runtime.workload.jobs import Dispatch, WorkloadJobs
 from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.store import Snapshot, Store
-from tpucared.store.snapshot import ZoneHealth
 
 log = structlog.get_logger(__name__)
 
 PlanFilter = Callable[[Plan], Plan]
-
-# Consecutive ticks whose list of a zone failed before `zone.unreachable` is told (and before
-# /healthz counts the zone as down).
-UNREACHABLE_AFTER = 3
 
 
 @dataclass(frozen=True)
@@ -190,76 +185,10 @@ class Reconciler:
                 await tx.save_zone_health(health, now)
                 if event is not None:
                     kind, message = event
-                    await tx.append_event(kind, message, now, details=_health_details(health))
+                    await tx.append_event(kind, message, now, details=health_details(health))
         for health, event in changed:
             if event is not None:
                 log.warning(event[0], zone=health.zone, message=event[1])
-
-
-def next_zone_health(
-    before: ZoneHealth | None,
-    obs: ZoneObservation,
-    project: str,
-    last_ok: datetime | None,
-    threshold: int = UNREACHABLE_AFTER,
-) -> tuple[ZoneHealth, tuple[str, str] | None]:
-    """A zone's health after one list, and the event to tell (kind, message) if any. A zone
-    that keeps listing fine keeps its record unchanged (no write)."""
-    prev = before or ZoneHealth(project=project, zone=obs.zone)
-    if obs.ok:
-        if before is not None and not before.failing:
-            return before, None
-        after = ZoneHealth(project=project, zone=obs.zone, last_ok_at=obs.observed_at)
-        if prev.unreachable:
-            since = _when(prev.failing_since)
-            return after, ("zone.reachable", f"{obs.zone}: listed again (failing since {since})")
-        return after, None
-    kind = obs.error
-    after = replace(
-        prev,
-        failures=prev.failures + 1,
-        error_kind=kind,
-        error_message=obs.error_message,
-        failing_since=prev.failing_since or obs.observed_at,
-        last_ok_at=last_ok or prev.last_ok_at,
-    )
-    if after.failures >= threshold and not prev.unreachable:
-        after = replace(after, unreachable=True)
-        message = (
-            f"{obs.zone}: cannot list nodes ({after.failures} ticks in a row since "
-            f"{_when(after.failing_since)}): {after.error_text}"
-        )
-        return after, ("zone.unreachable", message)
-    return after, None
-
-
-def unlistable_fleets(
-    specs: Iterable[FleetSpec], health: Mapping[str, ZoneHealth]
-) -> list[tuple[str, tuple[ZoneHealth, ...]]]:
-    """The fleets none of whose zones can be listed (each `unreachable`), with those zones."""
-    found = []
-    for spec in specs:
-        zones = tuple(health.get(z) for z in spec.zones)
-        if zones and all(z is not None and z.unreachable for z in zones):
-            found.append((spec.name, tuple(z for z in zones if z is not None)))
-    return found
-
-
-def _when(at: datetime | None) -> str:
-    if at is None:
-        return "-"
-    return at.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def _health_details(h: ZoneHealth) -> dict[str, Any]:
-    return {
-        "project": h.project,
-        "zone": h.zone,
-        "failures": h.failures,
-        "error_kind": None if h.error_kind is None else h.error_kind.value,
-        "error_message": h.error_message,
-        "failing_since": _when(h.failing_since),
-    }
 
 
 def _log_tick(tick: Tick) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from functools import cached_property
 from types import MappingProxyType
 from typing import TypeVar
@@ -23,7 +22,8 @@ from tpucared.core.model.records import (
     WorkerRecord,
     WorkloadAttemptRecord,
 )
-from tpucared.core.model.specs import ErrorKind
+from tpucared.core.model.records import ZoneHealth as ZoneHealth  # re-exported
+from tpucared.core.model.specs import error_text as error_text  # re-exported
 from tpucared.core.planning.snapshot import SlotKey as SlotKey  # one definition, re-exported
 
 K = TypeVar("K")
@@ -78,41 +78,6 @@ class SlotStatus:
     last_attempt: WorkloadAttemptRecord | None
     # The slot's newest create call and how it ended (None if it never made one).
     last_create: CreateAttemptRecord | None = None
-
-
-@dataclass(frozen=True)
-class ZoneHealth:
-    """Whether the daemon could list a (project, zone) (table `zone_health`). `failures`:
-    consecutive ticks whose list failed, 0 once one succeeds; `error_kind`/`error_message`
-    and `failing_since` describe the current run of failures (None when `failures` is 0);
-    `unreachable`: `zone.unreachable` was told and `zone.reachable` not yet."""
-
-    project: str
-    zone: str
-    failures: int = 0
-    error_kind: ErrorKind | None = None
-    error_message: str | None = None
-    failing_since: datetime | None = None
-    last_ok_at: datetime | None = None
-    unreachable: bool = False
-
-    @property
-    def failing(self) -> bool:
-        return self.failures > 0
-
-    @property
-    def error_text(self) -> str:
-        """`kind: message` of the last failure (`-` when none)."""
-        return error_text(self.error_kind, self.error_message)
-
-
-def error_text(kind: ErrorKind | None, message: str | None) -> str:
-    """`kind: message`, naming the kind once (the client's messages already start with it)."""
-    if kind is None:
-        return message or "-"
-    if not message:
-        return kind.value
-    return message if message.startswith(f"{kind.value}:") else f"{kind.value}: {message}"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from tpucared.core.model.specs import ErrorKind
+from tpucared.core.model.specs import ErrorKind, error_text
 
 # ---------------------------------------------------------------------------------------------
 # Records: what the store remembers. The store returns these, never ORM objects.
@@ -139,3 +139,29 @@ class EventRecord:
     slot: int | None = None
     node: str | None = None
     details: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ZoneHealth:
+    """Whether the daemon could list a (project, zone) (table `zone_health`). `failures`:
+    consecutive ticks whose list failed, 0 once one succeeds; `error_kind`/`error_message`
+    and `failing_since` describe the current run of failures (None when `failures` is 0);
+    `unreachable`: `zone.unreachable` was told and `zone.reachable` not yet."""
+
+    project: str
+    zone: str
+    failures: int = 0
+    error_kind: ErrorKind | None = None
+    error_message: str | None = None
+    failing_since: datetime | None = None
+    last_ok_at: datetime | None = None
+    unreachable: bool = False
+
+    @property
+    def failing(self) -> bool:
+        return self.failures > 0
+
+    @property
+    def error_text(self) -> str:
+        """`kind: message` of the last failure (`-` when none)."""
+        return error_text(self.error_kind, self.error_message)

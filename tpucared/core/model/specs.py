@@ -109,3 +109,12 @@ class FleetSpec:
         """Stable digest of the spec, stored with the fleet so edits are visible."""
         blob = json.dumps(asdict(self), sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def error_text(kind: ErrorKind | None, message: str | None) -> str:
+    """`kind: message`, naming the kind once (the client's messages already start with it)."""
+    if kind is None:
+        return message or "-"
+    if not message:
+        return kind.value
+    return message if message.startswith(f"{kind.value}:") else f"{kind.value}: {message}"

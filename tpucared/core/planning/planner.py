@@ -26,7 +26,7 @@ from datetime import datetime
 
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import NodePhase
-from tpucared.core.model.specs import ErrorKind, FleetSpec
+from tpucared.core.model.specs import ErrorKind, FleetSpec, error_text
 from tpucared.core.nodes.incarnations import SERVING, plan_incarnation
 from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.core.nodes.slots import fleet_records, plan_creates, updated_slots
@@ -156,11 +156,7 @@ def _notices(view: View) -> list[Notice]:
         # change): both are told. Transient failures clear by themselves and are not.
         if obs is not None and (obs.error in HARD_ERRORS or obs.error is ErrorKind.MALFORMED):
             assert obs.error is not None
-            # The message of an ApiError already starts with its kind ("permission: ..."):
-            # the kind is said once.
-            why = obs.error_message or obs.error.value
-            if not why.startswith(obs.error.value):
-                why = f"{obs.error.value}: {why}"
+            why = error_text(obs.error, obs.error_message)  # the kind said once
             out.append(
                 Notice(
                     key=f"zone-error/{zone}/{obs.error.value}",

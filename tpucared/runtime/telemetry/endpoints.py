@@ -14,9 +14,10 @@ import structlog
 
 from tpucared.config import Config
 from tpucared.core.model.records import CreateAttemptRecord
+from tpucared.core.planning.zone_health import unlistable_fleets
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.errors import StartupError
-from tpucared.runtime.reconciler import Tick, unlistable_fleets
+from tpucared.runtime.reconciler import Tick
 from tpucared.runtime.telemetry.metrics import DaemonMetrics
 from tpucared.runtime.telemetry.server import Health, HttpServer, start_http, store_status
 from tpucared.store import Store
