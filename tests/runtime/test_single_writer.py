@@ -149,6 +149,26 @@ async def test_the_lock_dies_with_its_process(
     assert (tmp_path / "state.db.lock").read_text() == ""  # released: no stale pid in it
 
 
+async def test_a_term_during_start_up_is_a_clean_stop(
+    tmp_path: Path, control: Control, daemons: Daemons
+) -> None:
+    """systemd may stop a unit that is still starting: the TERM that arrives any time after the
+    first log line (here: while the lock is taken and the database migrated) exits 0 and
+    releases the lock, like a TERM in a tick."""
+    config = write_config(tmp_path, control.emulator.url, size=1)
+    daemon = await daemons(config).start()
+
+    async def starting() -> bool:
+        return "tpucared starting" in [e.get("event") for e in daemon.log_events()]
+
+    await wait_for(starting, SLOW, "the daemon's first line")
+    daemon.signal(signal.SIGTERM)
+    assert await daemon.wait(30) == 0
+    assert "tpucared stopped" in [e.get("event") for e in daemon.log_events()]
+    lock = tmp_path / "state.db.lock"
+    assert not lock.exists() or lock.read_text() == ""
+
+
 async def test_two_daemons_started_together_on_a_fresh_file(
     tmp_path: Path, control: Control, daemons: Daemons
 ) -> None:

@@ -198,15 +198,44 @@ async def run_daemon(
 
     Embedders (`tpucared demo`, `babysit`) stop it themselves: `stop` ends it when set,
     `until(tick)` when true, and `handle_signals=False` leaves SIGINT/SIGTERM to them."""
-    log.info(
-        "tpucared starting",
-        version=__version__,
-        config=str(config.path),
-        db=config.daemon.db,
-        owner=config.daemon.owner,
-        fleets={f.name: f"{f.size} x {f.accelerator_type}" for f in config.fleets},
-        poll_interval_s=config.daemon.poll_interval,
-    )
+    # Signals are handled before the first line is logged: a TERM during start-up (systemd
+    # stopping a unit that is still migrating, say) is the same clean stop as one in a tick.
+    stopping = asyncio.Event()
+    with TwoStageSignals(stopping) if handle_signals else contextlib.nullcontext():
+        log.info(
+            "tpucared starting",
+            version=__version__,
+            config=str(config.path),
+            db=config.daemon.db,
+            owner=config.daemon.owner,
+            fleets={f.name: f"{f.size} x {f.accelerator_type}" for f in config.fleets},
+            poll_interval_s=config.daemon.poll_interval,
+        )
+        code = await _started_and_run(
+            config,
+            stopping,
+            stop,
+            clock=clock,
+            until=until,
+            serve_http=serve_http,
+            drain_timeout=drain_timeout,
+        )
+    log.info("tpucared stopped", exit_code=code)
+    return code
+
+
+async def _started_and_run(
+    config: Config,
+    stopping: asyncio.Event,
+    stop: asyncio.Event | None,
+    *,
+    clock: Clock | None,
+    until: Callable[[Tick], bool] | None,
+    serve_http: bool,
+    drain_timeout: float,
+) -> int:
+    """run_daemon's body: open everything, run the loop until `stopping` (signals) or `stop`
+    (embedders) is set."""
     tokens = await credentials(config)  # bad credentials: no database, no key left behind
     async with open_resources(config, clock=clock, single_writer=True) as res:
         log.info("database ready", revision=res.revision)
@@ -236,14 +265,11 @@ async def run_daemon(
         await record_interrupted_calls(res.store, res.clock)
         if serve_http:
             await telemetry.start()
-        if stop is not None:
-            await res.stack.enter_async_context(_relayed(stop, daemon.stop))
-        signals = TwoStageSignals(daemon.stop) if handle_signals else contextlib.nullcontext()
-        with signals:
-            async with _told_on_stop(daemon.stop, systemd):
-                code = await daemon.run(until=until, drain_timeout=drain_timeout)
-    log.info("tpucared stopped", exit_code=code)
-    return code
+        for source in (stopping, stop):
+            if source is not None:
+                await res.stack.enter_async_context(_relayed(source, daemon.stop))
+        async with _told_on_stop(daemon.stop, systemd):
+            return await daemon.run(until=until, drain_timeout=drain_timeout)
 
 
 def _chained(*hooks: TickHook) -> TickHook:
