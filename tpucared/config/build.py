@@ -36,6 +36,7 @@ from tpucared.config.schema import (
     DaemonTable,
     FleetTable,
     GcpTable,
+    NotifyTable,
     PolicyTable,
     SshTable,
     WorkloadTable,
@@ -53,8 +54,11 @@ from tpucared.core.model.specs import (
     WorkloadSpec,
 )
 from tpucared.core.nodes.stuck import DEFAULT_TIMEOUTS, with_overrides
+from tpucared.core.notify.spec import NotifySpec
 from tpucared.core.planning.policy import Policy
 
+MIN_EVENTS_RETENTION = timedelta(days=1)
+MIN_NOTIFY_INTERVAL = timedelta(seconds=10)
 MAX_NODE_NAME = 63  # RFC 1035 label: what the TPU API accepts as a node id
 
 
@@ -67,11 +71,51 @@ def build_config(raw: ConfigFile, file: Path, problems: Problems) -> Config | No
     fleets = _fleets(raw.fleet, base, problems)
     policy = _policy(raw.policy, problems)
     guard = build_guard(raw.guard, raw, problems)
+    notify = _notify(raw.notify, problems)
     if problems or daemon is None or gcp is None or ssh is None or policy is None:
         return None
     return Config(
-        path=file, daemon=daemon, gcp=gcp, ssh=ssh, fleets=fleets, policy=policy, guard=guard
+        path=file,
+        daemon=daemon,
+        gcp=gcp,
+        ssh=ssh,
+        fleets=fleets,
+        policy=policy,
+        guard=guard,
+        notify=notify,
     )
+
+
+def _notify(raws: Sequence[NotifyTable], problems: Problems) -> tuple[NotifySpec, ...]:
+    """The webhooks. A URL is checked for shape only and never echoed back: it is a secret."""
+    specs = []
+    for i, raw in enumerate(raws):
+        at = f"notify[{i}]"
+        name = raw.name or f"notify-{i + 1}"
+        if (raw.url is None) == (raw.url_env is None):
+            problems.add(at, "expected one of url or url_env (the variable holding the url)")
+        if raw.url is not None:
+            parts = urlsplit(raw.url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                problems.add(f"{at}.url", 'expected an "https://host/..." url (not shown: secret)')
+        if raw.min_interval < MIN_NOTIFY_INTERVAL:
+            problems.add(
+                f"{at}.min_interval", f'expected "10s" or more, got {_fmt(raw.min_interval)}'
+            )
+        specs.append(
+            NotifySpec(
+                name=name,
+                url=raw.url,
+                url_env=raw.url_env,
+                format=raw.format,
+                on=frozenset(raw.on),
+                stockout_after=raw.stockout_after,
+                min_interval=raw.min_interval,
+            )
+        )
+    for dup in sorted({s.name for s in specs if [t.name for t in specs].count(s.name) > 1}):
+        problems.add("notify", f"name {dup!r} used by more than one [[notify]]")
+    return tuple(specs)
 
 
 def _resolve(base: Path, value: str) -> Path:
@@ -104,8 +148,19 @@ def _daemon(
             "daemon.http", f'expected "host:port" like "127.0.0.1:9464", got {as_written(raw.http)}'
         )
         return None
+    retention = raw.events_retention
+    # Event-derived metrics (recovery time) read back to a loss that may be days old.
+    if retention is not None and retention < MIN_EVENTS_RETENTION:
+        problems.add(
+            "daemon.events_retention", f'expected "1d" or more, or "never", got {_fmt(retention)}'
+        )
     return DaemonConfig(
-        db=db, poll_interval=seconds, http_host=host, http_port=int(port), owner=raw.owner
+        db=db,
+        poll_interval=seconds,
+        http_host=host,
+        http_port=int(port),
+        owner=raw.owner,
+        events_retention=None if retention is None else retention.total_seconds(),
     )
 
 

@@ -30,6 +30,7 @@ from tpucared.config.syntax import (
     unique_list,
 )
 from tpucared.core.model.specs import CapacityKind, OnSuccess, Provisioning, RestartPolicy
+from tpucared.core.notify.spec import NotifyFormat, NotifyOn
 
 DEFAULT_ENDPOINT = "https://tpu.googleapis.com"
 
@@ -48,6 +49,8 @@ class DaemonTable(Table):
     poll_interval: Duration = timedelta(seconds=10)
     http: NonEmpty = "127.0.0.1:9464"
     owner: Owner = "default"
+    # Events older than this are pruned, a small batch at a time off the tick.
+    events_retention: DurationOrNever = timedelta(days=30)
 
 
 class GcpTable(Table):
@@ -120,8 +123,21 @@ class GuardTable(Table):
     max_nodes: int | None = Field(default=None, ge=0)
 
 
+class NotifyTable(Table):
+    name: FleetName | None = None  # how logs and status name it: never by its URL
+    url: NonEmpty | None = None
+    url_env: EnvName | None = None
+    format: Annotated[NotifyFormat, _lax()] = NotifyFormat.SLACK
+    on: Annotated[list[Annotated[NotifyOn, _lax()]], unique_list("at least one kind")] = Field(
+        default_factory=lambda: list(NotifyOn)
+    )
+    stockout_after: Duration = timedelta(minutes=30)
+    min_interval: Duration = timedelta(minutes=10)
+
+
 class ConfigFile(Table):
-    """The whole file: `[daemon]`, `[gcp]`, `[ssh]`, `[[fleet]]`, `[policy]`, `[guard]`."""
+    """The whole file: `[daemon]`, `[gcp]`, `[ssh]`, `[[fleet]]`, `[policy]`, `[guard]`,
+    `[[notify]]`."""
 
     daemon: DaemonTable
     gcp: GcpTable
@@ -129,3 +145,4 @@ class ConfigFile(Table):
     fleet: list[FleetTable] = Field(default_factory=list)
     policy: PolicyTable = PolicyTable()
     guard: GuardTable | None = None
+    notify: list[NotifyTable] = Field(default_factory=list)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpucared.core.model.specs import CapacityKind, FleetSpec
+from tpucared.core.notify.spec import NotifySpec
 from tpucared.core.planning.policy import Policy
 
 
@@ -21,6 +22,7 @@ class DaemonConfig:
     http_host: str
     http_port: int
     owner: str  # the `tpucared-owner` label value
+    events_retention: float | None = 30 * 86400.0  # seconds; None keeps every event
 
     @property
     def db_url(self) -> str:
@@ -63,6 +65,7 @@ class Config:
     fleets: tuple[FleetSpec, ...]
     policy: Policy
     guard: GuardConfig | None = None
+    notify: tuple[NotifySpec, ...] = ()
 
     def fleet(self, name: str) -> FleetSpec:
         for spec in self.fleets:
