@@ -18,7 +18,6 @@ class NotifyOn(StrEnum):
     NOTICE = "notice"  # quota, permission, config the cloud refuses, an unreachable zone
     FAILURE_BUDGET = "failure_budget"  # a slot's workload out of its failure budget
     STOCKOUT = "stockout"  # a slot waiting for capacity longer than `stockout_after`
-    LEADER = "leader"  # another daemon took over (PostgreSQL leadership)
     UNHEALTHY = "unhealthy"  # the daemon's /healthz turned 503, and back
 
 
