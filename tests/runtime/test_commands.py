@@ -211,13 +211,15 @@ async def test_db_upgrade_and_configuration_errors(tmp_path: Path, control: Cont
     assert sorted(p.name for p in bad_dir.iterdir()) == ["fleet.toml"]  # no db, no key
 
     # Bad credentials (a missing file is refused with the config; here a key file that is
-    # not one): refused before the database or the SSH key is created.
+    # not one): refused before the database or the SSH key is created. The endpoint is https:
+    # with the emulator's plain http one the key file would be a config error instead.
     not_a_key = tmp_path / "not-a-key.json"
     not_a_key.write_text("{}")
     bad.write_text(
         bad.read_text()
         .replace("poll_interval = 10", 'poll_interval = "1s"')
         .replace('credentials = "none"', f'credentials = "{not_a_key}"')
+        .replace(control.emulator.url, "https://127.0.0.1:9")
     )
     code, out, err = await tpucared("run", "-c", str(bad))
     assert code == 2, err
@@ -229,6 +231,7 @@ async def test_db_upgrade_and_configuration_errors(tmp_path: Path, control: Cont
         bad.read_text()
         .replace('poll_interval = "1s"', "poll_interval = 10")
         .replace(f'credentials = "{not_a_key}"', 'credentials = "none"')
+        .replace("https://127.0.0.1:9", control.emulator.url)
     )
 
     code, _, err = await tpucared("run", "-c", str(tmp_path / "missing.toml"))
@@ -244,6 +247,31 @@ async def test_db_upgrade_and_configuration_errors(tmp_path: Path, control: Cont
     code, _, err = await tpucared("plan", "-c", str(bad))
     assert code == 2
     assert 'daemon.poll_interval: expected "1s" to "10m", got "300ms"' in err
+
+
+@pytest.mark.parametrize("command", [["down", "--yes"], ["up"]])
+async def test_down_and_up_refuse_bad_credentials_before_creating_anything(
+    tmp_path: Path, control: Control, command: list[str]
+) -> None:
+    # As `run`: a key file that is not one is refused in one line, exit 2, before the database
+    # is created or migrated and before an SSH key is generated.
+    here = tmp_path / "fleet"
+    here.mkdir()
+    # An https endpoint and a poll the real API allows: the config itself is valid (a key file
+    # with the emulator's plain http endpoint is a config error, refused before credentials).
+    config = write_config(here, "https://127.0.0.1:9", poll="1s")
+    not_a_key = tmp_path / "not-a-key.json"
+    not_a_key.write_text("{}")
+    config.write_text(
+        config.read_text().replace('credentials = "none"', f'credentials = "{not_a_key}"')
+    )
+    code, out, err = await tpucared(*command, "-c", str(config))
+    assert code == 2, err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"tpucared: {config}: gcp.credentials: "), err
+    assert "Traceback" not in out + err
+    assert sorted(p.name for p in here.iterdir()) == ["fleet.toml"]  # no db, no key
+    assert await control.requests() == []  # not even a list: the cloud was never called
 
 
 async def test_first_signal_drains_calls_in_flight_second_exits_at_once(

@@ -10,6 +10,9 @@ their names. The other fleets of the config are left out of this loop entirely (
 not passed to the planner, and notices about them are dropped here), so `down sweep` never
 creates, deletes or reports anything of another fleet. A running daemon sees the mark too
 and keeps the fleet down, across restarts, until `tpucared up` clears it.
+
+Both build the credentials before they open anything, as `tpucared run` does: bad ones are one
+line (a `StartupError`, exit 2) and leave no database and no SSH key behind.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from tpucared.runtime.daemon import Daemon
 from tpucared.runtime.errors import StartupError
 from tpucared.runtime.nodes.calls import NodeTemplate
 from tpucared.runtime.reconciler import Tick
-from tpucared.runtime.resources import Resources, open_resources
+from tpucared.runtime.resources import Resources, credentials, open_resources
 from tpucared.runtime.signals import TwoStageSignals
 from tpucared.store import Store
 
@@ -53,9 +56,11 @@ async def down(
 ) -> DownResult:
     names = tuple(dict.fromkeys(fleets)) or tuple(f.name for f in config.fleets)
     configured = {f.name for f in config.fleets}
+    # As `run` does: bad credentials are refused before the database is created or migrated.
+    tokens = await credentials(config)
     async with open_resources(config, clock=clock) as res:
         await _mark_down(res.store, config, names, configured, res.clock)
-        await res.connect()
+        await res.connect(tokens=tokens)
         # No creates happen for down fleets: nodes need no SSH key, so none is generated.
         template = NodeTemplate(
             project=config.gcp.project, metadata={}, enable_external_ips=not config.ssh.internal_ip
@@ -140,7 +145,11 @@ def _finished(tick: Tick, names: Sequence[str], zones: set[str]) -> bool:
 
 
 async def up(config: Config, fleets: Sequence[str], *, clock: Clock | None = None) -> list[str]:
-    """Clear the down mark of `fleets`; returns those that were down."""
+    """Clear the down mark of `fleets`; returns those that were down. `up` makes no cloud call,
+    but its credentials are checked first all the same: the fleets it wants again are recreated
+    with them, and a bad `[gcp] credentials` is better refused here, before the database is
+    created or migrated, than by the daemon later."""
+    await credentials(config)
     changed = []
     async with open_resources(config, clock=clock) as res, res.store.write() as tx:
         for name in dict.fromkeys(fleets):

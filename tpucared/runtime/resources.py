@@ -56,8 +56,8 @@ class Resources:
 
 
 async def credentials(config: Config) -> TokenSource:
-    """`[gcp] credentials`, built off the loop; a bad one is a StartupError. `run` calls it
-    before `open_resources`, so bad credentials leave no database and no key behind."""
+    """`[gcp] credentials`, built off the loop; a bad one is a StartupError. `run`, `down` and
+    `up` call it before `open_resources`, so bad credentials leave no database and no key behind."""
     return await asyncio.to_thread(token_source, config)
 
 
