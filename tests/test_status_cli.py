@@ -184,7 +184,7 @@ def test_a_database_without_our_tables_is_a_usage_error(
     sqlite3.connect(other).close()  # an empty SQLite file
     code, _, err = run_main(capsys, "events", "--db", str(other))
     assert code == 2
-    assert "no tpucared tables" in err
+    assert "no tpucared schema yet" in err
 
 
 def test_database_comes_from_db_then_config_then_env_then_default(tmp_path: Path) -> None:

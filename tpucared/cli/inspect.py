@@ -4,8 +4,9 @@ They never talk to the daemon, so they work while it is down, and while it runs:
 database is in WAL mode, so a reader sees the last committed state and never blocks a write.
 The store is opened with `read_only=True`, which cannot create or change the file.
 
-Exit codes follow the CLI's: 0 ok, 1 the database could not be read, 2 bad usage (a missing
-database file, a bad config, an unknown fleet).
+Exit codes follow the CLI's: 0 ok, 1 the database could not be read mid-way, 2 bad usage (a
+missing database file, a bad config, an unknown fleet) or a database they must not read (not
+SQLite, corrupt, someone else's, at another schema revision: one line, see store/migrate.py).
 """
 
 from __future__ import annotations
@@ -122,6 +123,11 @@ def _database(args: argparse.Namespace) -> str:
 
 def _run(setting: str, read: Callable[[Store], Awaitable[T]]) -> T:
     async def main() -> T:
+        # A broken, foreign, empty, older or newer file: one line (exit 2), never a traceback
+        # half-way through a read, and never a write (alembic is imported only here).
+        from tpucared.store.migrate import check_readable
+
+        await check_readable(setting)
         async with Store.open(setting, read_only=True) as store:
             return await read(store)
 
@@ -129,11 +135,6 @@ def _run(setting: str, read: Callable[[Store], Awaitable[T]]) -> T:
         return asyncio.run(main())
     except OperationalError as exc:
         reason = str(exc.orig) if exc.orig is not None else str(exc)
-        if "no such table" in reason:
-            raise UsageError(
-                f"{setting} has no tpucared tables: not a tpucared database, or not "
-                "migrated yet (tpucared db upgrade)"
-            ) from None
         # e.g. no permission on the -shm file: a WAL reader needs write access to it.
         # SystemExit with a message: printed to stderr, exit code 1.
         raise SystemExit(f"tpucared: cannot read {setting}: {reason}") from None

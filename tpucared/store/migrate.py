@@ -205,6 +205,47 @@ def _check_schema(conn: Connection, path: Path) -> bool:
     return True
 
 
+async def check_readable(setting: Setting) -> None:
+    """Refuse, as one `DatabaseError` line, a SQLite file `status` and `events` cannot read:
+    not a database, corrupt where the schema lives, someone else's, without tpucared's schema,
+    or at a revision other than this tpucared's head (older: not migrated by a daemon of this
+    version yet; newer: written by a newer tpucared). Read-only: not a byte is written. No
+    `quick_check` of every page, so a reader stays quick; the daemon's start does that."""
+    url = setting if isinstance(setting, URL) else database_url(setting)
+    path = sqlite_path(url)
+    if path is None:
+        return
+
+    def check(conn: Connection) -> None:
+        if not _check_schema(conn, path):
+            raise DatabaseError(
+                f"{path}: no tpucared schema yet: the daemon creates it on its first start "
+                "(or run `tpucared db upgrade`)"
+            )
+        revision = MigrationContext.configure(conn).get_current_revision()
+        head = head_revision()
+        if revision != head:
+            raise DatabaseError(
+                f"{path}: schema revision {revision} is older than this tpucared's (head "
+                f"{head}): start the daemon once, or run `tpucared db upgrade`"
+            )
+
+    try:
+        engine = make_engine(url, read_only=True, busy_timeout_ms=MIGRATION_BUSY_TIMEOUT_MS)
+        try:
+            async with engine.connect() as conn:
+                await conn.run_sync(check)
+        finally:
+            await engine.dispose()
+    except DatabaseError:
+        raise
+    except Exception as exc:
+        error = database_error(exc, path, MIGRATION_BUSY_TIMEOUT_MS)
+        if error is None:
+            raise
+        raise error from exc
+
+
 def _names(names: Iterable[str]) -> str:
     ordered = sorted(names)
     more = f" and {len(ordered) - 5} more" if len(ordered) > 5 else ""
