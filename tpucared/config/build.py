@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 from tpucared.config.guard import build_guard
 from tpucared.config.messages import Problems, dotted
+from tpucared.config.node_options import node_options
 from tpucared.config.schema import (
     DEFAULT_ENDPOINT,
     ConfigFile,
@@ -246,6 +247,21 @@ def _fleets(raws: Sequence[FleetTable], base: Path, problems: Problems) -> tuple
             if reserved in raw.labels:
                 problems.add(f"{at}: labels.{reserved}", "reserved: tpucared sets it itself")
         workload = _workload(raw.workload, at, base, problems) if raw.workload else None
+        node = node_options(
+            at,
+            zones=raw.zones,
+            capacity=raw.capacity,
+            provisioning=raw.provisioning,
+            network=raw.network,
+            subnetwork=raw.subnetwork,
+            service_account=raw.service_account,
+            service_account_scopes=raw.service_account_scopes,
+            tags=raw.tags,
+            metadata=raw.metadata,
+            data_disks=[(d.source, d.mode) for d in raw.data_disks],
+            reservation=raw.reservation,
+            problems=problems,
+        )
         specs.append(
             FleetSpec(
                 name=raw.name,
@@ -257,6 +273,7 @@ def _fleets(raws: Sequence[FleetTable], base: Path, problems: Problems) -> tuple
                 provisioning=raw.provisioning,
                 labels=dict(raw.labels),
                 workload=workload,
+                node=node,
             )
         )
     return tuple(specs)

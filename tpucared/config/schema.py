@@ -13,6 +13,16 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tpucared.config.node_options import (
+    DiskSource,
+    Metadata,
+    Network,
+    Reservation,
+    Scope,
+    ServiceAccount,
+    Subnetwork,
+    Tags,
+)
 from tpucared.config.syntax import (
     AcceleratorType,
     Duration,
@@ -29,7 +39,13 @@ from tpucared.config.syntax import (
     Zone,
     unique_list,
 )
-from tpucared.core.model.specs import CapacityKind, OnSuccess, Provisioning, RestartPolicy
+from tpucared.core.model.specs import (
+    CapacityKind,
+    DiskMode,
+    OnSuccess,
+    Provisioning,
+    RestartPolicy,
+)
 from tpucared.core.notify.spec import NotifyFormat, NotifyOn
 
 DEFAULT_ENDPOINT = "https://tpu.googleapis.com"
@@ -85,6 +101,11 @@ class WorkloadTable(Table):
     on_success: Annotated[OnSuccess, _lax()] = OnSuccess.DELETE
 
 
+class DataDiskTable(Table):
+    source: DiskSource
+    mode: Annotated[DiskMode, _lax()] = DiskMode.READ_WRITE
+
+
 class FleetTable(Table):
     name: FleetName
     zones: Annotated[list[Zone], unique_list("at least one zone")]
@@ -95,6 +116,15 @@ class FleetTable(Table):
     provisioning: Annotated[Provisioning, _lax()] = Provisioning.DIRECT
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=62)
     workload: WorkloadTable | None = None
+    # How the nodes are made (config/node_options.py checks them across keys).
+    network: Network | None = None
+    subnetwork: Subnetwork | None = None
+    service_account: ServiceAccount | None = None
+    service_account_scopes: list[Scope] = Field(default_factory=list)
+    tags: Tags = Field(default_factory=list)
+    metadata: Metadata = Field(default_factory=dict)
+    data_disks: list[DataDiskTable] = Field(default_factory=list)
+    reservation: Reservation | None = None
 
 
 class PolicyTable(Table):

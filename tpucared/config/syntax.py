@@ -76,7 +76,7 @@ def _duration_or_never(value: object) -> timedelta | None:
         raise _fail(f'{_DURATION_EXPECTED}, or "never"', value) from None
 
 
-def _pattern(regex: str, expected: str) -> BeforeValidator:
+def pattern(regex: str, expected: str) -> BeforeValidator:
     compiled = re.compile(regex)
 
     def check(value: object) -> str:
@@ -106,50 +106,50 @@ def unique_list(expected: str) -> BeforeValidator:
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 DurationOrNever = Annotated[timedelta | None, BeforeValidator(_duration_or_never)]
-NonEmpty = Annotated[str, _pattern(r"(?s).*\S.*", "a non-empty string")]
+NonEmpty = Annotated[str, pattern(r"(?s).*\S.*", "a non-empty string")]
 # RFC 1035 label, lowercase: what node ids and label values accept.
 FleetName = Annotated[
     str,
-    _pattern(
+    pattern(
         r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?",
         "a lowercase name: a letter, then letters, digits or '-', not ending in '-'",
     ),
 ]
-Zone = Annotated[str, _pattern(r"[a-z]+-[a-z]+[0-9]+-[a-z]", 'a zone like "us-central2-b"')]
+Zone = Annotated[str, pattern(r"[a-z]+-[a-z]+[0-9]+-[a-z]", 'a zone like "us-central2-b"')]
 AcceleratorType = Annotated[
     str,
-    _pattern(r"v[0-9]+[a-z]*-[1-9][0-9]*", 'an accelerator type like "v4-32" or "v5litepod-16"'),
+    pattern(r"v[0-9]+[a-z]*-[1-9][0-9]*", 'an accelerator type like "v4-32" or "v5litepod-16"'),
 ]
 RuntimeVersion = Annotated[
-    str, _pattern(r"[a-z0-9][a-z0-9._-]*", 'a runtime version like "tpu-ubuntu2204-base"')
+    str, pattern(r"[a-z0-9][a-z0-9._-]*", 'a runtime version like "tpu-ubuntu2204-base"')
 ]
 LabelKey = Annotated[
     str,
-    _pattern(
+    pattern(
         r"[a-z][a-z0-9_-]{0,62}",
         "a label key: a lowercase letter, then up to 62 lowercase letters, digits, '_' or '-'",
     ),
 ]
 LabelValue = Annotated[
     str,
-    _pattern(r"[a-z0-9_-]{0,63}", "a label value: up to 63 lowercase letters, digits, '_' or '-'"),
+    pattern(r"[a-z0-9_-]{0,63}", "a label value: up to 63 lowercase letters, digits, '_' or '-'"),
 ]
 Owner = Annotated[
     str,
-    _pattern(
+    pattern(
         r"[a-z0-9][a-z0-9_-]{0,62}",
         "an owner id: up to 63 lowercase letters, digits, '_' or '-', not starting with '_'/'-'",
     ),
 ]
 EnvName = Annotated[
     str,
-    _pattern(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name like WANDB_API_KEY"),
+    pattern(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name like WANDB_API_KEY"),
 ]
 Project = Annotated[
     str,
-    _pattern(
+    pattern(
         r"(?:[a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]",
         'a project id like "my-project" (6-30 lowercase letters, digits or "-")',
     ),
 ]
-UserName = Annotated[str, _pattern(r"[a-z_][a-z0-9_-]{0,31}", 'a Unix user name like "tpucared"')]
+UserName = Annotated[str, pattern(r"[a-z_][a-z0-9_-]{0,31}", 'a Unix user name like "tpucared"')]

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tpucared.core.model.specs import CapacityKind
+from tpucared.core.model.specs import CapacityKind, DataDisk, DiskMode
 from tpucared.gcp import names
 
 DEFAULT_SA_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
@@ -61,6 +61,7 @@ class NodeShape:
     service_account: str | None = None
     service_account_scopes: tuple[str, ...] = DEFAULT_SA_SCOPES
     description: str | None = None
+    data_disks: tuple[DataDisk, ...] = ()
 
     def for_queue(self) -> NodeShape:
         """The same node as a queued resource's node spec: the tier moves to the resource."""
@@ -94,9 +95,16 @@ def node_body(shape: NodeShape) -> dict[str, Any]:
             "email": shape.service_account,
             "scope": list(shape.service_account_scopes),
         }
+    if shape.data_disks:
+        body["dataDisks"] = [
+            {"sourceDisk": d.source, "mode": _DISK_MODES[d.mode]} for d in shape.data_disks
+        ]
     if shape.description:
         body["description"] = shape.description
     return body
+
+
+_DISK_MODES = {DiskMode.READ_WRITE: "READ_WRITE", DiskMode.READ_ONLY: "READ_ONLY"}
 
 
 def duration(seconds: float) -> str:

@@ -30,6 +30,7 @@ def node_template(config: Config) -> NodeTemplate:
         metadata={"ssh-keys": entry},
         # gcloud's default; without it nobody outside the VPC can reach the workers.
         enable_external_ips=not config.ssh.internal_ip,
+        options={f.name: f.node for f in config.fleets},
     )
 
 

@@ -89,6 +89,33 @@ class WorkloadSpec:
     on_success: OnSuccess = OnSuccess.DELETE
 
 
+class DiskMode(StrEnum):
+    READ_WRITE = "read-write"  # one node at a time
+    READ_ONLY = "read-only"  # any number of nodes: pre-sharded datasets
+
+
+@dataclass(frozen=True)
+class DataDisk:
+    source: str  # projects/P/zones/Z/disks/D
+    mode: DiskMode = DiskMode.READ_WRITE
+
+
+@dataclass(frozen=True)
+class NodeOptions:
+    """How a fleet's nodes are made beyond type, software and tier: the network, the VMs'
+    identity, tags, the user's metadata, data disks, a reservation by name. Sent as written;
+    part of the spec hash, so editing one is a recorded spec change, never a silent recreate."""
+
+    network: str | None = None
+    subnetwork: str | None = None
+    service_account: str | None = None
+    service_account_scopes: tuple[str, ...] = ()  # empty: cloud-platform
+    tags: tuple[str, ...] = ()
+    metadata: Mapping[str, str] = field(default_factory=dict)  # merged under ours
+    data_disks: tuple[DataDisk, ...] = ()
+    reservation: str | None = None  # queued provisioning with capacity "reserved"
+
+
 @dataclass(frozen=True)
 class FleetSpec:
     name: str
@@ -100,6 +127,7 @@ class FleetSpec:
     provisioning: Provisioning = Provisioning.DIRECT
     labels: Mapping[str, str] = field(default_factory=dict)
     workload: WorkloadSpec | None = None
+    node: NodeOptions = field(default_factory=NodeOptions)
 
     def node_name(self, slot: int) -> str:
         """Deterministic node id: a create for the same slot is idempotent."""
@@ -107,7 +135,10 @@ class FleetSpec:
 
     def spec_hash(self) -> str:
         """Stable digest of the spec, stored with the fleet so edits are visible."""
-        blob = json.dumps(asdict(self), sort_keys=True, default=str)
+        fields = asdict(self)
+        if self.node == NodeOptions():
+            del fields["node"]  # fleets from before node options keep their hash
+        blob = json.dumps(fields, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

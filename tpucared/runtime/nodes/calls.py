@@ -28,16 +28,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import structlog
 
 from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord
-from tpucared.core.model.specs import ErrorKind
+from tpucared.core.model.specs import ErrorKind, NodeOptions
 from tpucared.core.nodes import outcomes
 from tpucared.core.planning.actions import CreateNode, DeleteNode
 from tpucared.gcp import ApiError, NodeShape, Operation, TpuClient
+from tpucared.gcp.bodies import DEFAULT_SA_SCOPES
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.nodes.operations import OperationWatcher
 from tpucared.runtime.tasks import TaskSet
@@ -47,6 +48,8 @@ from tpucared.store import StaleWrite, Store
 log = structlog.get_logger(__name__)
 
 MAX_DELETES = 32  # delete calls in flight at once: deletes are cheap, but not free
+
+NO_OPTIONS = NodeOptions()
 
 AttemptHook = Callable[[CreateAttemptRecord], None]  # e.g. the create counter of /metrics
 
@@ -58,17 +61,29 @@ class NodeTemplate:
     project: str
     metadata: Mapping[str, str]  # e.g. {"ssh-keys": "tpucared:ssh-ed25519 AAAA... tpucared"}
     enable_external_ips: bool
+    options: Mapping[str, NodeOptions] = field(default_factory=dict)  # by fleet name
 
     def shape(self, a: CreateNode) -> NodeShape:
         """The node `a` asks for, as the client sends it."""
+        o = self.options.get(a.fleet, NO_OPTIONS)
         return NodeShape(
             accelerator_type=a.accelerator_type,
             runtime_version=a.runtime_version,
             capacity=a.capacity,
             labels=a.labels,
-            metadata=self.metadata,
+            # Ours last: the config refuses the keys we own, and ours must win anyway.
+            metadata={**o.metadata, **self.metadata},
+            tags=o.tags,
             enable_external_ips=self.enable_external_ips,
+            network=o.network,
+            subnetwork=o.subnetwork,
+            service_account=o.service_account,
+            service_account_scopes=o.service_account_scopes or DEFAULT_SA_SCOPES,
+            data_disks=o.data_disks,
         )
+
+    def reservation(self, a: CreateNode) -> str | None:
+        return self.options.get(a.fleet, NO_OPTIONS).reservation
 
 
 class CloudCalls:
@@ -144,7 +159,12 @@ class CloudCalls:
         t = self._template
         if a.queued_resource is not None:
             return await self._client.create_queued_resource(
-                t.project, a.zone, a.queued_resource, node_id=a.node_name, shape=t.shape(a)
+                t.project,
+                a.zone,
+                a.queued_resource,
+                node_id=a.node_name,
+                shape=t.shape(a),
+                reservation_name=t.reservation(a),
             )
         return await self._client.create_node(t.project, a.zone, a.node_name, t.shape(a))
 

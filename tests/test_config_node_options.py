@@ -1,0 +1,144 @@
+"""A fleet's node options in the config: what loads, and one line per mistake."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tpucared.config import ConfigError, load_config
+from tpucared.core.model.specs import DataDisk, DiskMode, FleetSpec, NodeOptions
+
+FLEET = """
+[daemon]
+db = "state.db"
+
+[gcp]
+project = "my-project"
+
+[[fleet]]
+name = "sweep"
+zones = ["us-central2-b"]
+accelerator_type = "v4-8"
+runtime_version = "tpu-ubuntu2204-base"
+size = 2
+"""
+
+DISK = "projects/my-project/zones/us-central2-b/disks/shards"
+
+
+def _write(tmp_path: Path, extra: str) -> Path:
+    path = tmp_path / "fleet.toml"
+    path.write_text(FLEET + textwrap.dedent(extra), encoding="utf-8")
+    return path
+
+
+def _problems(tmp_path: Path, extra: str) -> list[str]:
+    path = _write(tmp_path, extra)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    return [line.removeprefix(f"{path}: ") for line in str(info.value).splitlines()]
+
+
+def test_no_options_keeps_the_spec_hash_of_before(tmp_path: Path) -> None:
+    (spec,) = load_config(_write(tmp_path, "")).fleets
+    assert spec.node == NodeOptions()
+    # The hash as it was computed before node options existed: a fleet recorded by an older
+    # tpucared is not reported as changed after the upgrade.
+    before = {k: v for k, v in dataclasses.asdict(spec).items() if k != "node"}
+    blob = json.dumps(before, sort_keys=True, default=str).encode()
+    assert spec.spec_hash() == hashlib.sha256(blob).hexdigest()[:16]
+    edited = FleetSpec(**{**spec.__dict__, "node": NodeOptions(tags=("tpu",))})
+    assert edited.spec_hash() != spec.spec_hash()
+
+
+def test_every_option_loads(tmp_path: Path) -> None:
+    (spec,) = load_config(
+        _write(
+            tmp_path,
+            f"""
+            network = "projects/my-project/global/networks/research"
+            subnetwork = "tpus"
+            service_account = "trainer@my-project.iam.gserviceaccount.com"
+            service_account_scopes = ["https://www.googleapis.com/auth/devstorage.read_only"]
+            tags = ["tpu", "no-ingress"]
+            metadata = {{ startup-script = "echo hi" }}
+            data_disks = [{{ source = "{DISK}", mode = "read-only" }}, {{ source = "{DISK}-2" }}]
+            """,
+        )
+    ).fleets
+    assert spec.node == NodeOptions(
+        network="projects/my-project/global/networks/research",
+        subnetwork="tpus",
+        service_account="trainer@my-project.iam.gserviceaccount.com",
+        service_account_scopes=("https://www.googleapis.com/auth/devstorage.read_only",),
+        tags=("tpu", "no-ingress"),
+        metadata={"startup-script": "echo hi"},
+        data_disks=(DataDisk(DISK, DiskMode.READ_ONLY), DataDisk(f"{DISK}-2")),
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ('network = "projects/x/networks/n"', 'fleet "sweep": network: expected a network like'),
+        ('subnetwork = "Tpus"', 'fleet "sweep": subnetwork: expected a subnetwork like'),
+        ('service_account = "trainer"', 'fleet "sweep": service_account: expected a service'),
+        ('service_account_scopes = ["cloud-platform"]', 'fleet "sweep": service_account_scopes'),
+        (
+            'service_account_scopes = ["https://www.googleapis.com/auth/cloud-platform"]',
+            'fleet "sweep": service_account_scopes: needs service_account',
+        ),
+        ('tags = ["No_Caps"]', 'fleet "sweep": tags[0]: expected a network tag'),
+        ('tags = ["a", "a"]', 'fleet "sweep": tags: a tag is listed more than once'),
+        (
+            'metadata = { ssh-keys = "me:ssh-rsa AAAA" }',
+            'fleet "sweep": metadata.ssh-keys: reserved',
+        ),
+        (
+            'metadata = { enable-oslogin = "TRUE" }',
+            'fleet "sweep": metadata.enable-oslogin: reserved',
+        ),
+        ('metadata = { "a b" = "x" }', 'fleet "sweep": metadata'),
+        ('data_disks = [{ source = "disks/d" }]', 'fleet "sweep": data_disks[0].source: expected'),
+        (
+            f'data_disks = [{{ source = "{DISK}", mode = "rw" }}]',
+            'fleet "sweep": data_disks[0].mode',
+        ),
+        (
+            'data_disks = [{ source = "projects/my-project/zones/europe-west4-a/disks/d" }]',
+            'fleet "sweep": data_disks[0].source: a disk attaches only in its own zone',
+        ),
+        (
+            f'data_disks = [{{ source = "{DISK}" }}, {{ source = "{DISK}" }}]',
+            'fleet "sweep": data_disks: a disk is listed more than once',
+        ),
+        (
+            'reservation = "projects/my-project/locations/us-central2-b/reservations/r"',
+            'fleet "sweep": reservation: a reservation by name needs capacity = "reserved"',
+        ),
+        ('reservation = "r"', 'fleet "sweep": reservation: expected a reservation like'),
+    ],
+)
+def test_bad_options(tmp_path: Path, extra: str, expected: str) -> None:
+    found = _problems(tmp_path, extra + "\n")
+    assert any(line.startswith(expected) for line in found), (expected, found)
+
+
+def test_a_reservation_in_another_zone(tmp_path: Path) -> None:
+    found = _problems(
+        tmp_path,
+        """
+        capacity = "reserved"
+        provisioning = "queued"
+        reservation = "projects/my-project/locations/us-central2-a/reservations/r"
+        """,
+    )
+    assert found == [
+        'fleet "sweep": reservation: the reservation is in us-central2-a: the fleet\'s zones '
+        "must be that zone only, got ['us-central2-b']"
+    ]
