@@ -46,6 +46,12 @@ def _redact_value(value: Any) -> Any:
     return value
 
 
+def redact(text: str) -> str:
+    """`text` with every registered secret value replaced: for what leaves the process other
+    than through the log (an event message, an error written to the database)."""
+    return str(_redact_value(text))
+
+
 def redact_secrets(
     _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:

@@ -7,7 +7,9 @@ agree; durations such as a node's uptime are left to the reader (`generated_at -
 
 `status_lines` is the human form: one table row per slot, one summary line per fleet, and one
 line per zone whose lists are failing (the daemon cannot see, so cannot keep, its nodes there;
-a slot with no error of its own shows the zone's in LAST ERROR).
+a slot with no error of its own shows the zone's in LAST ERROR), and one line per slot whose
+workload jobs are failing (core/workload/job_failures.py: the daemon retries them with a
+backoff; the line goes once a job of the slot runs again).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from tpucared.core.model.records import (
+    EventRecord,
     IncarnationRecord,
     NodePhase,
     WorkerRecord,
@@ -115,6 +118,18 @@ def _slot_doc(s: SlotStatus, down: bool = False) -> dict[str, Any]:
         "waiting_for_capacity": waiting_for_capacity(s, down),
         "node": None if s.node is None else _node_doc(s.node, s.workers),
         "workload": None if s.last_attempt is None else _attempt_doc(s.last_attempt),
+        "job_failure": None if s.job_failure is None else _job_failure_doc(s.job_failure),
+    }
+
+
+def _job_failure_doc(e: EventRecord) -> dict[str, Any]:
+    """The slot's failing workload jobs, from its newest `workload.job_failed` event."""
+    return {
+        "job": e.details.get("job"),
+        "error": e.details.get("error"),
+        "failures": e.details.get("failures"),
+        "at": iso(e.at),
+        "event_id": e.id,
     }
 
 
@@ -172,7 +187,20 @@ def status_lines(fleets: Sequence[FleetStatus], now: datetime) -> list[str]:
     for f in fleets:  # the store orders fleets by name and slots by index
         rows += [_row(f, s, now) for s in f.slots] or [_empty_fleet_row(f)]
     zones = [_zone_line(z, now) for z in failing_zones(fleets)]
-    return [*table(HEADERS, rows), "", *(_summary(f) for f in fleets), *zones]
+    jobs = [_job_line(f, s, now) for f in fleets for s in f.slots if s.job_failure is not None]
+    return [*table(HEADERS, rows), "", *(_summary(f) for f in fleets), *zones, *jobs]
+
+
+def _job_line(f: FleetStatus, s: SlotStatus, now: datetime) -> str:
+    e = s.job_failure
+    assert e is not None
+    count = e.details.get("failures")
+    times = f"{count} in a row" if isinstance(count, int) and count > 1 else "once"
+    return (
+        f"slot {f.fleet.name}/{s.slot.index}: workload job {e.details.get('job')} failed "
+        f"{times}, last {duration(now - e.at)} ago: {e.details.get('error')} "
+        "(retried with a backoff; `tpucared events` has each failure)"
+    )
 
 
 def _zone_line(z: ZoneHealth, now: datetime) -> str:

@@ -7,7 +7,9 @@ sharing one stop event and one wakeup. `Daemon.run()` supervises the root tasks
 ("reconcile", "operations", plus any extra ones, e.g. an HTTP server) until stop, then gives
 cloud calls and workload actions in flight `DRAIN_TIMEOUT_S` to finish and record their
 outcome (probes in flight are cancelled). Exit status: 0 after a requested stop, 1 when a
-root task or a background call or job died (logged).
+root task or a background cloud call died (logged). A slot's workload job that fails is
+contained to its slot (runtime/workload/failures.py): logged, recorded, retried after a
+backoff; it never stops the daemon.
 
 `run_daemon(config)` is `tpucared run`, in the order the contract gives: build the
 credentials (before anything is created: bad ones leave no database and no key), migrate the
@@ -157,6 +159,8 @@ class Daemon:
             **(extra_roots or {}),
         }
         code = 0
+        if self.workloads is not None:
+            await self.workloads.restore()  # failing workload jobs the last run left
         try:
             await supervise(roots, self.stop, self.clock)
         except* Exception as group:

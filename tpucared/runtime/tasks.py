@@ -8,10 +8,13 @@ are cancelled, so a hung task cannot keep the process alive.
 
 `TaskSet` holds the short background tasks the executor spawns (one per create or delete
 call), so that a slow cloud call never stalls a tick, and those of the workload jobs (one
-per slot: a probe, or a chain of workload actions; workload_jobs.py). A task that fails
+per slot: a probe, or a chain of workload actions; workload/jobs.py). A task that fails
 with an unexpected exception is a bug or a broken database: it is logged and reported to
 `on_failure`, which stops the daemon (crash-only: a restart re-reads everything from the
-store). On shutdown `drain` lets them finish within a deadline and cancels the rest.
+store). The workload jobs catch their own failures first and contain them to their slot
+(workload/failures.py: logged, recorded, retried after a backoff), so what reaches
+`on_failure` from them is only a failure of that containment itself. On shutdown `drain`
+lets them finish within a deadline and cancels the rest.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from tpucared.core.model.records import (
     WorkerRecord,
     WorkloadAttemptRecord,
 )
+from tpucared.core.workload.job_failures import JOB_FAILED, JOB_RECOVERED
 from tpucared.store import convert
 from tpucared.store.cache import RecordCache
 from tpucared.store.models import (
@@ -235,6 +236,22 @@ class Reader:
             rows = list(reversed(await self._rows(stmt.order_by(EventRow.id.desc()).limit(limit))))
         return [convert.event(r) for r in rows]
 
+    async def job_failures(self) -> dict[SlotKey, EventRecord]:
+        """Per slot whose workload jobs are failing (its newest `workload.job_failed` or
+        `workload.job_recovered` event is a failure, core/workload/job_failures.py): that
+        failure. One scan of the events; they are pruned after `daemon.events_retention`."""
+        kinds = (JOB_FAILED, JOB_RECOVERED)
+        newest = (
+            select(func.max(EventRow.id))
+            .where(EventRow.kind.in_(kinds))
+            .group_by(EventRow.fleet, EventRow.slot)
+        )
+        stmt = select(EventRow.__table__).where(
+            EventRow.id.in_(newest), EventRow.kind == JOB_FAILED
+        )
+        events = [convert.event(r) for r in await self._rows(stmt)]
+        return {(e.fleet, e.slot): e for e in events if e.fleet is not None and e.slot is not None}
+
     async def last_event_id(self) -> int:
         value = (await self._conn.execute(select(func.max(EventRow.id)))).scalar()
         return int(value or 0)
@@ -311,6 +328,7 @@ class Reader:
             create = convert.create_attempt(row)
             creates[(create.fleet, create.slot)] = create
         failing = [z for z in await self.zone_health() if z.failing]
+        job_failures = await self.job_failures()
         result = []
         for f in fleets:
             zones = _spec_zones(f) | {n.zone for (name, _), n in nodes.items() if name == f.name}
@@ -326,6 +344,7 @@ class Reader:
                         workers=workers.get(node.id, ()) if node else (),
                         last_attempt=attempts.get((s.fleet, s.index)),
                         last_create=creates.get((s.fleet, s.index)),
+                        job_failure=job_failures.get((s.fleet, s.index)),
                     )
                 )
             mine = tuple(z for z in failing if z.zone in zones)

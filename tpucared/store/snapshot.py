@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from tpucared.core.model.records import (
     CreateAttemptRecord,
+    EventRecord,
     FleetRecord,
     IncarnationRecord,
     SlotRecord,
@@ -78,6 +79,9 @@ class SlotStatus:
     last_attempt: WorkloadAttemptRecord | None
     # The slot's newest create call and how it ended (None if it never made one).
     last_create: CreateAttemptRecord | None = None
+    # Its workload jobs are failing: the newest `workload.job_failed` event (None when they
+    # are not, or the streak ended; core/workload/job_failures.py).
+    job_failure: EventRecord | None = None
 
 
 @dataclass(frozen=True)

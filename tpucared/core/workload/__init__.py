@@ -12,4 +12,6 @@ Called by `core/planning/tick.py` for every slot, after the node planner.
               allowed edges the store checks on every attempt write.
 - `probes`    probe scheduling for the runtime's background jobs: which slots to probe when,
               which probe answers reach the planner, which chains of actions to keep or drop.
+- `job_failures` a slot's background job that failed unexpectedly: its backoff (the core
+              `Backoff` rule), when the slot may run a job again, the event's words.
 """

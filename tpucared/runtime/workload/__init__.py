@@ -5,6 +5,8 @@
              (re)launched in `WorkloadExecutor._launch`.
 - `jobs`     one background job per slot, a probe or a chain of actions; only starts and
              cancels, the decisions are core's.
+- `failures` a slot's job that failed unexpectedly: logged, recorded, held back for the
+             backoff, retried; never the daemon's end.
 - `hosts`    SSH targets of an incarnation's workers, host keys pinned.
 - `layout`   where a slot's workload lives on its workers, and each attempt's command.
 - `by_hand`  `tpucared logs`, `exec`, `cp`: reaching a fleet's workers by hand.

@@ -54,6 +54,13 @@ A pooled connection that a worker ends (its VM shutting down: preempted, termina
 the loop too: the next list then shows the node dead, without waiting for the poll. Only a
 hint: if the API still says READY, nothing happens, and the poll remains the guarantee.
 
+A job that fails with an exception none of this expects is contained to its slot
+(failures.py): logged once, recorded as a `workload.job_failed` event (`tpucared status`
+shows it until the streak ends), and the slot starts no job (neither probe nor chain) until
+its backoff (core/workload/job_failures.py) has passed; the first tick after that plans and
+starts it again. The daemon and the other slots' jobs go on. Only the cleanup of pooled
+connections is not a slot's: its failure is logged and tried again at the next change.
+
 Shutdown (`drain`): queued and running probes are cancelled at once (they only read);
 chains get the drain deadline to finish and are cancelled after it.
 """
@@ -88,6 +95,7 @@ from tpucared.core.workload.probes import (
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.tasks import TaskSet
 from tpucared.runtime.wakeup import Wakeup
+from tpucared.runtime.workload.failures import SlotFailures
 from tpucared.runtime.workload.runner import ProbeJob, WorkloadRunner, chains_by_slot
 from tpucared.ssh import NO_RETRY, RetryPolicy, Target
 
@@ -122,6 +130,7 @@ class Dispatch:
 
     chains: int = 0  # chains started
     deferred: int = 0  # slots whose workload actions wait for their job to end
+    held: int = 0  # slots whose actions wait out the backoff after a failed job
     dropped: int = 0  # launches and stops dropped: their node is going away in this plan
     probes: int = 0  # probes started or queued
     cancelled: int = 0  # jobs cancelled: their node is going away
@@ -168,11 +177,16 @@ class WorkloadJobs:
         self._stopping = False
         self._pruned: set[int] = set()  # the live incarnations at the last prune
         self._deferred: set[SlotKey] = set()  # slots whose actions wait for their job to end
+        self.failures = SlotFailures(runner.store, clock)  # slots whose last job failed
         self.last: Dispatch | None = None
         runner.on_connection_lost = self._connection_lost
 
     def __len__(self) -> int:
         return len(self._jobs)
+
+    async def restore(self) -> None:
+        """At start: the failing streaks the previous daemon left (failures.py)."""
+        await self.failures.restore()
 
     def busy(self, key: SlotKey) -> str | None:
         """The kind of the slot's job in flight ("probe" or "chain"), or None."""
@@ -222,6 +236,9 @@ class WorkloadJobs:
                 report.deferred += 1
                 self._deferred.add(key)
                 continue
+            if self.failures.held_back(key):
+                report.held += 1  # a later tick plans them again, after the backoff
+                continue
             kept = keep_chain(chain, away)
             report.dropped += len(chain) - len(kept)
             if kept:
@@ -234,7 +251,7 @@ class WorkloadJobs:
         if live != self._pruned:
             # Connections to workers of nodes that are gone: closed now, not when evicted.
             self._pruned = live
-            self._tasks.spawn(self.runner.prune_connections(live), name="prune connections")
+            self._tasks.spawn(self._prune(live), name="prune connections")
         return report
 
     def _probe_new_nodes(self, snapshot: TickSnapshot, plan: Plan) -> int:
@@ -244,7 +261,7 @@ class WorkloadJobs:
         started = 0
         for incarnation_id in became_ready(plan.actions):
             key = keys.get(incarnation_id)
-            if key is None or key in self._jobs:
+            if key is None or key in self._jobs or self.failures.held_back(key):
                 continue
             if self.runner.workload_of(key[0]) is None:
                 continue
@@ -258,7 +275,7 @@ class WorkloadJobs:
         now = self._clock.monotonic()
         for job in self.runner.probe_jobs(snapshot):
             key = job.key
-            if key in self._jobs or job.inc.id in away:
+            if key in self._jobs or job.inc.id in away or self.failures.held_back(key):
                 continue
             due = probe_due(
                 key,
@@ -308,6 +325,7 @@ class WorkloadJobs:
         retry = self._first_retry if first else NO_RETRY
         started = self._clock.monotonic()
         news = urgent = False
+        failure: Exception | None = None
         try:
             probe = job.probe
             if probe is None:
@@ -323,30 +341,53 @@ class WorkloadJobs:
             reachable = is_reachable(fresh)
             self._probed[key] = Probed(fresh.incarnation_id, job.epoch, started, reachable)
             self._results[key] = _Result(tracked, job.epoch)
+        except Exception as exc:  # contained to this slot (failures.py), never the daemon's
+            failure = exc
         finally:
             self._probing -= 1
             self._end(job)
             self._pump()
             if news and not self._stopping:
                 self._wakeup.set(f"probe of {key[0]}/{key[1]}", urgent=urgent)
+        # No await since `_end`: the slot is held back before a tick could start it again.
+        await self._settle(key, "probe", failure)
 
     async def _run_chain(self, job: _Job, chain: list[Action]) -> None:
         key = job.key
+        failure: Exception | None = None
         try:
             await self.runner.execute_chain(chain)
         except asyncio.CancelledError:
             log.info("workload.chain_cancelled", fleet=key[0], slot=key[1],
                      actions=[a.kind for a in chain], why=job.cancelled or "stopping")  # fmt: skip
             raise
+        except Exception as exc:  # contained to this slot (failures.py), never the daemon's
+            failure = exc
         finally:
             self._epochs[key] = self._epochs.get(key, 0) + 1  # what it did wants a new probe
             self._end(job)
-        if self._stopping:
-            return
+        await self._settle(key, ",".join(a.kind for a in chain), failure)
+        if self._stopping or failure is not None:
+            return  # a failed chain's slot is held back: no probe until its backoff passed
         if job.incarnation_id is not None and key not in self._jobs:
             # See at once what the launch or stop did: the probe wakes the loop if it is news
             # (it is after a launch or a stop), and the planner needs it to go on anyway.
             self._start_probe(key, job.incarnation_id, None)
+
+    async def _settle(self, key: SlotKey, what: str, failure: Exception | None) -> None:
+        """A slot's job ended: a failure starts or extends its streak, a success ends one."""
+        if failure is not None:
+            await self.failures.failed(key, what, failure)
+        elif key in self.failures:
+            await self.failures.succeeded(key, what)
+
+    async def _prune(self, live: set[int]) -> None:
+        """Close the pooled connections of nodes that are gone; best effort (no slot's)."""
+        try:
+            await self.runner.prune_connections(live)
+        except Exception as exc:
+            self._pruned = set()  # try again at the next dispatch
+            log.warning("workload.prune_failed", error=str(exc))
 
     def _end(self, job: _Job) -> None:
         if self._jobs.get(job.key) is job:

@@ -155,6 +155,10 @@ class WorkloadRunner:
     async def close(self) -> None:
         await self._pool.close()
 
+    @property
+    def store(self) -> Store:
+        return self._store
+
     def _connection_lost(self, target: Target) -> None:
         if self.on_connection_lost is not None:
             self.on_connection_lost(target)
