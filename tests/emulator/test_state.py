@@ -389,3 +389,53 @@ def test_snapshot_round_trip_keeps_identity_and_resumes(tmp_path: Path) -> None:
     assert restored.capacity() == [{"zone": Z, "accelerator_type": T, "available": 5, "in_use": 3}]
     tick(restored, clock2, CREATE)
     assert restored.get_node(P, Z, "creating").state == "READY"
+
+
+@pytest.mark.parametrize("judged", ["post", "end"])
+def test_when_capacity_is_judged(judged: str) -> None:
+    """ "post": a create posted in a stockout is doomed even if capacity returns before its
+    operation ends. "end": the same create succeeds, and one posted with capacity fails if the
+    capacity is gone by the time it ends."""
+    state, clock = make_state(capacity={(Z, T): 0}, capacity_judged=judged)
+    posted_in_stockout = state.create_node(P, Z, "a", spot())
+    tick(state, clock, CREATE / 2)
+    state.set_capacity(Z, T, 1)  # capacity comes back while the create is in flight
+    tick(state, clock, CREATE / 2)
+    if judged == "post":
+        assert posted_in_stockout.error is not None
+        assert posted_in_stockout.error["code"] == 8
+        assert state.capacity()[0]["in_use"] == 0
+    else:
+        assert posted_in_stockout.error is None
+        assert state.get_node(P, Z, "a").state == "READY"
+        assert state.capacity()[0]["in_use"] == 1
+
+    # Capacity judged at the end is taken only then: a node deleted while CREATING frees none.
+    state.set_capacity(Z, T, 2)
+    doomed_later = state.create_node(P, Z, "b", spot())
+    gone_early = state.create_node(P, Z, "c", spot())
+    tick(state, clock, CREATE / 2)
+    state.set_capacity(Z, T, 1 if judged == "end" else 2)
+    state.delete_node(P, Z, "c")
+    tick(state, clock, CREATE / 2)
+    tick(state, clock, DELETE)
+    if judged == "end":
+        assert doomed_later.error is not None  # capacity 1, held by "a" when "b" ended
+        assert doomed_later.error["code"] == 8
+    else:
+        assert doomed_later.error is None  # took its capacity when posted
+    # One node holds capacity either way ("a" or "b"); "c" freed what it held, if anything.
+    assert state.capacity()[0]["in_use"] == 1
+    assert gone_early.done
+
+
+def test_capacity_pending_survives_a_restart(tmp_path: Path) -> None:
+    state, _ = make_state(capacity={(Z, T): 1}, capacity_judged="end")
+    state.create_node(P, Z, "a", spot())
+    save_state(state, tmp_path / "s.json")
+    again, clock2 = make_state(capacity={(Z, T): 1}, capacity_judged="end")
+    load_state(again, tmp_path / "s.json")
+    assert again.get_node(P, Z, "a").capacity_pending
+    tick(again, clock2, CREATE)
+    assert again.get_node(P, Z, "a").state == "READY"
+    assert again.capacity()[0]["in_use"] == 1

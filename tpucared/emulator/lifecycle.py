@@ -242,6 +242,10 @@ class CloudLifecycle:
     def _finish_create(self, node: Node, now: float) -> None:
         if node.state != "CREATING":
             return
+        if node.capacity_pending:
+            node.capacity_pending = False
+            if not self.take_capacity(node):
+                node.doomed = self.no_capacity_error(node)
         if node.doomed is not None:
             error = node.doomed
             self._finish_node_op(node, now, error=error)
@@ -312,7 +316,7 @@ class CloudLifecycle:
         for worker in node.workers:
             self._addresses.release(worker.ip)
         node.generation += 1
-        if node.doomed is None:
+        if node.doomed is None and not node.capacity_pending:
             self._held[(node.zone, node.accelerator_type)] -= 1
             self._rescan = True
             self.on_change()
@@ -324,6 +328,12 @@ class CloudLifecycle:
     def has_capacity(self, zone: str, accelerator_type: str, count: int) -> bool:
         limit = self._limits.get((zone, accelerator_type))
         return limit is None or self._held[(zone, accelerator_type)] + count <= limit
+
+    def no_capacity_error(self, node: Node) -> dict[str, Any]:
+        """The operation error of a create that found no capacity (code 8, the real text)."""
+        reserved = node.scheduling.get("reserved")
+        failure = errors.insufficient_reserved_capacity() if reserved else None
+        return (failure or errors.no_capacity(node.zone)).status()
 
     def take_capacity(self, node: Node) -> bool:
         if not self.has_capacity(node.zone, node.accelerator_type, 1):
@@ -373,7 +383,7 @@ class CloudLifecycle:
         self._node_index.setdefault(node.parent, SortedNames()).add(node.node_id)
         for worker in node.workers:
             self._addresses.reserve(worker.ip)
-        if node.doomed is None:
+        if node.doomed is None and not node.capacity_pending:
             self._held[(node.zone, node.accelerator_type)] += 1
         resume: dict[str, tuple[float, TimerKind]] = {
             "CREATING": (self.timing.create_seconds, "node_created"),

@@ -27,6 +27,12 @@ class EmulatorOptions:
     preemptible_max_seconds: float = 24 * 3600.0  # preemptible (not spot) nodes die at 24 h
     # Mean lifetime of READY spot/preemptible nodes before a random preemption; None: never.
     spot_mean_lifetime_seconds: float | None = None
+    # When a create meets a stockout. Nobody outside Google knows when the real API judges
+    # capacity, so the daemon must do well under both: "post" (the create call takes capacity
+    # or is doomed at once; its operation fails after create_seconds) or "end" (capacity is
+    # judged when the operation ends: a create posted during a stockout succeeds if capacity
+    # came back meanwhile).
+    capacity_judged: str = "post"
 
     # What the cloud offers. `offerings` (zone -> accelerator types) overrides the other two.
     zones: Sequence[str] = DEFAULT_ZONES

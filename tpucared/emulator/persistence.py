@@ -40,6 +40,7 @@ def _node_to_json(node: Node) -> dict[str, Any]:
         "health": node.health,
         "health_description": node.health_description,
         "doomed": node.doomed,
+        "capacity_pending": node.capacity_pending,
         "workers": [
             {
                 "index": w.index,
@@ -71,6 +72,7 @@ def _node_from_json(data: dict[str, Any]) -> Node:
     node.health = data["health"]
     node.health_description = data["health_description"]
     node.doomed = data["doomed"]
+    node.capacity_pending = bool(data.get("capacity_pending", False))
     return node
 
 

@@ -26,6 +26,7 @@ class Node:
     __slots__ = (
         "_json",
         "accelerator_type",
+        "capacity_pending",
         "create_op",
         "create_time",
         "doomed",
@@ -71,6 +72,8 @@ class Node:
         self.queued_resource: str | None = None
         # Set when the create can never succeed (no capacity): the error its operation gets.
         self.doomed: dict[str, Any] | None = None
+        # capacity_judged "end": capacity is taken (or the create doomed) when it finishes.
+        self.capacity_pending = False
         self.create_op: str | None = None  # name of the create operation while it runs
         # Bumped on every state change; timers scheduled for an older generation are stale.
         self.generation = 0

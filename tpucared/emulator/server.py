@@ -175,6 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="preempt READY spot/preemptible nodes at random with this mean lifetime",
     )
+    parser.add_argument(
+        "--capacity-judged",
+        choices=("post", "end"),
+        default=EmulatorOptions.capacity_judged,
+        help="when a create meets a stockout: when it is posted (default) or when its "
+        "operation ends (a create posted in a stockout succeeds if capacity came back)",
+    )
     parser.add_argument("--page-size", type=int, default=EmulatorOptions.default_page_size,
                         help="default nodes.list page size")  # fmt: skip
     parser.add_argument(
@@ -224,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         delete_seconds=args.delete_seconds,
         queued_provision_seconds=args.queued_provision_seconds,
         spot_mean_lifetime_seconds=args.spot_mean_lifetime_seconds,
+        capacity_judged=args.capacity_judged,
         default_page_size=args.page_size,
         ssh_hosts=args.ssh_hosts,
         ssh_port=args.ssh_port,

@@ -108,10 +108,10 @@ class EmulatorState(CloudLifecycle):
         if name in self._nodes:
             raise errors.already_exists(name)
         node = self.spawn_node(project, zone, node_id, spec, shape)
-        if not self.take_capacity(node):
-            reserved = node.scheduling.get("reserved")
-            failure = errors.insufficient_reserved_capacity() if reserved else None
-            node.doomed = (failure or errors.no_capacity(zone)).status()
+        if self.options.capacity_judged == "end":
+            node.capacity_pending = True
+        elif not self.take_capacity(node):
+            node.doomed = self.no_capacity_error(node)
         op = self.new_operation(node.parent, node.name, "create")
         self._node_ops[node.name] = op.name
         self.schedule(self.timing.create_seconds, "node_created", node.name, node.generation)
