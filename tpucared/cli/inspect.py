@@ -4,9 +4,10 @@ They never talk to the daemon, so they work while it is down, and while it runs:
 database is in WAL mode, so a reader sees the last committed state and never blocks a write.
 The store is opened with `read_only=True`, which cannot create or change the file.
 
-Exit codes follow the CLI's: 0 ok, 1 the database could not be read mid-way, 2 bad usage (a
-missing database file, a bad config, an unknown fleet) or a database they must not read (not
-SQLite, corrupt, someone else's, at another schema revision: one line, see store/migrate.py).
+Exit codes follow the CLI's: 0 ok, 2 bad usage (a missing database file, a bad config, an
+unknown fleet) or a database they must not read (not SQLite, corrupt, also a corrupt page met
+half-way through a read, someone else's, at another schema revision: one line, never a
+traceback; cli/readdb.py), 1 any other failure to read it.
 """
 
 from __future__ import annotations
@@ -20,11 +21,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from sqlalchemy.exc import OperationalError
-
+from tpucared.cli.readdb import reading, require_file
 from tpucared.core.model.records import EventRecord
 from tpucared.errors import UsageError
-from tpucared.inspect.dbpath import missing_file, resolve_db
+from tpucared.inspect.dbpath import resolve_db
 from tpucared.inspect.events import event_json, event_line
 from tpucared.inspect.status import status_document, status_lines
 from tpucared.store import Store
@@ -112,32 +112,14 @@ def _database(args: argparse.Namespace) -> str:
         setting = resolve_db(args.db, args.config, os.environ)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    missing = missing_file(setting)
-    if missing is not None:
-        raise UsageError(
-            f"no database at {missing}: the daemon creates it on its first start "
-            "(or pass --db, -c FILE, or set TPUCARED_DB)"
-        )
+    require_file(setting)
     return setting
 
 
 def _run(setting: str, read: Callable[[Store], Awaitable[T]]) -> T:
-    async def main() -> T:
-        # A broken, foreign, empty, older or newer file: one line (exit 2), never a traceback
-        # half-way through a read, and never a write (alembic is imported only here).
-        from tpucared.store.migrate import check_readable
-
-        await check_readable(setting)
-        async with Store.open(setting, read_only=True) as store:
-            return await read(store)
-
-    try:
-        return asyncio.run(main())
-    except OperationalError as exc:
-        reason = str(exc.orig) if exc.orig is not None else str(exc)
-        # e.g. no permission on the -shm file: a WAL reader needs write access to it.
-        # SystemExit with a message: printed to stderr, exit code 1.
-        raise SystemExit(f"tpucared: cannot read {setting}: {reason}") from None
+    # A broken, foreign, empty, older or newer file, or a corrupt page met half-way: one line
+    # (exit 2), never a traceback, and never a write (cli/readdb.py).
+    return asyncio.run(reading(setting, read))
 
 
 def _print(text: str) -> int:

@@ -1,7 +1,8 @@
 """`tpucared logs`, `tpucared exec` and `tpucared cp`: a person reaching a fleet's workers.
 
-This module reads the database (read-only: these commands work beside a running daemon and
-write nothing, not even host-key pins) and maps errors to exit statuses; the SSH work itself
+This module reads the database (read-only, checked first as `status` does, cli/readdb.py: these
+commands work beside a running daemon and write nothing, not even host-key pins, and a database
+they must not read is one line, exit 2) and maps errors to exit statuses; the SSH work itself
 is tpucared/runtime/workload/by_hand.py (shared with `tpucared babysit`).
 """
 
@@ -19,15 +20,12 @@ def _workload_call(args: argparse.Namespace, call: str) -> int:
     """Run one of runtime/workload/by_hand.py's functions over a read-only snapshot: these
     commands work beside a running daemon and write nothing (not even host-key pins)."""
     config = load(args)
+    from tpucared.cli.readdb import reading
     from tpucared.runtime.workload import by_hand as wc
-    from tpucared.store import Store
 
     async def go() -> int:
-        store = Store.open(config.daemon.db, read_only=True)
-        try:
-            snapshot = await store.load_snapshot()
-        finally:
-            await store.close()
+        # Checked and read-only, as `status` reads it: a broken file is one line (readdb.py).
+        snapshot = await reading(config.daemon.db, lambda store: store.load_snapshot())
         if call == "logs":
             return await wc.logs(
                 config, snapshot, args.where, worker=args.worker, follow=args.follow,
