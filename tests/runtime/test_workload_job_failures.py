@@ -4,8 +4,9 @@ shows until the streak ends), held back for the core backoff, then retried, and 
 once the fault is gone; the daemon keeps ticking and the other slot keeps working.
 
 The daemon's parts run in this process against the emulator's SSH worker hosts (real OpenSSH
-sshd on loopback). The fault is injected at one seam: `WorkloadExecutor._launch` raises once
-for slot 1, as a bug in the launch path would, before it records or starts anything.
+sshd on loopback). The fault is injected at one seam each: `WorkloadExecutor._launch` raises
+once for slot 1, as a bug in the launch path would, before it records or starts anything; and
+`WorkloadRunner.probe_slot` raises once, as a bug on the probing side would.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tpucared.core.workload.job_failures import JOB_RETRY
 from tpucared.emulator import EmulatorServer
 from tpucared.inspect.status import status_document, status_lines
 from tpucared.runtime.workload.executor import WorkloadExecutor
+from tpucared.runtime.workload.runner import WorkloadRunner
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -144,5 +146,34 @@ async def test_a_streak_the_last_run_left_is_ended_by_the_next_success(
         assert (FLEET, 0) not in h.jobs.failures
         fleets = await h.store.status()
         assert all(s.job_failure is None for f in fleets for s in f.slots)
+        h.daemon.stop.set()
+        await loop
+
+
+async def test_a_failing_probe_is_contained_and_retried(
+    tmp_path: Path, emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other kind of job: the first probe of the node raises (a bug in the probing side);
+    the slot is probed again after the backoff, then launched, and the daemon never stopped."""
+    real = WorkloadRunner.probe_slot
+    raised: list[float] = []
+
+    async def probe_failing_once(self: WorkloadRunner, job: Any, **kw: Any) -> Any:
+        if not raised:
+            raised.append(time.monotonic())
+            raise OSError("injected: the probe's bookkeeping broke")
+        return await real(self, job, **kw)
+
+    monkeypatch.setattr(WorkloadRunner, "probe_slot", probe_failing_once)
+    async with inprocess(tmp_path, emulator, kind="v4-8") as h:
+        loop = asyncio.create_task(h.daemon.loop.run(h.daemon.stop))
+        await eventually(lambda: bool(_events(h, "workload.job_failed")), "the failure")
+        [event] = _events(h, "workload.job_failed")
+        assert "workload job probe failed once: OSError: injected" in event["message"]
+        await eventually(lambda: h.attempts_on(0, 0) == [1], "attempt 1 runs", 30)
+        assert time.monotonic() - raised[0] >= JOB_RETRY.shortest(1)
+        await eventually(lambda: bool(_events(h, "workload.job_recovered")), "the recovery")
+        assert not h.daemon.stop.is_set()
+        assert h.daemon.failures == []
         h.daemon.stop.set()
         await loop
