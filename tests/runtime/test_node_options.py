@@ -4,12 +4,23 @@ emulator, which validates them against the reference schema, shows them on the n
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from runtime_support import PROJECT, SLOW, ZONE, Control, Daemon, wait_for, write_config
+from runtime_support import (
+    PROJECT,
+    SLOW,
+    ZONE,
+    Control,
+    Daemon,
+    converged,
+    query,
+    wait_for,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -88,3 +99,34 @@ async def test_nodes_carry_the_fleets_options(
     assert [q["reservationName"] for q in queued] == [RESERVATION]
     assert daemon.process is not None
     assert daemon.process.returncode is None
+
+
+async def test_an_edited_option_is_reported_not_recreated(
+    tmp_path: Path, control: Control, daemons: Any
+) -> None:
+    """Editing a fleet's options never throws away running nodes: the serving node made with
+    the old ones is named in a notice, and keeps running until it dies."""
+    config = write_config(tmp_path, control.emulator.url, size=0, extra_fleets=FLEETS)
+    first: Daemon = await daemons(config).start()
+    await wait_for(lambda: converged(control, tmp_path / "state.db", 1, "shaped"), SLOW, "READY")
+    before = {n["node_id"]: n["node"]["id"] for n in await control.nodes()}
+    first.signal(signal.SIGTERM)
+    assert await first.wait(30) == 0
+
+    edited = FLEETS.replace('tags = ["tpu", "no-ingress"]', 'tags = ["tpu", "egress-only"]')
+    other = "evaluator@test-project.iam.gserviceaccount.com"
+    edited = edited.replace(f'service_account = "{SA}"', f'service_account = "{other}"')
+    write_config(tmp_path, control.emulator.url, size=0, extra_fleets=edited)
+    await daemons(config).start()
+
+    async def notices() -> list[str]:
+        rows = query(tmp_path / "state.db", "SELECT message FROM events WHERE kind = 'notice'")
+        return [r["message"] for r in rows if "differ from its spec" in r["message"]]
+
+    await wait_for(notices, SLOW, "the drift notice")
+    (reason,) = await notices()
+    assert reason.startswith("fleet shaped's nodes differ from its spec: ")
+    assert f"shaped-0 service account {SA} (asks {other})" in reason
+    assert "shaped-0 tags ['no-ingress', 'tpu'] (asks ['egress-only', 'tpu'])" in reason
+    assert "network" not in reason  # unchanged: not reported
+    assert {n["node_id"]: n["node"]["id"] for n in await control.nodes()} == before

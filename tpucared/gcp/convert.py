@@ -22,6 +22,7 @@ from typing import Any
 
 from tpucared.core.model.observed import (
     CloudState,
+    NodeMade,
     ObservedNode,
     ObservedQueuedResource,
     QueuedState,
@@ -217,6 +218,23 @@ def node_from_json(zone: str, data: Mapping[str, Any]) -> ObservedNode:
         endpoints=_endpoints(data.get("networkEndpoints")),
         queued_resource=_optional_str(data, "queuedResource", what),
         raw_state=raw_excerpt(raw) if state is CloudState.UNRECOGNIZED else None,
+        made=_made(data, what),
+    )
+
+
+def _made(data: Mapping[str, Any], what: str) -> NodeMade:
+    network = data.get("networkConfig")
+    account = data.get("serviceAccount")
+    tags = data.get("tags")
+    if not isinstance(network, Mapping | None) or not isinstance(account, Mapping | None):
+        raise MalformedResource(f"{what}: networkConfig or serviceAccount is not an object")
+    if tags is not None and not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
+        raise MalformedResource(f"{what}: tags is not a list of strings: {raw_excerpt(tags)}")
+    return NodeMade(
+        network=_optional_str(network or {}, "network", what),
+        subnetwork=_optional_str(network or {}, "subnetwork", what),
+        service_account=_optional_str(account or {}, "email", what),
+        tags=tuple(tags or ()),
     )
 
 

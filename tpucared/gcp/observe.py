@@ -50,7 +50,8 @@ LIST_PAGE_SIZE = 1000
 # What convert.node_from_json reads of a node, and what the paging needs of a page.
 NODE_LIST_FIELDS = (
     "nextPageToken,unreachable,nodes(name,id,state,health,labels,createTime,acceleratorType,"
-    "runtimeVersion,queuedResource,networkEndpoints(ipAddress,accessConfig/externalIp))"
+    "runtimeVersion,queuedResource,networkEndpoints(ipAddress,accessConfig/externalIp),"
+    "networkConfig(network,subnetwork),serviceAccount/email,tags)"
 )
 
 # Resource name -> (the node's JSON as last listed, its conversion): one zone's nodes.

@@ -46,6 +46,16 @@ class WorkerEndpoint:
 
 
 @dataclass(frozen=True)
+class NodeMade:
+    """What a listed node says it was made with, of what a fleet's `NodeOptions` can ask."""
+
+    network: str | None = None
+    subnetwork: str | None = None
+    service_account: str | None = None
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ObservedNode:
     name: str  # the short node id, e.g. "sweep-3"
     zone: str
@@ -59,6 +69,7 @@ class ObservedNode:
     endpoints: tuple[WorkerEndpoint, ...] = ()
     queued_resource: str | None = None
     raw_state: str | None = None  # what the API sent, when `state` is UNRECOGNIZED
+    made: NodeMade | None = None  # how it was made, for the spec-drift notice
 
     @property
     def fleet(self) -> str | None:

@@ -13,7 +13,8 @@ previous ones decided:
 4. core/nodes/slots.py `plan_creates`: creates for empty wanted slots;
 5. the `LATER` sub-planners, fed a `NodesOutcome` (e.g. the workload planner: a Transition
    to READY in this plan, or an incarnation READY in the outcome, is its cue to launch);
-6. notices about zones that cannot be listed and fleets whose nodes differ from the spec.
+6. notices about zones that cannot be listed and fleets whose nodes differ from the spec
+   (accelerator type here, node options in `drift.py`).
 Notices whose key is in `reported` were told before and are dropped.
 """
 
@@ -26,11 +27,12 @@ from datetime import datetime
 
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import NodePhase
-from tpucared.core.model.specs import ErrorKind, FleetSpec, error_text
+from tpucared.core.model.specs import ErrorKind, FleetSpec, NodeOptions, error_text
 from tpucared.core.nodes.incarnations import SERVING, plan_incarnation
 from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.core.nodes.slots import fleet_records, plan_creates, updated_slots
 from tpucared.core.nodes.strays import plan_strays
+from tpucared.core.planning import drift
 from tpucared.core.planning.actions import Action, Adopt, Notice, Severity, Transition
 from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.policy import HARD_ERRORS, Policy
@@ -38,6 +40,7 @@ from tpucared.core.planning.snapshot import PlannerSnapshot
 from tpucared.core.planning.view import View
 
 P = NodePhase
+NO_OPTIONS = NodeOptions()
 
 
 @dataclass(frozen=True)
@@ -186,4 +189,30 @@ def _notices(view: View) -> list[Notice]:
                     f"{', '.join(other)}: those nodes are replaced only when they die",
                 )
             )
+        out.extend(_option_drift(view, spec))
     return out
+
+
+def _option_drift(view: View, spec: FleetSpec) -> list[Notice]:
+    """One notice per fleet whose serving nodes were made with other node options."""
+    if spec.node == NO_OPTIONS:
+        return []
+    found: list[str] = []
+    for inc in sorted(view.live, key=lambda i: i.node_name):
+        if inc.fleet != spec.name or inc.phase not in SERVING:
+            continue
+        node = view.listed_node(inc.zone, inc.node_name)
+        if node is not None and node.made is not None:
+            found.extend(f"{inc.node_name} {d}" for d in drift.differences(spec.node, node.made))
+    if not found:
+        return []
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    return [
+        Notice(
+            key=f"drift/{spec.name}/options/{spec.spec_hash()}",
+            severity=Severity.INFO,
+            fleet=spec.name,
+            reason=f"fleet {spec.name}'s nodes differ from its spec: "
+            f"{'; '.join(found[:3])}{more}: those nodes are replaced only when they die",
+        )
+    ]
