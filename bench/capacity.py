@@ -12,8 +12,10 @@ group says otherwise) or a replay of another tool's schedule (bench/replay.py: r
 aiohttp requests; SkyPilot 1 slot, tpucare 1 or 4 slots sharing its semaphore of 2).
 A sample: the zone's capacity goes to 0 and its nodes are preempted; the participant
 hunts; exactly `stockout` seconds later capacity comes back; the sample is
-the time from that instant to the first create POST for the zone (every create after it
-finds capacity), and, for a fleet of 4, to the moment every slot has sent one. Once the
+the time from that instant to the winning create's POST for the zone (the first posted after
+it; with `--capacity-judged end`, the first still in flight then, so it may be negative), and,
+for a fleet of 4, to the moment every slot has sent one; `ready_s` adds the emulator's
+create_seconds: capacity back -> READY, comparable across both semantics. Once the
 zone is READY again (and, for the daemon, recorded READY in its database), a pause, then
 the next sample. First stockouts are staggered at random over a minute, so the groups
 interleave and none of them owns a quiet or a busy phase of the machine. The cost: every
@@ -309,10 +311,14 @@ def analyse(
 ) -> dict[str, Any]:
     """Latency and cost of one sample, from the zone's requests in the emulator's log."""
     restored, stocked_out = sample["restored"], sample["stocked_out"]
+    # The create that succeeds: the first one posted after capacity came back ("post"), or,
+    # when capacity is judged at the operation's end, the first one still in flight then.
+    create_s = settings.timing.create_seconds
+    lead = create_s if settings.capacity_judged == "end" else 0.0
     creates = [
         r
         for r in requests
-        if request_kind(r) == "nodes.create" and r["time"] >= restored and r["status"] == 200
+        if request_kind(r) == "nodes.create" and r["time"] >= restored - lead and r["status"] == 200
     ]
     first_per_node: dict[str, float] = {}
     for r in sorted(creates, key=lambda r: r["time"]):
@@ -338,7 +344,11 @@ def analyse(
     out = {
         **{k: v for k, v in sample.items() if k != "ready_nodes"},
         "stockout_s": round(restored - stocked_out, 3),
+        # From capacity back to the winning create's POST (negative: it was in flight) and to
+        # its node READY (the POST + the emulator's create_seconds): the second is comparable
+        # across both semantics.
         "latency_s": round(first - restored, 4),
+        "ready_s": round(first + create_s - restored, 4),
         "creates_at_s": [round(t, 2) for t in sent],
         "requests_per_minute": {**per_minute, "total": round(total, 2)},
         "requests_per_minute_per_slot": round(total / sample["slots"], 2),
@@ -367,6 +377,7 @@ def summarize_group(group: Group, samples: Sequence[dict[str, Any]]) -> dict[str
         "schedule": group.schedule,
         "participants": group.count,
         "latency_s": common.summarize([s["latency_s"] for s in mine]),
+        "ready_s": common.summarize([s["ready_s"] for s in mine]),
         "requests_per_minute_per_zone": per_zone,
         "requests_per_minute_per_slot": round(per_zone.get("total", 0.0) / group.slots, 1),
     }
@@ -615,9 +626,9 @@ def render(result: Mapping[str, Any]) -> str:
     rows = []
     for g in result["groups"]:
         if "latency_s" not in g:
-            rows.append([g["label"], str(g["slots"]), "0", *["-"] * 6])
+            rows.append([g["label"], str(g["slots"]), "0", *["-"] * 8])
             continue
-        s = g["latency_s"]
+        s, ready = g["latency_s"], g["ready_s"]
         rows.append(
             [
                 g["label"],
@@ -627,6 +638,8 @@ def render(result: Mapping[str, Any]) -> str:
                 common.format_seconds(s["p99"]),
                 common.format_seconds(s["min"]),
                 common.format_seconds(s["max"]),
+                common.format_seconds(ready["median"]),
+                common.format_seconds(ready["p99"]),
                 f"{g['requests_per_minute_per_slot']:.1f}",
                 f"{g['requests_per_minute_per_zone'].get('total', 0.0):.1f}",
             ]
@@ -639,6 +652,8 @@ def render(result: Mapping[str, Any]) -> str:
         "p99 s",
         "min s",
         "max s",
+        "READY median s",
+        "READY p99 s",
         "req/min/slot",
         "req/min/zone",
     ]
