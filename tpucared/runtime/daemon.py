@@ -38,6 +38,7 @@ from tpucared.core.model.specs import FleetSpec
 from tpucared.gcp import TpuClient
 from tpucared.runtime.clock import Clock, SystemClock
 from tpucared.runtime.loop import ReconcileLoop, TickHook
+from tpucared.runtime.maintenance import Maintenance
 from tpucared.runtime.nodes.calls import CloudCalls, NodeTemplate, record_interrupted_calls
 from tpucared.runtime.nodes.executor import Executor
 from tpucared.runtime.nodes.observer import Observer
@@ -273,7 +274,12 @@ async def _started_and_run(
             if source is not None:
                 await res.stack.enter_async_context(_relayed(source, daemon.stop))
         async with _told_on_stop(daemon.stop, systemd):
-            return await daemon.run(until=until, drain_timeout=drain_timeout)
+            maintenance = Maintenance(res.store, config, res.clock)
+            return await daemon.run(
+                until=until,
+                drain_timeout=drain_timeout,
+                extra_roots={"maintenance": lambda: maintenance.run(daemon.stop)},
+            )
 
 
 def _chained(*hooks: TickHook) -> TickHook:

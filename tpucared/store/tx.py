@@ -2,15 +2,16 @@
 
 Handed out by `Store.write()`; valid only inside that `async with` block. The methods are
 grouped by what they change: `write_base` (events, fleets, slots, create attempts),
-`write_nodes` (incarnations and workers), `write_workloads` (workload attempts); the reads come
-from `reads.Reader`.
+`write_nodes` (incarnations and workers), `write_workloads` (workload attempts), `prune`
+(the maintenance task's bounded deletes); the reads come from `reads.Reader`.
 """
 
 from __future__ import annotations
 
+from tpucared.store.prune import PruneWrites
 from tpucared.store.write_nodes import NodeWrites
 from tpucared.store.write_workloads import WorkloadWrites
 
 
-class Tx(NodeWrites, WorkloadWrites):
+class Tx(NodeWrites, WorkloadWrites, PruneWrites):
     """Everything in one `Store.write()` block commits together or not at all."""

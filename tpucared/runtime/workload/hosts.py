@@ -31,6 +31,7 @@ HostKeyFetcher = Callable[[IncarnationRecord], Awaitable[Mapping[int, Sequence[s
 # Guest attribute reads per incarnation before settling for trust on first use: the guest
 # agent publishes the keys shortly after boot, and the first SSH connection pins them anyway.
 _MAX_FETCHES = 3
+_MAX_REMEMBERED = 4096  # incarnations whose guest-attribute reads are counted
 
 
 def guest_attribute_host_keys(client: TpuClient, project: str) -> HostKeyFetcher:
@@ -91,6 +92,11 @@ class WorkerHosts:
         if tries >= _MAX_FETCHES:
             return {}
         self._fetches[inc.id] = tries + 1
+        if len(self._fetches) > _MAX_REMEMBERED:
+            # Weeks of recreations: forget the oldest incarnations (ids only grow, and an
+            # ended one is never asked about again), so the map stays bounded.
+            for old in sorted(self._fetches)[: len(self._fetches) - _MAX_REMEMBERED]:
+                del self._fetches[old]
         try:
             found = await self._fetch(inc)
         # The fetcher is the daemon's (a cloud call): whatever it raises, SSH falls back to
