@@ -137,6 +137,24 @@ def _events(db: Path, kind: str) -> list[Any]:
         return []
 
 
+async def _zone_metrics(port: int) -> dict[str, float]:
+    """The zone families of /metrics: {"failures": ..., "unreachable": ...} for ZONE."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/metrics") as resp,
+    ):
+        text = await resp.text()
+    out = {}
+    for line in text.splitlines():
+        for family, key in (
+            ("tpucared_zone_list_failures", "failures"),
+            ("tpucared_zone_unreachable", "unreachable"),
+        ):
+            if line.startswith(f'{family}{{zone="{ZONE}"}} '):
+                out[key] = float(line.split()[-1])
+    return out
+
+
 async def _answers(port: int, status: int) -> tuple[int, str] | None:
     try:
         got = await _healthz(port)
@@ -175,6 +193,9 @@ async def test_an_endpoint_where_nothing_listens_is_told_shown_and_unhealthy(
     assert zone["failed_lists"] >= UNREACHABLE_AFTER
     assert "127.0.0.1" in zone["error_message"]
     assert doc["fleets"][0]["failing_zones"] == [ZONE]
+    zone_metrics = await _zone_metrics(port)
+    assert zone_metrics["unreachable"] == 1
+    assert zone_metrics["failures"] >= UNREACHABLE_AFTER
 
     rc, out, err = await tpucared("status", "-c", str(config))
     assert rc == 0, err
@@ -214,6 +235,7 @@ async def test_failing_lists_then_listing_again(
     (row,) = query(db, "SELECT * FROM zone_health")
     assert (row["failures"], row["unreachable"], row["error_kind"]) == (0, 0, None)
     assert (await _status(port))["zones"] == []
+    assert await _zone_metrics(port) == {"failures": 0, "unreachable": 0}
     assert len(_events(db, "zone.unreachable")) == 1
 
 

@@ -19,7 +19,7 @@ Counters count from the daemon's start (Prometheus handles the reset at a restar
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
 from prometheus_client import (
@@ -32,7 +32,7 @@ from prometheus_client import (
 )
 
 from tpucared import __version__
-from tpucared.core.model.records import CreateAttemptRecord, EventRecord
+from tpucared.core.model.records import CreateAttemptRecord, EventRecord, ZoneHealth
 from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.inspect.goodput import GoodputTracker
 from tpucared.inspect.lifecycle import (
@@ -118,6 +118,12 @@ class DaemonMetrics:
         self.api_requests = _counter(
             r, "tpucared_api_requests", "TPU API requests by HTTP status", "call", "status"
         )
+        self.zone_failures = _gauge(
+            r, "tpucared_zone_list_failures", "Consecutive failed lists of a zone", "zone"
+        )
+        self.zone_unreachable = _gauge(
+            r, "tpucared_zone_unreachable", "1 while a zone counts as unreachable", "zone"
+        )
         self.api_seconds = _histogram(
             r,
             "tpucared_api_request_seconds",
@@ -149,6 +155,16 @@ class DaemonMetrics:
         """`TpuClient`'s `on_request` hook: (call, status, seconds)."""
         self.api_requests.labels(call, status).inc()
         self.api_seconds.labels(call).observe(seconds)
+
+    def set_zones(self, zones: Iterable[str], health: Mapping[str, ZoneHealth]) -> None:
+        """The list health of the zones the configured fleets list (and only those: a zone
+        an older config listed is not reported). A zone never failed reads 0."""
+        self.zone_failures.clear()
+        self.zone_unreachable.clear()
+        for zone in sorted(set(zones)):
+            h = health.get(zone)
+            self.zone_failures.labels(zone).set(0 if h is None else h.failures)
+            self.zone_unreachable.labels(zone).set(1 if h is not None and h.unreachable else 0)
 
     def record_create(self, attempt: CreateAttemptRecord) -> None:
         self.creates.labels(attempt.fleet, attempt.zone, attempt.outcome).inc()
