@@ -28,6 +28,7 @@ PACKAGE_OF = {
     "systemd-analyze": "systemd",
     "shellcheck": "shellcheck",
     "chattr": "e2fsprogs",
+    "promtool": "prometheus",
     "dash": "dash",
     "bash": "bash",
     "sh": "dash",
