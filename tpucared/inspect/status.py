@@ -25,7 +25,7 @@ from tpucared.core.model.records import (
     WorkerRecord,
     WorkloadAttemptRecord,
 )
-from tpucared.core.model.specs import ErrorKind
+from tpucared.core.nodes import create_backoff
 from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.inspect.fmt import NONE, duration, iso, table, truncate
 from tpucared.store.snapshot import FleetStatus, SlotStatus, ZoneHealth
@@ -91,14 +91,12 @@ def _zone_doc(z: ZoneHealth) -> dict[str, Any]:
 def waiting_for_capacity(s: SlotStatus, down: bool = False) -> bool:
     """The slot has no live node because its last create met a stockout (CAPACITY), and the
     daemon keeps retrying it (the slot is not done, its fleet not down): not given up."""
-    node = s.node
-    if down or s.slot.done or (node is not None and node.phase in LIVE_PHASES):
-        return False
-    last = s.last_create
-    return (
-        last is not None
-        and last.outcome == ErrorKind.CAPACITY.value
-        and (s.slot.create_failures > 0)
+    return create_backoff.waiting_for_capacity(
+        s.slot.create_failures,
+        None if s.last_create is None else s.last_create.outcome,
+        live=s.node is not None and s.node.phase in LIVE_PHASES,
+        done=s.slot.done,
+        down=down,
     )
 
 

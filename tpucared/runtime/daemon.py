@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
@@ -36,13 +37,17 @@ from tpucared.config import Config
 from tpucared.core.model.records import CreateAttemptRecord
 from tpucared.core.model.specs import FleetSpec
 from tpucared.gcp import TpuClient
+from tpucared.notify import WebhookSender, resolve_webhooks
+from tpucared.notify.sender import WebhookConfigError
 from tpucared.runtime.clock import Clock, SystemClock
+from tpucared.runtime.errors import StartupError
 from tpucared.runtime.loop import ReconcileLoop, TickHook
 from tpucared.runtime.maintenance import Maintenance
 from tpucared.runtime.nodes.calls import CloudCalls, NodeTemplate, record_interrupted_calls
 from tpucared.runtime.nodes.executor import Executor
 from tpucared.runtime.nodes.observer import Observer
 from tpucared.runtime.nodes.operations import OperationWatcher, PollSchedule
+from tpucared.runtime.notifications import Notifications
 from tpucared.runtime.reconciler import PlanFilter, Reconciler, Tick
 from tpucared.runtime.resources import Resources, credentials, open_resources
 from tpucared.runtime.sdnotify import Notifier, TickNotifier
@@ -242,6 +247,10 @@ async def _started_and_run(
     """run_daemon's body: open everything, run the loop until `stopping` (signals) or `stop`
     (embedders) is set."""
     tokens = await credentials(config)  # bad credentials: no database, no key left behind
+    try:  # an unset url_env, like bad credentials, stops the start before the database
+        webhooks = resolve_webhooks(config.notify, os.environ)
+    except WebhookConfigError as exc:
+        raise StartupError(f"{config.path}: {exc}") from None
     async with open_resources(config, clock=clock, single_writer=True) as res:
         log.info("database ready", revision=res.revision)
         telemetry = Telemetry(config, res.store, res.clock)
@@ -260,10 +269,14 @@ async def _started_and_run(
         notifier = Notifier()
         res.stack.callback(notifier.close)
         systemd = TickNotifier(notifier, config.fleets)
+        sender = WebhookSender(webhooks)
+        await sender.start()
+        res.stack.push_async_callback(sender.close)  # flushes for a few seconds at the end
+        news = Notifications(sender, res.store, res.clock, telemetry.health.check)
         daemon = Daemon.over(
             res,
             template,
-            on_tick=_chained(telemetry.on_tick, systemd.on_tick),
+            on_tick=_chained(telemetry.on_tick, systemd.on_tick, news.on_tick),
             on_attempt=telemetry.create_attempt,
             workloads=workloads,
         )
@@ -278,7 +291,10 @@ async def _started_and_run(
             return await daemon.run(
                 until=until,
                 drain_timeout=drain_timeout,
-                extra_roots={"maintenance": lambda: maintenance.run(daemon.stop)},
+                extra_roots={
+                    "maintenance": lambda: maintenance.run(daemon.stop),
+                    "notifications": lambda: news.watch(daemon.stop),
+                },
             )
 
 

@@ -95,3 +95,14 @@ def retry_wait(view: View, inc: IncarnationRecord, kind: ErrorKind) -> timedelta
     """How long after the last delete call a failed delete is issued again."""
     u = jitter(inc.id, inc.node_name, inc.delete_calls)
     return delay(view.policy.backoff_for(kind), max(inc.delete_calls, 1), u)
+
+
+def waiting_for_capacity(
+    create_failures: int, last_create_outcome: str | None, *, live: bool, done: bool, down: bool
+) -> bool:
+    """The slot has no live node because its last create met a stockout (CAPACITY), and the
+    daemon keeps retrying it (the slot is not done, its fleet not down): not given up. What
+    `status` shows as "waiting for capacity" and what a stockout notification counts."""
+    if down or done or live:
+        return False
+    return create_failures > 0 and last_create_outcome == ErrorKind.CAPACITY.value
