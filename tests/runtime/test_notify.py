@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from runtime_support import REPO, SLOW, cli_env, free_port, wait_for, write_config
+from runtime_support import REPO, SLOW, Control, cli_env, free_port, wait_for, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -140,3 +140,33 @@ async def test_an_unset_url_env_stops_the_start_in_one_line(tmp_path: Path) -> N
     assert not (tmp_path / "state.db").exists()
     assert not (tmp_path / "id_ed25519").exists()
     assert "TEST_PAGER_URL" not in os.environ
+
+
+async def test_a_stockout_longer_than_stockout_after_is_told_once(
+    tmp_path: Path, receiver: Receiver, control: Control, daemons: Any
+) -> None:
+    receiver.fail_first = 0
+    await control.capacity(0)  # every create meets a stockout
+    config = write_config(tmp_path, control.emulator.url, size=1)
+    config.write_text(
+        config.read_text()
+        + f"""
+[[notify]]
+name = "capacity"
+url = "{receiver.url("/capacity")}"
+format = "json"
+on = ["stockout"]
+stockout_after = "2s"
+"""
+    )
+    await daemons(config).start()
+
+    async def told() -> list[dict[str, Any]]:
+        return [b for p, b in receiver.posts if p == "/capacity"]
+
+    (news,) = await wait_for(told, SLOW, "the stockout news")
+    assert (news["kind"], news["fleet"], news["slot"]) == ("stockout", "sweep", 0)
+    assert news["summary"].startswith("sweep/0 has waited ")
+    assert news["summary"].endswith("for TPU capacity (tpucared keeps hunting)")
+    await asyncio.sleep(3)  # still stocked out: the same stockout is not told again
+    assert len(await told()) == 1
