@@ -1,8 +1,9 @@
 """The request pipeline every /v2 call goes through, and the Google error envelope for all.
 
-For a /v2 request, in order: bring the state's clock up to date (`state.advance()`), ask the
-fault injector what to do (latency, an error instead of a response, a dropped connection, an
-error after the request took effect, or a hostile answer, hostile.py), run the handler, turn
+For a /v2 (or OS Login /v1/users) request, in order: bring the state's clock up to date
+(`state.advance()`), ask the fault injector what to do (latency, an error instead of a
+response, a dropped connection, an error after the request took effect, or a hostile
+answer, hostile.py), run the handler, turn
 `ApiError` into the AIP-193 envelope, and append one record to the request log (its `fault` is
 the kind injected; a `malformed` mode that does not fit the request is not logged as one).
 /_emulator requests skip faults and the log but get the same clock update and error envelope,
@@ -26,6 +27,8 @@ from tpucared.emulator.state import EmulatorState
 log = structlog.get_logger(__name__)
 
 API_PREFIX = "/v2/"
+# Calls that get faults and the request log: the TPU API and the OS Login API (oslogin.py).
+LOGGED_PREFIXES = (API_PREFIX, "/v1/users/")
 
 
 def error_response(error: ApiError) -> web.Response:
@@ -57,7 +60,7 @@ def make_middleware(
     @web.middleware
     async def pipeline(request: web.Request, handler: Handler) -> web.StreamResponse:
         state.advance()
-        if not request.path.startswith(API_PREFIX):
+        if not request.path.startswith(LOGGED_PREFIXES):
             return await _run(handler, request)
         arrived = state.now()
         delay, fault = faults.decide(request.method, request.path)

@@ -58,6 +58,9 @@ class EmulatorOptions:
     # Where the simulated workers' home directories live; None: a temporary directory,
     # removed when the emulator stops.
     hosts_dir: str | None = None
+    # OS Login enforced on every project (oslogin.py): workers accept only keys imported
+    # through the OS Login API, for the profile's user, and ignore `ssh-keys` metadata.
+    os_login: bool = False
 
     request_log_size: int = 100_000
     max_operations: int = 100_000  # finished operations kept for GET, oldest dropped first

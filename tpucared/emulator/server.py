@@ -34,6 +34,7 @@ from tpucared.emulator.faults import FaultInjector
 from tpucared.emulator.hosts import SshWorkerHosts
 from tpucared.emulator.middleware import make_middleware
 from tpucared.emulator.options import EmulatorOptions
+from tpucared.emulator.oslogin import OsLoginApi, OsLoginRegistry
 from tpucared.emulator.persistence import load_state, save_state
 from tpucared.emulator.requestlog import RequestLog
 from tpucared.emulator.state import EmulatorState
@@ -58,10 +59,14 @@ class EmulatorServer:
     ) -> None:
         self.options = options or EmulatorOptions()
         self.state = EmulatorState(self.options, clock)
+        # Profiles belong to accounts, not to the cloud's resources: a control reset keeps them.
+        self.os_login = OsLoginRegistry(lambda: int(self.state.now() * 1_000_000))
         self.faults = FaultInjector()
         self.requests = RequestLog(self.options.request_log_size)
         if worker_hosts is None and self.options.ssh_hosts:
-            worker_hosts = SshWorkerHosts.from_options(self.options)
+            worker_hosts = SshWorkerHosts.from_options(
+                self.options, os_login=self.os_login if self.options.os_login else None
+            )
         self.worker_hosts: WorkerHosts = worker_hosts or NoWorkerHosts()
         self._driver: Driver | None = None
         self._runner: web.AppRunner | None = None
@@ -79,6 +84,7 @@ class EmulatorServer:
 
         app.router.add_route("*", "/v2/{tail:.*}", v2)
         ControlApi(self.state, self.faults, self.requests, self.worker_hosts).add_routes(app)
+        OsLoginApi(self.os_login).add_routes(app)
         return app
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -201,6 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="directory for the simulated workers' homes (default: a temporary directory)",
     )
+    parser.add_argument(
+        "--os-login",
+        action="store_true",
+        help="enforce OS Login on every worker: only keys imported through /v1/users/... "
+        "log in, as the profile's user; ssh-keys metadata is ignored",
+    )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument(
         "--state-file", default=None, help="JSON file to load at start, save at exit"
@@ -236,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         ssh_hosts=args.ssh_hosts,
         ssh_port=args.ssh_port,
         hosts_dir=args.hosts_dir,
+        os_login=args.os_login,
         seed=args.seed,
         state_file=args.state_file,
     )

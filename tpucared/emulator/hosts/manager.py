@@ -33,6 +33,7 @@ from tpucared.emulator.hosts.worker import SimulatedWorker
 
 if TYPE_CHECKING:
     from tpucared.emulator.options import EmulatorOptions
+    from tpucared.emulator.oslogin import OsLoginRegistry
     from tpucared.emulator.resources import Node
 
 log = structlog.get_logger(__name__)
@@ -80,8 +81,11 @@ class SshWorkerHosts:
         port: int = 22,
         shell: str | None = None,
         login_timeout: float = 30.0,
+        os_login: OsLoginRegistry | None = None,
     ) -> None:
         self.port = port
+        # When set, OS Login is enforced: workers ask it, not the node's ssh-keys metadata.
+        self.os_login = os_login
         # Distinguishes this emulator's processes from another emulator's on the same machine.
         self.token = secrets.token_hex(8)
         self.shell = shell or shutil.which("bash") or "/bin/sh"
@@ -111,8 +115,10 @@ class SshWorkerHosts:
         )
 
     @classmethod
-    def from_options(cls, options: EmulatorOptions) -> SshWorkerHosts:
-        return cls(options.hosts_dir, port=options.ssh_port)
+    def from_options(
+        cls, options: EmulatorOptions, *, os_login: OsLoginRegistry | None = None
+    ) -> SshWorkerHosts:
+        return cls(options.hosts_dir, port=options.ssh_port, os_login=os_login)
 
     # -----------------------------------------------------------------------------------------
     # Where things are.
@@ -173,6 +179,7 @@ class SshWorkerHosts:
                 path=self._path,
                 tags={**self.tags(node), TAG_WORKER: str(worker.index)},
                 options=self._options,
+                os_login=self.os_login,
             )
             for worker in node.workers
         ]

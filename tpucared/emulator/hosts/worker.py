@@ -3,7 +3,8 @@
 `SimulatedWorker` is what `SshWorkerHosts` (manager.py) starts for each worker of a READY node.
 It listens on `worker.ip:port` with the worker's host key (the key getGuestAttributes
 publishes), authenticates public keys against the node's current `ssh-keys` metadata
-(keys.py), and runs each exec request as `bash -c COMMAND` (sh without bash), like sshd runs
+(keys.py), or against OS Login profiles when the emulator enforces OS Login (oslogin.py),
+and runs each exec request as `bash -c COMMAND` (sh without bash), like sshd runs
 the login shell: a local process in its own session, in the worker's home directory, with a
 fresh login environment plus the tags that let processes.py find its descendants later. Stdin,
 stdout and stderr are piped over the channel; the exit status (or signal) goes back. No PTY,
@@ -37,6 +38,7 @@ from tpucared.emulator.hosts import keys
 from tpucared.emulator.hosts.processes import kill_processes
 
 if TYPE_CHECKING:
+    from tpucared.emulator.oslogin import OsLoginRegistry
     from tpucared.emulator.resources import Node
     from tpucared.emulator.workers import Worker
 
@@ -61,6 +63,7 @@ class SimulatedWorker:
         path: str,
         tags: Mapping[str, str],
         options: Mapping[str, object],
+        os_login: OsLoginRegistry | None = None,
     ) -> None:
         self.node = node  # read on every login: a metadata patch takes effect at once
         self.worker = worker
@@ -69,6 +72,7 @@ class SimulatedWorker:
         self.shell = shell
         self.path = path
         self.tags = dict(tags)
+        self._os_login = os_login
         self.spawned = False  # a command ran since start: a kill needs the /proc scan
         self._options = asyncssh.SSHServerConnectionOptions(
             server_host_keys=[worker.host_key], process_factory=self._run_command, **options
@@ -107,6 +111,8 @@ class SimulatedWorker:
         )
 
     def authorized(self, username: str, key: asyncssh.SSHKey) -> bool:
+        if self._os_login is not None:  # enforced: metadata ssh-keys are ignored
+            return self._os_login.authorized(username, key)
         metadata = self.node.spec.get("metadata") or {}
         return keys.is_authorized(metadata, username, key)
 
