@@ -92,13 +92,14 @@ async def test_import_returns_the_profile_and_delete_removes_the_key(http: Http)
     await http.ok("DELETE", f"/v1/users/{SA}/sshPublicKeys/{fingerprint}")
     assert (await http.ok("GET", f"/v1/users/{SA}/loginProfile"))["sshPublicKeys"] == {}
     status, body = await http("DELETE", f"/v1/users/{SA}/sshPublicKeys/{fingerprint}")
-    assert status == 404 and body["error"]["status"] == "NOT_FOUND"
+    assert status == 404
+    assert body["error"]["status"] == "NOT_FOUND"
 
 
 async def test_bad_requests_are_invalid_argument(http: Http) -> None:
     for body in ({"key": "ssh-ed25519 not-base64!"}, {}, {"key": "x", "expirationTimeUsec": "y"}):
         status, answer = await http("POST", f"/v1/users/{SA}:importSshPublicKey", body)
-        assert status == 400 and answer["error"]["status"] == "INVALID_ARGUMENT", body
+        assert (status, answer["error"]["status"]) == (400, "INVALID_ARGUMENT"), body
     status, answer = await http("GET", "/v1/users/not-an-email/loginProfile")
     assert status == 400
 
