@@ -142,3 +142,34 @@ def test_a_reservation_in_another_zone(tmp_path: Path) -> None:
         'fleet "sweep": reservation: the reservation is in us-central2-a: the fleet\'s zones '
         "must be that zone only, got ['us-central2-b']"
     ]
+
+
+def test_os_login_loads_with_or_without_an_account(tmp_path: Path) -> None:
+    ssh = load_config(_write(tmp_path, "[ssh]\nos_login = true\n")).ssh
+    assert (ssh.os_login, ssh.os_login_account) == (True, None)
+    account = "tpucared@my-project.iam.gserviceaccount.com"
+    ssh = load_config(
+        _write(tmp_path, f'[ssh]\nos_login = true\nos_login_account = "{account}"\n')
+    ).ssh
+    assert ssh.os_login_account == account
+    assert load_config(_write(tmp_path, "")).ssh.os_login is False
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (
+            '[ssh]\nos_login = true\nuser = "me"\n',
+            "ssh.user: OS Login names the user (its login profile's): remove ssh.user",
+        ),
+        (
+            '[ssh]\nos_login_account = "a@b.iam.gserviceaccount.com"\n',
+            "ssh.os_login_account: needs ssh.os_login = true",
+        ),
+        ('[ssh]\nos_login = true\nos_login_account = "not-an-email"\n', "ssh.os_login_account"),
+        ('[ssh]\nos_login = "yes"\n', "ssh.os_login"),
+    ],
+)
+def test_bad_os_login(tmp_path: Path, extra: str, expected: str) -> None:
+    (line,) = _problems(tmp_path, extra)
+    assert line.startswith(expected), line

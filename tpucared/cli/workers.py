@@ -21,11 +21,19 @@ def _workload_call(args: argparse.Namespace, call: str) -> int:
     commands work beside a running daemon and write nothing (not even host-key pins)."""
     config = load(args)
     from tpucared.cli.readdb import reading
+    from tpucared.runtime.clock import SystemClock
+    from tpucared.runtime.errors import StartupError
+    from tpucared.runtime.oslogin import os_login_config
     from tpucared.runtime.workload import by_hand as wc
 
     async def go() -> int:
+        nonlocal config
         # Checked and read-only, as `status` reads it: a broken file is one line (readdb.py).
         snapshot = await reading(config.daemon.db, lambda store: store.load_snapshot())
+        try:  # under OS Login the user is the login profile's (runtime/oslogin.py)
+            config = await os_login_config(config, SystemClock())
+        except StartupError as exc:
+            raise wc.CommandError(str(exc)) from None
         if call == "logs":
             return await wc.logs(
                 config, snapshot, args.where, worker=args.worker, follow=args.follow,

@@ -213,12 +213,18 @@ def _ssh(
     else:
         problems.add("ssh.key", "required when daemon.db is a URL (there is no directory to use)")
         return None
+    if raw.os_login and "user" in raw.model_fields_set:
+        problems.add("ssh.user", "OS Login names the user (its login profile's): remove ssh.user")
+    if raw.os_login_account is not None and not raw.os_login:
+        problems.add("ssh.os_login_account", "needs ssh.os_login = true")
     return SshConfig(
         user=raw.user,
         port=raw.port,
         key=key,
         internal_ip=raw.internal_ip,
         concurrency=raw.concurrency,
+        os_login=raw.os_login,
+        os_login_account=raw.os_login_account,
     )
 
 

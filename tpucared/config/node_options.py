@@ -46,6 +46,13 @@ ServiceAccount = Annotated[
         'a service account e-mail like "trainer@P.iam.gserviceaccount.com"',
     ),
 ]
+AccountEmail = Annotated[
+    str,
+    pattern(
+        r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+",
+        'an account e-mail like "tpucared@P.iam.gserviceaccount.com"',
+    ),
+]
 Scope = Annotated[
     str,
     pattern(

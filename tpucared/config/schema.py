@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from tpucared.config.node_options import (
+    AccountEmail,
     DiskSource,
     Metadata,
     Network,
@@ -81,6 +82,8 @@ class SshTable(Table):
     key: NonEmpty | None = None
     internal_ip: bool = False
     concurrency: int = Field(default=64, ge=1, le=1024)
+    os_login: bool = False
+    os_login_account: AccountEmail | None = None
 
 
 class SecretTable(Table):

@@ -43,6 +43,9 @@ class SshConfig:
     key: Path
     internal_ip: bool
     concurrency: int
+    # OS Login (runtime/oslogin.py): the user is then the login profile's, not `user`.
+    os_login: bool = False
+    os_login_account: str | None = None  # default: the credentials' service account
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,15 @@ class GoogleTokenSource:
         self._stale = False
         self.refreshes += 1
 
+    async def account(self) -> str | None:
+        """The service account e-mail of these credentials, or None (a person's ADC).
+        Metadata-server credentials learn theirs on the first refresh ("default" before)."""
+        email = getattr(self._credentials, "service_account_email", None)
+        if email == "default":
+            await self.authorization()
+            email = getattr(self._credentials, "service_account_email", None)
+        return email if isinstance(email, str) and "@" in email else None
+
     async def invalidate(self, rejected: str | None = None) -> None:
         if rejected is not None and rejected != self._current():
             return  # someone already replaced the token the server refused

@@ -165,6 +165,13 @@ class TpuClient:
             what=call,
         )
 
+    async def request(
+        self, call: str, method: str, url: str, *, body: Mapping[str, Any] | None = None
+    ) -> JSON:
+        """One call to another Google API on the same path (auth, retries, classification,
+        counting): the OS Login client (oslogin.py) uses it with its own absolute URLs."""
+        return await self._call(call, method, url, body=body)
+
     def _record(self, call: str, status: str, started: float) -> None:
         self.request_counts[(call, status)] += 1
         seconds = self._clock() - started

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -48,6 +49,7 @@ from tpucared.runtime.nodes.executor import Executor
 from tpucared.runtime.nodes.observer import Observer
 from tpucared.runtime.nodes.operations import OperationWatcher, PollSchedule
 from tpucared.runtime.notifications import Notifications
+from tpucared.runtime.oslogin import start_os_login
 from tpucared.runtime.reconciler import PlanFilter, Reconciler, Tick
 from tpucared.runtime.resources import Resources, credentials, open_resources
 from tpucared.runtime.sdnotify import Notifier, TickNotifier
@@ -59,6 +61,7 @@ from tpucared.runtime.wakeup import Wakeup
 from tpucared.runtime.workload.hosts import guest_attribute_host_keys
 from tpucared.runtime.workload.jobs import WorkloadJobs
 from tpucared.runtime.workload.runner import WorkloadRunner
+from tpucared.ssh.keys import ensure_client_key
 from tpucared.store import Store
 
 log = structlog.get_logger(__name__)
@@ -257,6 +260,12 @@ async def _started_and_run(
         res.stack.push_async_callback(telemetry.stop)
         template = node_template(config)
         client = await res.connect(on_request=telemetry.api_request, tokens=tokens)
+        roots: dict[str, RootTask] = {}
+        if config.ssh.os_login:  # every login is then the profile's user (runtime/oslogin.py)
+            key = await asyncio.to_thread(ensure_client_key, config.ssh.key)
+            keeper = await start_os_login(config, client, tokens, key, res.clock)
+            config = replace(config, ssh=replace(config.ssh, user=keeper.username))
+            roots["os_login"] = lambda: keeper.run(daemon.stop)
         await _warn_about_unconfigured(res.store, config)
         workloads = await asyncio.to_thread(
             WorkloadRunner.from_config,
@@ -294,6 +303,7 @@ async def _started_and_run(
                 extra_roots={
                     "maintenance": lambda: maintenance.run(daemon.stop),
                     "notifications": lambda: news.watch(daemon.stop),
+                    **roots,
                 },
             )
 
