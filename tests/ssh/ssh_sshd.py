@@ -74,6 +74,7 @@ class OpenSshServer:
     host_keys: dict[str, Path]
     port: int = 0
     user: str = field(default_factory=getpass.getuser)
+    extra_config: str = ""  # more sshd_config lines, e.g. an AuthorizedKeysCommand
     process: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
@@ -120,6 +121,7 @@ UseDNS no
 MaxSessions 50
 LogLevel VERBOSE
 SetEnv HOME={home}
+{self.extra_config}
 """
         )
         log = self.log_path.open("ab")
