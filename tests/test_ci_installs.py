@@ -29,6 +29,8 @@ PACKAGE_OF = {
     "shellcheck": "shellcheck",
     "chattr": "e2fsprogs",
     "promtool": "prometheus",
+    "useradd": "passwd",
+    "userdel": "passwd",
     "dash": "dash",
     "bash": "bash",
     "sh": "dash",
