@@ -570,7 +570,7 @@ BAD = [
     (
         "guard-project",
         MINIMAL + '[guard]\nproject = "other-project"\n',
-        ['gcp.project: expected guard.project "other-project", got "my-project"'],
+        ['gcp.project: "my-project" is not allowed by the guard (allowed: other-project)'],
     ),
 ]
 

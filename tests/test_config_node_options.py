@@ -47,9 +47,9 @@ def _problems(tmp_path: Path, extra: str) -> list[str]:
 def test_no_options_keeps_the_spec_hash_of_before(tmp_path: Path) -> None:
     (spec,) = load_config(_write(tmp_path, "")).fleets
     assert spec.node == NodeOptions()
-    # The hash as it was computed before node options existed: a fleet recorded by an older
-    # tpucared is not reported as changed after the upgrade.
-    before = {k: v for k, v in dataclasses.asdict(spec).items() if k != "node"}
+    # The hash as it was computed before node options (and fleet projects) existed: a fleet
+    # recorded by an older tpucared is not reported as changed after the upgrade.
+    before = {k: v for k, v in dataclasses.asdict(spec).items() if k not in ("node", "project")}
     blob = json.dumps(before, sort_keys=True, default=str).encode()
     assert spec.spec_hash() == hashlib.sha256(blob).hexdigest()[:16]
     edited = FleetSpec(**{**spec.__dict__, "node": NodeOptions(tags=("tpu",))})
@@ -171,5 +171,46 @@ def test_os_login_loads_with_or_without_an_account(tmp_path: Path) -> None:
     ],
 )
 def test_bad_os_login(tmp_path: Path, extra: str, expected: str) -> None:
+    (line,) = _problems(tmp_path, extra)
+    assert line.startswith(expected), line
+
+
+def test_a_fleet_in_another_project(tmp_path: Path) -> None:
+    (other,) = load_config(_write(tmp_path, 'project = "other-proj"\n')).fleets
+    assert other.project == "other-proj"
+    (own,) = load_config(_write(tmp_path, 'project = "my-project"\n')).fleets
+    (unnamed,) = load_config(_write(tmp_path, "")).fleets
+    # Naming the daemon's own project is not naming another: same spec, same hash.
+    assert own == unnamed
+    assert own.spec_hash() == unnamed.spec_hash() != other.spec_hash()
+
+
+def test_the_guard_allows_a_list_of_projects(tmp_path: Path) -> None:
+    config = load_config(
+        _write(
+            tmp_path, 'project = "other-proj"\n[guard]\nproject = ["my-project", "other-proj"]\n'
+        )
+    )
+    assert config.guard is not None
+    assert config.guard.projects == frozenset({"my-project", "other-proj"})
+    one = load_config(_write(tmp_path, '[guard]\nproject = "my-project"\n')).guard
+    assert one is not None
+    assert one.projects == frozenset({"my-project"})
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (
+            'project = "third-proj"\n[guard]\nproject = ["my-project", "other-proj"]\n',
+            'fleet "sweep": project: "third-proj" is not allowed by the guard '
+            "(allowed: my-project, other-proj)",
+        ),
+        ("[guard]\nproject = []\n", "guard.project"),
+        ('[guard]\nproject = ["my-project", "my-project"]\n', "guard.project"),
+        ('project = "Not_A_Project"\n', 'fleet "sweep": project'),
+    ],
+)
+def test_bad_projects(tmp_path: Path, extra: str, expected: str) -> None:
     (line,) = _problems(tmp_path, extra)
     assert line.startswith(expected), line

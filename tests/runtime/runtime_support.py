@@ -185,8 +185,10 @@ class Control:
                 raise AssertionError(f"{method} {path}: {response.status} {data}")
             return data
 
-    async def node_action(self, node: str, action: str, zone: str = ZONE) -> Any:
-        path = f"/projects/{PROJECT}/locations/{zone}/nodes/{node}:{action}"
+    async def node_action(
+        self, node: str, action: str, zone: str = ZONE, project: str = PROJECT
+    ) -> Any:
+        path = f"/projects/{project}/locations/{zone}/nodes/{node}:{action}"
         return await self._call("POST", path)
 
     async def nodes(self) -> list[dict[str, Any]]:

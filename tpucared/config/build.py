@@ -47,6 +47,7 @@ from tpucared.config.values import Config, DaemonConfig, GcpConfig, SshConfig
 from tpucared.core.model import durations
 from tpucared.core.model.backoff import BackoffRule
 from tpucared.core.model.specs import (
+    DEFAULT_PROJECT,
     FLEET_LABEL,
     OWNER_LABEL,
     CapacityKind,
@@ -69,7 +70,7 @@ def build_config(raw: ConfigFile, file: Path, problems: Problems) -> Config | No
     daemon = _daemon(raw.daemon, base, problems, emulator=raw.gcp.credentials == "none")
     gcp = _gcp(raw.gcp, base, problems)
     ssh = _ssh(raw.ssh, daemon, base, problems)
-    fleets = _fleets(raw.fleet, base, problems)
+    fleets = _fleets(raw.fleet, base, problems, own_project=raw.gcp.project)
     policy = _policy(raw.policy, problems)
     guard = build_guard(raw.guard, raw, problems)
     notify = _notify(raw.notify, problems)
@@ -228,7 +229,9 @@ def _ssh(
     )
 
 
-def _fleets(raws: Sequence[FleetTable], base: Path, problems: Problems) -> tuple[FleetSpec, ...]:
+def _fleets(
+    raws: Sequence[FleetTable], base: Path, problems: Problems, *, own_project: str
+) -> tuple[FleetSpec, ...]:
     specs = []
     seen: dict[str, int] = {}
     for i, raw in enumerate(raws):
@@ -280,6 +283,9 @@ def _fleets(raws: Sequence[FleetTable], base: Path, problems: Problems) -> tuple
                 labels=dict(raw.labels),
                 workload=workload,
                 node=node,
+                # The daemon's own project is the core's DEFAULT_PROJECT however it is spelled:
+                # naming it changes neither the spec hash nor where the nodes are recorded.
+                project=DEFAULT_PROJECT if raw.project in (None, own_project) else str(raw.project),
             )
         )
     return tuple(specs)

@@ -22,7 +22,7 @@ def build_guard(raw: GuardTable | None, root: ConfigFile, problems: Problems) ->
     if raw is None:
         return None
     guard = GuardConfig(
-        project=raw.project,
+        projects=None if raw.project is None else frozenset(raw.project),
         zones=None if raw.zones is None else frozenset(raw.zones),
         accelerator_types=None
         if raw.accelerator_types is None
@@ -30,15 +30,16 @@ def build_guard(raw: GuardTable | None, root: ConfigFile, problems: Problems) ->
         capacity=None if raw.capacity is None else frozenset(raw.capacity),
         max_nodes=raw.max_nodes,
     )
-    if guard.project is not None and root.gcp.project != guard.project:
+    if guard.projects is not None and root.gcp.project not in guard.projects:
         problems.add(
             "gcp.project",
-            f"expected guard.project {as_written(guard.project)}, "
-            f"got {as_written(root.gcp.project)}",
+            f"{as_written(root.gcp.project)} is not allowed by the guard "
+            f"(allowed: {', '.join(sorted(guard.projects))})",
         )
     for fleet in root.fleet:
         at = f"fleet {json.dumps(fleet.name)}"
         checks: list[tuple[str, list[str], frozenset[str] | None]] = [
+            ("project", [fleet.project] if fleet.project else [], guard.projects),
             ("zones", list(fleet.zones), guard.zones),
             ("accelerator_type", [fleet.accelerator_type], guard.accelerator_types),
             ("capacity", [fleet.capacity.value], _values(guard.capacity)),

@@ -38,6 +38,7 @@ from tpucared.config.syntax import (
     RuntimeVersion,
     UserName,
     Zone,
+    one_or_more,
     unique_list,
 )
 from tpucared.core.model.specs import (
@@ -111,6 +112,7 @@ class DataDiskTable(Table):
 
 class FleetTable(Table):
     name: FleetName
+    project: Project | None = None  # default: gcp.project
     zones: Annotated[list[Zone], unique_list("at least one zone")]
     accelerator_type: AcceleratorType
     runtime_version: RuntimeVersion
@@ -149,7 +151,7 @@ class PolicyTable(Table):
 
 
 class GuardTable(Table):
-    project: Project | None = None
+    project: Annotated[list[Project], one_or_more("at least one project")] | None = None
     zones: Annotated[list[Zone], unique_list("at least one zone")] | None = None
     accelerator_types: list[AcceleratorType] | None = None
     capacity: list[Annotated[CapacityKind, _lax()]] | None = None

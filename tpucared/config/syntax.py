@@ -87,21 +87,30 @@ def pattern(regex: str, expected: str) -> BeforeValidator:
     return BeforeValidator(check)
 
 
-def unique_list(expected: str) -> BeforeValidator:
-    """A list with no item twice, and not empty (`expected` says what it should hold)."""
+def one_or_more(expected: str) -> BeforeValidator:
+    """One value or a list of them, as a list: `project = "p"` or `project = ["p", "q"]`."""
 
     def check(value: object) -> object:
-        if isinstance(value, list):
-            dupes = sorted({str(v) for v in value if value.count(v) > 1})
-            if dupes:
-                raise PydanticCustomError(
-                    "tpucared", "listed more than once: {dupes}", {"dupes": ", ".join(dupes)}
-                )
-            if not value:
-                raise _fail(expected, value)
-        return value
+        return _unique(expected, [value] if isinstance(value, str) else value)
 
     return BeforeValidator(check)
+
+
+def unique_list(expected: str) -> BeforeValidator:
+    """A list with no item twice, and not empty (`expected` says what it should hold)."""
+    return BeforeValidator(lambda value: _unique(expected, value))
+
+
+def _unique(expected: str, value: object) -> object:
+    if isinstance(value, list):
+        dupes = sorted({str(v) for v in value if value.count(v) > 1})
+        if dupes:
+            raise PydanticCustomError(
+                "tpucared", "listed more than once: {dupes}", {"dupes": ", ".join(dupes)}
+            )
+        if not value:
+            raise _fail(expected, value)
+    return value
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]

@@ -52,7 +52,7 @@ class SshConfig:
 class GuardConfig:
     """Limits a config must stay within (e.g. a TRC grant), so a typo cannot spend money."""
 
-    project: str | None = None
+    projects: frozenset[str] | None = None  # `[guard] project`: one project or a list
     zones: frozenset[str] | None = None
     accelerator_types: frozenset[str] | None = None
     capacity: frozenset[CapacityKind] | None = None

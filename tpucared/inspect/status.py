@@ -25,6 +25,7 @@ from tpucared.core.model.records import (
     WorkerRecord,
     WorkloadAttemptRecord,
 )
+from tpucared.core.model.specs import location_name
 from tpucared.core.nodes import create_backoff
 from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.inspect.fmt import NONE, duration, iso, table, truncate
@@ -136,6 +137,7 @@ def _node_doc(node: IncarnationRecord, workers: Sequence[WorkerRecord]) -> dict[
         "id": node.id,
         "name": node.node_name,
         "zone": node.zone,
+        "project": node.project or None,  # null: the daemon's own (gcp.project)
         "accelerator_type": node.accelerator_type,
         "phase": node.phase.value,
         "live": node.phase in LIVE_PHASES,
@@ -231,7 +233,7 @@ def _row(f: FleetStatus, s: SlotStatus, now: datetime) -> list[str]:
         _fleet_name(f),
         str(s.slot.index),
         node.node_name if node is not None else NONE,
-        node.zone if node is not None else NONE,
+        location_name(node.project, node.zone) if node is not None else NONE,
         phase,
         _cloud(node),
         _attempt(s),

@@ -88,7 +88,7 @@ def _watch(
     res: Resources,
 ) -> Callable[[Tick], bool]:
     """The loop's `until`: report each delete, stop when done or at the deadline."""
-    zones = {z for f in config.fleets if f.name in names for z in f.zones}
+    zones = {(f.project, z) for f in config.fleets if f.name in names for z in f.zones}
 
     def until(tick: Tick) -> bool:
         for action in tick.execution.deletes():
@@ -134,14 +134,14 @@ async def _mark_down(
             log.info("fleet marked down", fleet=name)
 
 
-def _finished(tick: Tick, names: Sequence[str], zones: set[str]) -> bool:
+def _finished(tick: Tick, names: Sequence[str], zones: set[tuple[str, str]]) -> bool:
     """Nothing left to do for these fleets: no live incarnation, no action planned, and every
     zone of theirs listed successfully (a failed list hides nodes)."""
     if any(not isinstance(a, Notice) for a in tick.plan.actions):
         return False
     if any(i.fleet in names for i in tick.snapshot.nodes.values()):
         return False
-    return all(o.ok for o in tick.observations if o.zone in zones)
+    return all(o.ok for o in tick.observations if (o.project, o.zone) in zones)
 
 
 async def up(config: Config, fleets: Sequence[str], *, clock: Clock | None = None) -> list[str]:

@@ -71,7 +71,8 @@ class Maintenance:
         cutoff = events_cutoff(self._clock.now(), self._config.daemon.events_retention)
         if cutoff is not None:
             done.events = await self._batches(lambda tx: tx.prune_events(cutoff, self._batch), stop)
-        listed = {(self._config.gcp.project, z) for f in self._config.fleets for z in f.zones}
+        gcp = self._config.gcp.project
+        listed = {(f.project or gcp, z) for f in self._config.fleets for z in f.zones}
         async with self._store.write() as tx:
             done.zones = await tx.forget_zone_health(
                 stale_zones(await tx.zone_health_keys(), listed)

@@ -35,7 +35,7 @@ import structlog
 
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import IncarnationRecord, ZoneHealth
-from tpucared.core.model.specs import FleetSpec
+from tpucared.core.model.specs import DEFAULT_PROJECT, FleetSpec
 from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.planner import plan as make_plan
 from tpucared.core.planning.policy import Policy
@@ -43,7 +43,7 @@ from tpucared.core.planning.tick import plan_tick
 from tpucared.core.planning.zone_health import UNREACHABLE_AFTER, health_details, next_zone_health
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.nodes.executor import Execution, Executor
-from tpucared.runtime.nodes.observer import Observer, summarize, zones_to_observe
+from tpucared.runtime.nodes.observer import Location, Observer, summarize, zones_to_observe
 from tpucared.runtime.nodes.operations import OperationWatcher
 from tpucared.runtime.workload.jobs import Dispatch, WorkloadJobs
 from tpucared.runtime.workload.runner import WorkloadRunner
@@ -65,7 +65,8 @@ class Tick:
     seconds: float
     workloads: Dispatch | None = None  # what became of the slots' jobs (None: no workloads)
     # Every zone listed so far, by zone, as recorded after this tick's lists.
-    zone_health: Mapping[str, ZoneHealth] = field(default_factory=lambda: MappingProxyType({}))
+    # By (project, zone), the project as the core names it (DEFAULT_PROJECT: gcp.project).
+    zone_health: Mapping[Location, ZoneHealth] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def next_hold_lifts(self) -> datetime | None:
@@ -107,10 +108,10 @@ class Reconciler:
         self.ticks = 0
         self.last: Tick | None = None
         self._live: tuple[IncarnationRecord, ...] | None = None
-        # The project the observer lists (zone health is recorded per project and zone).
+        # What DEFAULT_PROJECT means (zone health is recorded per real project and zone).
         self.project = project if project is not None else str(getattr(observer, "_project", ""))
-        self.zone_health: dict[str, ZoneHealth] | None = None  # read from the store at first
-        self._last_ok: dict[str, datetime] = {}  # zone -> its last successful list (memory)
+        self.zone_health: dict[Location, ZoneHealth] | None = None  # read from the store at first
+        self._last_ok: dict[Location, datetime] = {}  # its last successful list (memory)
 
     async def tick(self, reason: str = "poll") -> Tick:
         started = self._clock.monotonic()
@@ -160,23 +161,29 @@ class Reconciler:
         _log_tick(tick)
         return tick
 
+    def _key(self, project: str) -> str:
+        """A recorded project as the core names it."""
+        return DEFAULT_PROJECT if project == self.project else project
+
     async def _record_zone_health(self, observations: Iterable[ZoneObservation]) -> None:
         """Bring `zone_health` up to date: one write for the zones that changed, if any."""
         if self.zone_health is None:
             async with self._store.read() as r:
                 rows = await r.zone_health()
-            self.zone_health = {z.zone: z for z in rows if z.project == self.project}
+            self.zone_health = {(self._key(z.project), z.zone): z for z in rows}
         now = self._clock.now()
         changed: list[tuple[ZoneHealth, tuple[str, str] | None]] = []
         for obs in observations:
+            where = (obs.project, obs.zone)
             if obs.ok:
-                self._last_ok[obs.zone] = obs.observed_at
-            before = self.zone_health.get(obs.zone)
+                self._last_ok[where] = obs.observed_at
+            before = self.zone_health.get(where)
             after, event = next_zone_health(
-                before, obs, self.project, self._last_ok.get(obs.zone), UNREACHABLE_AFTER
-            )
+                before, obs, obs.project or self.project, self._last_ok.get(where),
+                UNREACHABLE_AFTER,
+            )  # fmt: skip
             if after != before:
-                self.zone_health[obs.zone] = after
+                self.zone_health[where] = after
                 changed.append((after, event))
         if not changed:
             return

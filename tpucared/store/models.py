@@ -151,6 +151,8 @@ class NodeRow(Base):
     delete_calls: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     last_delete_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     queued_resource: Mapped[str | None] = mapped_column(String(255))
+    # The node's project; '' (core DEFAULT_PROJECT) for the daemon's own, `gcp.project`.
+    project: Mapped[str] = mapped_column(String(63), default="", server_default=text("''"))
 
 
 class WorkerRow(Base):

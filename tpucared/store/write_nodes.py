@@ -26,7 +26,7 @@ from sqlalchemy.exc import IntegrityError
 
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, NodePhase, WorkerRecord
-from tpucared.core.model.specs import ErrorKind
+from tpucared.core.model.specs import DEFAULT_PROJECT, ErrorKind
 from tpucared.core.nodes.lifecycle import check_transition, is_terminal
 from tpucared.core.planning.actions import CloudFacts, RecordCloud, SlotUpdate
 from tpucared.store import convert
@@ -109,6 +109,7 @@ class NodeWrites(WriterBase):
         *,
         queued_resource: str | None = None,
         reason: str = "",
+        project: str = DEFAULT_PROJECT,
     ) -> IncarnationRecord:
         """Record the intent to create a node, before the create call (CreateNode T1).
         `LiveIncarnationExists` if the slot, or the node name in that zone, has a live
@@ -129,6 +130,7 @@ class NodeWrites(WriterBase):
                 phase_since=now,
                 requested_at=now,
                 queued_resource=queued_resource,
+                project=project,
             )
             .returning(*NodeRow.__table__.c)
         )
@@ -361,6 +363,7 @@ class NodeWrites(WriterBase):
         queued_resource: str | None = None,
         end_reason: str | None = None,
         reason: str = "",
+        project: str = DEFAULT_PROJECT,
     ) -> IncarnationRecord:
         """Take on a node we own but have no live record of (Adopt): a REQUESTED record moved
         at once to `phase`, with the cloud facts. `LiveIncarnationExists` if one is live."""
@@ -373,6 +376,7 @@ class NodeWrites(WriterBase):
             now,
             queued_resource=queued_resource,
             reason=reason or f"{node_name}: adopting the node found in {zone}",
+            project=project,
         )
         if phase is NodePhase.REQUESTED:
             return await self.record_cloud(inc.id, phase, cloud, now, reason=reason)

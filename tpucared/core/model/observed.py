@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, ErrorKind
+from tpucared.core.model.specs import DEFAULT_PROJECT, FLEET_LABEL, OWNER_LABEL, ErrorKind
 
 # ---------------------------------------------------------------------------------------------
 # Observations: what the cloud shows, converted from API JSON by the gcp layer.
@@ -140,6 +140,7 @@ class ZoneObservation:
     error: ErrorKind | None = None
     error_message: str | None = None
     queued_resources: tuple[ObservedQueuedResource, ...] | None = None
+    project: str = DEFAULT_PROJECT  # the project listed (DEFAULT_PROJECT: gcp.project)
 
     @property
     def ok(self) -> bool:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from tpucared.core.model.specs import ErrorKind, error_text
+from tpucared.core.model.specs import DEFAULT_PROJECT, ErrorKind, error_text
 
 # ---------------------------------------------------------------------------------------------
 # Records: what the store remembers. The store returns these, never ORM objects.
@@ -89,6 +89,7 @@ class IncarnationRecord:
     error: ErrorKind | None = None
     delete_calls: int = 0  # delete calls issued so far (bounded retries of a stuck delete)
     last_delete_at: datetime | None = None
+    project: str = DEFAULT_PROJECT  # where the node lives, set when it is created or adopted
 
 
 @dataclass(frozen=True)

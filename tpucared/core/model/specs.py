@@ -116,6 +116,17 @@ class NodeOptions:
     reservation: str | None = None  # queued provisioning with capacity "reserved"
 
 
+# The project of a fleet, a node or a list that lives in the daemon's own project
+# (`gcp.project`): only adapters know which project that is, and stored records made before
+# fleets could name a project say this too.
+DEFAULT_PROJECT = ""
+
+
+def location_name(project: str, zone: str) -> str:
+    """How a person reads a (project, zone): the zone alone in the daemon's own project."""
+    return zone if project == DEFAULT_PROJECT else f"{project}/{zone}"
+
+
 @dataclass(frozen=True)
 class FleetSpec:
     name: str
@@ -128,6 +139,7 @@ class FleetSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     workload: WorkloadSpec | None = None
     node: NodeOptions = field(default_factory=NodeOptions)
+    project: str = DEFAULT_PROJECT  # another project than `gcp.project`, or DEFAULT_PROJECT
 
     def node_name(self, slot: int) -> str:
         """Deterministic node id: a create for the same slot is idempotent."""
@@ -138,6 +150,8 @@ class FleetSpec:
         fields = asdict(self)
         if self.node == NodeOptions():
             del fields["node"]  # fleets from before node options keep their hash
+        if self.project == DEFAULT_PROJECT:
+            del fields["project"]  # ... and from before fleets named a project
         blob = json.dumps(fields, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -66,7 +66,7 @@ SERVING = SERVING_PHASES
 
 def plan_incarnation(view: View, inc: IncarnationRecord) -> tuple[list[Action], NodePhase]:
     s = view.sighting(inc)
-    listed = s.node or view.listed_node(inc.zone, inc.node_name)
+    listed = s.node or view.listed_node(inc.project, inc.zone, inc.node_name)
     if listed is not None and listed.state is C.UNRECOGNIZED:
         # Never act on what we cannot read: no delete (not even a scale-down's), no
         # transition, no record; a person is told once (the API grew a state, or something

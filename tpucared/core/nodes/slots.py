@@ -169,6 +169,7 @@ def _create(
         queued_resource=name if queued else None,
         attempt=attempt,
         reason=reason,
+        project=spec.project,
     )
 
 
@@ -180,9 +181,9 @@ def _pick_zone(view: View, spec: FleetSpec, slot: SlotRecord, name: str) -> tupl
     skipped: list[str] = []
     for k in range(len(zones)):
         zone = zones[(start + k) % len(zones)]
-        if not view.zone_known(zone, queued=queued):
+        if not view.zone_known(spec.project, zone, queued=queued):
             return None, f"zone {zone} was not listed successfully this tick; not creating blind"
-        if view.occupant(zone, name) is None:
+        if view.occupant(spec.project, zone, name) is None:
             note = f"skipped {', '.join(skipped)}: name taken there" if skipped else ""
             return zone, note
         skipped.append(zone)

@@ -112,6 +112,7 @@ class Step:
                 queued_resource=inc.queued_resource,
                 end_reason=end_reason if self.phase is not P.DELETING else None,
                 reason=reason,
+                project=inc.project,
             )
         )
         self.phase = P.DELETING
@@ -217,13 +218,13 @@ def ours(view: View, inc: IncarnationRecord, s: Sighting) -> bool:
 def _name_held_by_another(view: View, inc: IncarnationRecord) -> bool:
     """A successful list shows the incarnation's name held by something not ours (checked
     on whichever of the node and queued lists succeeded)."""
-    occupant = view.occupant(inc.zone, inc.node_name)
+    occupant = view.occupant(inc.project, inc.zone, inc.node_name)
     if occupant is None:
         return False
     held = []
-    if occupant.node is not None and view.zone_known(inc.zone):
+    if occupant.node is not None and view.zone_known(inc.project, inc.zone):
         held.append(occupant.node.labels)
-    if occupant.queued is not None and view.zone_known(inc.zone, queued=True):
+    if occupant.queued is not None and view.zone_known(inc.project, inc.zone, queued=True):
         held.append(occupant.queued.labels)
     return any(
         labels.get(OWNER_LABEL) != view.owner or labels.get(FLEET_LABEL) != inc.fleet

@@ -156,6 +156,7 @@ def _adopt(view: View, r: Resource, fleet: str, slot: int) -> Adopt:
         cloud=_facts(r, view.now),
         end_reason=end_reason,
         reason=why,
+        project=r.project,
     )
 
 

@@ -94,7 +94,7 @@ from typing import Any, ClassVar
 
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import NodePhase
-from tpucared.core.model.specs import CapacityKind, Provisioning
+from tpucared.core.model.specs import DEFAULT_PROJECT, CapacityKind, Provisioning
 
 
 class Severity(StrEnum):
@@ -189,6 +189,7 @@ class CreateNode(Action):
     labels: Mapping[str, str]  # the fleet's labels plus tpucared-fleet and tpucared-owner
     queued_resource: str | None  # set for queued provisioning: the queued resource id
     attempt: int  # 1 + consecutive failed creates of this slot
+    project: str = DEFAULT_PROJECT
 
     def subject(self) -> str:
         return self.node_name
@@ -212,6 +213,7 @@ class DeleteNode(Action):
     expected: NodePhase  # the phase the planner saw; the executor's CAS
     queued_resource: str | None  # set: delete the queued resource (force) instead of the node
     end_reason: str | None = None  # recorded when the incarnation enters DELETING
+    project: str = DEFAULT_PROJECT
 
     def subject(self) -> str:
         return self.node_name
@@ -272,6 +274,7 @@ class Adopt(Action):
     queued_resource: str | None
     cloud: CloudFacts
     end_reason: str | None = None
+    project: str = DEFAULT_PROJECT
 
     def subject(self) -> str:
         return self.node_name

@@ -152,6 +152,7 @@ class _Store:
             phase_since=self.now,
             requested_at=self.now,
             queued_resource=action.queued_resource,
+            project=action.project,
         )
 
     def _create(self, action: CreateNode) -> None:

@@ -28,6 +28,7 @@ from datetime import datetime
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import NodePhase
 from tpucared.core.model.specs import ErrorKind, FleetSpec, NodeOptions, error_text
+from tpucared.core.model.specs import location_name as where
 from tpucared.core.nodes.incarnations import SERVING, plan_incarnation
 from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.core.nodes.slots import fleet_records, plan_creates, updated_slots
@@ -152,9 +153,9 @@ def _slot_states(
 
 def _notices(view: View) -> list[Notice]:
     out: list[Notice] = []
-    zones = sorted({z for spec in view.specs.values() for z in spec.zones})
-    for zone in zones:
-        obs = view.errors.get(zone)
+    locations = sorted({(s.project, z) for s in view.specs.values() for z in s.zones})
+    for project, zone in locations:
+        obs = view.errors.get((project, zone))
         # A hard error needs a person; an answer we could not read may too (a proxy, an API
         # change): both are told. Transient failures clear by themselves and are not.
         if obs is not None and (obs.error in HARD_ERRORS or obs.error is ErrorKind.MALFORMED):
@@ -162,9 +163,9 @@ def _notices(view: View) -> list[Notice]:
             why = error_text(obs.error, obs.error_message)  # the kind said once
             out.append(
                 Notice(
-                    key=f"zone-error/{zone}/{obs.error.value}",
+                    key=f"zone-error/{where(project, zone)}/{obs.error.value}",
                     severity=Severity.ERROR,
-                    reason=f"listing {zone} fails ({why}); its nodes are "
+                    reason=f"listing {where(project, zone)} fails ({why}); its nodes are "
                     "unknown and left as they are until it works",
                 )
             )
@@ -201,7 +202,7 @@ def _option_drift(view: View, spec: FleetSpec) -> list[Notice]:
     for inc in sorted(view.live, key=lambda i: i.node_name):
         if inc.fleet != spec.name or inc.phase not in SERVING:
             continue
-        node = view.listed_node(inc.zone, inc.node_name)
+        node = view.listed_node(inc.project, inc.zone, inc.node_name)
         if node is not None and node.made is not None:
             found.extend(f"{inc.node_name} {d}" for d in drift.differences(spec.node, node.made))
     if not found:

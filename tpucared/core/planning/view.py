@@ -16,10 +16,18 @@ from datetime import datetime
 
 from tpucared.core.model.observed import ObservedNode, ObservedQueuedResource, ZoneObservation
 from tpucared.core.model.records import FleetRecord, IncarnationRecord, SlotRecord
-from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, FleetSpec, OnSuccess
+from tpucared.core.model.specs import (
+    DEFAULT_PROJECT,
+    FLEET_LABEL,
+    OWNER_LABEL,
+    FleetSpec,
+    OnSuccess,
+)
 from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.core.planning.policy import Policy
 from tpucared.core.planning.snapshot import PlannerSnapshot
+
+Location = tuple[str, str]  # (project, zone); DEFAULT_PROJECT for the daemon's own
 
 _SLOT_SUFFIX = re.compile(r"-(0|[1-9][0-9]*)")
 
@@ -61,12 +69,14 @@ class Sighting:
 
 @dataclass(frozen=True)
 class Resource:
-    """One name in one zone as the lists showed it: a node, its queued resource, or both."""
+    """One name in one zone of one project as the lists showed it: a node, its queued
+    resource, or both."""
 
     zone: str
     name: str
     node: ObservedNode | None
     queued: ObservedQueuedResource | None
+    project: str = DEFAULT_PROJECT
 
     @property
     def labels(self) -> Mapping[str, str]:
@@ -115,48 +125,53 @@ class View:
         self.live: tuple[IncarnationRecord, ...] = tuple(
             sorted((i for i in snapshot.nodes.values() if i.phase in LIVE_PHASES), key=_inc_key)
         )
-        self._failed: set[str] = set()
-        self._queued_listed: set[str] = set()
-        self.errors: dict[str, ZoneObservation] = {}
-        nodes: dict[tuple[str, str], ObservedNode] = {}
-        queued: dict[tuple[str, str], ObservedQueuedResource] = {}
-        listed: set[str] = set()
-        # Several observations of one zone are merged; one failure makes the zone unknown.
-        for obs in sorted(observations, key=lambda o: (o.zone, o.observed_at)):
+        # Everything is keyed by location, (project, zone): two projects may share a zone,
+        # and a node name is unique only within one of them.
+        self._failed: set[Location] = set()
+        self._queued_listed: set[Location] = set()
+        self.errors: dict[Location, ZoneObservation] = {}
+        nodes: dict[tuple[str, str, str], ObservedNode] = {}
+        queued: dict[tuple[str, str, str], ObservedQueuedResource] = {}
+        listed: set[Location] = set()
+        # Several observations of one location are merged; one failure makes it unknown.
+        for obs in sorted(observations, key=lambda o: (o.project, o.zone, o.observed_at)):
+            where = (obs.project, obs.zone)
             if not obs.ok:
-                self._failed.add(obs.zone)
-                self.errors[obs.zone] = obs
+                self._failed.add(where)
+                self.errors[where] = obs
                 continue
-            listed.add(obs.zone)
+            listed.add(where)
             for n in obs.nodes:
-                nodes[(obs.zone, n.name)] = n
+                nodes[(*where, n.name)] = n
             if obs.queued_resources is not None:
-                self._queued_listed.add(obs.zone)
+                self._queued_listed.add(where)
                 for q in obs.queued_resources:
-                    queued[(obs.zone, q.name)] = q
+                    queued[(*where, q.name)] = q
         self._listed = listed
         self._nodes = nodes
         self._queued = queued
-        self._matched: set[tuple[str, str]] = set()
+        self._matched: set[tuple[str, str, str]] = set()
         self._sightings: dict[int, Sighting] = {}
         for inc in self.live:
             self._sightings[inc.id] = self._sight(inc)
 
     # -- zones ---------------------------------------------------------------------------
 
-    def zone_known(self, zone: str, *, queued: bool = False) -> bool:
-        """True when the zone's node list succeeded (and its queued list, if `queued`)."""
-        if zone in self._failed or zone not in self._listed:
+    def zone_known(self, project: str, zone: str, *, queued: bool = False) -> bool:
+        """True when the zone's node list in `project` succeeded (and its queued list, if
+        `queued`)."""
+        where = (project, zone)
+        if where in self._failed or where not in self._listed:
             return False
-        return not queued or zone in self._queued_listed
+        return not queued or where in self._queued_listed
 
     # -- incarnations --------------------------------------------------------------------
 
     def _sight(self, inc: IncarnationRecord) -> Sighting:
         needs_queued = inc.queued_resource is not None
-        if not self.zone_known(inc.zone, queued=needs_queued):
+        if not self.zone_known(inc.project, inc.zone, queued=needs_queued):
             return Sighting(known=False)
-        node = self._nodes.get((inc.zone, inc.node_name))
+        node = self._nodes.get((inc.project, inc.zone, inc.node_name))
         # A node with the same name but another id is a different node: ours is gone.
         if (
             node is not None
@@ -167,11 +182,11 @@ class View:
             node = None
         qr = None
         if inc.queued_resource is not None:
-            qr = self._queued.get((inc.zone, inc.queued_resource))
+            qr = self._queued.get((inc.project, inc.zone, inc.queued_resource))
         if node is not None:
-            self._matched.add((inc.zone, inc.node_name))
+            self._matched.add((inc.project, inc.zone, inc.node_name))
         if qr is not None:
-            self._matched.add((inc.zone, qr.name))
+            self._matched.add((inc.project, inc.zone, qr.name))
         return Sighting(known=True, node=node, queued=qr)
 
     def sighting(self, inc: IncarnationRecord) -> Sighting:
@@ -180,28 +195,28 @@ class View:
     # -- unmatched resources -------------------------------------------------------------
 
     def strays(self) -> Iterator[Resource]:
-        """Resources of successfully listed zones that no live incarnation accounts for,
-        sorted by (zone, name)."""
+        """Resources of successfully listed locations that no live incarnation accounts
+        for, sorted by (project, zone, name)."""
         names = sorted((set(self._nodes) | set(self._queued)) - self._matched)
-        for zone, name in names:
-            if zone in self._failed:
+        for key in names:
+            project, zone, name = key
+            if (project, zone) in self._failed:
                 continue
-            yield Resource(
-                zone, name, self._nodes.get((zone, name)), self._queued.get((zone, name))
-            )
+            yield Resource(zone, name, self._nodes.get(key), self._queued.get(key), project)
 
-    def listed_node(self, zone: str, name: str) -> ObservedNode | None:
-        """The node a successful list shows under `name` in `zone` (matched or not); a dict
-        lookup, no allocation: asked for every live incarnation every tick."""
-        return self._nodes.get((zone, name))
+    def listed_node(self, project: str, zone: str, name: str) -> ObservedNode | None:
+        """The node a successful list shows under `name` in `zone` of `project` (matched or
+        not); a dict lookup, no allocation: asked for every live incarnation every tick."""
+        return self._nodes.get((project, zone, name))
 
-    def occupant(self, zone: str, name: str) -> Resource | None:
-        """Whatever the lists show under `name` in `zone` (matched or not)."""
-        node = self._nodes.get((zone, name))
-        qr = self._queued.get((zone, name))
+    def occupant(self, project: str, zone: str, name: str) -> Resource | None:
+        """Whatever the lists show under `name` in `zone` of `project` (matched or not)."""
+        key = (project, zone, name)
+        node = self._nodes.get(key)
+        qr = self._queued.get(key)
         if node is None and qr is None:
             return None
-        return Resource(zone, name, node, qr)
+        return Resource(zone, name, node, qr, project)
 
     # -- slots ---------------------------------------------------------------------------
 

@@ -61,12 +61,13 @@ def next_zone_health(
 
 
 def unlistable_fleets(
-    specs: Iterable[FleetSpec], health: Mapping[str, ZoneHealth]
+    specs: Iterable[FleetSpec], health: Mapping[tuple[str, str], ZoneHealth]
 ) -> list[tuple[str, tuple[ZoneHealth, ...]]]:
-    """The fleets none of whose zones can be listed (each `unreachable`), with those zones."""
+    """The fleets none of whose zones can be listed (each `unreachable`), with those zones.
+    `health` is by (project, zone), the project as a FleetSpec names it."""
     found = []
     for spec in specs:
-        zones = tuple(health.get(z) for z in spec.zones)
+        zones = tuple(health.get((spec.project, z)) for z in spec.zones)
         if zones and all(z is not None and z.unreachable for z in zones):
             found.append((spec.name, tuple(z for z in zones if z is not None)))
     return found

@@ -368,6 +368,7 @@ def _replace(node: IncarnationRecord, end_reason: str, why: str) -> DeleteNode:
         queued_resource=node.queued_resource,
         end_reason=end_reason,
         reason=f"replace {node.node_name}: {why}",
+        project=node.project,
     )
 
 

@@ -58,7 +58,7 @@ AttemptHook = Callable[[CreateAttemptRecord], None]  # e.g. the create counter o
 class NodeTemplate:
     """What every node we create gets besides the action's own fields."""
 
-    project: str
+    project: str  # `gcp.project`: where an action of core DEFAULT_PROJECT goes
     metadata: Mapping[str, str]  # e.g. {"ssh-keys": "tpucared:ssh-ed25519 AAAA... tpucared"}
     enable_external_ips: bool
     options: Mapping[str, NodeOptions] = field(default_factory=dict)  # by fleet name
@@ -81,6 +81,10 @@ class NodeTemplate:
             service_account_scopes=o.service_account_scopes or DEFAULT_SA_SCOPES,
             data_disks=o.data_disks,
         )
+
+    def project_of(self, project: str) -> str:
+        """The real project of an action's or a record's (core DEFAULT_PROJECT: ours)."""
+        return project or self.project
 
     def reservation(self, a: CreateNode) -> str | None:
         return self.options.get(a.fleet, NO_OPTIONS).reservation
@@ -157,16 +161,17 @@ class CloudCalls:
 
     async def _call_create(self, a: CreateNode) -> Operation:
         t = self._template
+        project = t.project_of(a.project)
         if a.queued_resource is not None:
             return await self._client.create_queued_resource(
-                t.project,
+                project,
                 a.zone,
                 a.queued_resource,
                 node_id=a.node_name,
                 shape=t.shape(a),
                 reservation_name=t.reservation(a),
             )
-        return await self._client.create_node(t.project, a.zone, a.node_name, t.shape(a))
+        return await self._client.create_node(project, a.zone, a.node_name, t.shape(a))
 
     async def _create_accepted(
         self,
@@ -277,7 +282,7 @@ class CloudCalls:
                 self._release(inc)
 
     async def _call_delete(self, a: DeleteNode) -> Operation:
-        project = self._template.project
+        project = self._template.project_of(a.project)
         if a.queued_resource is not None:
             # force: deletes the node first; a queued resource cannot go while it has one.
             return await self._client.delete_queued_resource(

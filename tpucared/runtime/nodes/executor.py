@@ -117,6 +117,7 @@ class Executor:
                         now,
                         queued_resource=action.queued_resource,
                         reason=action.reason,
+                        project=action.project,
                     )
                 self._calls.start_create(action, inc)
             case DeleteNode():
@@ -180,6 +181,7 @@ class Executor:
                         queued_resource=action.queued_resource,
                         end_reason=action.end_reason,
                         reason=action.reason,
+                        project=action.project,
                     )
                 case Notice():
                     await tx.append_event(

@@ -48,7 +48,9 @@ class Telemetry:
         self.health.tick()
         self.health.set_zones_down(zones_down_reason(self._config, tick))
         self.metrics.observe_tick(tick.seconds, at=self._clock.now())
-        self.metrics.set_zones((z for f in self._config.fleets for z in f.zones), tick.zone_health)
+        self.metrics.set_zones(
+            ((f.project, z) for f in self._config.fleets for z in f.zones), tick.zone_health
+        )
         try:
             await self.metrics.refresh(self._store, self._clock.now())
         except Exception:

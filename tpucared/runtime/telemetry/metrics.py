@@ -33,6 +33,7 @@ from prometheus_client import (
 
 from tpucared import __version__
 from tpucared.core.model.records import CreateAttemptRecord, EventRecord, ZoneHealth
+from tpucared.core.model.specs import location_name
 from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.inspect.goodput import GoodputTracker
 from tpucared.inspect.lifecycle import (
@@ -156,15 +157,19 @@ class DaemonMetrics:
         self.api_requests.labels(call, status).inc()
         self.api_seconds.labels(call).observe(seconds)
 
-    def set_zones(self, zones: Iterable[str], health: Mapping[str, ZoneHealth]) -> None:
-        """The list health of the zones the configured fleets list (and only those: a zone
-        an older config listed is not reported). A zone never failed reads 0."""
+    def set_zones(
+        self, zones: Iterable[tuple[str, str]], health: Mapping[tuple[str, str], ZoneHealth]
+    ) -> None:
+        """The list health of the (project, zone)s the configured fleets list (and only
+        those: a zone an older config listed is not reported). A zone never failed reads 0.
+        The label is the zone, `project/zone` for a fleet in another project than ours."""
         self.zone_failures.clear()
         self.zone_unreachable.clear()
-        for zone in sorted(set(zones)):
-            h = health.get(zone)
-            self.zone_failures.labels(zone).set(0 if h is None else h.failures)
-            self.zone_unreachable.labels(zone).set(1 if h is not None and h.unreachable else 0)
+        for where in sorted(set(zones)):
+            h = health.get(where)
+            label = location_name(*where)
+            self.zone_failures.labels(label).set(0 if h is None else h.failures)
+            self.zone_unreachable.labels(label).set(1 if h is not None and h.unreachable else 0)
 
     def record_create(self, attempt: CreateAttemptRecord) -> None:
         self.creates.labels(attempt.fleet, attempt.zone, attempt.outcome).inc()

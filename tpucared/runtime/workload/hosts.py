@@ -36,10 +36,11 @@ _MAX_REMEMBERED = 4096  # incarnations whose guest-attribute reads are counted
 
 def guest_attribute_host_keys(client: TpuClient, project: str) -> HostKeyFetcher:
     """A fetcher reading each worker's `hostkeys/` guest attributes (worker order = list
-    order, as the API returns them for all workers)."""
+    order, as the API returns them for all workers), in the node's project (`project`, the
+    daemon's own, for a record that names none)."""
 
     async def fetch(inc: IncarnationRecord) -> Mapping[int, Sequence[str]]:
-        name = names.node_name(project, inc.zone, inc.node_name)
+        name = names.node_name(inc.project or project, inc.zone, inc.node_name)
         body = await client.get_guest_attributes(name, query_path="hostkeys/")
         return parse_guest_attributes(body)
 
