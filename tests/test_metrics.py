@@ -133,7 +133,7 @@ def test_docs_list_exactly_the_families_with_their_types_and_labels() -> None:
     m.api_request("nodes.list", "200", 0.1)
     m.record_create(CreateAttemptRecord("f", 0, "z-a", "v4-8", T0, "ok"))
     m.set_nodes(snapshot(running=True), T0)
-    m.set_zones(["z-a"], {})
+    m.set_zones([("", "z-a")], {})
     lost: dict[str, object] = {"from": "ready", "slot_update": {"add_preemptions": 1}}
     steps: list[tuple[int, str, dict[str, object]]] = [
         (1, "node.dead", lost),

@@ -92,10 +92,12 @@ def test_a_short_failure_recovers_without_events() -> None:
 def test_a_fleet_is_down_only_when_every_zone_is_unreachable() -> None:
     spec = FleetSpec("f", ("a", "b"), "v4-8", "rt", 1)
     down = ZoneHealth("p", "a", failures=3, unreachable=True)
-    assert unlistable_fleets([spec], {"a": down}) == []
-    assert unlistable_fleets([spec], {"a": down, "b": ZoneHealth("p", "b")}) == []
+    assert unlistable_fleets([spec], {("", "a"): down}) == []
+    assert unlistable_fleets([spec], {("", "a"): down, ("", "b"): ZoneHealth("p", "b")}) == []
     b = ZoneHealth("p", "b", failures=4, unreachable=True)
-    assert unlistable_fleets([spec], {"a": down, "b": b}) == [("f", (down, b))]
+    assert unlistable_fleets([spec], {("", "a"): down, ("", "b"): b}) == [("f", (down, b))]
+    # The same zones in another project say nothing about this fleet's.
+    assert unlistable_fleets([spec], {("q", "a"): down, ("q", "b"): b}) == []
 
 
 def test_health_fails_with_the_reason_while_zones_are_down() -> None:
