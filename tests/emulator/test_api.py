@@ -245,6 +245,9 @@ class RecordingHosts:
     async def start(self, node: Node) -> None:
         self.calls.append(("start", node.node_id, [w.ip for w in node.workers]))
 
+    async def notice(self, node: Node) -> None:
+        self.calls.append(("notice", node.node_id, [w.ip for w in node.workers]))
+
     async def stop(self, node: Node) -> None:
         self.calls.append(("stop", node.node_id, [w.ip for w in node.workers]))
 

@@ -397,3 +397,60 @@ async def test_many_nodes_start_and_stop_quickly(cloud: Cloud) -> None:
     for name in names:
         await cloud.http.ok("POST", f"{CONTROL}/{name}:vanish")
     await eventually(lambda: not any(cloud.hosts.running(n) for n in nodes), "all stopped")
+
+
+# A workload that records the signal it gets and its notice file, then checkpoints for a
+# moment and exits 0, as a training script that saves on SIGTERM would.
+CHECKPOINTS = (
+    'echo "$TPUCARED_PREEMPTION_NOTICE_FILE" > "{out}/file-$TPUCARED_EMULATOR_WORKER"; '
+    "trap 'echo TERM > \"{out}/term-$TPUCARED_EMULATOR_WORKER\"; sleep 0.3; exit 0' TERM; "
+    "while :; do sleep 0.05; done"
+)
+
+
+async def test_a_notice_signals_every_worker_while_the_node_stays_ready(
+    cloud: Cloud, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    await cloud.create("noticed", "v4-16", schedulingConfig={"spot": True})
+    targets = await cloud.targets("noticed")
+    groups = await cloud.launch(targets, "~/run", CHECKPOINTS.format(out=out))
+    await eventually(lambda: len(list(out.glob("file-*"))) == 2, "the workload started")
+
+    node = await cloud.control("noticed", "preempt", {"notice_seconds": 2})
+    assert (node["state"], node["notice_at"] is not None) == ("READY", True)
+    await eventually(lambda: len(list(out.glob("term-*"))) == 2, "SIGTERM on every worker", 1.5)
+    assert (await cloud.http.ok("GET", f"{NODES}/noticed"))["state"] == "READY"
+
+    for _ in range(100):  # the workload checkpoints for 0.3 s, then exits 0
+        results = await cloud.run(targets, sh_command(probe_script("~/run")))
+        probes = [parse_probe(r.stdout_tail) for r in results]
+        if all(p.state is RunState.EXITED for p in probes):
+            break
+        await asyncio.sleep(0.05)
+    assert [(p.state, p.exit_code) for p in probes] == [(RunState.EXITED, 0)] * 2
+    assert all(p.notice_at is not None for p in probes)
+    notice_files = {(out / f"file-{w}").read_text().strip() for w in range(2)}
+    assert all(f.endswith("/run/notice") for f in notice_files)
+    # The watcher went with the workload: nothing of the run is left on the workers.
+    await eventually(lambda: not any(group_members(g) for g in groups), "the runs' groups ended")
+    await cloud.wait_state("noticed", "PREEMPTED")
+
+
+async def test_without_a_notice_the_watcher_leaves_nothing_behind(cloud: Cloud) -> None:
+    await cloud.create("quiet", "v4-8")
+    targets = await cloud.targets("quiet")
+    (group,) = await cloud.launch(targets, "~/run", "sleep 0.3")
+    await eventually(lambda: not group_members(group), "the run and its watcher ended", 5)
+    (result,) = await cloud.run(targets, sh_command(probe_script("~/run")))
+    probe = parse_probe(result.stdout_tail)
+    assert (probe.state, probe.exit_code, probe.notice_at) == (RunState.EXITED, 0, None)
+
+
+async def test_an_instant_preemption_has_no_notice(cloud: Cloud) -> None:
+    await cloud.create("instant", "v4-8")
+    node = await cloud.control("instant", "preempt")
+    assert (node["state"], node["notice_at"]) == ("PREEMPTED", None)
+    with pytest.raises(AssertionError, match="notice_seconds"):
+        await cloud.control("instant", "preempt", {"notice_seconds": -1})

@@ -86,6 +86,14 @@ class ControlApi:
             return web.json_response({})
         if action == "wedge":
             return web.json_response(await self._wedge(request, project, zone, node_id))
+        if action == "preempt" and request.can_read_body:
+            notice = (await _json_object(request)).get("notice_seconds")
+            if notice is not None and (
+                not isinstance(notice, int | float) or isinstance(notice, bool) or notice < 0
+            ):
+                raise errors.invalid_argument("notice_seconds must be a number >= 0")
+            node = self.state.preempt(project, zone, node_id, notice_seconds=notice)
+            return web.json_response(node.internal_json())
         actions = {
             "preempt": self.state.preempt,
             "terminate": self.state.terminate,

@@ -61,7 +61,11 @@ class Driver:
     async def _run_hosts(self) -> None:
         while True:
             event = await self._events.get()
-            hook = self.hosts.start if event.kind == "start" else self.hosts.stop
+            hook = {
+                "start": self.hosts.start,
+                "notice": self.hosts.notice,
+                "stop": self.hosts.stop,
+            }[event.kind]
             try:
                 await hook(event.node)
             except Exception:

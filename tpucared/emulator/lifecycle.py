@@ -53,7 +53,13 @@ log = structlog.get_logger(__name__)
 KILLABLE = frozenset({"CREATING", "READY", "STOPPING", "STOPPED", "STARTING", "RESTARTING"})
 
 TimerKind = Literal[
-    "node_created", "node_deleted", "node_stopped", "node_started", "node_expire", "qr_tick"
+    "node_created",
+    "node_deleted",
+    "node_stopped",
+    "node_started",
+    "node_expire",
+    "node_notice_over",
+    "qr_tick",
 ]
 
 
@@ -82,7 +88,7 @@ class Timing:
 
 @dataclass(frozen=True)
 class HostEvent:
-    kind: Literal["start", "stop"]
+    kind: Literal["start", "notice", "stop"]
     node: Node
 
 
@@ -166,7 +172,7 @@ class CloudLifecycle:
         elif kind == "node_started":
             self._become_ready(node, due)
             self._finish_node_op(node, due)
-        elif kind == "node_expire" and node.state in KILLABLE:
+        elif kind in ("node_expire", "node_notice_over") and node.state in KILLABLE:
             self._kill(node, "PREEMPTED", due)
 
     def take_host_events(self) -> list[HostEvent]:

@@ -34,6 +34,7 @@ class Node:
         "health",
         "health_description",
         "node_id",
+        "notice_at",
         "project",
         "queued_resource",
         "shape",
@@ -74,6 +75,8 @@ class Node:
         self.doomed: dict[str, Any] | None = None
         # capacity_judged "end": capacity is taken (or the create doomed) when it finishes.
         self.capacity_pending = False
+        # When the preemption notice came (instance/preempted is TRUE); None: no notice.
+        self.notice_at: float | None = None
         self.create_op: str | None = None  # name of the create operation while it runs
         # Bumped on every state change; timers scheduled for an older generation are stale.
         self.generation = 0
@@ -177,6 +180,7 @@ class Node:
             "health": self.health,
             "accelerator_type": self.accelerator_type,
             "doomed": self.doomed is not None,
+            "notice_at": self.notice_at,
             "workers": [
                 {"index": w.index, "ip": w.ip, "host_key": w.host_public_key} for w in self.workers
             ],

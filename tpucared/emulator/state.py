@@ -223,8 +223,22 @@ class EmulatorState(CloudLifecycle):
     # -----------------------------------------------------------------------------------------
     # Control API: what the cloud does to nodes on its own.
 
-    def preempt(self, project: str, zone: str, node_id: str) -> Node:
-        return self._control_kill(project, zone, node_id, "PREEMPTED")
+    def preempt(
+        self, project: str, zone: str, node_id: str, notice_seconds: float | None = None
+    ) -> Node:
+        """Preempt at once, or (`notice_seconds`) give the notice first: the node stays READY,
+        its workers' `instance/preempted` turns TRUE, and it is preempted that much later."""
+        if not notice_seconds:
+            return self._control_kill(project, zone, node_id, "PREEMPTED")
+        node = self.get_node(project, zone, node_id)
+        if node.state != "READY":
+            raise errors.failed_precondition(f"a notice needs a READY node, not {node.state}")
+        if node.notice_at is None:
+            node.notice_at = self.now()
+            self._host_events.append(HostEvent("notice", node))
+            self.schedule(notice_seconds, "node_notice_over", node.name, node.generation)
+            log.info("emulator.node.notice", node=node.name, seconds=notice_seconds)
+        return node
 
     def terminate(self, project: str, zone: str, node_id: str) -> Node:
         return self._control_kill(project, zone, node_id, "TERMINATED")

@@ -99,6 +99,10 @@ class WorkerHosts(Protocol):
         """The node became READY: bring up one host per worker at `worker.ip`."""
         ...
 
+    async def notice(self, node: Node) -> None:
+        """`node` got its preemption notice (it stays READY until it is preempted)."""
+        ...
+
     async def stop(self, node: Node) -> None:
         """The node is no longer usable: kill its processes and close its hosts."""
         ...
@@ -112,6 +116,9 @@ class NoWorkerHosts:
     """The API-only emulator: nodes have addresses and host keys but nothing listens."""
 
     async def start(self, node: Node) -> None:
+        return None
+
+    async def notice(self, node: Node) -> None:
         return None
 
     async def stop(self, node: Node) -> None:

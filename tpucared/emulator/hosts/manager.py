@@ -198,6 +198,12 @@ class SshWorkerHosts:
             )
         log.info("emulator.hosts.started", node=node.name, workers=len(workers), port=self.port)
 
+    async def notice(self, node: Node) -> None:
+        """The node got its preemption notice: its workers' metadata servers say so."""
+        hosts = self._nodes.get(self.node_key(node))
+        for worker in hosts.workers if hosts is not None else ():
+            worker.metadata.notify()
+
     async def stop(self, node: Node) -> None:
         hosts = self._nodes.pop(self.node_key(node), None)
         if hosts is None:

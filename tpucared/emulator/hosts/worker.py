@@ -35,6 +35,7 @@ import asyncssh
 import structlog
 
 from tpucared.emulator.hosts import keys
+from tpucared.emulator.hosts.metadata import MetadataServer
 from tpucared.emulator.hosts.processes import kill_processes
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ class SimulatedWorker:
         self._conns: set[asyncssh.SSHServerConnection] = set()
         self._procs: set[asyncio.subprocess.Process] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.metadata = MetadataServer(node, worker.ip)  # GCE_METADATA_HOST of its commands
 
     @property
     def home(self) -> Path:
@@ -102,6 +104,7 @@ class SimulatedWorker:
 
     async def start(self) -> None:
         """Start listening (raises OSError if the address:port is taken)."""
+        await self.metadata.start()
         self._acceptor = await asyncssh.listen(
             self.worker.ip,
             self.port,
@@ -136,6 +139,7 @@ class SimulatedWorker:
         if self._acceptor is not None:
             await self._acceptor.wait_closed()
             self._acceptor = None
+        await self.metadata.close()
         tasks = list(self._tasks)
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=_HANDLER_GRACE_SECONDS)
@@ -247,6 +251,8 @@ class SimulatedWorker:
             SSH_CLIENT=f"{peer_host} {peer_port} {self.port}",
             SSH_CONNECTION=f"{peer_host} {peer_port} {self.worker.ip} {self.port}",
             TPUCARED_EMULATOR_WORKER_DIR=str(self.directory),
+            # A real VM's metadata server is metadata.google.internal; this worker's is its own.
+            GCE_METADATA_HOST=self.metadata.address,
         )
         env.update(self.tags)
         return env

@@ -1,0 +1,103 @@
+"""One simulated worker's metadata server: what `instance/preempted` says, and when it changes.
+
+A real VM asks `http://metadata.google.internal/computeMetadata/v1/...` (or
+`$GCE_METADATA_HOST`, as google-auth and gcloud honour), with the header `Metadata-Flavor:
+Google`. A spot or preemptible VM about to be preempted sees `instance/preempted` turn `TRUE`
+(about 30 s before power-off); `?wait_for_change=true` holds the request until the value
+differs from `last_etag` (or from the current value without one), up to `timeout_sec`.
+
+Each `SimulatedWorker` (worker.py) runs one on its own address and a port of its own, and puts
+`GCE_METADATA_HOST=<ip>:<port>` in every command's environment. `notify()` wakes the waiting
+requests once the emulator gives the node its notice (`Node.notice_at`, lifecycle.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from tpucared.emulator.resources import Node
+
+PREEMPTED = "/computeMetadata/v1/instance/preempted"
+MAX_WAIT_S = 3600.0  # the longest a wait_for_change request is held without a timeout_sec
+
+
+class MetadataServer:
+    def __init__(self, node: Node, host: str) -> None:
+        self.node = node
+        self.host = host
+        self.port = 0
+        self._changed = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self._closing = False
+
+    @property
+    def address(self) -> str:
+        """What GCE_METADATA_HOST says: `ip:port`."""
+        return f"{self.host}:{self.port}"
+
+    def value(self) -> str:
+        return "TRUE" if self.node.notice_at is not None else "FALSE"
+
+    @staticmethod
+    def etag(value: str) -> str:
+        return hashlib.sha256(value.encode()).hexdigest()[:16]
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get(PREEMPTED, self._preempted)
+        # A client that hangs up (the watcher stopped with its run) ends its waiting request.
+        runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, handler_cancellation=True
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, 0)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.port = int(runner.addresses[0][1])
+
+    def notify(self) -> None:
+        """The node's notice changed: answer every request waiting for a change."""
+        self._changed.set()
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            self._closing = True
+            self._changed.set()  # release the waiting requests first
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _preempted(self, request: web.Request) -> web.Response:
+        if request.headers.get("Metadata-Flavor") != "Google":
+            return web.Response(status=403, text="Missing Metadata-Flavor:Google header.\n")
+        value = self.value()
+        if request.query.get("wait_for_change", "").lower() == "true":
+            since = request.query.get("last_etag", self.etag(value))
+            try:
+                timeout = float(request.query.get("timeout_sec", MAX_WAIT_S))
+            except ValueError:
+                return web.Response(status=400, text="bad timeout_sec\n")
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + min(max(timeout, 0.0), MAX_WAIT_S)
+            while self.etag(self.value()) == since and not self._closing:
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), left)
+            value = self.value()
+        return web.Response(
+            text=value,
+            headers={"ETag": self.etag(value), "Metadata-Flavor": "Google"},
+            content_type="application/text",
+        )
