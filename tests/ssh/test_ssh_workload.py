@@ -85,6 +85,14 @@ def live_members(pgid: int) -> list[int]:
     return members
 
 
+def cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+def parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def ignored_signals(pid: int) -> int:
     status = Path(f"/proc/{pid}/status").read_text()
     return int(status.split("SigIgn:")[1].split()[0], 16)
@@ -149,11 +157,17 @@ async def test_detached_launch_outlives_the_connection_and_records_its_exit(
     assert launch.pid is not None
     pid = launch.pid
 
-    # Own session and process group; SIGINT not ignored (a `&` job would have it ignored).
+    # Own session and process group; SIGINT not ignored by the workload (a `&` job would have
+    # it ignored). The notice watcher is a `&` job of the wrapper (a fork: the same command
+    # line) in the same group, with its request: those may ignore it, they are not the run.
     assert stat_of(pid)[1:] == (pid, pid)
     members = live_members(pid)
-    assert len(members) >= 2  # the wrapper and the workload's shell (and its sleep)
-    for member in members:
+    wrapper = cmdline(pid)
+    watchers = {m for m in members if m != pid and cmdline(m) == wrapper}
+    assert len(watchers) == 1
+    workload = [m for m in members if cmdline(m) != wrapper and parent(m) not in watchers]
+    assert workload  # the workload's shell (and its sleep)
+    for member in workload:
         assert not ignored_signals(member) & (1 << (signal.SIGINT - 1)), member
 
     async with ConnectionPool(client_key) as pool:
@@ -216,6 +230,7 @@ async def test_workload_sees_contract_env_and_user_env_in_its_workdir(
     seen = dict(
         item.split("=", 1) for item in (workdir / "env.out").read_text().split("\0") if item
     )
+    resolved = await asyncio.to_thread(Path(run_dir).resolve)
     assert {k: v for k, v in seen.items() if k.startswith("TPUCARED_")} == {
         "TPUCARED_FLEET": "sweep",
         "TPUCARED_SLOT": "2",
@@ -226,6 +241,8 @@ async def test_workload_sees_contract_env_and_user_env_in_its_workdir(
         "TPUCARED_ATTEMPT": "3",
         "TPUCARED_PREEMPTIONS": "1",
         "TPUCARED_FAILURES": "0",
+        # Written by the run's notice watcher on a preemption notice (run.sh).
+        "TPUCARED_PREEMPTION_NOTICE_FILE": f"{resolved}/notice",
     }
     assert seen["NASTY"] == NASTY
     assert seen["WANDB_PROJECT"] == "gpt"

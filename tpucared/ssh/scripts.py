@@ -67,9 +67,11 @@ def launch_script(
     secrets_file: str | None = None,
     *,
     workdir: str | None = None,
+    stop_signal: str | None = "TERM",
 ) -> str:
     """A script (sh/launch.sh) that starts `command` detached on the worker, once per run
-    directory.
+    directory, with its preemption notice watcher (run.sh: `stop_signal` to the run's process
+    group when the metadata server says the VM is being preempted; None: no watcher).
 
     The workload runs in its own session and process group, with stdin from /dev/null and
     stdout + stderr appended to `run_dir/log`, so it survives the SSH connection. `env` is
@@ -77,17 +79,34 @@ def launch_script(
     `secrets_file` on the worker by the detached wrapper itself, so their values never appear
     in any script, process argument or log. Prints `TPUCARED_LAUNCH state=...`.
     """
-    wrapper = wrapper_script(command, env, secrets_file, workdir)
+    wrapper = wrapper_script(command, env, secrets_file, workdir, stop_signal=stop_signal)
     args = [path_expr(run_dir), optional_path(secrets_file), quote(wrapper)]
     return shfiles.script("launch", args, lib=True)
 
 
+STOP_SIGNALS = ("TERM", "INT", "HUP", "USR1", "USR2", "QUIT")  # run.sh traps each of them
+
+
 def wrapper_script(
-    command: str, env: Mapping[str, str], secrets_file: str | None, workdir: str | None
+    command: str,
+    env: Mapping[str, str],
+    secrets_file: str | None,
+    workdir: str | None,
+    *,
+    stop_signal: str | None = "TERM",
 ) -> str:
-    """run.sh (sh/run.sh): records pid/ident, runs the workload in a subshell, records its exit
-    code. launch.sh writes it into the run directory, so it carries its own parameters."""
-    args = [quote(command), optional_path(secrets_file), optional_path(workdir), *env_words(env)]
+    """run.sh (sh/run.sh): records pid/ident, runs the workload in a subshell with its notice
+    watcher, records its exit code. launch.sh writes it into the run directory, so it carries
+    its own parameters."""
+    if stop_signal is not None and stop_signal not in STOP_SIGNALS:
+        raise ValueError(f"stop signal {stop_signal!r} is not one of {', '.join(STOP_SIGNALS)}")
+    args = [
+        quote(command),
+        optional_path(secrets_file),
+        optional_path(workdir),
+        quote(stop_signal or ""),
+        *env_words(env),
+    ]
     return WRAPPER_HEADER + shfiles.script("run", args, lib=True)
 
 
@@ -122,12 +141,21 @@ class ProbeResult:
     exit_code: int | None = None
     log_bytes: int | None = None  # None when there is no log file
     reason: str | None = None  # for GONE: no-run | died | rebooted
+    notice_at: float | None = None  # epoch seconds of the preemption notice the run got
 
 
 def probe_script(run_dir: str) -> str:
     """A script (sh/probe.sh) printing `TPUCARED_PROBE state=running pid=P|exited code=C|gone
     reason=R log_bytes=N` for the run in `run_dir`. Cheap: builtins and one `wc`."""
     return shfiles.script("probe", [path_expr(run_dir)], lib=True)
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        raise ScriptOutputError(f"not epoch seconds: {value!r}") from None
+    return seconds if seconds is not None and math.isfinite(seconds) else None
 
 
 def parse_probe(stdout: str) -> ProbeResult:
@@ -143,6 +171,7 @@ def parse_probe(stdout: str) -> ProbeResult:
         exit_code=int_field(fields, "code"),
         log_bytes=None if log_bytes is None or log_bytes < 0 else log_bytes,
         reason=fields.get("reason"),
+        notice_at=_seconds(fields.get("notice")),
     )
     if state is RunState.RUNNING and result.pid is None:
         raise ScriptOutputError(f"running without a pid: {fields}")
@@ -226,3 +255,43 @@ def parse_cleanup(stdout: str) -> CleanupResult:
         busy_pids=busy,
         sees_all_processes=fields.get("scope", "all") == "all",
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# The preemption notice, heard at once
+
+
+class NoticeState(StrEnum):
+    NOTICED = "noticed"  # the run's watcher wrote `notice`; `at` is its epoch seconds
+    ENDED = "ended"  # waiting for a notice, the run ended without one
+    STOPPED = "stopped"  # the run recorded its exit code, or its wrapper is gone
+    TIMEOUT = "timeout"  # nothing within the wait: ask again
+
+
+@dataclass(frozen=True)
+class NoticeResult:
+    state: NoticeState
+    at: float | None = None
+
+
+def notice_wait_script(run_dir: str, what: str, seconds: float) -> str:
+    """A script (sh/notice_wait.sh) that returns once the run in `run_dir` got its preemption
+    notice (`what` = "notice") or stopped (`what` = "stopped"), or after `seconds`."""
+    if what not in ("notice", "stopped"):
+        raise ValueError(f"wait for notice or stopped, not {what!r}")
+    steps = max(1, math.ceil(seconds * 5))  # the script polls every 0.2 s
+    return shfiles.script(
+        "notice_wait", [path_expr(run_dir), quote(what), quote(str(steps))], lib=True
+    )
+
+
+def parse_notice_wait(stdout: str) -> NoticeResult:
+    fields = parse_marker(stdout, "TPUCARED_NOTICE")
+    try:
+        state = NoticeState(fields.get("state", ""))
+    except ValueError as exc:
+        raise ScriptOutputError(f"unknown notice state in {fields}") from exc
+    at = _seconds(fields.get("at"))
+    if state is NoticeState.NOTICED and at is None:
+        raise ScriptOutputError(f"a notice without its time: {fields}")
+    return NoticeResult(state, at)
