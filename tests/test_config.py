@@ -140,6 +140,18 @@ def test_workload_and_secrets(tmp_path: Path) -> None:
     assert workload.restart is RestartPolicy.ALWAYS
     assert workload.on_success is OnSuccess.KEEP
     assert workload.hang_timeout == 5400.0
+    # The preemption notice's defaults: SIGTERM, 25 s to checkpoint.
+    assert (workload.stop_signal, workload.stop_grace) == ("TERM", 25.0)
+
+
+def test_the_notices_stop_signal_and_grace(tmp_path: Path) -> None:
+    config = load(
+        tmp_path,
+        MINIMAL + '[fleet.workload]\nrun = "x"\nstop_signal = "SIGUSR1"\nstop_grace = "1m"\n',
+    )
+    workload = config.fleets[0].workload
+    assert workload is not None
+    assert (workload.stop_signal, workload.stop_grace) == ("USR1", 60.0)
 
 
 def test_secret_values_are_never_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -457,6 +469,16 @@ BAD = [
         "workload-without-run",
         MINIMAL + '[fleet.workload]\nsetup = "x"\n',
         ['fleet "sweep": workload.run: required'],
+    ),
+    (
+        "bad-stop-signal",
+        workload('stop_signal = "KILL"'),
+        ['fleet "sweep": workload.stop_signal: expected a signal the workload can trap'],
+    ),
+    (
+        "long-stop-grace",
+        workload('stop_grace = "11m"'),
+        ['fleet "sweep": workload.stop_grace: at most 10m'],
     ),
     (
         "ref-without-repository",

@@ -61,6 +61,7 @@ from tpucared.core.planning.policy import Policy
 
 MIN_EVENTS_RETENTION = timedelta(days=1)
 MIN_NOTIFY_INTERVAL = timedelta(seconds=10)
+MAX_STOP_GRACE = timedelta(minutes=10)
 MAX_NODE_NAME = 63  # RFC 1035 label: what the TPU API accepts as a node id
 
 
@@ -309,6 +310,11 @@ def _workload(raw: WorkloadTable, at: str, base: Path, problems: Problems) -> Wo
         if not source.exists():
             problems.add(f"{at}: workload.files.{dotted([local])}", f"{source} does not exist")
         files[str(source)] = remote
+    if raw.stop_grace > MAX_STOP_GRACE:
+        problems.add(
+            f"{at}: workload.stop_grace",
+            "at most 10m: a preempted VM is powered off about 30 s after its notice",
+        )
     return WorkloadSpec(
         run=raw.run,
         repository=raw.repository,
@@ -321,6 +327,8 @@ def _workload(raw: WorkloadTable, at: str, base: Path, problems: Problems) -> Wo
         max_failures=raw.max_failures,
         hang_timeout=raw.hang_timeout.total_seconds() if raw.hang_timeout else None,
         on_success=raw.on_success,
+        stop_signal=raw.stop_signal.removeprefix("SIG"),
+        stop_grace=raw.stop_grace.total_seconds(),
     )
 
 

@@ -36,6 +36,7 @@ from tpucared.config.syntax import (
     Owner,
     Project,
     RuntimeVersion,
+    StopSignal,
     UserName,
     Zone,
     one_or_more,
@@ -102,6 +103,8 @@ class WorkloadTable(Table):
     restart: Annotated[RestartPolicy, _lax()] = RestartPolicy.ON_FAILURE
     max_failures: int = Field(default=10, ge=0)
     hang_timeout: Duration | None = None
+    stop_signal: StopSignal = "TERM"
+    stop_grace: Duration = timedelta(seconds=25)
     on_success: Annotated[OnSuccess, _lax()] = OnSuccess.DELETE
 
 

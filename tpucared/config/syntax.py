@@ -154,6 +154,13 @@ EnvName = Annotated[
     str,
     pattern(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name like WANDB_API_KEY"),
 ]
+StopSignal = Annotated[
+    str,
+    pattern(
+        r"(?:SIG)?(?:TERM|INT|HUP|USR1|USR2|QUIT)",
+        "a signal the workload can trap: TERM, INT, HUP, USR1, USR2 or QUIT",
+    ),
+]
 Project = Annotated[
     str,
     pattern(

@@ -87,6 +87,15 @@ class WorkloadSpec:
     max_failures: int = 10
     hang_timeout: float | None = None  # seconds without log growth before a run counts as hung
     on_success: OnSuccess = OnSuccess.DELETE
+    # The preemption notice (ssh/sh/run.sh): the signal the workload gets at once, and how
+    # long it may take to exit before the node is given up as preempted.
+    stop_signal: str = "TERM"
+    stop_grace: float = 25.0  # seconds
+
+
+# WorkloadSpec fields younger than stored spec hashes: left out of a hash while at their
+# defaults, so upgrading tpucared does not read as a change of every fleet's spec.
+_NEWER_WORKLOAD_FIELDS = {"stop_signal": "TERM", "stop_grace": 25.0}
 
 
 class DiskMode(StrEnum):
@@ -152,6 +161,10 @@ class FleetSpec:
             del fields["node"]  # fleets from before node options keep their hash
         if self.project == DEFAULT_PROJECT:
             del fields["project"]  # ... and from before fleets named a project
+        workload = fields.get("workload")
+        for name, default in _NEWER_WORKLOAD_FIELDS.items():
+            if workload is not None and workload.get(name) == default:
+                del workload[name]
         blob = json.dumps(fields, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -59,6 +59,8 @@ class WorkerProbe:
     # attempt), and since when its log has had `log_bytes` bytes.
     since: datetime | None = None
     log_since: datetime | None = None
+    # When the worker's run got the VM's preemption notice (its watcher's clock), if it did.
+    notice_at: datetime | None = None
 
     @classmethod
     def running(cls, worker: int, log_bytes: int | None = None) -> WorkerProbe:

@@ -15,6 +15,12 @@ wins:
   fleet lost its workload / unwanted   CANCELLED, stop
   no probe of this attempt this tick   keep watching (e.g. after a daemon restart: re-attach,
                                        never relaunch blindly)
+  a worker got the preemption notice   PREEMPTED (never a failure, whatever the exit codes)
+                                       once no worker runs it any more or `stop_grace` after
+                                       the notice; the node is lost (`lost`: the planner
+                                       moves it to DEAD, counting the preemption once, and the
+                                       node planner deletes it without waiting for PREEMPTED);
+                                       until then keep watching: the workload checkpoints
   a worker rebooted                    PREEMPTED, stop
   a worker exited non-zero or died     FAILED, stop every worker
   a worker unreachable                 wait `unreachable_grace`, then PREEMPTED and replace
@@ -62,6 +68,7 @@ class Verdict:
     stop: bool = False  # its processes may still run on a READY node: stop every worker
     replace: str | None = None  # replace the node; the end reason (at most 64 characters)
     resume: bool = False
+    lost: bool = False  # the node got its preemption notice: it is dead to us
 
 
 def judge(w: SlotWork, a: WorkloadAttemptRecord, policy: WorkloadPolicy) -> Verdict | None:
@@ -79,7 +86,29 @@ def judge(w: SlotWork, a: WorkloadAttemptRecord, policy: WorkloadPolicy) -> Verd
         return Verdict(Out.CANCELLED, f"stopped: {why}", codes, stop=True)
     if probe is None:
         return None
+    noticed = [p.notice_at for p in probe.workers if p.notice_at is not None]
+    if noticed:
+        return _noticed(w, probe.workers, min(noticed), codes)
     return _by_workers(w, a, probe.workers, codes, policy, w.spec.hang_timeout)
+
+
+def _noticed(
+    w: SlotWork, workers: tuple[WorkerProbe, ...], at: datetime, codes: dict[int, int | None]
+) -> Verdict | None:
+    """The VM is being preempted: the workload got its stop signal from the watcher; wait
+    for it to exit (a checkpoint) up to `stop_grace`, then the attempt was preempted."""
+    assert w.spec is not None
+    running = [p for p in workers if p.state is W.RUNNING]
+    waited = w.now - at
+    if running and waited < timedelta(seconds=w.spec.stop_grace):
+        return None
+    how = (
+        f"{worker_names(running)} still running after {fmt(waited)} (stop_grace)"
+        if running
+        else f"every worker stopped within {fmt(max(waited, timedelta(0)))}: {_story(workers)}"
+    )
+    # No stop: the node is lost and deleted, processes and all.
+    return Verdict(Out.PREEMPTED, f"preemption notice; {how}", codes, lost=True)
 
 
 def _probe_of(w: SlotWork, a: WorkloadAttemptRecord, on_node: bool) -> SlotProbe | None:

@@ -46,7 +46,14 @@ from tpucared.core.model.records import (
     WorkloadAttemptRecord,
 )
 from tpucared.core.model.specs import RestartPolicy, WorkloadSpec
-from tpucared.core.planning.actions import Action, DeleteNode, Notice, Severity
+from tpucared.core.planning.actions import (
+    Action,
+    DeleteNode,
+    Notice,
+    Severity,
+    SlotUpdate,
+    Transition,
+)
 from tpucared.core.planning.plan import Hold
 from tpucared.core.workload.actions import (
     CHARGED_OUTCOMES,
@@ -128,6 +135,10 @@ def plan_slot(w: SlotWork, policy: WorkloadPolicy) -> SlotPlan:
             out.actions.append(_resume(w, last, verdict))
             return out
         out.actions.append(_finish(w, last, verdict))
+        if verdict.lost:
+            assert w.node is not None
+            out.actions.append(_lost(w, w.node, verdict.detail))
+            return out
         if verdict.replace is not None:
             assert w.node is not None
             out.actions.append(_replace(w.node, verdict.replace, verdict.detail))
@@ -354,6 +365,30 @@ def _give_up(w: SlotWork, why: str, out: SlotPlan) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
+
+
+def _lost(w: SlotWork, node: IncarnationRecord, why: str) -> Transition:
+    """The node got its preemption notice: DEAD now, as if the API already said PREEMPTED
+    (the preemption counted once, here; the create of its replacement not held back). The
+    node planner deletes a DEAD node at once."""
+    slot = w.slot
+    return Transition(
+        incarnation_id=node.id,
+        node_name=node.node_name,
+        expected=P.READY,
+        new=P.DEAD,
+        end_reason="preempted",
+        slot_update=SlotUpdate(
+            fleet=node.fleet,
+            slot=node.slot,
+            create_failures=slot.create_failures if slot is not None else 0,
+            next_create_at=None,
+            next_zone=slot.next_zone if slot is not None else None,
+            last_error=slot.last_error if slot is not None else None,
+            add_preemptions=1,
+        ),
+        reason=f"{node.node_name} is being preempted: {why}",
+    )
 
 
 def _replace(node: IncarnationRecord, end_reason: str, why: str) -> DeleteNode:

@@ -185,4 +185,4 @@ def is_reachable(probe: SlotProbe) -> bool:
 
 
 def _answers(workers: Iterable[WorkerProbe]) -> list[tuple[object, ...]]:
-    return [(w.worker, w.state, w.exit_code, w.detail) for w in workers]
+    return [(w.worker, w.state, w.exit_code, w.detail, w.notice_at) for w in workers]

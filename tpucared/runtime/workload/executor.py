@@ -215,7 +215,9 @@ class WorkloadExecutor:
                 failures=slot.failures,
                 env=spec.env,
             )
-            return sh_command(launch_script(run_dir, command, env, secrets_file))
+            return sh_command(
+                launch_script(run_dir, command, env, secrets_file, stop_signal=spec.stop_signal)
+            )
 
         results = await run_on_all(
             s.targets,

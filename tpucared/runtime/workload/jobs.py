@@ -50,6 +50,10 @@ takes away (or that is gone from the snapshot) is cancelled: its SSH would only 
 Cancelling is safe at any point: every write is one transaction, intent comes before
 acting, and a launch cut short is a recorded attempt that the planner ends or resumes.
 
+A preemption notice is heard at once: `notices` (notices.py) keeps one waiting command per
+slice with a running attempt, and asks for a probe of the slot (`probe_soon`, due or not)
+when the notice comes and when the workload has stopped after it.
+
 A pooled connection that a worker ends (its VM shutting down: preempted, terminated) wakes
 the loop too: the next list then shows the node dead, without waiting for the poll. Only a
 hint: if the API still says READY, nothing happens, and the poll remains the guarantee.
@@ -96,6 +100,7 @@ from tpucared.runtime.clock import Clock
 from tpucared.runtime.tasks import TaskSet
 from tpucared.runtime.wakeup import Wakeup
 from tpucared.runtime.workload.failures import SlotFailures
+from tpucared.runtime.workload.notices import NoticeWatches
 from tpucared.runtime.workload.runner import ProbeJob, WorkloadRunner, chains_by_slot
 from tpucared.ssh import NO_RETRY, RetryPolicy, Target
 
@@ -178,6 +183,9 @@ class WorkloadJobs:
         self._pruned: set[int] = set()  # the live incarnations at the last prune
         self._deferred: set[SlotKey] = set()  # slots whose actions wait for their job to end
         self.failures = SlotFailures(runner.store, clock)  # slots whose last job failed
+        # Slots to probe at the next dispatch, due or not: their preemption notice (notices.py).
+        self._urgent: set[SlotKey] = set()
+        self.notices = NoticeWatches(runner, runner.store, clock, self.probe_soon)
         self.last: Dispatch | None = None
         runner.on_connection_lost = self._connection_lost
 
@@ -187,6 +195,11 @@ class WorkloadJobs:
     async def restore(self) -> None:
         """At start: the failing streaks the previous daemon left (failures.py)."""
         await self.failures.restore()
+
+    def probe_soon(self, key: SlotKey, why: str) -> None:
+        """Probe the slot at the next tick, which this wakes at once."""
+        self._urgent.add(key)
+        self._wakeup.set(f"{why} on {key[0]}/{key[1]}", urgent=True)
 
     def busy(self, key: SlotKey) -> str | None:
         """The kind of the slot's job in flight ("probe" or "chain"), or None."""
@@ -246,6 +259,7 @@ class WorkloadJobs:
                 report.chains += 1
         report.probes = self._probe_new_nodes(snapshot, plan)
         report.probes += self._schedule_probes(snapshot, away)
+        self.notices.sync(snapshot)
         report.in_flight = len(self._jobs)
         self.runner.forget(live)
         if live != self._pruned:
@@ -277,7 +291,7 @@ class WorkloadJobs:
             key = job.key
             if key in self._jobs or job.inc.id in away or self.failures.held_back(key):
                 continue
-            due = probe_due(
+            due = key in self._urgent or probe_due(
                 key,
                 self._probed.get(key),
                 incarnation_id=job.inc.id,
@@ -288,6 +302,7 @@ class WorkloadJobs:
                 interval=self.probe_interval,
             )
             if due:
+                self._urgent.discard(key)
                 self._start_probe(key, job.inc.id, job)
                 started += 1
         return started
@@ -429,6 +444,7 @@ class WorkloadJobs:
         how many chains were cut short."""
         self._stopping = True
         self._queue.clear()
+        await self.notices.close()
         for job in list(self._jobs.values()):
             if job.kind == "probe":
                 if job.task is None:
@@ -442,5 +458,6 @@ class WorkloadJobs:
         """Cancel everything at once (tests; `drain` is the daemon's way)."""
         self._stopping = True
         self._queue.clear()
+        await self.notices.close()
         await self._tasks.cancel()
         self._jobs.clear()

@@ -51,12 +51,15 @@ from tpucared.ssh import (
     DEFAULT_RETRY,
     NO_RETRY,
     ConnectionPool,
+    NoticeResult,
     RetryPolicy,
     RunState,
     ScriptOutputError,
     Target,
     WorkerResult,
     ensure_client_key,
+    notice_wait_script,
+    parse_notice_wait,
     parse_probe,
     probe_script,
     run_on_all,
@@ -300,6 +303,30 @@ class WorkloadRunner:
         """Close idle pooled connections to workers of incarnations that are not live."""
         await self._pool.prune_incarnations({str(i) for i in live})
 
+    async def wait_notice(self, job: ProbeJob, what: str, seconds: float) -> NoticeResult | str:
+        """One wait on worker 0 of the slot for its run's preemption notice (`what` =
+        "notice") or for the run to stop ("stopped"), at most `seconds`; or why it could not
+        be asked (the runtime's notices.py asks again)."""
+        found = await targets_or_why(self._hosts, job.inc, job.workers)
+        if isinstance(found, str):
+            return found
+        run_dir = layout.attempt_dir(job.run_id, job.attempt)
+        (result,) = await run_on_all(
+            found[:1],
+            sh_command(notice_wait_script(run_dir, what, seconds)),
+            pool=self._pool,
+            retry=NO_RETRY,
+            command_timeout=seconds + 30,
+            label="notice",
+            quiet=True,
+        )
+        if not result.completed or result.exit_status != 0:
+            return why_failed(result)
+        try:
+            return parse_notice_wait(result.stdout_tail)
+        except ScriptOutputError as exc:
+            return str(exc)
+
     def _probe_command(self, job: ProbeJob) -> str:
         return sh_command(probe_script(layout.attempt_dir(job.run_id, job.attempt)))
 
@@ -363,8 +390,12 @@ def _worker_probe(r: WorkerResult) -> WorkerProbe:
     except ScriptOutputError as exc:
         return WorkerProbe.unreachable(r.worker, str(exc))
     if p.state is RunState.RUNNING:
-        return WorkerProbe.running(r.worker, p.log_bytes)
-    if p.state is RunState.EXITED:
+        probe = WorkerProbe.running(r.worker, p.log_bytes)
+    elif p.state is RunState.EXITED:
         assert p.exit_code is not None
-        return WorkerProbe.exited(r.worker, p.exit_code, p.log_bytes)
-    return WorkerProbe.gone(r.worker, p.reason or "no-run")
+        probe = WorkerProbe.exited(r.worker, p.exit_code, p.log_bytes)
+    else:
+        probe = WorkerProbe.gone(r.worker, p.reason or "no-run")
+    if p.notice_at is None:
+        return probe
+    return replace(probe, notice_at=datetime.fromtimestamp(p.notice_at, UTC))

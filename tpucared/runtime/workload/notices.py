@@ -1,0 +1,150 @@
+"""The preemption notice, heard at once: one long wait per slice with a running attempt.
+
+Where it sits: `WorkloadJobs.dispatch` (jobs.py) calls `sync(snapshot)` every tick. For each
+slot whose newest attempt runs on its READY node, one background task keeps a command waiting
+on worker 0 (ssh/sh/notice_wait.sh: a `sleep 0.2` loop on the run directory, on the pooled
+connection) until the run's notice watcher (ssh/sh/run.sh) writes `notice`. Then it:
+
+1. records a `preemption.notice` event (the notice's time as the worker saw it);
+2. asks for a probe of the slot now (`on_news`): the planner reads the notice from the probe
+   (core/workload/judge.py) and leaves the workload to checkpoint;
+3. waits on the same worker until the run stopped, at most until `stop_grace` after the
+   notice, and asks for a probe again: the planner then ends the attempt as PREEMPTED and
+   gives the node up (DEAD, deleted at once, replaced) without waiting for the API.
+
+Worker 0 stands for the slice: a notice comes to every worker of a preempted slice, and the
+probe that follows reads them all. A wait that fails (SSH dropped, the worker unreachable) is
+asked again after `RETRY_S`; the watcher on the VM does not depend on it, and the poll's
+probe still finds the notice at the latest one poll later. A wait ends by itself after
+`WAIT_S` and is asked again, so no command runs for ever. The tasks are cancelled when the
+attempt ends or its node goes, and at shutdown; they write nothing but the event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import structlog
+
+from tpucared.core.planning.snapshot import SlotKey
+from tpucared.core.workload.inputs import TickSnapshot
+from tpucared.runtime.clock import Clock
+from tpucared.runtime.workload.runner import ProbeJob, WorkloadRunner
+from tpucared.ssh import NoticeResult, NoticeState
+from tpucared.store import Store
+
+log = structlog.get_logger(__name__)
+
+WAIT_S = 600.0  # one wait for a notice; then asked again
+RETRY_S = 5.0  # after a wait that could not run
+
+Watched = tuple[SlotKey, int, int]  # (slot, incarnation id, attempt number)
+
+
+class NoticeWatches:
+    def __init__(
+        self,
+        runner: WorkloadRunner,
+        store: Store,
+        clock: Clock,
+        on_news: Callable[[SlotKey, str], None],
+        *,
+        retry_s: float = RETRY_S,
+    ) -> None:
+        self._runner = runner
+        self._store = store
+        self._clock = clock
+        self._on_news = on_news
+        self._retry_s = retry_s
+        self._tasks: dict[Watched, asyncio.Task[None]] = {}
+        self._over: set[Watched] = set()  # watched to their end: not started again
+        self.heard = 0  # notices heard (for tests and the tick's log)
+
+    def __len__(self) -> int:
+        return sum(1 for t in self._tasks.values() if not t.done())
+
+    def sync(self, snapshot: TickSnapshot) -> None:
+        """Watch exactly the running attempts on READY nodes of `snapshot`."""
+        wanted: dict[Watched, ProbeJob] = {}
+        for job in self._runner.probe_jobs(snapshot):
+            last = snapshot.last_attempts.get(job.key)
+            if job.attempt is None or last is None or last.ended_at is not None:
+                continue
+            wanted[(job.key, job.inc.id, job.attempt)] = job
+        for watched, task in list(self._tasks.items()):
+            if watched not in wanted:
+                task.cancel()
+                del self._tasks[watched]
+        self._over &= set(wanted)
+        for watched, job in wanted.items():
+            if watched in self._tasks or watched in self._over:
+                continue
+            key = job.key
+            self._tasks[watched] = asyncio.get_running_loop().create_task(
+                self._watch(watched, job), name=f"notice watch {key[0]}/{key[1]}"
+            )
+
+    async def close(self) -> None:
+        tasks = list(self._tasks.values())
+        self._tasks.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _watch(self, watched: Watched, job: ProbeJob) -> None:
+        try:
+            notice = await self._wait(job, "notice", WAIT_S)
+            if notice is None:
+                return  # the attempt ended without a notice
+            assert notice.at is not None
+            self.heard += 1
+            await self._record(job, notice.at)
+            self._on_news(job.key, "a preemption notice")
+            left = job.spec.stop_grace - (self._clock.now().timestamp() - notice.at)
+            await self._wait(job, "stopped", max(left, 0.0) + 0.5)
+            self._on_news(job.key, "the workload stopped after its notice")
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # contained: the poll's probes still find the notice
+            log.exception("notice watch failed", fleet=job.key[0], slot=job.key[1])
+        finally:
+            self._over.add(watched)
+            with contextlib.suppress(KeyError):
+                if self._tasks[watched] is asyncio.current_task():
+                    del self._tasks[watched]
+
+    async def _wait(self, job: ProbeJob, what: str, seconds: float) -> NoticeResult | None:
+        """Ask until the answer says something: None when the run ended without a notice."""
+        while True:
+            result = await self._runner.wait_notice(job, what, seconds)
+            if isinstance(result, str):
+                log.debug("notice wait failed", fleet=job.key[0], slot=job.key[1], why=result)
+                await asyncio.sleep(self._retry_s)
+                continue
+            if result.state is NoticeState.ENDED:
+                return None
+            if result.state is NoticeState.TIMEOUT and what == "notice":
+                continue
+            return result
+
+    async def _record(self, job: ProbeJob, at: float) -> None:
+        when = datetime.fromtimestamp(at, UTC)
+        fleet, slot = job.key
+        log.warning(
+            "preemption notice", fleet=fleet, slot=slot, node=job.inc.node_name, at=when.isoformat()
+        )
+        async with self._store.write() as tx:
+            await tx.append_event(
+                "preemption.notice",
+                f"{job.inc.node_name}: preemption notice on {fleet}/{slot} (attempt "
+                f"{job.attempt}); the workload got SIG{job.spec.stop_signal}",
+                self._clock.now(),
+                fleet=fleet,
+                slot=slot,
+                node=job.inc.node_name,
+                incarnation_id=job.inc.id,
+                details={"notice_at": when.isoformat(), "attempt": job.attempt},
+            )
