@@ -50,6 +50,31 @@ async def test_node_events(http: Http, action: str, state: str, health: str | No
     assert (node["state"], node.get("health")) == (state, health)
 
 
+async def test_a_notice_then_the_preemption(http: Http) -> None:
+    await ready_node(http, "warned")
+    node = await http.ok("POST", f"{CONTROL_NODES}/warned:preempt", {"notice_seconds": 0.3})
+    assert (node["state"], node["notice_at"] is not None) == ("READY", True)
+    assert (await http.ok("GET", f"{NODES}/warned"))["state"] == "READY"
+    await asyncio.sleep(0.5)
+    assert (await http.ok("GET", f"{NODES}/warned"))["state"] == "PREEMPTED"
+
+
+async def test_a_notice_never_reaches_a_node_recreated_under_the_same_name(http: Http) -> None:
+    """The old node's preemption timer is stale for the new one, whatever their state
+    counts: the daemon deletes a noticed node and recreates it before the notice runs out."""
+    await ready_node(http, "again")
+    await http.ok("POST", f"{CONTROL_NODES}/again:preempt", {"notice_seconds": 0.6})
+    await http.ok("DELETE", f"{NODES}/again")
+    for _ in range(100):
+        if (await http("GET", f"{NODES}/again"))[0] == 404:
+            break
+        await asyncio.sleep(0.02)
+    await ready_node(http, "again")
+    await asyncio.sleep(0.8)
+    node = await http.ok("GET", f"{NODES}/again")
+    assert node["state"] == "READY"
+
+
 async def test_vanish_leaves_no_trace(http: Http) -> None:
     await ready_node(http, "ghost")
     assert await http.ok("POST", f"{CONTROL_NODES}/ghost:vanish") == {}

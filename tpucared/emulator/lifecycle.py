@@ -243,7 +243,7 @@ class CloudLifecycle:
         node.state = state
         node.health = health
         node.health_description = None
-        node.generation += 1
+        node.bump()
 
     def _finish_create(self, node: Node, now: float) -> None:
         if node.state != "CREATING":
@@ -321,7 +321,7 @@ class CloudLifecycle:
         self._node_index[node.parent].discard(node.node_id)
         for worker in node.workers:
             self._addresses.release(worker.ip)
-        node.generation += 1
+        node.bump()
         if node.doomed is None and not node.capacity_pending:
             self._held[(node.zone, node.accelerator_type)] -= 1
             self._rescan = True

@@ -264,7 +264,7 @@ class QueuedResources:
     def _set_state(self, qr: QueuedResource, state: str, initiator: str | None = None) -> None:
         qr.state = state
         qr.state_initiator = initiator
-        qr.generation += 1  # timers scheduled for the previous state are now stale
+        qr.bump()  # timers scheduled for the previous state are now stale
 
     def _drop(self, qr: QueuedResource, now: float) -> None:
         del self._qrs[qr.name]

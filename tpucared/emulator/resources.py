@@ -8,6 +8,7 @@ created from (`spec`) and overlays what the service owns (state, endpoints, id, 
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from tpucared.emulator.clock import rfc3339
@@ -20,6 +21,9 @@ EMPTY_TYPE = "type.googleapis.com/google.protobuf.Empty"
 
 def region_of(zone: str) -> str:
     return zone.rsplit("-", 1)[0]
+
+
+_GENERATIONS = itertools.count()
 
 
 class Node:
@@ -78,10 +82,16 @@ class Node:
         # When the preemption notice came (instance/preempted is TRUE); None: no notice.
         self.notice_at: float | None = None
         self.create_op: str | None = None  # name of the create operation while it runs
-        # Bumped on every state change; timers scheduled for an older generation are stale.
-        self.generation = 0
+        # Changed on every state change; timers scheduled for an older generation are stale.
+        # Drawn from one count for all nodes, so a timer of a deleted node never matches a
+        # node recreated under the same name.
+        self.generation = next(_GENERATIONS)
         self.spec_rev = 0  # bumped whenever `spec` is changed in place (nodes.patch)
         self._json: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+
+    def bump(self) -> None:
+        """A state change: every timer scheduled before it is stale."""
+        self.generation = next(_GENERATIONS)
 
     @property
     def parent(self) -> str:
@@ -292,6 +302,10 @@ class QueuedResource:
         self.failed_error: dict[str, Any] | None = None
         self.node_names: list[str] = []  # nodes it provisioned that still exist
         self.generation = 0
+
+    def bump(self) -> None:
+        """A state change: every timer scheduled before it is stale."""
+        self.generation = next(_GENERATIONS)
 
     @property
     def parent(self) -> str:
