@@ -48,8 +48,11 @@ def test_the_demo_shows_preemptions_replacements_and_training_resumed() -> None:
     directory = Path(kept[1]) if kept else None
     try:
         assert done.returncode == 0, f"{out}\n{done.stderr}"
-        # A preemption injected, detected and counted.
-        assert re.search(r"inject: preempt demo-0 .*: a spot preemption", out), out
+        # A preemption injected, detected and counted; the first comes with a notice, on which
+        # the workload checkpoints before its VM goes.
+        assert re.search(r"inject: preempt demo-0 .*: a spot preemption, 8 s notice", out), out
+        assert re.search(r"demo/0\s+demo-0\s+preemption\.notice", out), out
+        assert re.search(r"training demo/0: checkpoint saved at step \d+ on notice", out), out
         assert re.search(r"demo/0\s+demo-0\s+node\.dead\s+preempted", out), out
         preemptions = re.search(r"^  preemptions detected: (\d+)$", out, re.MULTILINE)
         assert preemptions is not None, out

@@ -11,7 +11,11 @@ where the last checkpoint left it instead of starting again from 0.
 
 Every step prints `step N (attempt A)` to the run's log (`tpucared logs FLEET/SLOT`). The
 checkpoint is one JSON file, written atomically (a preemption mid-write leaves the previous
-one): {"step", "attempt", "resumed_from", "node", "updated_at"}.
+one): {"step", "attempt", "resumed_from", "node", "updated_at", "on_notice"}.
+
+On SIGTERM (what tpucared's watcher sends when the VM gets its preemption notice, about 30 s
+before it is powered off) it saves a checkpoint at once, marked `on_notice`, prints
+`checkpoint saved at step N on notice` and exits 0: the next attempt resumes from there.
 
 Stdlib only, bounded: it stops after TOY_STEPS steps (exit 0), and at once when its
 checkpoint directory is removed (a finished demo cleaning up).
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -44,6 +49,17 @@ def save(path: Path, state: dict[str, object]) -> None:
     os.replace(tmp, path)
 
 
+def state(step: int, attempt: str, start: int) -> dict[str, object]:
+    return {
+        "step": step,
+        "attempt": int(attempt),
+        "resumed_from": start,
+        "node": os.environ.get("TPUCARED_NODE"),
+        "updated_at": time.time(),
+        "on_notice": False,
+    }
+
+
 def main() -> int:
     attempt = os.environ.get("TPUCARED_ATTEMPT", "1")
     worker = int(os.environ.get("TPUCARED_WORKER", "0"))
@@ -58,6 +74,14 @@ def main() -> int:
     else:
         print(f"starting from step 0 (attempt {attempt}, {where})", flush=True)
     step = start
+
+    def on_notice(signum: int, frame: object) -> None:
+        if worker == 0:
+            save(path, {**state(step, attempt, start), "on_notice": True})
+        print(f"checkpoint saved at step {step} on notice", flush=True)
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, on_notice)
     while step < steps:
         time.sleep(pause)
         if not path.parent.is_dir():
@@ -65,16 +89,7 @@ def main() -> int:
             return 0
         step += 1
         if worker == 0:
-            save(
-                path,
-                {
-                    "step": step,
-                    "attempt": int(attempt),
-                    "resumed_from": start,
-                    "node": os.environ.get("TPUCARED_NODE"),
-                    "updated_at": time.time(),
-                },
-            )
+            save(path, state(step, attempt, start))
         print(f"step {step} (attempt {attempt})", flush=True)
     print(f"done: {steps} steps", flush=True)
     return 0

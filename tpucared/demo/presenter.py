@@ -163,6 +163,8 @@ def _exists(db: str) -> bool:
 def progress_line(key: SlotKey, p: Progress) -> str:
     where = f"{key[0]}/{key[1]}"
     how = f"resumed from step {p.resumed_from}" if p.resumed_from else "from scratch"
+    if p.on_notice:
+        return f"{where}: checkpoint saved at step {p.step} on notice (attempt {p.attempt})"
     return f"{where}: step {p.step} (attempt {p.attempt}, {how}, on {p.node or '?'})"
 
 
@@ -177,6 +179,7 @@ class PlainView:
 
     out: TextIO
     seen_attempt: dict[SlotKey, int] = field(default_factory=dict)
+    seen_notice: dict[SlotKey, int] = field(default_factory=dict)
 
     def say(self, text: str) -> None:
         self.out.write(text + "\n")
@@ -189,6 +192,9 @@ class PlainView:
         for e in reading.events:
             self.say(event_line(e))
         for key, p in sorted(reading.progress.items()):
+            if p.on_notice and self.seen_notice.get(key) != p.attempt:
+                self.seen_notice[key] = p.attempt
+                self.say(f"[demo +{elapsed_text(elapsed)}] training {progress_line(key, p)}")
             if self.seen_attempt.get(key) != p.attempt:
                 self.seen_attempt[key] = p.attempt
                 self.say(f"[demo +{elapsed_text(elapsed)}] training {progress_line(key, p)}")

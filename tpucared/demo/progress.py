@@ -22,6 +22,7 @@ class Progress:
     attempt: int  # TPUCARED_ATTEMPT of the run that wrote it
     resumed_from: int  # the step that attempt started from (0: from scratch)
     node: str | None
+    on_notice: bool = False  # saved by the workload on its preemption notice (SIGTERM)
 
 
 def read_progress(checkpoints: Path, run_id: str) -> Progress | None:
@@ -32,6 +33,7 @@ def read_progress(checkpoints: Path, run_id: str) -> Progress | None:
             attempt=int(data["attempt"]),
             resumed_from=int(data.get("resumed_from") or 0),
             node=data.get("node"),
+            on_notice=bool(data.get("on_notice")),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

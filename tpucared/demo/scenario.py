@@ -5,7 +5,8 @@ from the previous one (`after` seconds) rather than from the start, so that a sl
 slows the story down instead of scrambling it. One cycle, with the first fleet's slot 0 as
 the star (a multi-host slice in the demo):
 
-    +12 s  a spot preemption of the star
+    +12 s  a spot preemption of the star, with an 8 s notice (the workload checkpoints on
+           SIGTERM; the daemon replaces the node before the API says PREEMPTED)
      +6 s  a stockout: no capacity in the star's first zone, for every accelerator type the
            fleets use there, for `STOCKOUT_S` seconds (restored in the background)
      +1 s  a preemption of another fleet's slot: its replacement must go to its next zone
@@ -31,7 +32,7 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
@@ -39,6 +40,7 @@ import aiohttp
 from tpucared.core.model.specs import FleetSpec
 
 STOCKOUT_S = 15.0
+NOTICE_S = 8.0  # the star's first preemption comes with this much notice
 GATE_PATIENCE_S = 30.0
 READY_PATIENCE_S = 10.0
 CONTROL = "/_emulator/v1"
@@ -54,6 +56,7 @@ class Preempt:
     slot: int
     node: str
     why: str
+    notice: float | None = None  # the preemption notice's lead (seconds), None: no notice
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,10 @@ def schedule(fleets: Sequence[FleetSpec], seed: int) -> Iterator[Step]:
     types = tuple(sorted({f.accelerator_type for f in live if zone in f.zones}))
     slots = [(f, i) for f in live for i in range(f.size)]
     while True:
-        yield _preempt(12, star, 0, "a spot preemption")
+        # With the notice a spot VM gets: the workload checkpoints before its VM goes.
+        yield replace(
+            _preempt(12, star, 0, f"a spot preemption, {NOTICE_S:g} s notice"), notice=NOTICE_S
+        )
         yield Stockout(
             6, (star.name, 0), zone, types, STOCKOUT_S, f"no {'/'.join(types)} left in {zone}"
         )
@@ -132,7 +138,7 @@ class Injector:
             return f"skipped preempting {step.node}: not READY within {self._patience:g}s"
         zone = node["zone"]
         path = f"/projects/{self._project}/locations/{zone}/nodes/{step.node}:preempt"
-        await self._call("POST", path)
+        await self._call("POST", path, {"notice_seconds": step.notice} if step.notice else None)
         workers = len(node.get("workers") or ())
         return (
             f"preempt {step.node} ({node['accelerator_type']}, {workers} worker"
