@@ -13,7 +13,7 @@ from core_workload_support import NODE_ID, decide, finish_of, kinds, probe, slot
 
 from tpucared.core.model.records import AttemptOutcome, NodePhase
 from tpucared.core.model.specs import WorkloadSpec
-from tpucared.core.planning.actions import Transition
+from tpucared.core.planning.actions import DeleteNode, Transition
 from tpucared.core.workload.inputs import SlotProbe
 
 SPEC = WorkloadSpec(run="python3 train.py", stop_grace=25.0)
@@ -57,7 +57,9 @@ def test_stopped_everywhere_after_a_notice_is_a_preemption_not_a_failure(
     assert lost.slot_update is not None
     assert lost.slot_update.add_preemptions == 1
     assert lost.slot_update.create_failures == 0
-    assert kinds(p) == ["finish", "transition"]  # no stop, no launch: the node is going
+    (delete,) = [a for a in p.actions if isinstance(a, DeleteNode)]
+    assert (delete.incarnation_id, delete.expected) == (NODE_ID, NodePhase.DEAD)
+    assert kinds(p) == ["finish", "transition", "delete"]  # no stop, no launch: it is going
 
 
 def test_past_the_grace_the_attempt_is_preempted_whatever_still_runs() -> None:
@@ -66,7 +68,7 @@ def test_past_the_grace_the_attempt_is_preempted_whatever_still_runs() -> None:
     assert finish is not None
     assert finish.outcome is AttemptOutcome.PREEMPTED
     assert "still running after 26s (stop_grace)" in finish.detail
-    assert kinds(p) == ["finish", "transition"]
+    assert kinds(p) == ["finish", "transition", "delete"]
 
 
 def test_without_a_notice_the_same_exits_are_a_failure() -> None:

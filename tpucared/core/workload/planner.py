@@ -137,7 +137,7 @@ def plan_slot(w: SlotWork, policy: WorkloadPolicy) -> SlotPlan:
         out.actions.append(_finish(w, last, verdict))
         if verdict.lost:
             assert w.node is not None
-            out.actions.append(_lost(w, w.node, verdict.detail))
+            out.actions += _lost(w, w.node, verdict.detail)
             return out
         if verdict.replace is not None:
             assert w.node is not None
@@ -367,12 +367,12 @@ def _give_up(w: SlotWork, why: str, out: SlotPlan) -> None:
 # Helpers
 
 
-def _lost(w: SlotWork, node: IncarnationRecord, why: str) -> Transition:
+def _lost(w: SlotWork, node: IncarnationRecord, why: str) -> list[Action]:
     """The node got its preemption notice: DEAD now, as if the API already said PREEMPTED
-    (the preemption counted once, here; the create of its replacement not held back). The
-    node planner deletes a DEAD node at once."""
+    (the preemption counted once, here; the create of its replacement not held back), and
+    deleted in the same plan, as the node planner deletes a node it finds dead."""
     slot = w.slot
-    return Transition(
+    dead = Transition(
         incarnation_id=node.id,
         node_name=node.node_name,
         expected=P.READY,
@@ -389,6 +389,18 @@ def _lost(w: SlotWork, node: IncarnationRecord, why: str) -> Transition:
         ),
         reason=f"{node.node_name} is being preempted: {why}",
     )
+    delete = DeleteNode(
+        incarnation_id=node.id,
+        fleet=node.fleet,
+        slot=node.slot,
+        node_name=node.node_name,
+        zone=node.zone,
+        expected=P.DEAD,
+        queued_resource=node.queued_resource,
+        reason="dead: delete it at once, without waiting for the API to say PREEMPTED",
+        project=node.project,
+    )
+    return [dead, delete]
 
 
 def _replace(node: IncarnationRecord, end_reason: str, why: str) -> DeleteNode:
