@@ -139,8 +139,17 @@ class Cloud(detection.Cloud):
 
 class DaemonProcess:
     def __init__(
-        self, directory: Path, cloud: Cloud, *, poll: float, results: Path, root: Path = ROOT
+        self,
+        directory: Path,
+        cloud: Cloud,
+        *,
+        poll: float,
+        results: Path,
+        root: Path = ROOT,
+        run: str = RUN,
+        workload: str = "",
     ) -> None:
+        """`run`: the workload's command; `workload`: more [fleet.workload] lines."""
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self.config = directory / "fleet.toml"
@@ -171,8 +180,9 @@ class DaemonProcess:
                 capacity = "spot"
 
                 [fleet.workload]
-                run = '''{RUN}'''
+                run = '''{run}'''
                 env = {{ RESULTS = "{results}" }}
+                {workload}
                 """
             )
         )

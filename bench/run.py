@@ -31,6 +31,7 @@ BENCHMARKS: dict[str, str] = {
     "recovery": "bench.recovery",
     "capacity": "bench.capacity",
     "scale": "bench.scale",
+    "notice": "bench.notice",
 }
 
 RunFunction = Callable[[bool], dict[str, Any]]
