@@ -120,9 +120,12 @@ def run(
     *,
     progress: Callable[[str], None] = print,
     scratch: Path | None = None,
+    samples: int | None = None,
+    poll: float = POLL_S,
 ) -> dict[str, Any]:
-    n = 2 if quick else 8
-    settings = recovery.Settings(samples={POLL_S: n}, create_seconds=4.0, delete_seconds=1.0)
+    """`samples` per path (default 2 quick, 8 in full); `poll`: the daemon's interval."""
+    n = samples or (2 if quick else 8)
+    settings = recovery.Settings(samples={poll: n}, create_seconds=4.0, delete_seconds=1.0)
     rng = random.Random(20261125)
     rows: dict[str, list[dict[str, float]]] = {p: [] for p in PATHS}
     with tempfile.TemporaryDirectory(prefix="tpucared-bench-notice-") as tmp:
@@ -132,7 +135,7 @@ def run(
             results = where / "results"
             results.mkdir(parents=True)
             daemon = recovery.DaemonProcess(
-                where / "daemon", cloud, poll=POLL_S, results=results, run=RUN,
+                where / "daemon", cloud, poll=poll, results=results, run=RUN,
                 workload='stop_grace = "25s"',
             )  # fmt: skip
             try:
@@ -143,7 +146,7 @@ def run(
                     for path in PATHS if i % 2 == 0 else PATHS[::-1]:
                         attempt = recovery.newest_attempt(results)
                         # A random moment of the poll cycle, after the launch settled.
-                        time.sleep(1.0 + rng.random() * POLL_S)
+                        time.sleep(1.0 + rng.random() * poll)
                         row = sample(cloud, results, attempt, path)
                         rows[path].append(row)
                         progress(
@@ -162,7 +165,7 @@ def run(
         "method": __doc__.split("Method.", 1)[1].split("Statistics")[0].strip() if __doc__ else "",
         "parameters": {
             "notice_s": NOTICE_S,
-            "poll_interval_s": POLL_S,
+            "poll_interval_s": poll,
             "emulator_create_seconds": settings.create_seconds,
             "emulator_delete_seconds": settings.delete_seconds,
             "accelerator_type": recovery.TYPE,

@@ -1,0 +1,37 @@
+"""The notice benchmark runs end to end in its smallest form (one sample per path) and says
+what it measured: not a performance test (no timing is asserted beyond being positive and in
+the right order), so `make bench` cannot rot unnoticed."""
+
+from __future__ import annotations
+
+import sys
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `bench` is a top-level package of the repository, not installed
+    sys.path.insert(0, str(ROOT))
+
+from bench import notice  # noqa: E402
+from bench import run as harness  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_notice_benchmark_runs_end_to_end(tmp_path: Path) -> None:
+    lines: list[str] = []
+    tiny = partial(notice.run, samples=1, poll=2.0, progress=lines.append)
+    path, envelope = harness.run_one("notice", tiny, quick=True, output_dir=tmp_path)
+    assert path == tmp_path / "notice-quick.json"
+    result = envelope["result"]
+    noticed, today = result["summary_s"]["notice"], result["summary_s"]["today"]
+    assert noticed["sigterm_last"]["n"] == 1
+    assert 0 < noticed["sigterm_last"]["median"] < noticed["delete"]["median"]
+    assert noticed["delete"]["median"] < noticed["create"]["median"] < noticed["running"]["median"]
+    assert today["running_from_notice"]["median"] == pytest.approx(
+        today["running"]["median"] + notice.NOTICE_S
+    )
+    assert "today" in notice.render(result)
+    assert len(lines) == 2
