@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from tpucared.ssh import (
     cleanup_script,
     launch_script,
+    notice_wait_script,
     probe_script,
     setup_script,
     shfiles,
@@ -62,6 +63,8 @@ def built_scripts() -> dict[str, str]:
         "setup": setup_script("https://example.com/r.git", "v1", NASTY, "~/src", env=env),
         "setup-no-repo": setup_script(None, None, None, "/tmp/w"),
         "write": write_file_script("~/a/b's", mode=0o600, size=3),
+        "notice": notice_wait_script("runs/it's", "notice", 600),
+        "run-no-watcher": wrapper_script("true", {}, None, None, stop_signal=None),
     }
 
 
