@@ -163,6 +163,20 @@ QUICK = Settings(
     skypilot=replay.SkyPilotSchedule(scale=0.1),
     model_runs=0,
 )
+# `--hunt`: the lone hunting slot only, tpucared against the tight loop it must beat (issue 17),
+# four participants each, a one-minute stockout: a paired comparison in ~3 minutes per
+# semantics, where the full run takes 12 with every group.
+HUNT = Settings(
+    groups=(
+        Group("tpucared", "tpucared (default)", 1, 4, 2, schedule=_DEFAULT),
+        Group("tpucare", "tpucare replay", 1, 4, 2, schedule=_TIGHT),
+    ),
+    stockout=60.0,
+    count_from=15.0,
+    stagger=20.0,
+    pause=(5.0, 10.0),
+    model_runs=0,
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -673,6 +687,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--runs", type=int, default=1000, help="stockouts per modelled row")
     parser.add_argument(
+        "--hunt", action="store_true", help="the lone hunting slot against the tight loop only"
+    )
+    parser.add_argument(
         "--capacity-judged",
         choices=("post", "end"),
         default="post",
@@ -685,12 +702,11 @@ def main(argv: list[str] | None = None) -> int:
     from bench import run as harness
 
     def judged(quick: bool) -> dict[str, Any]:
-        base = QUICK if quick else FULL
+        base = HUNT if args.hunt else QUICK if quick else FULL
         return run(quick, settings=dataclasses.replace(base, capacity_judged=args.capacity_judged))
 
-    path, envelope = harness.run_one(
-        "capacity", judged, quick=args.quick, output_dir=common.RESULTS_DIR
-    )
+    name = f"capacity-hunt-{args.capacity_judged}" if args.hunt else "capacity"
+    path, envelope = harness.run_one(name, judged, quick=args.quick, output_dir=common.RESULTS_DIR)
     print(render(envelope["result"]))
     print(f"written to {path}")
     return 0
