@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from tpucared.gcp.errors import ApiError, classify_operation_error
@@ -50,6 +51,18 @@ class Operation:
         return value if isinstance(value, str) else None
 
     @property
+    def duration_s(self) -> float | None:
+        """How long it ran, by the API's own metadata (createTime to endTime), or None."""
+        start, end = self.metadata.get("createTime"), self.metadata.get("endTime")
+        if not isinstance(start, str) or not isinstance(end, str):
+            return None
+        try:
+            seconds = (_instant(end) - _instant(start)).total_seconds()
+        except ValueError:
+            return None
+        return seconds if seconds >= 0 else None
+
+    @property
     def failed(self) -> bool:
         return self.done and self.error is not None
 
@@ -58,3 +71,17 @@ class Operation:
         if not self.failed or self.error is None:
             return None
         return classify_operation_error(self.error, operation=self.name)
+
+
+def _instant(text: str) -> datetime:
+    """An RFC 3339 timestamp, with up to nanoseconds (Python reads microseconds)."""
+    head, dot, frac = text.rstrip("Z").partition(".")
+    zone = "+00:00" if text.endswith("Z") else ""
+    if dot and frac:
+        digits = frac
+        for sign in "+-":
+            if sign in frac:
+                digits, _, offset = frac.partition(sign)
+                zone = sign + offset
+        return datetime.fromisoformat(f"{head}.{digits[:6].ljust(6, '0')}{zone}")
+    return datetime.fromisoformat(head + zone)

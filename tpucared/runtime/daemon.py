@@ -124,6 +124,7 @@ class Daemon:
             clock=self.clock,
             plan_filter=plan_filter,
             workloads=self.workloads,
+            reuse_lists_within=poll,
         )
         self.loop = ReconcileLoop(self.reconciler, self.clock, self.wakeup, poll, on_tick=on_tick)
 

@@ -16,6 +16,12 @@ slot, and a job that ends wakes the loop. Without workloads (`tpucared down`) on
 planner runs. Operations recorded in the snapshot that nobody polls yet are handed to the
 operation watcher (after a restart: the previous run's creates and deletes).
 
+A tick woken only because a create backoff ended ("backoff over") lists nothing when the
+previous lists of the same zones all succeeded less than `reuse_lists_within` (the poll
+interval) ago: it plans on those. The backoff began at a failure those lists already
+followed, a create is idempotent (a node that exists anyway is adopted), and the poll still
+lists every interval; in a capacity hunt that saves one list per cycle (docs/benchmarks.md).
+
 After the lists, each zone's health (table `zone_health`: consecutive failed lists, the last
 error, since when) is brought up to date in one small write transaction, only for the zones
 whose row changed: a zone that keeps listing fine costs nothing. The `UNREACHABLE_AFTER`th
@@ -43,7 +49,13 @@ from tpucared.core.planning.tick import plan_tick
 from tpucared.core.planning.zone_health import UNREACHABLE_AFTER, health_details, next_zone_health
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.nodes.executor import Execution, Executor
-from tpucared.runtime.nodes.observer import Location, Observer, summarize, zones_to_observe
+from tpucared.runtime.nodes.observer import (
+    Location,
+    Observer,
+    Zones,
+    summarize,
+    zones_to_observe,
+)
 from tpucared.runtime.nodes.operations import OperationWatcher
 from tpucared.runtime.workload.jobs import Dispatch, WorkloadJobs
 from tpucared.runtime.workload.runner import WorkloadRunner
@@ -67,6 +79,7 @@ class Tick:
     # Every zone listed so far, by zone, as recorded after this tick's lists.
     # By (project, zone), the project as the core names it (DEFAULT_PROJECT: gcp.project).
     zone_health: Mapping[Location, ZoneHealth] = field(default_factory=lambda: MappingProxyType({}))
+    lists_reused: bool = False  # planned on the previous tick's lists (module docstring)
 
     @property
     def next_hold_lifts(self) -> datetime | None:
@@ -93,6 +106,7 @@ class Reconciler:
         plan_filter: PlanFilter | None = None,
         workloads: WorkloadJobs | None = None,
         project: str | None = None,
+        reuse_lists_within: float = 0.0,
     ) -> None:
         self.specs = tuple(specs)
         self.policy = policy
@@ -112,14 +126,21 @@ class Reconciler:
         self.project = project if project is not None else str(getattr(observer, "_project", ""))
         self.zone_health: dict[Location, ZoneHealth] | None = None  # read from the store at first
         self._last_ok: dict[Location, datetime] = {}  # its last successful list (memory)
+        self._reuse_within = reuse_lists_within
+        # The last lists: what was listed, what they showed, when (monotonic).
+        self._listed: tuple[Zones, tuple[ZoneObservation, ...], float] | None = None
 
     async def tick(self, reason: str = "poll") -> Tick:
         started = self._clock.monotonic()
         if self._live is None:  # first tick: which zones do remembered nodes live in
             self._live = tuple((await self._store.load_snapshot()).nodes.values())
         zones = zones_to_observe(self.specs, self._live)
-        observations = await self._observer.observe(zones, self._clock.now())
-        await self._record_zone_health(observations)
+        observations = self._reusable(reason, zones, started)
+        reused = observations is not None
+        if observations is None:
+            observations = await self._observer.observe(zones, self._clock.now())
+            await self._record_zone_health(observations)
+            self._listed = (zones, observations, started)
         snapshot = await self._store.load_snapshot()
         self._live = tuple(snapshot.nodes.values())
         self._watcher.adopt(self._live)
@@ -156,10 +177,22 @@ class Reconciler:
             seconds=round(self._clock.monotonic() - started, 4),
             workloads=dispatch,
             zone_health=MappingProxyType(dict(self.zone_health or {})),
+            lists_reused=reused,
         )
         self.last = tick
         _log_tick(tick)
         return tick
+
+    def _reusable(
+        self, reason: str, zones: Zones, started: float
+    ) -> tuple[ZoneObservation, ...] | None:
+        """The previous lists, when this tick may plan on them (module docstring)."""
+        if reason != "backoff over" or self._listed is None:
+            return None
+        listed, observations, at = self._listed
+        if listed != zones or started - at >= self._reuse_within:
+            return None
+        return observations if all(o.ok for o in observations) else None
 
     def _key(self, project: str) -> str:
         """A recorded project as the core names it."""
@@ -204,6 +237,7 @@ def _log_tick(tick: Tick) -> None:
         "tick": tick.number,
         "reason": tick.reason,
         **summarize(tick.observations),
+        **({"lists": "reused"} if tick.lists_reused else {}),
         "live": len(tick.snapshot.nodes),
         "actions": dict(sorted(kinds.items())),
         "skipped": tick.execution.skipped,

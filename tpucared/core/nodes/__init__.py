@@ -14,4 +14,5 @@ Called by `core/planning/planner.py` for every live incarnation and every listed
 - `slots`           fleet and slot records, and which empty slots get a create.
 - `create_backoff`  a slot's backoff after failed creates, zone rotation, counters.
 - `outcomes`        which phase a create/delete call's outcome belongs to (the runtime asks).
+- `op_timing`       when to poll a create's operation first, from the zone's failing creates.
 """

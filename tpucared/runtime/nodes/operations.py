@@ -3,8 +3,9 @@
 A create or delete call returns a long-running Operation (calls.py records its name on the
 incarnation); whether a create found capacity is only known when that operation ends (error
 code 8). This root task polls each operation with `operations.get` on a short, growing
-schedule (`PollSchedule`, the daemon's backoff rule without jitter), and when one is done
-writes, in one transaction:
+schedule (`PollSchedule`, the daemon's backoff rule without jitter; a create's first poll
+learnt from its zone's recent failing creates, core/nodes/op_timing.py, by the API's own
+createTime to endTime), and when one is done writes, in one transaction:
 - on the incarnation, if the operation is still the one it records: `operation = None`, and
   the classified error when it failed, provided the incarnation is still in a phase the
   operation's error belongs to (core/nodes/outcomes.py decides; a create's message is also
@@ -30,6 +31,7 @@ from tpucared.core.model.backoff import Backoff, in_seconds
 from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord
 from tpucared.core.model.specs import ErrorKind
 from tpucared.core.nodes import outcomes
+from tpucared.core.nodes.op_timing import RECENT, first_create_poll
 from tpucared.core.nodes.outcomes import Verb
 from tpucared.gcp import ApiError, Operation, TpuClient
 from tpucared.runtime.clock import Clock
@@ -100,6 +102,8 @@ class OperationWatcher:
         self._clock = clock
         self._wakeup = wakeup
         self._schedule = schedule or PollSchedule()
+        # (zone, accelerator type) -> how long its recent failing creates took (op_timing.py).
+        self._failing: dict[tuple[str, str], deque[float]] = {}
         self._watched: dict[str, Watched] = {}
         self._finished: deque[str] = deque(maxlen=_FINISHED_MEMORY)
         self._finished_set: set[str] = set()
@@ -120,7 +124,7 @@ class OperationWatcher:
         """Poll `operation` until done (idempotent per operation name)."""
         if operation.name in self._watched or operation.name in self._finished_set:
             return
-        first = 0.0 if operation.done else self._schedule.first
+        first = 0.0 if operation.done else self._first_poll(inc, verb, started)
         self._watched[operation.name] = Watched(
             name=operation.name,
             incarnation_id=inc.id,
@@ -206,6 +210,8 @@ class OperationWatcher:
         )
         lost = op is None
         attempt = _attempt(w, error, latency) if verb == "create" and not lost else None
+        if attempt is not None and op is not None:
+            self._learn(w, error, op)
         async with self._store.write() as tx:
             inc = await tx.incarnation(w.incarnation_id)
             if inc is not None and inc.operation == w.name:
@@ -237,6 +243,27 @@ class OperationWatcher:
             latency_s=round(latency, 3),
         )
         self._wakeup.set(f"{verb} operation of {w.node_name} finished")
+
+    def _first_poll(self, inc: IncarnationRecord, verb: Verb, started: float | None) -> float:
+        """Seconds from now to the first poll: a create's learnt from its zone's recent
+        failing creates (core/nodes/op_timing.py), counted from the call's start."""
+        default = self._schedule.first
+        recent = self._failing.get((inc.zone, inc.accelerator_type))
+        if verb != "create" or not recent or started is None:
+            return default
+        after_call = first_create_poll(recent, default, self._schedule.rule.cap)
+        return max(0.0, after_call - (self._clock.monotonic() - started))
+
+    def _learn(self, w: Watched, error: ApiError | None, op: Operation) -> None:
+        """A create's operation ended: a stockout's duration (the API's own createTime to
+        endTime, not when a poll happened to see it: that would only ever grow) is what the
+        next create of the zone and type most likely takes; a success ends the history."""
+        key = (w.zone, w.accelerator_type)
+        took = op.duration_s
+        if error is not None and error.kind is ErrorKind.CAPACITY and took is not None:
+            self._failing.setdefault(key, deque(maxlen=RECENT)).append(took)
+        elif error is None:
+            self._failing.pop(key, None)  # capacity is back: the history is over
 
     def _forget(self, name: str) -> None:
         """Stop watching `name`, and remember it so that a stale snapshot cannot revive it."""
