@@ -37,10 +37,12 @@ class FakeReconciler:
     def __init__(self, clock: ManualClock) -> None:
         self.clock = clock
         self.ticks: list[tuple[float, str]] = []
+        self.quiet: list[bool | None] = []  # what the loop said of each tick's wakes
         self.hold_in: float | None = None  # seconds from the tick to the next hold lifting
 
-    async def tick(self, reason: str = "poll") -> FakeTick:
+    async def tick(self, reason: str = "poll", *, quiet: bool | None = None) -> FakeTick:
         self.ticks.append((self.clock.monotonic(), reason))
+        self.quiet.append(quiet)
         lifts = None
         if self.hold_in is not None:
             lifts = self.clock.now() + timedelta(seconds=self.hold_in)
@@ -86,6 +88,24 @@ async def test_a_hold_that_lifts_before_the_poll_brings_the_tick_forward() -> No
     await settle()
     assert [round(t, 2) for t, _ in rec.ticks] == [0.0, 10.0, 13.03]
     assert rec.ticks[-1][1] == "backoff over"
+    assert rec.quiet == [False, False, True]  # a backoff's end brings nothing to list
+    await stop_loop(stop, task)
+
+
+async def test_a_tick_is_quiet_only_when_every_wake_was() -> None:
+    clock, rec, wakeup, stop, task = await start_loop(poll=10.0, min_gap=0.5)
+    await clock.advance(1.0)
+    wakeup.set("create operation of sweep-0 finished", quiet=True)
+    await settle()
+    assert rec.quiet[-1] is True
+    wakeup.set("create operation of sweep-1 finished", quiet=True)
+    wakeup.set("create operation of sweep-2 finished")  # a node came of it: list
+    await clock.advance(0.5)
+    await settle()
+    assert rec.quiet[-1] is False
+    await clock.advance(10.0)  # the poll always lists
+    await settle()
+    assert (rec.ticks[-1][1], rec.quiet[-1]) == ("poll", False)
     await stop_loop(stop, task)
 
 

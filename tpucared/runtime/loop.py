@@ -55,10 +55,10 @@ class ReconcileLoop:
         self._on_tick = on_tick  # health, metrics: after every completed tick
 
     async def run(self, stop: asyncio.Event, until: Callable[[Tick], bool] | None = None) -> None:
-        reason = "start"
+        reason, quiet = "start", False
         while not stop.is_set():
             started = self._clock.monotonic()
-            tick = await self.reconciler.tick(reason)
+            tick = await self.reconciler.tick(reason, quiet=quiet)
             self.last_tick_at = started
             if self._on_tick is not None:
                 await self._on_tick(tick)
@@ -75,7 +75,11 @@ class ReconcileLoop:
                 await self._clock.sleep(gap)  # wakes during the gap join this tick
                 if stop.is_set():
                     return
-            reason = self._wakeup.take() or timer
+            woken = self._wakeup.take()
+            reason = woken or timer
+            # Nothing the lists could show since the last tick: a backoff's end, or only
+            # quiet wakes (a create that failed for lack of capacity). See reconciler.py.
+            quiet = self._wakeup.last_quiet if woken else timer == "backoff over"
 
     def _next_timer(self, tick: Tick, started: float) -> tuple[float, str]:
         """Seconds until the next timed tick, and why it is due."""

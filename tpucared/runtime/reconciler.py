@@ -16,11 +16,12 @@ slot, and a job that ends wakes the loop. Without workloads (`tpucared down`) on
 planner runs. Operations recorded in the snapshot that nobody polls yet are handed to the
 operation watcher (after a restart: the previous run's creates and deletes).
 
-A tick woken only because a create backoff ended ("backoff over") lists nothing when the
-previous lists of the same zones all succeeded less than `reuse_lists_within` (the poll
-interval) ago: it plans on those. The backoff began at a failure those lists already
-followed, a create is idempotent (a node that exists anyway is adopted), and the poll still
-lists every interval; in a capacity hunt that saves one list per cycle (docs/benchmarks.md).
+A `quiet` tick (loop.py: woken only by a create backoff's end, or only by creates that failed
+for lack of capacity) lists nothing when the previous lists of the same zones all succeeded
+less than `reuse_lists_within` (the poll interval) ago: it plans on those. No node came of a
+failed create, a create is idempotent (a node that exists anyway is adopted), and the poll
+still lists every interval; in a capacity hunt that saves both lists of a cycle
+(docs/benchmarks.md).
 
 After the lists, each zone's health (table `zone_health`: consecutive failed lists, the last
 error, since when) is brought up to date in one small write transaction, only for the zones
@@ -130,12 +131,15 @@ class Reconciler:
         # The last lists: what was listed, what they showed, when (monotonic).
         self._listed: tuple[Zones, tuple[ZoneObservation, ...], float] | None = None
 
-    async def tick(self, reason: str = "poll") -> Tick:
+    async def tick(self, reason: str = "poll", *, quiet: bool | None = None) -> Tick:
+        """One tick. `quiet` (default: the reason is "backoff over"): nothing since the last
+        tick that the lists could show (module docstring)."""
         started = self._clock.monotonic()
         if self._live is None:  # first tick: which zones do remembered nodes live in
             self._live = tuple((await self._store.load_snapshot()).nodes.values())
         zones = zones_to_observe(self.specs, self._live)
-        observations = self._reusable(reason, zones, started)
+        quiet = reason == "backoff over" if quiet is None else quiet
+        observations = self._reusable(quiet, zones, started)
         reused = observations is not None
         if observations is None:
             observations = await self._observer.observe(zones, self._clock.now())
@@ -184,10 +188,10 @@ class Reconciler:
         return tick
 
     def _reusable(
-        self, reason: str, zones: Zones, started: float
+        self, quiet: bool, zones: Zones, started: float
     ) -> tuple[ZoneObservation, ...] | None:
         """The previous lists, when this tick may plan on them (module docstring)."""
-        if reason != "backoff over" or self._listed is None:
+        if not quiet or self._listed is None:
             return None
         listed, observations, at = self._listed
         if listed != zones or started - at >= self._reuse_within:

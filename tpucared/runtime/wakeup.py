@@ -5,7 +5,10 @@ some facts deserve a plan at once: an operation finished (operations.py), a crea
 call failed (calls.py), a workload job ended (workload_jobs.py). Those call
 `Wakeup.set(reason)`; a wake that arrives while the loop is busy is kept, so the next wait
 returns at once and no wake is ever lost. An `urgent` wake (a fresh probe that a launch
-waits for) also lets the loop skip most of its minimum gap between ticks (loop.py).
+waits for) also lets the loop skip most of its minimum gap between ticks (loop.py). A `quiet`
+wake brings nothing the zones' lists could show (a create that failed for lack of capacity:
+no node came of it): when every wake of a tick is quiet, the tick may plan on the previous
+lists (reconciler.py).
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ class Wakeup:
         self._event = asyncio.Event()
         self._reasons: list[str] = []
         self._urgent = False
+        self._loud = False  # some wake since the last `take` was not quiet
+        self.last_quiet = False  # every wake taken by the last `take` was quiet
 
-    def set(self, reason: str, *, urgent: bool = False) -> None:
+    def set(self, reason: str, *, urgent: bool = False, quiet: bool = False) -> None:
         self._reasons.append(reason)
         self._urgent = self._urgent or urgent
+        self._loud = self._loud or not quiet
         self._event.set()
 
     @property
@@ -43,8 +49,10 @@ class Wakeup:
     def take(self) -> str:
         """The reasons of every wake since the last `take` (joined, "" if none); clears."""
         reasons = list(dict.fromkeys(self._reasons))
+        self.last_quiet = bool(reasons) and not self._loud
         self._reasons.clear()
         self._urgent = False
+        self._loud = False
         self._event.clear()
         return ", ".join(reasons)
 

@@ -242,7 +242,9 @@ class OperationWatcher:
             error=error.message if error is not None else None,
             latency_s=round(latency, 3),
         )
-        self._wakeup.set(f"{verb} operation of {w.node_name} finished")
+        # A stockout leaves no node behind: the lists need not be taken again for it.
+        stockout = verb == "create" and error is not None and error.kind is ErrorKind.CAPACITY
+        self._wakeup.set(f"{verb} operation of {w.node_name} finished", quiet=stockout)
 
     def _first_poll(self, inc: IncarnationRecord, verb: Verb, started: float | None) -> float:
         """Seconds from now to the first poll: a create's learnt from its zone's recent
