@@ -16,7 +16,6 @@ The runtime (runtime/nodes/operations.py) keeps the recent failing-create durati
 from __future__ import annotations
 
 from collections.abc import Sequence
-from statistics import median
 
 RECENT = 5  # failing creates remembered per (zone, accelerator type)
 MIN_SAMPLES = 2  # before the median is trusted
@@ -30,5 +29,7 @@ def first_create_poll(recent_failures: Sequence[float], default: float, longest:
     `longest` (a poll interval: the list would see the node anyway)."""
     if len(recent_failures) < MIN_SAMPLES:
         return default
-    typical = median(recent_failures)
+    ordered = sorted(recent_failures)
+    middle = len(ordered) // 2
+    typical = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
     return min(max(default, max(typical * MARGIN, typical + MIN_MARGIN_S)), longest)
