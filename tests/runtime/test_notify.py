@@ -12,12 +12,15 @@ import sqlite3
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 from runtime_support import REPO, SLOW, Control, cli_env, free_port, wait_for, write_config
+
+from tpucared.core.model.records import NodePhase
 
 pytestmark = pytest.mark.slow
 
@@ -170,3 +173,43 @@ stockout_after = "2s"
     assert news["summary"].endswith("for TPU capacity (tpucared keeps hunting)")
     await asyncio.sleep(3)  # still stocked out: the same stockout is not told again
     assert len(await told()) == 1
+
+
+@pytest.mark.parametrize(
+    ("phase", "waiting"),
+    [
+        (None, True),  # between two creates
+        (NodePhase.REQUESTED, True),  # a retry in flight: the same stockout goes on
+        (NodePhase.CREATING, True),
+        (NodePhase.READY, False),  # a node serves: over
+    ],
+)
+def test_a_retry_in_flight_does_not_end_the_stockout(
+    phase: NodePhase | None, waiting: bool
+) -> None:
+    """Otherwise each hunting cycle would start a new stockout, told again (its subject
+    carries its start)."""
+    from tpucared.core.model.records import (
+        CreateAttemptRecord,
+        FleetRecord,
+        IncarnationRecord,
+        SlotRecord,
+    )
+    from tpucared.runtime.notifications import _waiting
+    from tpucared.store.snapshot import Snapshot
+
+    at = datetime(2026, 11, 25, tzinfo=UTC)
+    key = ("sweep", 0)
+    nodes = {}
+    if phase is not None:
+        nodes[key] = IncarnationRecord(
+            id=1, fleet="sweep", slot=0, node_name="sweep-0", zone="z", accelerator_type="v4-8",
+            phase=phase, phase_since=at, requested_at=at,
+        )  # fmt: skip
+    snapshot = Snapshot(
+        fleets={"sweep": FleetRecord(name="sweep", spec_hash="h", spec_json="{}", applied_at=at)},
+        slots={key: SlotRecord(fleet="sweep", index=0, run_id="r", create_failures=3)},
+        nodes=nodes,
+        last_creates={key: CreateAttemptRecord("sweep", 0, "z", "v4-8", at, "capacity")},
+    )
+    assert (_waiting(snapshot) == [key]) is waiting

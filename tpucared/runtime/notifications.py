@@ -19,6 +19,7 @@ from datetime import datetime
 import structlog
 
 from tpucared.core.nodes.create_backoff import waiting_for_capacity
+from tpucared.core.nodes.lifecycle import PENDING_PHASES
 from tpucared.core.notify import news as rules
 from tpucared.core.notify.news import News, RateLimit
 from tpucared.notify import Webhook, WebhookSender
@@ -96,14 +97,19 @@ class Notifications:
 
 
 def _waiting(snapshot: Snapshot) -> list[tuple[str, int]]:
+    """The slots in a stockout. A retry's create in flight (its node REQUESTED or CREATING)
+    does not end the stockout: the streak, and so the news's subject, lasts until a node
+    serves (a success resets `create_failures`); otherwise every hunting cycle would start a
+    new stockout and tell it again."""
     out: list[tuple[str, int]] = []
     for key, slot in snapshot.slots.items():
         fleet = snapshot.fleets.get(slot.fleet)
         last = snapshot.last_creates.get(key)
+        node = snapshot.nodes.get(key)
         if waiting_for_capacity(
             slot.create_failures,
             None if last is None else last.outcome,
-            live=key in snapshot.nodes,
+            live=node is not None and node.phase not in PENDING_PHASES,
             done=slot.done,
             down=fleet is None or fleet.down,
         ):
