@@ -205,11 +205,16 @@ class SshWorkerHosts:
             worker.metadata.notify()
 
     async def stop(self, node: Node) -> None:
-        hosts = self._nodes.pop(self.node_key(node), None)
+        key = self.node_key(node)
+        hosts = self._nodes.get(key)
         if hosts is None:
             return
         scan = any(w.spawned for w in hosts.workers)
         await self._shutdown(hosts.workers, self.tags(node) if scan else None)
+        # Forgotten only once shut down: a stop cut short (the emulator stopping meanwhile)
+        # leaves the node to close(), which shuts it down again (halting twice is harmless),
+        # so no server of it (SSH, metadata) outlives the emulator.
+        self._nodes.pop(key, None)
         if not _keeps_disk(node):
             await asyncio.to_thread(shutil.rmtree, hosts.directory, ignore_errors=True)
         log.info("emulator.hosts.stopped", node=node.name, state=node.state)

@@ -136,10 +136,12 @@ class SimulatedWorker:
 
     async def wait_closed(self) -> None:
         """After `halt()`: wait for the listener and the command handlers to finish."""
-        if self._acceptor is not None:
-            await self._acceptor.wait_closed()
-            self._acceptor = None
-        await self.metadata.close()
+        try:
+            if self._acceptor is not None:
+                await self._acceptor.wait_closed()
+                self._acceptor = None
+        finally:
+            await self.metadata.close()
         tasks = list(self._tasks)
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=_HANDLER_GRACE_SECONDS)
