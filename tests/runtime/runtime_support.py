@@ -281,3 +281,65 @@ async def converged(control: Control, db: Path, size: int, fleet: str = "sweep")
         if row["cloud_id"] != node["node"]["id"]:
             return False
     return True
+
+
+def hosts_emulator_options(base: Mapping[str, Any], tmp_path: Path, **more: Any) -> dict[str, Any]:
+    """A fast emulator whose workers are SSH hosts (for the workload's end-to-end tests)."""
+    return {
+        **base,
+        "create_seconds": 0.2,
+        "delete_seconds": 0.1,
+        "ssh_hosts": True,
+        "ssh_port": free_port(),
+        "hosts_dir": str(tmp_path / "hosts"),
+        **more,
+    }
+
+
+def workload_config(
+    tmp_path: Path,
+    emulator: EmulatorServer,
+    *,
+    fleet: str,
+    accelerator_type: str,
+    run: str,
+    results: Path,
+    poll: str = "300ms",
+    ssh: str = "",
+    workload: str = "",
+) -> Path:
+    """One slot of `fleet` with a workload `run` (RESULTS=`results` in its environment) against
+    `emulator`'s SSH hosts; `ssh` and `workload` are more lines of those tables."""
+    path = tmp_path / "fleet.toml"
+    body = f"""
+        [daemon]
+        db = "state.db"
+        poll_interval = "{poll}"
+        owner = "{OWNER}"
+        http = "127.0.0.1:{free_port()}"
+
+        [gcp]
+        project = "{PROJECT}"
+        endpoint = "{emulator.url}"
+        credentials = "none"
+
+        [ssh]
+        key = "id_ed25519"
+        port = {emulator.options.ssh_port}
+        {ssh}
+
+        [[fleet]]
+        name = "{fleet}"
+        zones = ["{ZONE}"]
+        accelerator_type = "{accelerator_type}"
+        runtime_version = "tpu-ubuntu2204-base"
+        size = 1
+        capacity = "spot"
+
+        [fleet.workload]
+        run = '''{run}'''
+        env = {{ RESULTS = "{results}" }}
+        {workload}
+        """
+    path.write_text(textwrap.dedent(body))
+    return path

@@ -7,14 +7,23 @@ the replacement with TPUCARED_PREEMPTIONS=1 and TPUCARED_FAILURES=0."""
 from __future__ import annotations
 
 import json
-import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_support import OWNER, PROJECT, SLOW, ZONE, Control, Daemon, free_port, query, wait_for
+from runtime_support import (
+    PROJECT,
+    SLOW,
+    ZONE,
+    Control,
+    Daemon,
+    hosts_emulator_options,
+    query,
+    wait_for,
+    workload_config,
+)
 
 from tpucared.emulator import EmulatorServer
 
@@ -37,52 +46,7 @@ RUN = (
 
 @pytest.fixture
 def emulator_options(emulator_options: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
-    return {
-        **emulator_options,
-        "create_seconds": 0.2,
-        "delete_seconds": 0.1,
-        "ssh_hosts": True,
-        "ssh_port": free_port(),
-        "hosts_dir": str(tmp_path / "hosts"),
-    }
-
-
-def _config(tmp_path: Path, endpoint: str, ssh_port: int, results: Path) -> Path:
-    path = tmp_path / "fleet.toml"
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            [daemon]
-            db = "state.db"
-            poll_interval = "2s"
-            owner = "{OWNER}"
-            http = "127.0.0.1:{free_port()}"
-
-            [gcp]
-            project = "{PROJECT}"
-            endpoint = "{endpoint}"
-            credentials = "none"
-
-            [ssh]
-            key = "id_ed25519"
-            port = {ssh_port}
-
-            [[fleet]]
-            name = "{FLEET}"
-            zones = ["{ZONE}"]
-            accelerator_type = "v4-16"
-            runtime_version = "tpu-ubuntu2204-base"
-            size = 1
-            capacity = "spot"
-
-            [fleet.workload]
-            run = '''{RUN}'''
-            env = {{ RESULTS = "{results}" }}
-            stop_grace = "10s"
-            """
-        )
-    )
-    return path
+    return hosts_emulator_options(emulator_options, tmp_path)
 
 
 def _envs(results: Path) -> list[list[str]]:
@@ -98,7 +62,10 @@ async def test_a_notice_stops_the_workload_and_replaces_the_node_before_preempte
 ) -> None:
     results = tmp_path / "results"
     results.mkdir()
-    config = _config(tmp_path, emulator.url, emulator.options.ssh_port, results)
+    config = workload_config(
+        tmp_path, emulator, fleet=FLEET, accelerator_type="v4-16", run=RUN, results=results,
+        poll="2s", workload='stop_grace = "10s"',
+    )  # fmt: skip
     db = tmp_path / "state.db"
     await daemons(config).start()
 

@@ -10,14 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 import pytest
-from runtime_support import OWNER, PROJECT, SLOW, ZONE, Control, Daemon, free_port, wait_for
+from runtime_support import (
+    OWNER,
+    PROJECT,
+    SLOW,
+    Control,
+    Daemon,
+    hosts_emulator_options,
+    wait_for,
+    workload_config,
+)
 
 from tpucared.emulator import EmulatorServer
 from tpucared.emulator.oslogin import posix_username
@@ -33,53 +41,7 @@ RUN = 'echo "$USER" > "$RESULTS/user-$TPUCARED_WORKER"; sleep 600'
 
 @pytest.fixture
 def emulator_options(emulator_options: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
-    return {
-        **emulator_options,
-        "create_seconds": 0.2,
-        "delete_seconds": 0.1,
-        "ssh_hosts": True,
-        "ssh_port": free_port(),
-        "hosts_dir": str(tmp_path / "hosts"),
-        "os_login": True,
-    }
-
-
-def _config(tmp_path: Path, endpoint: str, ssh_port: int, results: Path) -> Path:
-    path = tmp_path / "fleet.toml"
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            [daemon]
-            db = "state.db"
-            poll_interval = "300ms"
-            owner = "{OWNER}"
-            http = "127.0.0.1:{free_port()}"
-
-            [gcp]
-            project = "{PROJECT}"
-            endpoint = "{endpoint}"
-            credentials = "none"
-
-            [ssh]
-            key = "id_ed25519"
-            port = {ssh_port}
-            os_login = true
-            os_login_account = "{ACCOUNT}"
-
-            [[fleet]]
-            name = "{FLEET}"
-            zones = ["{ZONE}"]
-            accelerator_type = "v4-16"
-            runtime_version = "tpu-ubuntu2204-base"
-            size = 1
-
-            [fleet.workload]
-            run = '''{RUN}'''
-            env = {{ RESULTS = "{results}" }}
-            """
-        )
-    )
-    return path
+    return hosts_emulator_options(emulator_options, tmp_path, os_login=True)
 
 
 async def test_the_daemon_logs_in_through_os_login(
@@ -90,7 +52,10 @@ async def test_the_daemon_logs_in_through_os_login(
 ) -> None:
     results = tmp_path / "results"
     results.mkdir()
-    config = _config(tmp_path, emulator.url, emulator.options.ssh_port, results)
+    config = workload_config(
+        tmp_path, emulator, fleet=FLEET, accelerator_type="v4-16", run=RUN, results=results,
+        ssh=f'os_login = true\nos_login_account = "{ACCOUNT}"',
+    )  # fmt: skip
     registry = emulator.os_login
     stale, others = (asyncssh.generate_private_key("ssh-ed25519") for _ in range(2))
     registry.import_key(ACCOUNT, {"key": public_key_line(stale, OWNER)})
