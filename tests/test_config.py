@@ -196,7 +196,7 @@ def test_policy_section(tmp_path: Path) -> None:
     assert p.timeouts["queued"] is None
     assert p.timeouts["deleting"] == timedelta(minutes=15)
     # Unset, the capacity jitter keeps its default share; the others stay full jitter.
-    assert p.capacity_backoff.jitter == Policy().capacity_backoff.jitter == 0.4
+    assert p.capacity_backoff.jitter == Policy().capacity_backoff.jitter == 0.1
     assert p.transient_backoff.jitter == p.error_backoff.jitter == 1.0
 
 
@@ -207,7 +207,7 @@ def test_default_capacity_backoff_is_a_near_constant_short_wait(tmp_path: Path) 
         timedelta(seconds=4),
         timedelta(0),
     )
-    assert rule.jitter == 0.4  # every wait in [2.4 s, 4 s]
+    assert rule.jitter == 0.1  # every wait in [3.6 s, 4 s]
 
 
 @pytest.mark.parametrize(

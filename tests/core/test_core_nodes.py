@@ -487,9 +487,10 @@ def test_pending(
     [
         # First stockout: the other zone has not been tried, so try it now.
         (ErrorKind.CAPACITY, 0, Z2, None, None),
-        # Every zone stocked out in a row: the capacity backoff (2.4..4 s, near-constant).
-        (ErrorKind.CAPACITY, 1, Z2, timedelta(seconds=2.4), timedelta(seconds=4)),
-        (ErrorKind.CAPACITY, 9, Z2, timedelta(seconds=2.4), timedelta(seconds=4)),
+        # Every zone stocked out in a row: the capacity backoff (3.6..4 s, near-constant) runs
+        # from the failed create's post, here 2 s before its failure is seen.
+        (ErrorKind.CAPACITY, 1, Z2, timedelta(seconds=1.6), timedelta(seconds=2)),
+        (ErrorKind.CAPACITY, 9, Z2, timedelta(seconds=1.6), timedelta(seconds=2)),
         # Quota and friends: same zone, 10-30 minutes.
         (ErrorKind.QUOTA, 0, Z1, timedelta(minutes=10), timedelta(minutes=10)),
         (ErrorKind.PERMISSION, 3, Z1, timedelta(minutes=10), timedelta(minutes=30)),
@@ -508,7 +509,7 @@ def test_create_failure_budget(
 ) -> None:
     from core_support import slot
 
-    record = pending(P.REQUESTED, error=error)
+    record = pending(P.REQUESTED, timedelta(seconds=2), error=error)
     snap = snapshot(record, specs=[SPEC], slots=[slot(0, create_failures=failures)])
     p = run([SPEC], world(), snap)
     (fail,) = p.of(Transition)
@@ -527,6 +528,44 @@ def test_create_failure_budget(
         assert not p.of(CreateNode)
         (hold,) = p.holds
         assert hold.until == update.next_create_at
+
+
+@pytest.mark.parametrize(
+    ("seen_after", "wait_at_least", "wait_at_most"),
+    [
+        (0.0, 3.6, 4.0),  # failed at the POST: the whole wait
+        (2.0, 1.6, 2.0),  # the emulator's 2 s failing operation: the rest of the wait
+        (3.9, 0.0, 0.1),  # the wait may end while the failure is being seen
+        (10.0, None, None),  # a slow failing operation: the next create goes at once
+        (600.0, None, None),
+    ],
+)
+def test_the_capacity_wait_is_a_pace_from_the_post(
+    seen_after: float, wait_at_least: float | None, wait_at_most: float | None
+) -> None:
+    """Every zone stocked out: the next create is due one capacity wait after the failed one
+    was posted, not after its failure was seen. A slot hunts at one create per wait however
+    long the API takes to fail a create, and loses no time to a slow failure."""
+    from core_support import slot
+
+    record = pending(P.REQUESTED, timedelta(seconds=seen_after), error=ErrorKind.CAPACITY)
+    snap = snapshot(record, specs=[SPEC], slots=[slot(0, create_failures=1)])
+    p = run([SPEC], world(), snap)
+    (fail,) = p.of(Transition)
+    update = fail.slot_update
+    assert update is not None
+    if wait_at_least is None:
+        assert update.next_create_at is None
+        assert [c.zone for c in p.of(CreateNode)] == [Z2]
+        return
+    assert wait_at_most is not None
+    due = update.next_create_at
+    if due is None:  # the wait ended exactly as the failure was seen
+        assert wait_at_least == 0.0
+        assert len(p.of(CreateNode)) == 1
+        return
+    assert timedelta(seconds=wait_at_least) <= due - T0 <= timedelta(seconds=wait_at_most)
+    assert not p.of(CreateNode)
 
 
 def test_hard_create_errors_tell_a_person() -> None:

@@ -10,6 +10,7 @@ observe, plan, record intent, call, record the outcome.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -91,6 +92,7 @@ class Daemon:
     last_id: int = 0
     told: list[str] = field(default_factory=list)
     policy: Policy = field(default_factory=Policy)
+    every: timedelta = TICK
 
     def tick(self) -> Plan:
         now = self.now
@@ -139,7 +141,7 @@ class Daemon:
                 self.snap = record_outcome(self.snap, inc.id, now, error=inc.error)
         self.reported = p.standing
         self.cloud.advance()
-        self.now = now + TICK
+        self.now = now + self.every
         return p
 
     def phases(self) -> dict[str, str]:
@@ -180,14 +182,32 @@ def test_stockout_moves_to_the_next_zone() -> None:
 
 def test_no_capacity_anywhere_backs_off() -> None:
     cloud = Cloud(capacity={Z1: 0, Z2: 0})
-    d = Daemon([spec(size=1)], cloud)
+    # Ticks a second apart (the daemon wakes when a create fails), for two minutes.
+    d = Daemon([spec(size=1)], cloud, every=timedelta(seconds=1))
+    starts: list[datetime] = []  # when each round of zones began
     creates = 0
-    for _ in range(30):  # five minutes
-        creates += len(d.tick().of(CreateNode))
-    # Without backoff that would be 30; the two zones are tried back to back, then it waits.
-    assert 4 <= creates <= 20
+    for _ in range(120):
+        now = d.now
+        made = d.tick().of(CreateNode)
+        creates += len(made)
+        starts += [now for c in made if c.zone == Z1]
+    # Without backoff that would be 120; the two zones are tried back to back (a create's
+    # failure is seen at the next tick), then the slot waits for the pace: a round starts
+    # 3.6-4 s after the last create of the previous one was posted.
+    assert 2 * 120 / 6 <= creates <= 2 * 120 / 4.6 + 2
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(starts)]
+    assert all(4.6 <= g <= 6 for g in gaps)
     # Every create failed (the last one's failure is recorded at the next tick).
     assert d.snap.slots[("sweep", 0)].create_failures in (creates - 1, creates)
+
+
+def test_a_daemon_ticking_slower_than_the_pace_creates_at_each_tick() -> None:
+    """The capacity wait is a pace from the failed create's post, not a sleep after its
+    failure is seen: when ticks are farther apart than the wait, none is lost to it."""
+    cloud = Cloud(capacity={Z1: 0, Z2: 0})
+    d = Daemon([spec(size=1)], cloud)  # a tick every 10 s
+    made = [len(d.tick().of(CreateNode)) for _ in range(30)]
+    assert made == [1] * 30
 
 
 def test_blind_ticks_change_nothing() -> None:

@@ -149,9 +149,9 @@ def test_the_default_capacity_wait_is_near_constant_and_still_spread() -> None:
     waits = [
         delay(rule, n, jitter("sweep", slot, "run", n)) for slot in range(64) for n in (1, 5, 50)
     ]
-    assert all(timedelta(seconds=2.4) <= w <= timedelta(seconds=4) for w in waits)
-    # Slots of a fleet do not retry in step: their waits cover most of the 1.6 s window.
-    assert max(waits) - min(waits) > timedelta(seconds=1.4)
+    assert all(timedelta(seconds=3.6) <= w <= timedelta(seconds=4) for w in waits)
+    # Slots of a fleet do not retry in step: their waits cover most of the 0.4 s window.
+    assert max(waits) - min(waits) > timedelta(seconds=0.35)
 
 
 def _residual(overhead: float, low: float, high: float) -> float:
@@ -164,19 +164,19 @@ def _residual(overhead: float, low: float, high: float) -> float:
 def test_near_constant_waits_beat_full_jitter_at_the_same_request_rate() -> None:
     """Why capacity hunting does not use full jitter: with the same mean cycle (so the same
     requests per minute), full jitter's long draws make the expected wait for capacity that
-    comes back at a random moment longer. Overhead: a failing create noticed ~3.5 s after
-    it is issued (the emulator's 2 s operation, polled at 0.5, 1.5 and 3.5 s)."""
-    overhead = 3.5
+    comes back at a random moment longer. The wait runs from one create's post to the next,
+    so the cycle is the wait itself while the API fails a create sooner than that (the
+    emulator's 2 s operation)."""
     rule = CAPACITY_BACKOFF
     low, high = shortest(rule, 9).total_seconds(), ceiling(rule, 9).total_seconds()
-    near = _residual(overhead, low, high)
-    full = _residual(overhead, 0.0, low + high)  # full jitter with the same mean wait
-    assert near < 0.95 * full
-    # ... and a shorter worst case: the longest cycle (4 s of wait, not 6.4 s).
-    assert high < 0.7 * (low + high)
-    assert near < 4.0  # the lone slot's target is a median of 5 s at most
-    old = _residual(overhead, 0.0, 30.0)  # the previous default, 0-30 s
-    assert old > 2 * near
+    near = _residual(0.0, low, high)
+    full = _residual(0.0, 0.0, low + high)  # full jitter with the same mean cycle
+    assert near < 0.8 * full
+    # ... and a shorter worst case: the longest cycle (4 s, not 7.6 s).
+    assert high < 0.6 * (low + high)
+    assert near < 2.0  # half the tight loop's ~4.5 s cycle (bench/replay.py)
+    old = _residual(3.5, 0.0, 30.0)  # the first default: 0-30 s after a 3.5 s notice
+    assert old > 5 * near
 
 
 def test_jitter_is_stable_and_spread() -> None:

@@ -141,7 +141,7 @@ class PolicyTable(Table):
     capacity_backoff: Duration = timedelta(seconds=4)
     capacity_backoff_cap: Duration = timedelta(seconds=4)
     # The random share of each capacity wait (1 = full jitter over [0, wait]).
-    capacity_backoff_jitter: float = Field(default=0.4, ge=0, le=1)
+    capacity_backoff_jitter: float = Field(default=0.1, ge=0, le=1)
     transient_backoff: Duration = timedelta(seconds=5)
     transient_backoff_cap: Duration = timedelta(minutes=2)
     error_backoff: Duration = timedelta(minutes=10)

@@ -5,7 +5,8 @@ Transition that ends a create (FAILED, or DEAD before READY), that reaches READY
 unplanned death, so the slot's bookkeeping changes in the same transaction as the phase.
 Rules:
 - A capacity error moves the slot to the fleet's next zone and retries at once; only when
-  every zone failed in a row does it wait (capacity backoff, per full round of zones).
+  every zone failed in a row does it wait (capacity backoff, per full round of zones),
+  counted from the failed create's post: a pace of creates, not a sleep after each failure.
 - Other errors keep the zone and wait: transient backoff, or the long error backoff for
   quota, permission, invalid, not-found and a name held by someone else.
 - Reaching READY resets the failures and keeps the zone that worked (sticky).
@@ -46,6 +47,12 @@ def create_failed(view: View, inc: IncarnationRecord, kind: ErrorKind, why: str)
         )
         # Mid-round: the next zone has not been tried yet, so try it now.
         wait = timedelta(0) if rest else delay(rule, rounds, u)
+        if kind is ErrorKind.CAPACITY and wait:
+            # A rate, not a sleep: the wait runs from the failed create's post, so the next
+            # create goes as soon as the failure is seen once a whole wait has passed since.
+            # How long the API takes to fail a create then costs no extra time, and the slot
+            # still sends at most one create per wait (docs/daemon.md, "API requests").
+            wait = max(timedelta(0), inc.requested_at + wait - view.now)
     else:
         next_zone = zones[here] if here >= 0 else zones[0]
         # ALREADY_EXISTS in a fleet's only zone: someone else holds the name and a person

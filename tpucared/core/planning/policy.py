@@ -25,14 +25,15 @@ HARD_ERRORS: frozenset[ErrorKind] = frozenset(
 )
 
 # Defaults (module constants: a frozen rule is safe to share between Policy instances).
-# Capacity: a near-constant 2.4-4 s between a failed create being noticed and the next one
-# (docs/daemon.md, "API requests"). Capacity comes back at a moment nobody can predict, and a
-# lone slot's wait for it is about half its retry cycle (noticing the failure, ~3.5 s in the
-# emulator, plus this wait): median ~3.4 s, p99 ~7 s, at ~53 requests/min. Full jitter at
-# the same request rate has a longer tail (its long draws weigh in E[C^2] / 2E[C]); the 40 %
-# that stays random still keeps the slots of a fleet from retrying in step. No doubling: a
-# stockout does not get worse for being retried, and capacity may return at any minute.
-CAPACITY_BACKOFF = BackoffRule(base=4 * _S, cap=4 * _S, jitter=0.4)
+# Capacity: a near-constant 3.6-4 s from one create's post to the next (a pace, not a sleep
+# after the failure is seen: docs/daemon.md, "API requests"). Capacity comes back at a moment
+# nobody can predict, and a lone slot's wait for it is about half its create-to-create cycle:
+# ~1.9 s, at one create and one operation poll per cycle (~32 requests/min, ~38 with the
+# poll's lists). Full jitter at the same request rate has a longer tail (its long draws weigh
+# in E[C^2] / 2E[C]); the 10 % that stays random still keeps the slots of a fleet from
+# retrying in step. No doubling: a stockout does not get worse for being retried, and
+# capacity may return at any minute.
+CAPACITY_BACKOFF = BackoffRule(base=4 * _S, cap=4 * _S, jitter=0.1)
 TRANSIENT_BACKOFF = BackoffRule(base=5 * _S, cap=2 * _M)
 ERROR_BACKOFF = BackoffRule(base=10 * _M, cap=30 * _M, floor=10 * _M)
 
@@ -45,7 +46,8 @@ class Policy:
     max_creates: int = 8
     max_creates_per_fleet: int = 4
     # After a stockout: try the next zone at once; once every zone of the fleet failed in a
-    # row, wait 2.4-4 s (capacity frees at any moment; be there first). The API cost is
+    # row, create again 3.6-4 s after the last create was posted (capacity frees at any
+    # moment; be there first). The API cost is
     # bounded per fleet by max_creates_per_fleet, whatever the number of slots hunting.
     capacity_backoff: BackoffRule = CAPACITY_BACKOFF
     # Rate limits, conflicts, 5xx, and creates whose outcome was never recorded.
