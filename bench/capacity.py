@@ -695,6 +695,9 @@ def main(argv: list[str] | None = None) -> int:
         default="post",
         help="when the emulator judges a create's capacity: at the POST or at the operation's end",
     )
+    parser.add_argument(
+        "--samples", type=int, default=0, help="stockouts per participant (0: the preset's)"
+    )
     args = parser.parse_args(argv)
     if args.model:
         print(model_table(args.runs))
@@ -703,6 +706,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def judged(quick: bool) -> dict[str, Any]:
         base = HUNT if args.hunt else QUICK if quick else FULL
+        if args.samples > 0:
+            groups = tuple(dataclasses.replace(g, samples=args.samples) for g in base.groups)
+            base = dataclasses.replace(base, groups=groups)
         return run(quick, settings=dataclasses.replace(base, capacity_judged=args.capacity_judged))
 
     name = f"capacity-hunt-{args.capacity_judged}" if args.hunt else "capacity"
