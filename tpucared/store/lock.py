@@ -1,15 +1,19 @@
 """The single-writer lock: one `tpucared run` per SQLite database, held for the process's life.
 
-An exclusive, non-blocking `flock` on a file next to the database (`state.db.lock`). The kernel
+An exclusive, non-blocking `flock` on a file next to the database (`state.db.lock`; never on the
+database itself, whose POSIX locks are SQLite's: a `lockf` there would break them). The kernel
 releases it when the process exits, however it exits (`kill -9` included), so it is never stale
 and never needs clearing by hand. Once it holds the lock, the holder writes its pid and host
 into the file; a second daemon reads them to say who holds the database, and touches nothing
 else: not the database, not the HTTP port, not the calls the first one has in flight.
 
-Only the daemon takes it (`tpucared run`, and the demo and babysit through it), before it
-migrates or opens anything. Readers (`status`, `events`, `plan`, `logs`, `exec`, `cp`) and
-`down` / `up`, which are meant to run beside a daemon, do not. For databases that are not
-SQLite files (in-memory, PostgreSQL) it does nothing.
+Where it sits: the daemon (`tpucared run`, and the demo and babysit through it) takes it first
+thing in `runtime.resources.open_resources`, before it migrates or opens anything, and holds it
+until the process ends; `tpucared db upgrade` holds it while it migrates (a schema must not change
+under a running daemon). Readers (`status`, `events`, `plan`, `logs`, `exec`, `cp`) never take
+it, and neither do `down` / `up`, which are meant to run beside a daemon: they only mark fleets
+and delete nodes, in short transactions the daemon's store is built to share. For databases
+that are not SQLite files (in-memory, PostgreSQL) it does nothing.
 """
 
 from __future__ import annotations
@@ -47,7 +51,10 @@ class LockHeld(DatabaseError):
 
 
 def lock_path(database: Path) -> Path:
-    return database.with_name(database.name + ".lock")
+    """`DB.lock`, next to the file SQLite really opens: a symlink to the database, or a
+    `sqlite:///` URL naming it another way, leads to the same lock as the plain path."""
+    real = database.resolve()
+    return real.with_name(real.name + ".lock")
 
 
 class WriterLock:
