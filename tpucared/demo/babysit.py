@@ -196,11 +196,13 @@ def babysit_command(args: argparse.Namespace) -> int:
 async def babysit(config: Config, *, keep: bool, out: TextIO) -> int:
     """Run until the slot is done; the workload's exit status (130 when interrupted)."""
     from tpucared.runtime.down import down, up
-    from tpucared.store.migrate import upgrade_to_head
+    from tpucared.runtime.resources import migrated_beside_a_daemon
 
     name = config.fleets[0].name
     view = _FlagView(out)
-    await upgrade_to_head(config.daemon.db)
+    # Its daemon (run_engine) takes the writer lock; this first look must not migrate a
+    # database another daemon holds beneath it.
+    await migrated_beside_a_daemon(config.daemon.db)
     before = await _before(config, name)
     if before.finished is not None:
         raise BabysitError(
