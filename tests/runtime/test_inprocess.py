@@ -10,23 +10,27 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from runtime_support import OWNER, PROJECT, ZONE, Control, query, write_config
+from sqlalchemy import event
 
 from tpucared.config import load_config
 from tpucared.core.model.records import NodePhase
 from tpucared.core.model.specs import CapacityKind, ErrorKind
-from tpucared.core.planning.actions import Adopt, CreateNode, DeleteNode, Transition
+from tpucared.core.planning.actions import Adopt, CreateNode, DeleteNode, OpenSlot, Transition
 from tpucared.core.planning.executor_contract import apply_intent
+from tpucared.core.planning.plan import Plan
 from tpucared.gcp import NoAuth, TpuClient
 from tpucared.gcp.bodies import NodeShape
 from tpucared.runtime.daemon import Daemon
 from tpucared.runtime.nodes.calls import NodeTemplate, record_interrupted_calls
+from tpucared.runtime.nodes.executor import RECORD_BATCH, Executor
 from tpucared.runtime.reconciler import Tick
-from tpucared.store import Store
+from tpucared.store import StaleWrite, Store
 from tpucared.store.migrate import upgrade_to_head
 
 P = NodePhase
@@ -308,3 +312,65 @@ async def test_queued_provisioning_creates_and_replaces_through_queued_resources
     assert [r["method"] for r in qr] == ["POST", "DELETE", "POST"]
     assert [r["query"].get("force") for r in qr if r["method"] == "DELETE"] == ["true"]
     assert [r for r in requests if r["path"].endswith("/nodes") and r["method"] == "POST"] == []
+
+
+async def test_a_savepoint_undoes_its_part_alone_and_the_rest_commits(
+    tmp_path: Path, control: Control
+) -> None:
+    """The executor's batches rely on SAVEPOINT inside our BEGIN IMMEDIATE transactions (the
+    sqlite3 module's own transaction handling is off: store/engine.py)."""
+    async with harness(tmp_path, control) as h:
+        now = datetime.now(UTC)
+        async with h.store.write() as tx:
+            await tx.record_fleet("sweep", "h", "{}", now)
+
+            async def lose_a_race() -> None:
+                async with tx.savepoint():
+                    await tx.open_slot("sweep", 0, now)
+                    raise StaleWrite("slot", "a", "b")
+
+            with pytest.raises(StaleWrite):
+                await lose_a_race()
+            await tx.open_slot("sweep", 1, now)
+        slots = [tuple(r) for r in query(h.db, "SELECT slot FROM slots ORDER BY slot")]
+        assert slots == [(1,)]
+        kinds = [tuple(r) for r in query(h.db, "SELECT kind, slot FROM events ORDER BY id")]
+        assert ("slot.opened", 0) not in kinds
+        assert ("slot.opened", 1) in kinds
+
+
+async def test_record_only_actions_share_a_commit_and_a_stale_one_is_skipped_alone(
+    tmp_path: Path, control: Control
+) -> None:
+    """Adopting 10,000 nodes is 20,000 record-only actions: one WAL sync each took minutes.
+    They commit in batches of RECORD_BATCH, each action in its own savepoint, so a stale one
+    is skipped and the others stand; a cloud action's intent still commits before its call,
+    after everything planned before it."""
+    async with harness(tmp_path, control) as h:
+        tick = await h.tick()  # three creates: REQUESTED incarnations to go stale against
+        await h.calls_done()
+        (first, *_) = tick.plan.of(CreateNode)
+        inc = (await h.store.load_snapshot()).nodes[("sweep", first.slot)]
+        commits: list[int] = []
+        event.listen(h.store.engine.sync_engine, "commit", lambda _conn: commits.append(1))
+        now = datetime.now(UTC)
+        slots = range(10, 10 + RECORD_BATCH + 6)
+        stale = Transition(
+            reason="test",
+            incarnation_id=inc.id,
+            node_name=inc.node_name,
+            expected=P.READY,  # it is CREATING: the compare-and-set loses
+            new=P.DEAD,
+        )
+        actions = [OpenSlot(reason="test", fleet="sweep", slot=s) for s in slots]
+        actions.insert(3, stale)
+        execution = await Executor(h.store, h.daemon.calls).execute(Plan(now, tuple(actions)))
+        outcomes = dict((id(a), o) for a, o in execution.outcomes)
+        assert outcomes[id(stale)].startswith("skipped: stale")
+        assert execution.skipped == 1
+        assert len(execution.done) == len(slots)
+        stored = {s for (s,) in query(h.db, "SELECT slot FROM slots WHERE slot >= 10")}
+        assert stored == set(slots)
+        (phase,) = query(h.db, f"SELECT phase FROM nodes WHERE id = {inc.id}")
+        assert phase["phase"] == "creating"
+        assert len(commits) == 2  # RECORD_BATCH + 7 actions: two transactions, not 263

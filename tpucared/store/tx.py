@@ -8,6 +8,9 @@ grouped by what they change: `write_base` (events, fleets, slots, create attempt
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from tpucared.store.prune import PruneWrites
 from tpucared.store.write_nodes import NodeWrites
 from tpucared.store.write_workloads import WorkloadWrites
@@ -15,3 +18,11 @@ from tpucared.store.write_workloads import WorkloadWrites
 
 class Tx(NodeWrites, WorkloadWrites, PruneWrites):
     """Everything in one `Store.write()` block commits together or not at all."""
+
+    @asynccontextmanager
+    async def savepoint(self) -> AsyncIterator[None]:
+        """A part of the transaction that is undone alone when its block raises (a SAVEPOINT):
+        the rest of the transaction goes on and still commits together. The executor gives
+        each action of a batch one, so a stale action never undoes the others."""
+        async with self._conn.begin_nested():
+            yield
