@@ -31,7 +31,7 @@ from typing import Any
 
 import structlog
 
-from tpucared.core.model.records import IncarnationRecord
+from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.nodes.lifecycle import IllegalTransition
 from tpucared.core.planning.actions import (
     Action,
@@ -111,15 +111,42 @@ class Executor:
     async def _record_batch(
         self, batch: list[Action], now: datetime, live: Mapping[int, IncarnationRecord]
     ) -> list[tuple[Action, str]]:
-        """One transaction for the batch, one savepoint per action; logged once committed."""
+        """One transaction for the batch, one savepoint per action, or a few statements for a
+        run of OpenSlot and Adopt actions (a fleet found again: `Tx.adopt_many`); logged in
+        the plan's order once committed."""
+        order = {id(a): i for i, a in enumerate(batch)}
         outcomes: list[tuple[Action, str]] = []
         async with self._store.write() as tx:
-            for action in batch:
-                with structlog.contextvars.bound_contextvars(**_context(action, live)):
-                    outcomes.append((action, await self._outcome(self._record(tx, action, now))))
+            for run in _runs(batch):
+                if len(run) > 1 and all(_in_bulk(a) for a in run):
+                    outcomes += await self._record_run(tx, run, now)
+                    continue
+                for action in run:
+                    with structlog.contextvars.bound_contextvars(**_context(action, live)):
+                        done = await self._outcome(self._record(tx, action, now))
+                    outcomes.append((action, done))
+        outcomes.sort(key=lambda pair: order[id(pair[0])])
         for action, outcome in outcomes:
             with structlog.contextvars.bound_contextvars(**_context(action, live)):
                 self._log(action, outcome)
+        return outcomes
+
+    async def _record_run(
+        self, tx: Tx, run: list[Action], now: datetime
+    ) -> list[tuple[Action, str]]:
+        """A run of OpenSlot and Adopt actions: the slots first (an Adopt opens its own slot
+        anyway, and opening one twice is a no-op), then the adoptions, each refused alone
+        as `adopt` would refuse it. Its events come slots first, then nodes."""
+        slots = [a for a in run if isinstance(a, OpenSlot)]
+        adopts = [a for a in run if isinstance(a, Adopt)]
+        outcomes: list[tuple[Action, str]] = []
+        if slots:
+            await tx.open_slots(slots, now)
+            outcomes += [(a, DONE) for a in slots]
+        if adopts:
+            refusals = await tx.adopt_many(adopts, now)
+            for action, refusal in zip(adopts, refusals, strict=True):
+                outcomes.append((action, DONE if refusal is None else _refused(refusal)))
         return outcomes
 
     async def _outcome(self, applying: Coroutine[Any, Any, str]) -> str:
@@ -235,6 +262,31 @@ class Executor:
                 case _:
                     raise TypeError(f"the executor does not know {action!r}")
         return DONE
+
+
+def _in_bulk(action: Action) -> bool:
+    """Actions `Tx.open_slots` / `Tx.adopt_many` write for many at once."""
+    return isinstance(action, OpenSlot) or (
+        isinstance(action, Adopt) and action.phase is not NodePhase.REQUESTED
+    )
+
+
+def _runs(batch: list[Action]) -> list[list[Action]]:
+    """The batch cut into maximal runs of bulk actions and of the others."""
+    runs: list[list[Action]] = []
+    for action in batch:
+        if runs and _in_bulk(runs[-1][-1]) == _in_bulk(action):
+            runs[-1].append(action)
+        else:
+            runs.append([action])
+    return runs
+
+
+def _refused(refusal: StaleWrite | IllegalTransition) -> str:
+    if isinstance(refusal, StaleWrite):
+        return f"{STALE}: {refusal}"
+    log.error("the plan asked for an illegal transition", error=str(refusal))
+    return f"skipped: {refusal}"
 
 
 def _context(action: Action, live: Mapping[int, IncarnationRecord]) -> dict[str, object]:
