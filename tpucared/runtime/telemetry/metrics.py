@@ -18,6 +18,7 @@ Counters count from the daemon's start (Prometheus handles the reset at a restar
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -35,7 +36,6 @@ from tpucared import __version__
 from tpucared.core.model.records import CreateAttemptRecord, EventRecord, ZoneHealth
 from tpucared.core.model.specs import location_name
 from tpucared.core.nodes.lifecycle import LIVE_PHASES
-from tpucared.inspect.goodput import GoodputTracker
 from tpucared.inspect.lifecycle import (
     AttemptEnded,
     Latency,
@@ -43,6 +43,7 @@ from tpucared.inspect.lifecycle import (
     LifecycleTracker,
     Preempted,
 )
+from tpucared.runtime.telemetry.slot_series import SlotSeries
 from tpucared.store import Store
 from tpucared.store.snapshot import SlotKey, Snapshot
 
@@ -75,8 +76,7 @@ class DaemonMetrics:
         self._register_tick_and_api_families(r)
         self._register_slot_time_families(r)
         self._lifecycle = LifecycleTracker()
-        self._goodput = GoodputTracker()
-        self._slot_series: set[SlotKey] = set()
+        self._seen: Snapshot | None = None  # the snapshot the fleet gauges show
         self.last_event_id: int | None = None  # None until the first refresh
 
     def _register_fleet_families(self, r: CollectorRegistry) -> None:
@@ -134,16 +134,10 @@ class DaemonMetrics:
         )
 
     def _register_slot_time_families(self, r: CollectorRegistry) -> None:
-        """Goodput: each slot's productive and wall time."""
-        self.goodput = _gauge(
-            r, "tpucared_slot_goodput_ratio", "Productive / wall time", "fleet", "slot"
-        )
-        self.slot_wall = _counter(
-            r, "tpucared_slot_wall_seconds", "Wall time accounted", "fleet", "slot"
-        )
-        self.slot_productive = _counter(
-            r, "tpucared_slot_productive_seconds", "Productive time", "fleet", "slot"
-        )
+        """Goodput: each slot's productive and wall time (three families, built when scraped:
+        slot_series.py says why)."""
+        self.slot_series = SlotSeries()
+        r.register(self.slot_series)
 
     # -- what the runtime calls -----------------------------------------------------------------
 
@@ -205,34 +199,41 @@ class DaemonMetrics:
                 family = self.recovery if fact.kind is LatencyKind.RECOVERY else self.dead_to_delete
                 family.labels(fact.fleet).observe(fact.seconds)
 
-    def set_nodes(self, snapshot: Snapshot, now: datetime) -> None:
-        """Set the gauges from a snapshot and credit goodput time up to `now`."""
-        self.nodes.clear()
-        self.slots.clear()
-        self.running.clear()
+    def set_nodes(self, snapshot: Snapshot, now: datetime) -> set[SlotKey]:
+        """Set the gauges from a snapshot and credit goodput time up to `now`. Returns the
+        slots whose series changed other than by the passing of time (`SlotSeries.update`)."""
+        if snapshot is not self._seen:  # the same snapshot (nothing written) shows the same
+            self._set_fleet_gauges(snapshot)
+            self._seen = snapshot
+        return self.slot_series.update(snapshot, now)
+
+    def _set_fleet_gauges(self, snapshot: Snapshot) -> None:
+        """Nodes by phase, wanted slots and running workloads, per fleet. Counted here first,
+        so the gauges take one `labels()` per series rather than one per node; the series
+        come out in the order that per-node increments created them."""
+        # collections.Counter counts in C; it keeps the order keys were first seen in.
+        wanted = collections.Counter(s.fleet for s in snapshot.slots.values() if not s.done)
+        seen = collections.Counter((k[0], n.phase) for k, n in snapshot.nodes.items())
+        nodes: dict[tuple[str, str], int] = {}
+        slots: dict[str, int] = {}
+        running: dict[str, int] = {}
         for fleet in snapshot.fleets.values():
             for phase in _LIVE_PHASES:
-                self.nodes.labels(fleet.name, phase).set(0)
-            wanted = [s for s in snapshot.slots_of(fleet.name) if not s.done and not fleet.down]
-            self.slots.labels(fleet.name).set(len(wanted))
-            self.running.labels(fleet.name).set(0)
-        for (fleet_name, _), node in snapshot.nodes.items():
-            self.nodes.labels(fleet_name, node.phase.value).inc()
+                nodes[fleet.name, phase] = 0
+            slots[fleet.name] = 0 if fleet.down else wanted[fleet.name]
+            running[fleet.name] = 0
+        for (fleet_name, node_phase), n in seen.items():
+            key = (fleet_name, node_phase.value)
+            nodes[key] = nodes.get(key, 0) + n
         for fleet_name, _ in snapshot.running:
-            self.running.labels(fleet_name).inc()
-        self._set_goodput(snapshot, now)
-
-    def _set_goodput(self, snapshot: Snapshot, now: datetime) -> None:
-        times = self._goodput.update(snapshot, now)
-        for fleet, slot in self._slot_series - times.keys():
-            for family in (self.goodput, self.slot_wall, self.slot_productive):
-                family.remove(fleet, str(slot))
-        for (fleet, slot), t in times.items():
-            labels = (fleet, str(slot))
-            self.slot_wall.labels(*labels).inc(t.wall_added)
-            self.slot_productive.labels(*labels).inc(t.productive_added)
-            self.goodput.labels(*labels).set(t.ratio)
-        self._slot_series = set(times)
+            running[fleet_name] = running.get(fleet_name, 0) + 1
+        self.nodes.clear()
+        for (fleet_name, phase), n in nodes.items():
+            self.nodes.labels(fleet_name, phase).set(n)
+        for family, counts in ((self.slots, slots), (self.running, running)):
+            family.clear()
+            for fleet_name, n in counts.items():
+                family.labels(fleet_name).set(n)
 
     def render(self) -> bytes:
         """The Prometheus text exposition (content type `CONTENT_TYPE`)."""
