@@ -23,7 +23,9 @@ Invariants the store and executor keep (the planner relies on them):
 And the planner's side: it never creates, deletes or adopts a resource that a successful
 list shows without both of our labels (`tpucared-owner` = owner, `tpucared-fleet` = fleet).
 
-Per action (T = one store transaction):
+Per action (T = the action's writes, all or nothing: one transaction for CreateNode and
+DeleteNode intents, committed before their call; the record-only actions may share one
+transaction in runs, each action in a savepoint, so a skipped one is undone alone):
 
 OpenSlot    T: insert SlotRecord(fleet, slot, run_id=<new, e.g. "{fleet}-{slot}-{6 hex}">) if
             the slot has none; otherwise nothing. No cloud call.
