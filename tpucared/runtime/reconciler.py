@@ -17,11 +17,8 @@ planner runs. Operations recorded in the snapshot that nobody polls yet are hand
 operation watcher (after a restart: the previous run's creates and deletes).
 
 A `quiet` tick (loop.py: woken only by a create backoff's end, or only by creates that failed
-for lack of capacity) lists nothing when the previous lists of the same zones all succeeded
-less than `reuse_lists_within` (the poll interval) ago: it plans on those. No node came of a
-failed create, a create is idempotent (a node that exists anyway is adopted), and the poll
-still lists every interval; in a capacity hunt that saves both lists of a cycle
-(docs/benchmarks.md).
+for lack of capacity) plans on the previous lists when core/planning/quiet.py allows it
+(same zones, all succeeded, younger than `reuse_lists_within`, the poll interval).
 
 After the lists, each zone's health (table `zone_health`: consecutive failed lists, the last
 error, since when) is brought up to date in one small write transaction, only for the zones
@@ -46,6 +43,7 @@ from tpucared.core.model.specs import DEFAULT_PROJECT, FleetSpec
 from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.planner import plan as make_plan
 from tpucared.core.planning.policy import Policy
+from tpucared.core.planning.quiet import may_plan_on_last_lists
 from tpucared.core.planning.tick import plan_tick
 from tpucared.core.planning.zone_health import UNREACHABLE_AFTER, health_details, next_zone_health
 from tpucared.runtime.clock import Clock
@@ -190,13 +188,19 @@ class Reconciler:
     def _reusable(
         self, quiet: bool, zones: Zones, started: float
     ) -> tuple[ZoneObservation, ...] | None:
-        """The previous lists, when this tick may plan on them (module docstring)."""
-        if not quiet or self._listed is None:
+        """The previous lists, when this tick may plan on them (core/planning/quiet.py)."""
+        if self._listed is None:
             return None
         listed, observations, at = self._listed
-        if listed != zones or started - at >= self._reuse_within:
-            return None
-        return observations if all(o.ok for o in observations) else None
+        reuse = may_plan_on_last_lists(
+            quiet=quiet,
+            zones=zones,
+            last_zones=listed,
+            last_lists=observations,
+            age_s=started - at,
+            within_s=self._reuse_within,
+        )
+        return observations if reuse else None
 
     def _key(self, project: str) -> str:
         """A recorded project as the core names it."""

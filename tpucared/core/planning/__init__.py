@@ -8,6 +8,8 @@
 - `planner`            `plan`: the node planner's entry point (slots, incarnations, strays).
 - `tick`               `plan_tick`: what the daemon calls each tick; the node plan, then the
                        workload planner on top of it.
+- `quiet`              whether a tick woken only by a backoff's end or a stockout may plan on
+                       the previous lists instead of listing again.
 - `zone_health`        whether each zone can be listed: when `zone.unreachable` is told,
                        which fleets /healthz reports.
 - `executor_contract`  the record-level effect of a plan as a pure function: the executor's
