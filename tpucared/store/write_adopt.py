@@ -29,7 +29,7 @@ from tpucared.core.nodes.lifecycle import LIVE_PHASES, IllegalTransition, check_
 from tpucared.core.planning.actions import Adopt, OpenSlot
 from tpucared.store.errors import LiveIncarnationExists
 from tpucared.store.models import LIVE_NODE_SQL, EventRow, NodeRow, SlotRow, WorkerRow
-from tpucared.store.write_base import WriterBase, new_run_id
+from tpucared.store.write_base import WriterBase, event_row, new_run_id
 from tpucared.store.write_nodes import _cloud_values, _entering
 
 # What a bulk method says of each action: None (written) or why it was refused.
@@ -121,7 +121,7 @@ class AdoptWrites(WriterBase):
         for fleet, slot, reason in wanted:
             if (fleet, slot) in existing or (fleet, slot) in new:
                 continue
-            new[(fleet, slot)] = _event(
+            new[(fleet, slot)] = event_row(
                 "slot.opened", reason or f"{fleet}/{slot} opened", now, fleet=fleet, slot=slot
             )
         if not new:
@@ -197,14 +197,14 @@ class AdoptWrites(WriterBase):
             "fleet": a.fleet,
             "slot": a.slot,
             "node": a.node_name,
-            "node_id": node_id,
+            "incarnation_id": node_id,
         }
         details: dict[str, Any] = {"from": NodePhase.REQUESTED.value, "to": a.phase.value}
         if a.end_reason is not None:
             details["end_reason"] = a.end_reason
         details["cloud"] = _cloud_values(a.cloud)
         return [
-            _event(
+            event_row(
                 "node.requested",
                 a.reason or f"{a.node_name}: adopting the node found in {a.zone}",
                 now,
@@ -216,7 +216,7 @@ class AdoptWrites(WriterBase):
                 },
                 **where,
             ),
-            _event(
+            event_row(
                 f"node.{a.phase.value}",
                 a.reason or f"{a.node_name}: adopted as {a.phase.value}",
                 now,
@@ -229,30 +229,6 @@ class AdoptWrites(WriterBase):
 # Phase columns a bulk row sets to None unless the phase entered stamps them, so that every
 # row of the one INSERT has the same keys.
 _PHASE_COLUMNS = ("creating_at", "ready_at", "dead_at", "deleting_at", "deleted_at", "failed_at")
-
-
-def _event(
-    kind: str,
-    message: str,
-    now: datetime,
-    *,
-    fleet: str | None = None,
-    slot: int | None = None,
-    node: str | None = None,
-    node_id: int | None = None,
-    details: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """An events row as `append_event` writes it."""
-    return {
-        "at": now,
-        "kind": kind,
-        "message": message,
-        "fleet": fleet,
-        "slot": slot,
-        "node": node,
-        "node_id": node_id,
-        "details": details or {},
-    }
 
 
 def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:

@@ -64,6 +64,31 @@ def slot_update_details(su: SlotUpdate) -> dict[str, Any]:
     }
 
 
+def event_row(
+    kind: str,
+    message: str,
+    now: datetime,
+    *,
+    fleet: str | None = None,
+    slot: int | None = None,
+    node: str | None = None,
+    incarnation_id: int | None = None,
+    details: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One `events` row's values: what `append_event` inserts, and what the bulk writes
+    (write_adopt.py) insert many of at once."""
+    return {
+        "at": now,
+        "kind": kind,
+        "message": message,
+        "fleet": fleet,
+        "slot": slot,
+        "node": node,
+        "node_id": incarnation_id,
+        "details": dict(details or {}),
+    }
+
+
 class WriterBase(Reader):
     # -- events -------------------------------------------------------------------------------
 
@@ -80,20 +105,17 @@ class WriterBase(Reader):
         details: Mapping[str, Any] | None = None,
     ) -> EventRecord:
         """Append one event (e.g. kind="notice", details={"severity": ..., "key": ...})."""
-        stmt = (
-            insert(EventRow)
-            .values(
-                at=now,
-                kind=kind,
-                message=message,
-                fleet=fleet,
-                slot=slot,
-                node=node,
-                node_id=incarnation_id,
-                details=dict(details or {}),
-            )
-            .returning(*EventRow.__table__.c)
+        row = event_row(
+            kind,
+            message,
+            now,
+            fleet=fleet,
+            slot=slot,
+            node=node,
+            incarnation_id=incarnation_id,
+            details=details,
         )
+        stmt = insert(EventRow).values(row).returning(*EventRow.__table__.c)
         return convert.event((await self._conn.execute(stmt)).mappings().one())
 
     async def _node_event(
