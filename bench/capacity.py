@@ -73,6 +73,11 @@ BUDGET_PER_FLEET_ZONE = 340.0
 _S = timedelta(seconds=1)
 # What the daemon did before this benchmark's decision: 5 s doubling to 30 s, full jitter.
 PREVIOUS_DEFAULT = BackoffRule(base=5 * _S, cap=30 * _S, jitter=1.0)
+# The model simulates the daemon's hunting cycle as it was before issue 17 (the wait counted
+# from the tick that saw the failure, three polls and two lists per cycle), with the default
+# of then: 4 s minus up to 40 %. Today's default (a pace of 3.6-4 s from the post) is measured
+# by the runs, not modelled.
+MODELLED_DEFAULT = BackoffRule(base=4 * _S, cap=4 * _S, jitter=0.4)
 PREVIOUS_POLICY = (
     'capacity_backoff = "5s"\ncapacity_backoff_cap = "30s"\ncapacity_backoff_jitter = 1.0'
 )
@@ -508,7 +513,7 @@ MODEL_ROWS: tuple[tuple[str, BackoffRule | None], ...] = (
     ("4 s, full jitter (0-4 s)", BackoffRule(base=4 * _S, cap=4 * _S)),
     ("6 s, 40 % jittered (3.6-6 s)", BackoffRule(base=6 * _S, cap=6 * _S, jitter=0.4)),
     ("5 s, 40 % jittered (3-5 s)", BackoffRule(base=5 * _S, cap=5 * _S, jitter=0.4)),
-    ("**4 s, 40 % jittered (2.4-4 s): default**", CAPACITY_BACKOFF),
+    ("4 s, 40 % jittered (2.4-4 s): the default then", MODELLED_DEFAULT),
     ("3 s, 40 % jittered (1.8-3 s)", BackoffRule(base=3 * _S, cap=3 * _S, jitter=0.4)),
     ("no wait (tight loop)", None),
 )
@@ -595,7 +600,8 @@ def run(
         progress(f"FAILED {name}: {error}")
     model: list[dict[str, Any]] = []
     if settings.model_runs:
-        for label, rule in (("default", CAPACITY_BACKOFF), ("previous default", PREVIOUS_DEFAULT)):
+        modelled = (("default then", MODELLED_DEFAULT), ("previous default", PREVIOUS_DEFAULT))
+        for label, rule in modelled:
             for slots in (1, 4):
                 predicted = simulate(
                     rule,

@@ -143,24 +143,26 @@ async def test_capacity_hunting_retries_on_the_planners_backoff_not_the_poll(
     assert {r["outcome"] for r in rows} == {"capacity"}
     assert all("no more capacity" in r["message"] for r in rows)
 
-    # Each slot's next attempt waits for the backoff its failure set, and no longer than it
-    # takes to notice the hold lifted (far less than the 10 s poll).
+    # Each slot's next attempt waits for the backoff its failure set (a pace from the failed
+    # create's post: none left when the failure was seen later than that), and no longer than
+    # it takes to notice the hold lifted (far less than the 10 s poll).
     failures = defaultdict(list)
     for e in query(
         db,
-        "SELECT slot, json_extract(details, '$.slot_update.next_create_at') AS next_at "
+        "SELECT slot, at, json_extract(details, '$.slot_update.next_create_at') AS next_at "
         "FROM events WHERE kind = 'node.failed' ORDER BY id",
     ):
-        failures[e["slot"]].append(e["next_at"])
+        failures[e["slot"]].append(_parse(e["next_at"] or e["at"]))
     by_slot = defaultdict(list)
     for r in rows:
         by_slot[r["slot"]].append(_parse(r["started_at"]))
     waits = []
     for slot, started in by_slot.items():
-        for previous_failure, nxt in zip(failures[slot], started[1:], strict=False):
-            assert previous_failure is not None, "a capacity failure sets a backoff"
-            lag = (nxt - _parse(previous_failure)).total_seconds()
+        for due, previous, nxt in zip(failures[slot], started, started[1:], strict=False):
+            lag = (nxt - due).total_seconds()
             assert lag >= 0, f"slot {slot} retried before its backoff ended"
+            # At most one create per wait (1 s minus its 10 % jitter) from post to post.
+            assert (nxt - previous).total_seconds() >= 0.9, f"slot {slot} outpaced its wait"
             waits.append(lag)
     assert len(waits) >= 6
     assert max(waits) < 3.0, waits
