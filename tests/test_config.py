@@ -338,8 +338,11 @@ BAD = [
     ("bad-http-port", daemon('http = "127.0.0.1:99999"'), ['daemon.http: expected "host:port"']),
     (
         "bad-db-url",
-        MINIMAL.replace('"state.db"', '"postgresql://x/y"'),
-        ['daemon.db: expected a file path or a "sqlite://" URL, got "postgresql://x/y"'],
+        MINIMAL.replace('"state.db"', '"mysql://me:hunter2@x/y"'),
+        [
+            'daemon.db: expected a file path, a "sqlite://" or a "postgresql+asyncpg://" URL, '
+            'got "mysql://me:***@x/y"'
+        ],
     ),
     (
         "db-url-needs-ssh-key",

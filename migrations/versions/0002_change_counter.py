@@ -9,8 +9,10 @@ newest attempts) twice a tick; at 10,000 nodes that is tens of thousands of rows
 ticks change nothing. Triggers bump `change_counter.counter` in the same transaction as any
 insert, update or delete on those tables, whichever process writes, so one single-row query
 tells a reader whether its previous snapshot is still the database's (tpucared.store.cache).
-SQLite only, like the views and the trigger of 0001. This file is a frozen snapshot: it must
-not import tpucared.
+SQLite: one trigger per table and operation, each row bumping the counter. PostgreSQL: the
+same row-level triggers, calling one plpgsql function, and a BIGINT counter (SQLite's INTEGER is
+already 64 bits; a 32-bit one would overflow within weeks at 10,000 nodes, and then refuse every
+write). This file is a frozen snapshot: it must not import tpucared.
 """
 
 from __future__ import annotations
@@ -34,27 +36,55 @@ def _trigger(table: str, operation: str) -> str:
     return f"{table}_{operation.lower()}_counts"
 
 
+BUMP_FUNCTION = """
+    CREATE FUNCTION change_counter_bump() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE change_counter SET counter = counter + 1 WHERE id = 1;
+        RETURN NULL;
+    END
+    $$
+"""
+
+
 def upgrade() -> None:
+    dialect = op.get_context().dialect.name
     op.create_table(
         "change_counter",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("counter", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("id", sa.Integer(), autoincrement=False, nullable=False),
+        sa.Column(
+            "counter",
+            sa.BigInteger() if dialect == "postgresql" else sa.Integer(),
+            server_default=sa.text("0"),
+            nullable=False,
+        ),
         sa.CheckConstraint("id = 1", name=op.f("ck_change_counter_single_row")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_change_counter")),
     )
     op.execute("INSERT INTO change_counter (id, counter) VALUES (1, 0)")
-    if op.get_context().dialect.name == "sqlite":
+    if dialect == "sqlite":
         for table in TABLES:
             for operation in OPERATIONS:
                 op.execute(
                     f"CREATE TRIGGER {_trigger(table, operation)} AFTER {operation} ON {table} "
                     "BEGIN UPDATE change_counter SET counter = counter + 1 WHERE id = 1; END"
                 )
+    elif dialect == "postgresql":
+        op.execute(BUMP_FUNCTION.strip())
+        for table in TABLES:
+            for operation in OPERATIONS:
+                op.execute(
+                    f"CREATE TRIGGER {_trigger(table, operation)} AFTER {operation} ON {table} "
+                    "FOR EACH ROW EXECUTE FUNCTION change_counter_bump()"
+                )
 
 
 def downgrade() -> None:
-    if op.get_context().dialect.name == "sqlite":
+    dialect = op.get_context().dialect.name
+    if dialect in ("sqlite", "postgresql"):
         for table in TABLES:
             for operation in OPERATIONS:
-                op.execute(f"DROP TRIGGER IF EXISTS {_trigger(table, operation)}")
+                on = f" ON {table}" if dialect == "postgresql" else ""
+                op.execute(f"DROP TRIGGER IF EXISTS {_trigger(table, operation)}{on}")
+    if dialect == "postgresql":
+        op.execute("DROP FUNCTION IF EXISTS change_counter_bump()")
     op.drop_table("change_counter")

@@ -17,6 +17,7 @@ queued resource, deleted outside tpucared (`budget.node_died`, `add_preemptions 
 those is recorded by a node event whose `details.slot_update.add_preemptions` is positive, in
 the same transaction as the counter, and events are append-only: the view now sums those, so
 it equals the sum of `slots.preemptions` of the fleet. SQLite only, like the views of 0001.
+`unreachable` defaults to `false()`: `0` on SQLite, `false` on PostgreSQL.
 This file is a frozen snapshot: it must not import tpucared.
 """
 
@@ -81,7 +82,7 @@ def upgrade() -> None:
         sa.Column("error_message", sa.Text(), nullable=True),
         sa.Column("failing_since", sa.DateTime(timezone=True), nullable=True),
         sa.Column("last_ok_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("unreachable", sa.Boolean(), server_default=sa.text("0"), nullable=False),
+        sa.Column("unreachable", sa.Boolean(), server_default=sa.false(), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.CheckConstraint("failures >= 0", name=op.f("ck_zone_health_failures_not_negative")),
         sa.PrimaryKeyConstraint("project", "zone", name=op.f("pk_zone_health")),

@@ -46,10 +46,11 @@ def db_upgrade_command(args: argparse.Namespace) -> int:
         db = load(args).daemon.db
     else:
         db = os.environ.get("TPUCARED_DB") or DEFAULT_DB
+    from tpucared.store.engine import shown
     from tpucared.store.lock import WriterLock
     from tpucared.store.migrate import upgrade_to_head
 
     with WriterLock(db):  # not under a running daemon: its schema would change beneath it
         revision = asyncio.run(upgrade_to_head(db))
-    print(f"{db}: at revision {revision}")
+    print(f"{shown(db)}: at revision {revision}")
     return 0

@@ -28,6 +28,7 @@ from tpucared.inspect.dbpath import resolve_db
 from tpucared.inspect.events import event_json, event_line
 from tpucared.inspect.status import status_document, status_lines
 from tpucared.store import Store
+from tpucared.store.engine import shown
 
 FOLLOW_INTERVAL = 0.5  # seconds between polls of `events --follow`
 PAGE = 500  # events per query
@@ -40,14 +41,14 @@ def status_command(args: argparse.Namespace) -> int:
     setting = _database(args)
     fleets = _run(setting, lambda store: store.status(args.fleet))
     if args.fleet and not fleets:
-        raise UsageError(f"no fleet named {args.fleet!r} in {setting}")
+        raise UsageError(f"no fleet named {args.fleet!r} in {shown(setting)}")
     now = datetime.now(UTC)
     if args.json:
         text = json.dumps(status_document(fleets, now), indent=2)
     elif fleets:
         text = "\n".join(status_lines(fleets, now))
     else:
-        text = f"no fleets in {setting} yet: the daemon records them when it starts"
+        text = f"no fleets in {shown(setting)} yet: the daemon records them when it starts"
     return _print(text)
 
 

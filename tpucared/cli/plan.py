@@ -34,7 +34,7 @@ from tpucared.runtime.errors import StartupError
 from tpucared.runtime.nodes.observer import Observer, zones_to_observe
 from tpucared.runtime.startup import token_source
 from tpucared.store import Store, database_url
-from tpucared.store.engine import sqlite_path
+from tpucared.store.engine import shown, sqlite_path
 from tpucared.store.snapshot import error_text
 
 
@@ -48,7 +48,7 @@ async def read_snapshot(db: str) -> PlannerSnapshot:
         return await store.load_snapshot()
     except SQLAlchemyError as exc:
         raise StartupError(
-            f"cannot read the database {db} ({type(exc).__name__}); if it is older than "
+            f"cannot read the database {shown(db)} ({type(exc).__name__}); if it is older than "
             "this tpucared, run `tpucared db upgrade`"
         ) from exc
     finally:

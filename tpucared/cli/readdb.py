@@ -22,9 +22,9 @@ from tpucared.inspect.dbpath import missing_file
 from tpucared.store import Store
 from tpucared.store.engine import (
     DEFAULT_BUSY_TIMEOUT_MS,
-    database_error,
     database_url,
-    sqlite_path,
+    shown,
+    store_error,
 )
 
 T = TypeVar("T")
@@ -61,8 +61,7 @@ async def reading(setting: str, read: Callable[[Store], Awaitable[T]]) -> T:
 
 
 def _database_error(setting: str, exc: BaseException) -> Exception | None:
-    path = sqlite_path(database_url(setting))
-    return None if path is None else database_error(exc, path, DEFAULT_BUSY_TIMEOUT_MS)
+    return store_error(exc, database_url(setting), DEFAULT_BUSY_TIMEOUT_MS)
 
 
 def _one_line(setting: str, exc: OperationalError) -> BaseException:
@@ -72,4 +71,4 @@ def _one_line(setting: str, exc: OperationalError) -> BaseException:
     # e.g. no permission on the -shm file: a WAL reader needs write access to it.
     # SystemExit with a message: printed to stderr, exit code 1.
     reason = str(exc.orig) if exc.orig is not None else str(exc)
-    return SystemExit(f"tpucared: cannot read {setting}: {reason}")
+    return SystemExit(f"tpucared: cannot read {shown(setting)}: {reason}")

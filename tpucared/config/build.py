@@ -14,6 +14,8 @@ Decisions worth knowing:
   stable for the daemon's whole life (a new value orphans every node it made) and distinct
   per daemon when several share a project: set it explicitly then.
 - ssh.key defaults to `id_ed25519` next to the database file.
+- daemon.db is a file path, a `sqlite://` URL or a PostgreSQL URL (`postgresql+asyncpg://`,
+  `postgresql://`, `postgres://`); a password in a URL is never repeated in a message.
 - daemon.poll_interval is "1s" to "10m"; with credentials = "none" (an emulator) it may go
   down to "100ms", for tests and demos.
 """
@@ -121,6 +123,16 @@ def _notify(raws: Sequence[NotifyTable], problems: Problems) -> tuple[NotifySpec
     return tuple(specs)
 
 
+# The database URLs tpucared runs on: SQLite, and PostgreSQL through asyncpg (sync drivers are
+# mapped to it by store.engine).
+_DB_URL = r"(sqlite(\+(aiosqlite|pysqlite))?|postgres(ql)?(\+(asyncpg|psycopg2?))?)://"
+
+
+def _hide_password(url: str) -> str:
+    """`scheme://user:***@host/...`: a URL's password never goes into a message."""
+    return re.sub(r"^([^:/]+://[^:/@]*:).*@", r"\1***@", url)
+
+
 def _resolve(base: Path, value: str) -> Path:
     return (base / Path(value).expanduser()).resolve()
 
@@ -131,9 +143,11 @@ def _daemon(
     db = raw.db
     if "://" not in db:
         db = str(_resolve(base, db))
-    elif not re.match(r"sqlite(\+aiosqlite)?://", db):
+    elif not re.match(_DB_URL, db):
         problems.add(
-            "daemon.db", f'expected a file path or a "sqlite://" URL, got {as_written(db)}'
+            "daemon.db",
+            'expected a file path, a "sqlite://" or a "postgresql+asyncpg://" URL, '
+            f"got {as_written(_hide_password(db))}",
         )
     seconds = raw.poll_interval.total_seconds()
     # Every tick lists every zone: below 1s that burns the real API's quota. An emulator

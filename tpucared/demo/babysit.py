@@ -47,6 +47,7 @@ from tpucared.logsetup import configure_logging
 from tpucared.runtime.reconciler import Tick
 from tpucared.runtime.startup import StartupError
 from tpucared.store import Snapshot, Store
+from tpucared.store.engine import shown
 
 log = structlog.get_logger(__name__)
 
@@ -206,7 +207,7 @@ async def babysit(config: Config, *, keep: bool, out: TextIO) -> int:
     before = await _before(config, name)
     if before.finished is not None:
         raise BabysitError(
-            f"{name} already finished in {config.daemon.db} ({before.finished}); "
+            f"{name} already finished in {shown(config.daemon.db)} ({before.finished}); "
             "pick another NAME or --db to run again"
         )
     if before.down:
@@ -215,7 +216,7 @@ async def babysit(config: Config, *, keep: bool, out: TextIO) -> int:
     spec = config.fleets[0]
     view.say(
         f"babysitting {name}: {spec.accelerator_type} in {spec.zones[0]}, "
-        f"database {config.daemon.db}"
+        f"database {shown(config.daemon.db)}"
     )
     stop = asyncio.Event()
     interrupted = _on_signals(stop)

@@ -63,6 +63,7 @@ from tpucared.runtime.workload.jobs import WorkloadJobs
 from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.ssh.keys import ensure_client_key
 from tpucared.store import Store
+from tpucared.store.engine import shown
 
 log = structlog.get_logger(__name__)
 
@@ -220,7 +221,7 @@ async def run_daemon(
             "tpucared starting",
             version=__version__,
             config=str(config.path),
-            db=config.daemon.db,
+            db=shown(config.daemon.db),
             owner=config.daemon.owner,
             fleets={f.name: f"{f.size} x {f.accelerator_type}" for f in config.fleets},
             poll_interval_s=config.daemon.poll_interval,

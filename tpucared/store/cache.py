@@ -40,7 +40,10 @@ Processor = Callable[[Any], Any] | None
 class _Query:
     sql: str
     keys: tuple[str, ...]
-    processors: tuple[Processor, ...]
+    types: tuple[Any, ...]  # each column's type as the dialect implements it
+    # Built at the first run, from the driver's column type codes (PostgreSQL's processors
+    # depend on them, e.g. for FLOAT; SQLite's driver gives none).
+    processors: tuple[Processor, ...] | None
     key_index: tuple[int, ...]  # the primary key's positions in a row
     entries: dict[Any, tuple[tuple[Any, ...], Any]]  # key -> (raw row, its record)
 
@@ -77,13 +80,11 @@ class RecordCache:
         if any(c.key is None for c in columns):
             return None
         keys = tuple(str(c.key) for c in columns)
-        processors = tuple(
-            c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns
-        )
         query = _Query(
             sql=compiled.string,
             keys=keys,
-            processors=processors,
+            types=tuple(c.type.dialect_impl(dialect) for c in columns),
+            processors=None,
             key_index=tuple(keys.index(k) for k in key),
             entries={},
         )
@@ -105,6 +106,13 @@ class RecordCache:
         if query is None:
             return None
         result = await conn.exec_driver_sql(query.sql)
+        if query.processors is None:
+            description = result.cursor.description if result.cursor is not None else None
+            coltypes = [d[1] for d in description] if description else [None] * len(query.keys)
+            query.processors = tuple(
+                t.result_processor(conn.dialect, coltype)
+                for t, coltype in zip(query.types, coltypes, strict=True)
+            )
         old, fresh = query.entries, {}
         out: list[R] = []
         keys, processors, key_index = query.keys, query.processors, query.key_index

@@ -1,5 +1,16 @@
 """Connections to the state database: URL resolution, the async engine and SQLite pragmas.
 
+Two engines: SQLite (a file path or `sqlite://` URL; the embedded default, everything below) and
+PostgreSQL (`postgresql+asyncpg://user@host:port/db`; `postgresql://`, `postgres://` and
+`postgresql+psycopg2://` are taken as asyncpg). For PostgreSQL none of the SQLite machinery
+applies (pragmas, `BEGIN IMMEDIATE`, file checks, the writer lock): write transactions are plain
+READ COMMITTED transactions (the store's compare-and-set writes are single `UPDATE ... WHERE
+phase = expected` statements whose row counts are checked, which READ COMMITTED re-evaluates on
+the newest row version), and read transactions (`Store.read()`, `read_only`) are REPEATABLE
+READ, READ ONLY: one snapshot for every query inside, as SQLite's read transaction gives. The
+password comes from the URL, or else asyncpg reads `PGPASSWORD`, then the libpq password file
+(`PGPASSFILE`, default `~/.pgpass`); URLs are only ever shown with it hidden (`shown`).
+
 Everything that opens the database goes through `make_engine`, so the daemon, the read-only CLI
 commands, the migrations and the tests all get the same connection settings. The store above it
 (`tpucared.store.repository`) never sets pragmas or opens files itself.
@@ -60,7 +71,15 @@ _ASYNC_DRIVERS = {
     "sqlite": "sqlite+aiosqlite",
     "sqlite+pysqlite": "sqlite+aiosqlite",
     "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
     "postgresql+psycopg2": "postgresql+asyncpg",
+    "postgresql+psycopg": "postgresql+asyncpg",
+}
+
+# A read transaction on PostgreSQL: one snapshot for all its statements, and no writes.
+_POSTGRES_READ_OPTIONS: dict[str, Any] = {
+    "isolation_level": "REPEATABLE READ",
+    "postgresql_readonly": True,
 }
 
 
@@ -82,6 +101,30 @@ def database_url(setting: str | os.PathLike[str]) -> URL:
     except ArgumentError as exc:
         raise ValueError(f"daemon.db is not a valid SQLAlchemy URL: {text!r}") from exc
     return url.set(drivername=_ASYNC_DRIVERS.get(url.drivername, url.drivername))
+
+
+def is_postgres(url: URL) -> bool:
+    return url.get_backend_name() in ("postgresql", "postgres")
+
+
+def shown(url: URL | str) -> str:
+    """A URL as it may appear in logs and messages: the password, if any, as `***`."""
+    if isinstance(url, str):
+        if "://" not in url:
+            return url
+        try:
+            url = make_url(url)
+        except ArgumentError:
+            return "(an invalid database URL)"
+    return url.render_as_string(hide_password=True)
+
+
+def read_options(engine: AsyncEngine) -> dict[str, Any]:
+    """Execution options of `Store.read()`'s transactions on this engine."""
+    options: dict[str, Any] = {READ_ONLY_OPTION: True}
+    if engine.dialect.name == "postgresql":
+        options.update(_POSTGRES_READ_OPTIONS)
+    return options
 
 
 def sqlite_path(url: URL) -> Path | None:
@@ -107,10 +150,18 @@ def make_engine(
 
     For SQLite the parent directory is created if missing, unless `read_only`: then the file
     must exist (it is opened with `mode=ro`) and every connection refuses writes, which is what
-    the CLI's read-only commands want. The caller owns the engine and must
-    `await engine.dispose()` when done.
+    the CLI's read-only commands want. For PostgreSQL the SQLite settings are ignored, a pooled
+    connection is checked before use (the server may have restarted while the daemon ran for
+    weeks), and `read_only` makes every transaction REPEATABLE READ, READ ONLY. The caller owns
+    the engine and must `await engine.dispose()` when done.
     """
     url = setting if isinstance(setting, URL) else database_url(setting)
+    if is_postgres(url):
+        engine_kwargs.setdefault("pool_pre_ping", True)
+        if read_only:
+            options = engine_kwargs.pop("execution_options", {})
+            engine_kwargs["execution_options"] = {**options, **_POSTGRES_READ_OPTIONS}
+        return create_async_engine(url, **engine_kwargs)
     path = sqlite_path(url)
     if path is not None and read_only:
         # An SQLite URI filename: percent-encoded, so "?" or "#" in a path cannot cut it.
@@ -242,6 +293,49 @@ def database_error(exc: BaseException, path: Path, busy_timeout_ms: int) -> Data
     if name.startswith(("SQLITE_CANTOPEN", "SQLITE_IOERR", "SQLITE_PERM")):
         return DatabaseError(
             f"{path}: cannot open or read it ({text}): check the file and its disk"
+        )
+    return None
+
+
+# PostgreSQL's SQLSTATEs for a server that refuses us (asyncpg's exceptions carry `.sqlstate`).
+_POSTGRES_REFUSALS = {
+    "28P01": "wrong password (from the URL, PGPASSWORD or the password file)",
+    "28000": "not allowed to connect (pg_hba.conf, or no password given)",
+    "3D000": "no such database: create it first (CREATE DATABASE)",
+    "42501": "permission denied",
+    "53300": "too many connections",
+    "57P03": "the server is starting up or shutting down",
+}
+
+
+def store_error(exc: BaseException, url: URL, busy_timeout_ms: int) -> DatabaseError | None:
+    """`database_error` for a SQLite file, `postgres_error` for PostgreSQL."""
+    path = sqlite_path(url)
+    if path is not None:
+        return database_error(exc, path, busy_timeout_ms)
+    return postgres_error(exc, url) if is_postgres(url) else None
+
+
+def postgres_error(exc: BaseException, url: URL) -> DatabaseError | None:
+    """A PostgreSQL server we cannot reach or that refuses us, as one line naming the URL
+    (password hidden); None for anything else (a bug, a failed statement: let it propagate)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        sqlstate = getattr(current, "sqlstate", None)
+        if isinstance(sqlstate, str) and sqlstate in _POSTGRES_REFUSALS:
+            return DatabaseError(f"{shown(url)}: {_POSTGRES_REFUSALS[sqlstate]} ({current})")
+        if isinstance(current, OSError | TimeoutError) and not isinstance(current, sqlite3.Error):
+            return DatabaseError(
+                f"{shown(url)}: cannot connect to the PostgreSQL server ({current or 'timed out'})"
+                ": check that it runs and that host and port are right"
+            )
+        orig = getattr(current, "orig", None)
+        current = (
+            orig
+            if isinstance(orig, BaseException) and id(orig) not in seen
+            else (current.__cause__ or current.__context__)
         )
     return None
 

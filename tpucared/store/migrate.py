@@ -12,6 +12,11 @@ then find the schema already at head), and a crash mid-migration rolls back comp
 keys are off while migrating (SQLite table rebuilds would otherwise cascade or fail half-way) and
 checked with `PRAGMA foreign_key_check` before the commit.
 
+On PostgreSQL the upgrade is one transaction too (its DDL is transactional), and migrators take
+turns on a transaction-level advisory lock (`MIGRATION_LOCK_KEY`) instead of SQLite's write
+lock; the schema checks below apply alike (someone else's tables, an unknown revision), the
+file checks do not. The URL is only ever shown with its password hidden.
+
 Never migrates into what it does not understand. Before the upgrade, a SQLite file is checked
 without writing a byte to it (`engine.check_file`, then a read-only connection): a directory, a
 read-only file or directory, a file that is not a database or is corrupt (`PRAGMA
@@ -36,15 +41,27 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import inspect
 from sqlalchemy.engine import URL, Connection
 
-from tpucared.store.engine import check_file, database_error, database_url, make_engine, sqlite_path
+from tpucared.store.engine import (
+    check_file,
+    database_url,
+    is_postgres,
+    make_engine,
+    shown,
+    sqlite_path,
+    store_error,
+)
 from tpucared.store.errors import DatabaseError
 from tpucared.store.models import metadata
 
 # How long a migrator waits for another process's write transaction before giving up: a
 # migration takes well under a second, so 5 s means something else holds the file.
 MIGRATION_BUSY_TIMEOUT_MS = 5_000
+
+# pg_advisory_xact_lock's key for "migrating tpucared's schema" (any constant: "tpuc" in hex).
+MIGRATION_LOCK_KEY = 0x74707563
 
 Setting = str | os.PathLike[str] | URL
 
@@ -95,10 +112,13 @@ async def _run_locked(
     `DatabaseError`s."""
     url = setting if isinstance(setting, URL) else database_url(setting)
     path = sqlite_path(url)
+    where = path if path is not None else shown(url)
 
     def in_transaction(conn: Connection) -> str | None:
-        if check and path is not None:
-            _check_schema(conn, path)  # again, now that we hold the write lock
+        if conn.dialect.name == "postgresql":  # one migrator at a time, until our commit
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
+        if check and (path is not None or is_postgres(url)):
+            _check_schema(conn, where)  # again, now that we hold the write lock
         cfg = alembic_config(url)
         cfg.attributes["connection"] = conn
         action(cfg)
@@ -120,7 +140,7 @@ async def _run_locked(
     except DatabaseError:
         raise
     except Exception as exc:
-        error = None if path is None else database_error(exc, path, MIGRATION_BUSY_TIMEOUT_MS)
+        error = store_error(exc, url, MIGRATION_BUSY_TIMEOUT_MS)
         if error is None:
             raise
         raise error from exc
@@ -158,26 +178,39 @@ def _check_contents(conn: Connection, path: Path) -> None:
         )
 
 
-def _check_schema(conn: Connection, path: Path) -> bool:
-    """Raise unless the SQLite database is empty or tpucared's at a revision this tpucared
-    knows; False when it has no schema at all."""
-    objects = [
-        str(name)
-        for (name,) in conn.exec_driver_sql(
-            "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
-        )
-    ]
-    tables = {
-        str(name)
-        for (name,) in conn.exec_driver_sql(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        )
-    }
+def _schema_objects(conn: Connection) -> tuple[list[str], set[str]]:
+    """Every named object of the database's schema, and its tables. On PostgreSQL, those of
+    the connection's default schema (`public`, or the user's `search_path`)."""
+    if conn.dialect.name == "sqlite":
+        objects = [
+            str(name)
+            for (name,) in conn.exec_driver_sql(
+                "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
+            )
+        ]
+        tables = {
+            str(name)
+            for (name,) in conn.exec_driver_sql(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        }
+        return objects, tables
+    inspector = inspect(conn)
+    tables = set(inspector.get_table_names())
+    return sorted(tables | set(inspector.get_view_names())), tables
+
+
+def _check_schema(conn: Connection, path: Path | str) -> bool:
+    """Raise unless the database (a SQLite file's path, or a URL as shown) is empty or
+    tpucared's at a revision this tpucared knows; False when it has no schema at all."""
+    objects, tables = _schema_objects(conn)
+    another = "file" if isinstance(path, Path) else "database"
     if "alembic_version" not in tables:
         if objects:
             raise DatabaseError(
                 f"{path}: not a tpucared database (no alembic_version; it holds "
-                f"{_names(objects)}): refusing to migrate into it; set daemon.db to another file"
+                f"{_names(objects)}): refusing to migrate into it; set daemon.db to another "
+                f"{another}"
             )
         return False
     revisions = [str(r) for (r,) in conn.exec_driver_sql("SELECT version_num FROM alembic_version")]
@@ -193,14 +226,15 @@ def _check_schema(conn: Connection, path: Path) -> bool:
             )
         raise DatabaseError(
             f"{path}: schema revision {revision!r} is not one of tpucared's (head {head}): "
-            "not a tpucared database; set daemon.db to another file"
+            f"not a tpucared database; set daemon.db to another {another}"
         )
     # At no revision (downgraded to base) only alembic_version itself may be there.
     foreign = tables - OUR_TABLES if revisions else tables - {"alembic_version"}
     if foreign:
         raise DatabaseError(
             f"{path}: not a tpucared database (tables tpucared does not know: "
-            f"{_names(foreign)}): refusing to migrate into it; set daemon.db to another file"
+            f"{_names(foreign)}): refusing to migrate into it; set daemon.db to another "
+            f"{another}"
         )
     return True
 
@@ -210,11 +244,13 @@ async def check_readable(setting: Setting) -> None:
     not a database, corrupt where the schema lives, someone else's, without tpucared's schema,
     or at a revision other than this tpucared's head (older: not migrated by a daemon of this
     version yet; newer: written by a newer tpucared). Read-only: not a byte is written. No
-    `quick_check` of every page, so a reader stays quick; the daemon's start does that."""
+    `quick_check` of every page, so a reader stays quick; the daemon's start does that.
+    PostgreSQL: the same schema and revision checks, in a read-only transaction."""
     url = setting if isinstance(setting, URL) else database_url(setting)
-    path = sqlite_path(url)
-    if path is None:
-        return
+    sqlite_file = sqlite_path(url)
+    if sqlite_file is None and not is_postgres(url):
+        return  # in-memory SQLite: nothing there to check
+    path: Path | str = sqlite_file if sqlite_file is not None else shown(url)
 
     def check(conn: Connection) -> None:
         if not _check_schema(conn, path):
@@ -240,7 +276,7 @@ async def check_readable(setting: Setting) -> None:
     except DatabaseError:
         raise
     except Exception as exc:
-        error = database_error(exc, path, MIGRATION_BUSY_TIMEOUT_MS)
+        error = store_error(exc, url, MIGRATION_BUSY_TIMEOUT_MS)
         if error is None:
             raise
         raise error from exc

@@ -8,7 +8,9 @@ Core statements on them over a plain connection and returns the frozen records o
 Table and column names are chosen for a person reading the file with `sqlite3`
 (docs/inspecting.md): `nodes` are node incarnations, `node_id` points at one, `slot` is the slot
 index. Every constraint and index has a deterministic name (`NAMING_CONVENTION`) so migrations can
-alter them by name, which SQLite's batch mode needs.
+alter them by name, which SQLite's batch mode needs. The same tables serve SQLite and
+PostgreSQL: integer primary keys are AUTOINCREMENT on SQLite and SERIAL on PostgreSQL (ids are
+never reused on either), booleans default to `false()` (`0` / `false`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     Float,
@@ -28,6 +31,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -70,7 +74,7 @@ class FleetRow(Base):
     spec_hash: Mapped[str] = mapped_column(String(64))
     spec_json: Mapped[str] = mapped_column(Text)
     applied_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    down: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("0"))
+    down: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class SlotRow(Base):
@@ -100,7 +104,7 @@ class SlotRow(Base):
     next_create_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     next_zone: Mapped[str | None] = mapped_column(String(64))
     last_error: Mapped[str | None] = mapped_column(Text)
-    done: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("0"))
+    done: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class NodeRow(Base):
@@ -256,7 +260,10 @@ class ChangeCounterRow(Base):
     __table_args__ = (CheckConstraint("id = 1", name="single_row"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    counter: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    # BIGINT on PostgreSQL, whose INTEGER is 32 bits (SQLite's is 64): see migration 0002.
+    counter: Mapped[int] = mapped_column(
+        Integer().with_variant(BigInteger(), "postgresql"), default=0, server_default=text("0")
+    )
 
 
 class ZoneHealthRow(Base):
@@ -273,7 +280,7 @@ class ZoneHealthRow(Base):
     error_message: Mapped[str | None] = mapped_column(Text)
     failing_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_ok_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    unreachable: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("0"))
+    unreachable: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 

@@ -35,7 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tpucared.core.model.records import EventRecord, IncarnationRecord
 from tpucared.store.cache import RecordCache
-from tpucared.store.engine import READ_ONLY_OPTION, make_engine
+from tpucared.store.engine import make_engine, read_options
 from tpucared.store.reads import Reader
 from tpucared.store.snapshot import FleetStatus, Snapshot
 from tpucared.store.tx import Tx
@@ -47,7 +47,7 @@ WRITE_QUEUE_TIMEOUT_S = 120.0
 class Store:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self._reader_engine = engine.execution_options(**{READ_ONLY_OPTION: True})
+        self._reader_engine = engine.execution_options(**read_options(engine))
         # Tasks inside `write()`: a nested write in the same task would wait for its own lock.
         self._writing: set[asyncio.Task[Any]] = set()
         # Records of unchanged rows, reused by the next read (cache.py): read transactions only.
