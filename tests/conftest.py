@@ -12,6 +12,11 @@ other options overrides the `emulator_options` fixture, building on this one:
 `emulator_thread` is the same on its own event loop in a background thread, for synchronous
 tests (Google's official client, CLI commands that call `asyncio.run`).
 
+`postgres` is one real PostgreSQL server for the whole session (tests/postgres_support.py:
+started on first use, stopped at the end), and `pg_url` a fresh empty database on it per test
+(dropped afterwards), as the `postgresql+asyncpg://` URL `daemon.db` takes. When PostgreSQL
+cannot start, every test that asks for it fails with the reason: never skipped.
+
 Every test, sync or async, fails if it leaves asyncio tasks running (kopf's conftest does the
 same): a leaked task is a component that does not shut down cleanly.
 """
@@ -19,10 +24,18 @@ same): a leaked task is a component that does not shut down cleanly.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy.engine import URL
+
+# The helper modules next to this file are imported by name, whatever pytest's import mode.
+sys.path.insert(0, str(Path(__file__).parent))
+
+from postgres_support import PostgresError, PostgresServer
 
 from tpucared.emulator import EmulatorOptions, EmulatorServer, EmulatorThread, running_emulator
 
@@ -52,6 +65,35 @@ async def emulator(emulator_options: dict[str, Any]) -> AsyncIterator[EmulatorSe
 def emulator_thread(emulator_options: dict[str, Any]) -> Iterator[EmulatorThread]:
     with EmulatorThread(EmulatorOptions(**emulator_options)) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One PostgreSQL server for the session; fails (never skips) every test that needs it
+    when it cannot start."""
+    try:
+        server = PostgresServer()
+    except PostgresError as exc:
+        pytest.fail(f"PostgreSQL cannot start: {exc}", pytrace=False)
+    try:
+        server.start()
+    except PostgresError as exc:
+        server.stop()
+        pytest.fail(f"PostgreSQL cannot start: {exc}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(postgres: PostgresServer) -> Iterator[URL]:
+    """A fresh, empty database on the session's PostgreSQL, as a `postgresql+asyncpg` URL."""
+    name = postgres.create_database()
+    try:
+        yield postgres.url(name)
+    finally:
+        postgres.drop_database(name)
 
 
 @pytest.fixture(autouse=True)

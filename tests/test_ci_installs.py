@@ -36,6 +36,10 @@ PACKAGE_OF = {
     "sh": "dash",
     "sleep": "coreutils",
     "setpriv": "util-linux",
+    "runuser": "util-linux",
+    "initdb": "postgresql",
+    "pg_ctl": "postgresql",
+    "psql": "postgresql",
 }
 
 # Essential: yes on Debian, present on every installation; .ci/run need not name them.
@@ -102,7 +106,8 @@ def test_the_scan_finds_the_commands_it_knows_of() -> None:
     """A guard on the scanner itself: these are started today, in these shapes."""
     found = scanned_commands()
     for command in ("sshd", "ssh", "ssh-keygen", "parallel-ssh", "sqlite3", "git",
-                    "systemd-analyze", "shellcheck", "chattr", "dash", "bash"):  # fmt: skip
+                    "systemd-analyze", "shellcheck", "chattr", "dash", "bash",
+                    "initdb", "pg_ctl", "psql"):  # fmt: skip
         assert command in found, f"the scan no longer finds {command}"
     assert commands_in('subprocess.run(\n    [\n        "foo",\n        "-x",') == {"foo"}
     assert commands_in('X = "/usr/sbin/bar"\nPopen([X, "-D"])') == {"bar"}

@@ -9,6 +9,8 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import NodePhase
 from tpucared.core.nodes.lifecycle import LIVE_PHASES, TRANSITIONS
@@ -16,6 +18,11 @@ from tpucared.core.planning.actions import CloudFacts, SlotUpdate
 from tpucared.store import Store
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+
+# The engines a module's tests run on when it overrides conftest.py's `engine_kind` fixture with
+# these params; `@SQLITE_ONLY` keeps one of its tests that reads the SQLite file on SQLite.
+ENGINES = ["sqlite", "postgresql"]
+SQLITE_ONLY = pytest.mark.parametrize("engine_kind", ["sqlite"])
 P = NodePhase
 
 

@@ -7,7 +7,7 @@ import sqlite3
 from datetime import timedelta
 
 import pytest
-from store_support import T0, facts, open_raw, seed, slot_update
+from store_support import ENGINES, SQLITE_ONLY, T0, facts, open_raw, seed, slot_update
 
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, NodePhase
@@ -24,6 +24,12 @@ from tpucared.store import (
 
 P = NodePhase
 T1 = T0 + timedelta(minutes=1)
+
+
+@pytest.fixture(params=ENGINES)
+def engine_kind(request: pytest.FixtureRequest) -> str:
+    """Every test of this module on SQLite and on PostgreSQL (conftest.py)."""
+    return str(request.param)
 
 
 async def request(store: Store, slot: int = 0, zone: str = "z-a") -> IncarnationRecord:
@@ -330,6 +336,7 @@ async def test_workers_follow_endpoints_and_keep_pinned_keys(seeded: Store):
             await tx.pin_host_keys(inc.id, 2, ["ssh-ed25519 X"])  # worker 2 is gone
 
 
+@SQLITE_ONLY
 async def test_events_are_append_only_in_the_database(seeded: Store, migrated):
     conn = open_raw(migrated)
     with pytest.raises(sqlite3.IntegrityError, match="append-only"):

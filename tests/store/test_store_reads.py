@@ -6,13 +6,19 @@ import dataclasses
 from datetime import timedelta
 
 import pytest
-from store_support import T0, facts, open_raw, seed
+from store_support import ENGINES, T0, facts, open_raw, seed
 
 from tpucared.core.model.records import AttemptOutcome, CreateAttemptRecord, NodePhase
 from tpucared.store import NotFound, Store
 
 P = NodePhase
 T1 = T0 + timedelta(minutes=1)
+
+
+@pytest.fixture(params=ENGINES)
+def engine_kind(request: pytest.FixtureRequest) -> str:
+    """Every test of this module on SQLite and on PostgreSQL (conftest.py)."""
+    return str(request.param)
 
 
 async def populate(store: Store) -> dict[str, int]:

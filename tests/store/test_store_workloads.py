@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from store_support import T0, facts
+from store_support import ENGINES, T0, facts
 
 from tpucared.core.model.records import AttemptOutcome, IncarnationRecord, NodePhase
 from tpucared.core.workload.attempts import AttemptState, IllegalAttemptTransition
@@ -13,6 +13,12 @@ from tpucared.store import AttemptRunning, NotFound, StaleWrite, Store
 
 P = NodePhase
 T1 = T0 + timedelta(minutes=1)
+
+
+@pytest.fixture(params=ENGINES)
+def engine_kind(request: pytest.FixtureRequest) -> str:
+    """Every test of this module on SQLite and on PostgreSQL (conftest.py)."""
+    return str(request.param)
 
 
 async def ready_node(store: Store, slot: int = 0) -> IncarnationRecord:
