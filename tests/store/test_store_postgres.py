@@ -288,3 +288,23 @@ async def test_an_unreachable_server_is_one_line(postgres: PostgresServer) -> No
     assert "hunter2" not in str(err.value)
     with pytest.raises(DatabaseError, match="no such database"):
         await upgrade_to_head(postgres.url("no_such_database"))
+
+
+async def test_the_psql_queries_of_the_docs_run(pg_url: URL, postgres: PostgresServer) -> None:
+    """docs/inspecting.md's "On PostgreSQL" queries, run with the real psql."""
+    doc = (ROOT / "docs" / "inspecting.md").read_text(encoding="utf-8")
+    section = doc.split("## On PostgreSQL", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```text\n", 1)[1].split("```", 1)[0]
+    queries = [q.strip() for q in block.split(";") if q.strip()]
+    assert len(queries) == 3
+    await upgrade_to_head(pg_url)
+    async with Store.open(pg_url) as store:
+        await seed(store, "sweep", 4, T0)
+        async with store.write() as tx:
+            inc = await tx.request_node("sweep", 3, "sweep-3", "z-a", "v4-8", T0)
+            await tx.transition(inc.id, P.REQUESTED, P.READY, T0, cloud=facts())
+    assert pg_url.database is not None
+    for query in queries:
+        postgres.psql(query, pg_url.database)
+    life = postgres.psql(queries[1], pg_url.database).splitlines()
+    assert [line.split("|")[1:3] for line in life] == [["", "requested"], ["requested", "ready"]]

@@ -1,7 +1,8 @@
 """`Store`: the daemon's and the CLI's handle on the state database.
 
 It owns one async engine and hands out transactions: `read()` (a deferred read transaction: one
-consistent view, never blocks or is blocked by the daemon's writes under WAL) and `write()` (an
+consistent view, never blocks or is blocked by the daemon's writes under WAL; REPEATABLE READ,
+READ ONLY on PostgreSQL) and `write()` (an
 immediate write transaction whose effects commit together, or not at all when the block
 raises). The common reads have one-call shortcuts. Every result is a frozen record from
 `tpucared.core.model` or `tpucared.store.snapshot`.

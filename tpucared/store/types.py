@@ -1,11 +1,12 @@
 """Column types that keep the database readable by people and portable across backends.
 
 Each is a `TypeDecorator` over a generic SQL type (DATETIME, VARCHAR, TEXT), so the schema has
-nothing SQLite-only and PostgreSQL can come later without touching the models:
+nothing SQLite-only and serves PostgreSQL with the same models:
 
 - `UTCDateTime`: timezone-aware UTC datetimes in, timezone-aware UTC datetimes out. SQLite stores
   them as readable text (`2025-06-01 12:00:00.000000`, always UTC), which its date functions
-  (`julianday`, `datetime`) understand.
+  (`julianday`, `datetime`) understand; PostgreSQL as `timestamptz` (microseconds kept), so the
+  same values come back from both.
 - `StrEnumType`: a `StrEnum` stored as its value (`'ready'`, not `'READY'` or `3`). No CHECK
   constraint: adding an enum member must not require rebuilding a table.
 - `JSONText`: a JSON document stored as TEXT with sorted keys (`json_extract` works on it).
