@@ -27,7 +27,7 @@ from tpucared.core.model.records import (
 )
 from tpucared.core.model.specs import location_name
 from tpucared.core.nodes import create_backoff
-from tpucared.core.nodes.lifecycle import LIVE_PHASES
+from tpucared.core.nodes.lifecycle import LIVE_PHASES, PENDING_PHASES
 from tpucared.inspect.fmt import NONE, duration, iso, table, truncate
 from tpucared.store.snapshot import FleetStatus, SlotStatus, ZoneHealth
 
@@ -90,12 +90,15 @@ def _zone_doc(z: ZoneHealth) -> dict[str, Any]:
 
 
 def waiting_for_capacity(s: SlotStatus, down: bool = False) -> bool:
-    """The slot has no live node because its last create met a stockout (CAPACITY), and the
-    daemon keeps retrying it (the slot is not done, its fleet not down): not given up."""
+    """The slot has no node past its create because its creates meet a stockout (CAPACITY),
+    and the daemon keeps retrying (the slot is not done, its fleet not down): not given up.
+    A retry in flight (its node REQUESTED or CREATING) is part of the same wait, as the
+    stockout notifications count it (runtime/notifications.py): a hunting slot reads
+    "waiting for capacity" throughout, not that and "requested" by turns every few seconds."""
     return create_backoff.waiting_for_capacity(
         s.slot.create_failures,
         None if s.last_create is None else s.last_create.outcome,
-        live=s.node is not None and s.node.phase in LIVE_PHASES,
+        live=s.node is not None and s.node.phase in LIVE_PHASES - PENDING_PHASES,
         done=s.slot.done,
         down=down,
     )
