@@ -307,9 +307,11 @@ def workload_config(
     poll: str = "300ms",
     ssh: str = "",
     workload: str = "",
+    tables: str = "",
 ) -> Path:
     """One slot of `fleet` with a workload `run` (RESULTS=`results` in its environment) against
-    `emulator`'s SSH hosts; `ssh` and `workload` are more lines of those tables."""
+    `emulator`'s SSH hosts; `ssh` and `workload` are more lines of those tables, `tables` more
+    tables (e.g. a `[policy]`)."""
     path = tmp_path / "fleet.toml"
     body = f"""
         [daemon]
@@ -340,6 +342,8 @@ def workload_config(
         run = '''{run}'''
         env = {{ RESULTS = "{results}" }}
         {workload}
+
+        {tables}
         """
     path.write_text(textwrap.dedent(body))
     return path

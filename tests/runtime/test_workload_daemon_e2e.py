@@ -11,13 +11,22 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_support import OWNER, PROJECT, SLOW, ZONE, Control, Daemon, free_port, query, wait_for
+from runtime_support import (
+    SLOW,
+    Control,
+    Daemon,
+    hosts_emulator_options,
+    query,
+    wait_for,
+    workload_config,
+)
+
+from tpucared.emulator import EmulatorServer
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -33,57 +42,20 @@ RUN = (
 
 @pytest.fixture
 def emulator_options(emulator_options: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
-    return {
-        **emulator_options,
-        "create_seconds": 0.2,
-        "delete_seconds": 0.1,
-        "ssh_hosts": True,
-        "ssh_port": free_port(),
-        "hosts_dir": str(tmp_path / "hosts"),
-    }
+    return hosts_emulator_options(emulator_options, tmp_path)
 
 
-def _config(tmp_path: Path, endpoint: str, ssh_port: int, results: Path) -> Path:
-    path = tmp_path / "fleet.toml"
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            [daemon]
-            db = "state.db"
-            poll_interval = "300ms"
-            owner = "{OWNER}"
-            http = "127.0.0.1:{free_port()}"
-
-            [gcp]
-            project = "{PROJECT}"
-            endpoint = "{endpoint}"
-            credentials = "none"
-
-            [ssh]
-            key = "id_ed25519"
-            port = {ssh_port}
-
-            [policy]
-            create_grace = "10s"
-            vanish_grace = "2s"
-
-            [[fleet]]
-            name = "{FLEET}"
-            zones = ["{ZONE}"]
-            accelerator_type = "v4-32"
-            runtime_version = "tpu-ubuntu2204-base"
-            size = 1
-            capacity = "spot"
-
-            [fleet.workload]
-            run = '''{RUN}'''
-            env = {{ RESULTS = "{results}" }}
-            restart = "on-failure"
-            max_failures = 5
-            """
-        )
+def _config(tmp_path: Path, emulator: EmulatorServer, results: Path) -> Path:
+    return workload_config(
+        tmp_path,
+        emulator,
+        fleet=FLEET,
+        accelerator_type="v4-32",
+        run=RUN,
+        results=results,
+        workload='restart = "on-failure"\nmax_failures = 5',
+        tables='[policy]\ncreate_grace = "10s"\nvanish_grace = "2s"',
     )
-    return path
 
 
 def _attempts(results: Path) -> list[list[int]]:
@@ -104,7 +76,7 @@ async def test_a_pod_slot_survives_preemption_and_a_crash_then_finishes(
 ) -> None:
     results = tmp_path / "results"
     results.mkdir()
-    config = _config(tmp_path, emulator.url, emulator.state.options.ssh_port, results)
+    config = _config(tmp_path, emulator, results)
     db = tmp_path / "state.db"
     daemon = await daemons(config).start()
 

@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_support import OWNER, PROJECT, ZONE, Control, free_port, query
+from runtime_support import (
+    OWNER,
+    PROJECT,
+    ZONE,
+    Control,
+    free_port,
+    hosts_emulator_options,
+    query,
+)
 
 from tpucared.config import load_config
 from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload
@@ -47,14 +55,7 @@ RUN = 'echo "$TPUCARED_ATTEMPT" >> "$HOME/attempts"; sleep 300'
 
 @pytest.fixture
 def emulator_options(emulator_options: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
-    return {
-        **emulator_options,
-        "create_seconds": 0.2,
-        "delete_seconds": 0.1,
-        "ssh_hosts": True,
-        "ssh_port": free_port(),
-        "hosts_dir": str(tmp_path / "hosts"),
-    }
+    return hosts_emulator_options(emulator_options, tmp_path)
 
 
 def _config(tmp_path: Path, emulator: EmulatorServer, *, size: int, kind: str, poll: str) -> Path:
