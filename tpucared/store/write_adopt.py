@@ -30,7 +30,7 @@ from tpucared.core.planning.actions import Adopt, OpenSlot
 from tpucared.store.errors import LiveIncarnationExists
 from tpucared.store.models import LIVE_NODE_SQL, EventRow, NodeRow, SlotRow, WorkerRow
 from tpucared.store.write_base import WriterBase, event_row, new_run_id
-from tpucared.store.write_nodes import _cloud_values, _entering
+from tpucared.store.write_nodes import cloud_values, entering
 
 # What a bulk method says of each action: None (written) or why it was refused.
 Refusal = LiveIncarnationExists | IllegalTransition | None
@@ -187,8 +187,8 @@ class AdoptWrites(WriterBase):
             operation=None,
             end_reason=a.end_reason,
         )
-        values.update(_entering(requested, a.phase, now))
-        values.update(_cloud_values(a.cloud))
+        values.update(entering(requested, a.phase, now))
+        values.update(cloud_values(a.cloud))
         return values
 
     @staticmethod
@@ -202,7 +202,7 @@ class AdoptWrites(WriterBase):
         details: dict[str, Any] = {"from": NodePhase.REQUESTED.value, "to": a.phase.value}
         if a.end_reason is not None:
             details["end_reason"] = a.end_reason
-        details["cloud"] = _cloud_values(a.cloud)
+        details["cloud"] = cloud_values(a.cloud)
         return [
             event_row(
                 "node.requested",

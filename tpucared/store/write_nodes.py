@@ -46,7 +46,7 @@ PHASE_AT: Final = {
 }
 
 
-def _cloud_values(cloud: CloudFacts) -> dict[str, object]:
+def cloud_values(cloud: CloudFacts) -> dict[str, object]:
     return {
         "cloud_state": cloud.cloud_state,
         "cloud_state_since": cloud.cloud_state_since,
@@ -57,7 +57,7 @@ def _cloud_values(cloud: CloudFacts) -> dict[str, object]:
     }
 
 
-def _entering(current: IncarnationRecord, new: NodePhase, now: datetime) -> dict[str, object]:
+def entering(current: IncarnationRecord, new: NodePhase, now: datetime) -> dict[str, object]:
     """Columns stamped when `current` enters phase `new`."""
     values: dict[str, object] = {"phase": new, "phase_since": now, PHASE_AT[new]: now}
     if new is NodePhase.DELETING and current.dead_at is None:
@@ -187,11 +187,11 @@ class NodeWrites(WriterBase):
                 f"slot update for {slot_update.fleet}/{slot_update.slot} "
                 f"on an incarnation of {current.fleet}/{current.slot}"
             )
-        values = _entering(current, new, now)
+        values = entering(current, new, now)
         values["error"] = None
         values.update(given(end_reason=end_reason, operation=operation))
         if cloud is not None:
-            values.update(_cloud_values(cloud))
+            values.update(cloud_values(cloud))
         inc = await self._cas(incarnation_id, expected, values)
         if cloud is not None and cloud.endpoints is not None:
             await self.set_workers(inc.id, cloud.endpoints)
@@ -200,7 +200,7 @@ class NodeWrites(WriterBase):
         details: dict[str, Any] = {"from": expected.value, "to": new.value}
         details.update(given(end_reason=end_reason, operation=operation))
         if cloud is not None:
-            details["cloud"] = _cloud_values(cloud)
+            details["cloud"] = cloud_values(cloud)
         if slot_update is not None:
             details["slot_update"] = slot_update_details(slot_update)
         await self._node_event(
@@ -232,7 +232,7 @@ class NodeWrites(WriterBase):
         }
         if expected is not NodePhase.DELETING:
             check_transition(expected, NodePhase.DELETING)
-            values.update(_entering(current, NodePhase.DELETING, now))
+            values.update(entering(current, NodePhase.DELETING, now))
         if end_reason is not None:
             values["end_reason"] = end_reason
         inc = await self._cas(incarnation_id, expected, values)
@@ -327,7 +327,7 @@ class NodeWrites(WriterBase):
         reason: str,
     ) -> IncarnationRecord | None:
         """Write the facts if they differ; None when there was nothing to write."""
-        values = _cloud_values(cloud)
+        values = cloud_values(cloud)
         same_facts = all(getattr(current, k) == v for k, v in values.items())
         same_workers = cloud.endpoints is None or sorted(
             (w.index, w.internal_ip, w.external_ip) for w in workers
