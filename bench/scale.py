@@ -44,60 +44,38 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import json
 import math
-import os
-import resource
 import signal
-import sqlite3
-import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from bench import common
+from bench.scale_procs import (
+    ROOT,
+    SSH_USER,
+    TYPE,
+    WORKLOAD_RUN,
+    ZONES,
+    DaemonProcess,
+    EmulatorProcess,
+    count_rows,
+    daemon_config,
+    db_size_mb,
+    fleet_layout,
+    proc_cpu_seconds,
+    proc_memory_mb,
+    serve_emulator,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-PROJECT = "bench-project"
-OWNER = "bench"
-ZONES = ("us-central1-a", "us-east5-a", "us-south1-a", "europe-west4-b")
-TYPE = "v5litepod-8"  # single host: one worker, one SSH server per node
-RUNTIME = "v2-alpha-tpuv5-lite"
-SSH_USER = "tpucared"
-WORKLOAD_RUN = "sleep 100000"
 EMULATOR_MAX_PAGE = 1000  # EmulatorOptions.max_page_size
 VARIANTS = ("none", "probe")
-
-# The daemon with one logger more verbose than `tpucared run` leaves it: the reconciler's
-# "tick" line is logged at debug when the tick did nothing, and those are the ticks measured.
-# `--log-level debug` would turn on every library's debug output and distort the CPU figures.
-_DAEMON_BOOT = (
-    "import logging, sys; "
-    "logging.getLogger('tpucared.runtime.reconciler').setLevel(logging.DEBUG); "
-    "from tpucared.cli.main import main; "
-    "sys.exit(main(['run', '-c', sys.argv[1]]))"
-)
-# The same under cProfile, for `--profile` (a diagnostic: the profiler's own overhead inflates
-# every figure, so profiled runs are never the reported ones). SIGUSR1 starts profiling the
-# main thread (the event loop: aiosqlite's thread is not seen), SIGUSR2 stops it and writes
-# the stats to argv[2].
-_DAEMON_PROFILE_BOOT = (
-    "import cProfile, logging, signal, sys; "
-    "logging.getLogger('tpucared.runtime.reconciler').setLevel(logging.DEBUG); "
-    "p = cProfile.Profile(); "
-    "signal.signal(signal.SIGUSR1, lambda *_: p.enable()); "
-    "signal.signal(signal.SIGUSR2, lambda *_: (p.disable(), p.dump_stats(sys.argv[2]))); "
-    "from tpucared.cli.main import main; "
-    "sys.exit(main(['run', '-c', sys.argv[1]]))"
-)
 
 
 @dataclass(frozen=True)
@@ -118,321 +96,12 @@ class Settings:
     # Seconds a measurement may take to converge before it is reported as failed (with how
     # far it got); None: a budget that grows with the size.
     converge_limit: float | None = None
+    # Every node's type: v5litepod-8 is one worker per slice, v5litepod-16 four.
+    accelerator_type: str = TYPE
 
 
 FULL = Settings(sizes=(1000, 10000), variants=VARIANTS, ticks=30, poll_interval=2.0)
 QUICK = Settings(sizes=(200,), variants=("none",), ticks=6, poll_interval=1.0)
-
-
-# ---------------------------------------------------------------------------------------------
-# /proc
-
-
-def proc_cpu_seconds(pid: int) -> float:
-    """utime + stime of the process (every thread), not of its children."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def proc_memory_mb(pid: int) -> dict[str, float]:
-    """VmRSS (now) and VmHWM (peak) in MiB."""
-    out: dict[str, float] = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = round(int(value.split()[0]) / 1024, 1)
-    return {"rss_mb": out["VmRSS"], "peak_rss_mb": out["VmHWM"]}
-
-
-def db_size_mb(db: Path) -> dict[str, float]:
-    sizes = {}
-    for suffix in ("", "-wal", "-shm"):
-        path = Path(f"{db}{suffix}")
-        sizes[suffix or "db"] = path.stat().st_size if path.exists() else 0
-    return {
-        "db_mb": round(sizes["db"] / 2**20, 2),
-        "wal_mb": round(sizes["-wal"] / 2**20, 2),
-        "shm_mb": round(sizes["-shm"] / 2**20, 2),
-        "total_mb": round(sum(sizes.values()) / 2**20, 2),
-    }
-
-
-# ---------------------------------------------------------------------------------------------
-# The emulator process
-
-
-def fleet_layout(size: int) -> list[tuple[str, str, int]]:
-    """(fleet, zone, slots): 4 fleets, one per zone, sizes summing to `size`."""
-    base, extra = divmod(size, len(ZONES))
-    return [(f"scale{i}", zone, base + (1 if i < extra else 0)) for i, zone in enumerate(ZONES)]
-
-
-async def _serve_emulator(args: argparse.Namespace) -> None:
-    """The emulator process: seed, serve, report readiness on stdout, run until SIGTERM."""
-    from tpucared.emulator import EmulatorOptions
-    from tpucared.emulator.hosts import SshWorkerHosts
-    from tpucared.emulator.server import EmulatorServer
-    from tpucared.logsetup import configure_logging
-
-    # stdout carries the readiness line; the emulator's own logs go to stderr (a file).
-    configure_logging(level="warning", json=True, stream=sys.stderr)
-    # Each simulated worker is a listening socket, each pooled SSH connection one more.
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    started = time.monotonic()
-    options = EmulatorOptions(
-        create_seconds=0.0,  # seeded nodes are READY at the first timer run
-        delete_seconds=0.5,
-        ssh_hosts=args.ssh_port is not None,
-        ssh_port=args.ssh_port or 22,
-        hosts_dir=args.hosts_dir,
-        seed=args.seed,
-    )
-    server = EmulatorServer(options)
-    state = server.state
-    labels_owner = {"tpucared-owner": OWNER}
-    for fleet, zone, slots in fleet_layout(args.nodes):
-        body = {
-            "acceleratorType": TYPE,
-            "runtimeVersion": RUNTIME,
-            "schedulingConfig": {"spot": True},
-            "networkConfig": {"enableExternalIps": True},
-            "labels": {"tpucared-fleet": fleet, **labels_owner},
-            "metadata": {"ssh-keys": args.ssh_keys},
-        }
-        for slot in range(slots):
-            state.create_node(PROJECT, zone, f"{fleet}-{slot}", body)
-    state.advance()  # create_seconds = 0: every node READY now, host starts queued
-    await server.start("127.0.0.1", 0)
-    hosts = server.worker_hosts
-    if isinstance(hosts, SshWorkerHosts):
-        nodes = state.all_nodes()
-        deadline = time.monotonic() + args.hosts_timeout
-        while not all(hosts.running(n) for n in nodes):
-            if time.monotonic() > deadline:
-                up = sum(1 for n in nodes if hosts.running(n))
-                print(json.dumps({"error": f"only {up} of {len(nodes)} hosts up"}), flush=True)
-                await server.stop()
-                return
-            await asyncio.sleep(0.5)
-    ready = {n.state for n in state.all_nodes()}
-    print(
-        json.dumps(
-            {
-                "url": server.url,
-                "nodes": len(state.all_nodes()),
-                "states": sorted(ready),
-                "seed_seconds": round(time.monotonic() - started, 2),
-            }
-        ),
-        flush=True,
-    )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await server.stop()
-
-
-class EmulatorProcess:
-    """`python -m bench.scale emulator`: seeded, serving, its readiness line read."""
-
-    def __init__(
-        self, directory: Path, nodes: int, ssh_keys: str, *, ssh_port: int | None, timeout: float
-    ) -> None:
-        self.log = (directory / "emulator.log").open("ab")
-        argv = [
-            sys.executable, "-m", "bench.scale", "emulator",
-            "--nodes", str(nodes), "--ssh-keys", ssh_keys,
-            "--hosts-timeout", str(timeout),
-        ]  # fmt: skip
-        if ssh_port is not None:
-            argv += ["--ssh-port", str(ssh_port), "--hosts-dir", str(directory / "hosts")]
-        self.process = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT, env=_clean_env()
-        )
-        assert self.process.stdout is not None
-        line = _read_line(self.process.stdout, timeout + 120)
-        info = json.loads(line) if line else {"error": "no readiness line (see emulator.log)"}
-        if "error" in info:
-            if self.process.poll() is not None:
-                info["error"] += f" (exit status {self.process.returncode})"
-            self.stop()
-            raise RuntimeError(f"emulator with {nodes} nodes: {info['error']}")
-        self.info: dict[str, Any] = info
-        self.url: str = info["url"]
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def requests(self, since: float) -> list[dict[str, Any]]:
-        return _get_json(f"{self.url}/_emulator/v1/requests?since={since}")  # type: ignore[no-any-return]
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            common.stop_process(self.process, grace=120)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-        self.log.close()
-
-
-def _read_line(stream: IO[bytes], timeout: float) -> str | None:
-    """One line from a pipe, or None after `timeout` s or at EOF."""
-    import selectors
-
-    with selectors.DefaultSelector() as sel:
-        sel.register(stream, selectors.EVENT_READ)
-        if not sel.select(timeout):
-            return None
-    line = stream.readline().decode().strip()
-    return line or None
-
-
-def _get_json(url: str) -> Any:
-    import urllib.request
-
-    with urllib.request.urlopen(url, timeout=120) as response:
-        return json.load(response)
-
-
-def _clean_env(first: Path | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUCARED_")}
-    path = [str(first) if first else None, str(ROOT), env.get("PYTHONPATH")]
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, path))
-    return env
-
-
-# ---------------------------------------------------------------------------------------------
-# The daemon process
-
-
-def daemon_config(
-    directory: Path, endpoint: str, size: int, *, poll: float, variant: str, ssh_port: int
-) -> Path:
-    fleets = []
-    for fleet, zone, slots in fleet_layout(size):
-        fleets.append(
-            textwrap.dedent(
-                f"""
-                [[fleet]]
-                name = "{fleet}"
-                zones = ["{zone}"]
-                accelerator_type = "{TYPE}"
-                runtime_version = "{RUNTIME}"
-                size = {slots}
-                capacity = "spot"
-                """
-            )
-        )
-        if variant == "probe":
-            fleets.append(f'[fleet.workload]\nrun = "{WORKLOAD_RUN}"\n')
-    config = directory / "fleet.toml"
-    config.write_text(
-        textwrap.dedent(
-            f"""
-            [daemon]
-            db = "state.db"
-            poll_interval = "{poll:g}s"
-            owner = "{OWNER}"
-            http = "127.0.0.1:{common.free_port()}"
-
-            [gcp]
-            project = "{PROJECT}"
-            endpoint = "{endpoint}"
-            credentials = "none"
-
-            [ssh]
-            user = "{SSH_USER}"
-            key = "id_ed25519"
-            port = {ssh_port}
-            """
-        )
-        + "".join(fleets)
-    )
-    return config
-
-
-class DaemonProcess:
-    """The real daemon; its JSON log is followed for "tick" lines."""
-
-    def __init__(
-        self,
-        directory: Path,
-        config: Path,
-        source: Path | None = None,
-        *,
-        profile: bool = False,
-        gc_threshold: int | None = None,
-    ) -> None:
-        self.directory = directory
-        self.db = directory / "state.db"
-        self.log_path = directory / "daemon.log"
-        self.profile_path = directory / "daemon.prof"
-        self._log = self.log_path.open("ab")
-        self.started = time.monotonic()
-        boot = [_DAEMON_PROFILE_BOOT, str(config), str(self.profile_path)] if profile else [
-            _DAEMON_BOOT, str(config)
-        ]  # fmt: skip
-        if gc_threshold is not None:
-            boot[0] = f"import gc; gc.set_threshold({int(gc_threshold)}); " + boot[0]
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", *boot],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            cwd=directory,
-            env=_clean_env(source),
-        )
-        self._reader = self.log_path.open("rb")
-        self._partial = b""
-        self.ticks: list[dict[str, Any]] = []
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def poll_log(self) -> list[dict[str, Any]]:
-        """New "tick" lines since the last call (appended to `self.ticks` too)."""
-        data = self._partial + self._reader.read()
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
-        fresh = []
-        for raw in lines:
-            if b'"tick"' not in raw:
-                continue
-            with contextlib.suppress(ValueError):
-                event = json.loads(raw)
-                if event.get("event") == "tick":
-                    fresh.append(event)
-        self.ticks += fresh
-        return fresh
-
-    def alive(self) -> None:
-        if self.process.poll() is not None:
-            tail = self.log_path.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"the daemon exited with {self.process.returncode}:\n{tail}")
-
-    def stop(self) -> int:
-        code = common.stop_process(self.process, grace=120)
-        self._log.close()
-        self._reader.close()
-        return code
-
-
-def _count(db: Path, sql: str) -> int:
-    if not db.exists():
-        return 0
-    try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
-    except sqlite3.OperationalError:
-        return 0
-    try:
-        return int(conn.execute(sql).fetchone()[0])
-    except sqlite3.OperationalError:
-        return 0  # still migrating
-    finally:
-        conn.close()
 
 
 def _tick_time(event: Mapping[str, Any]) -> float:
@@ -521,10 +190,17 @@ def measure(
         ssh_keys_metadata_entry(SSH_USER, key),
         ssh_port=ssh_port,
         timeout=budget,
+        accelerator_type=settings.accelerator_type,
     )
     log(f"scale {variant} n={size}: emulator seeded in {time.monotonic() - t0:.1f} s")
     config = daemon_config(
-        directory, emulator.url, size, poll=poll, variant=variant, ssh_port=ssh_port or 22
+        directory,
+        emulator.url,
+        size,
+        poll=poll,
+        variant=variant,
+        ssh_port=ssh_port or 22,
+        accelerator_type=settings.accelerator_type,
     )
     daemon = DaemonProcess(
         directory,
@@ -539,15 +215,16 @@ def measure(
         running_sql = "SELECT count(*) FROM workload_attempts WHERE ended_at IS NULL"
 
         def progress() -> str:
+            ready, running = count_rows(daemon.db, ready_sql), count_rows(daemon.db, running_sql)
             return (
-                f"{_count(daemon.db, ready_sql)} READY and {_count(daemon.db, running_sql)} "
+                f"{ready} READY and {running} "
                 f"attempts running in the daemon's database, "
                 f"{time.monotonic() - daemon.started:.0f} s after its start; "
                 f"{_log_problems(directory / 'emulator.log')}; {_log_problems(daemon.log_path)}"
             )
 
         _wait(
-            lambda: _count(daemon.db, ready_sql) == size,
+            lambda: count_rows(daemon.db, ready_sql) == size,
             max(30.0, end - time.monotonic()),
             f"{size} READY nodes in the daemon's database",
             daemon,
@@ -557,7 +234,7 @@ def measure(
         running_s = None
         if variant == "probe":
             _wait(
-                lambda: _count(daemon.db, running_sql) == size,
+                lambda: count_rows(daemon.db, running_sql) == size,
                 max(30.0, end - time.monotonic()),
                 f"a workload attempt running on each of {size} slots",
                 daemon,
@@ -617,7 +294,8 @@ def measure(
         started_at, ended_at = _tick_time(start_event), _tick_time(end_event)
         requests = [r for r in emulator.requests(started_at) if r["time"] <= ended_at]
         db = db_size_mb(daemon.db)
-        stats = _count(daemon.db, "SELECT count(*) FROM events")
+        stats = count_rows(daemon.db, "SELECT count(*) FROM events")
+        workers = count_rows(daemon.db, "SELECT count(*) FROM workers")
     finally:
         code = daemon.stop()
         emulator.stop()
@@ -632,6 +310,8 @@ def measure(
     sent = page_sizes[0] if len(page_sizes) == 1 and page_sizes[0] != "None" else None
     pages = expected_list_pages(size, int(sent) if sent else None)
     busy = [t for t in window if t["actions"]]
+    # Slot probes the ticks started (each probes every worker of its slice, in one fan-out).
+    probes = sum(int(t.get("probes", 0)) for t in window)
     return {
         "nodes": size,
         "variant": variant,
@@ -650,6 +330,15 @@ def measure(
         },
         "tick_s": common.summarize([float(t["seconds"]) for t in window]),
         "cpu_ms_per_tick": round(cpu * 1000 / ticks, 1),
+        "workers": workers,
+        "probes": {
+            "slices_per_tick": round(probes / ticks, 1),
+            "workers_per_tick": round(probes * workers / size / ticks, 1),
+            # An upper bound: everything the daemon did in the window over the workers probed.
+            "cpu_ms_per_worker": round(cpu * 1000 * size / (probes * workers), 3)
+            if probes
+            else None,
+        },
         "emulator_cpu_ms_per_tick": round(emu_cpu * 1000 / ticks, 1),
         "memory": memory,
         "api_requests": {
@@ -700,7 +389,7 @@ def run(
             "ticks_per_window": settings.ticks,
             "poll_interval_s": settings.poll_interval,
             "zones": list(ZONES),
-            "accelerator_type": TYPE,
+            "accelerator_type": settings.accelerator_type,
             "workload_run": WORKLOAD_RUN,
             "emulator": "own process",
             "probe_design": probe_design(settings.daemon_path or ROOT),
@@ -735,7 +424,7 @@ def run(
 
 HEADERS = [
     "nodes", "variant", "tick p50 ms", "tick p99 ms", "CPU ms/tick", "RSS MB", "peak MB",
-    "API req/tick", "list pages", "DB MB", "emulator CPU ms/tick",
+    "API req/tick", "list pages", "DB MB", "emulator CPU ms/tick", "workers probed/tick",
 ]  # fmt: skip
 
 
@@ -754,6 +443,7 @@ def _cells(row: Mapping[str, Any]) -> list[str]:
         str(api["list_pages_per_tick"]),
         f"{row['db']['total_mb']:.1f}",
         f"{row['emulator_cpu_ms_per_tick']:.0f}",
+        f"{row['probes']['workers_per_tick']:g}",
     ]
 
 
@@ -783,7 +473,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     emulator.add_argument("--hosts-dir", default=None)
     emulator.add_argument("--hosts-timeout", type=float, default=600.0)
     emulator.add_argument("--seed", type=int, default=1)
+    emulator.add_argument("--type", default=TYPE)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--type", default=TYPE, help=f"every node's accelerator type (default {TYPE})"
+    )
     parser.add_argument("--size", type=int, action="append", help="node counts (repeatable)")
     parser.add_argument("--variant", choices=VARIANTS, action="append")
     parser.add_argument("--ticks", type=int, default=None)
@@ -805,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.command == "emulator":
-        asyncio.run(_serve_emulator(args))
+        asyncio.run(serve_emulator(args))
         return 0
     base = QUICK if args.quick else FULL
     settings = Settings(
@@ -817,6 +511,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         profile=args.profile,
         gc_threshold=args.gc_threshold,
         converge_limit=args.converge_limit,
+        accelerator_type=args.type,
     )
     from bench import run as harness
 

@@ -1,0 +1,379 @@
+"""The scale benchmark's processes: the seeded emulator (`python -m bench.scale emulator`),
+the real daemon whose log is followed for its "tick" lines, and what /proc and the daemon's
+database say about them. bench/scale.py measures with these; its docstring has the method."""
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import resource
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from bench import common
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = "bench-project"
+OWNER = "bench"
+ZONES = ("us-central1-a", "us-east5-a", "us-south1-a", "europe-west4-b")
+TYPE = "v5litepod-8"  # single host: one worker, one SSH server per node
+RUNTIME = "v2-alpha-tpuv5-lite"
+SSH_USER = "tpucared"
+WORKLOAD_RUN = "sleep 100000"
+EMULATOR_MAX_PAGE = 1000  # EmulatorOptions.max_page_size
+
+
+# The daemon with one logger more verbose than `tpucared run` leaves it: the reconciler's
+# "tick" line is logged at debug when the tick did nothing, and those are the ticks measured.
+# `--log-level debug` would turn on every library's debug output and distort the CPU figures.
+_DAEMON_BOOT = (
+    "import logging, sys; "
+    "logging.getLogger('tpucared.runtime.reconciler').setLevel(logging.DEBUG); "
+    "from tpucared.cli.main import main; "
+    "sys.exit(main(['run', '-c', sys.argv[1]]))"
+)
+# The same under cProfile, for `--profile` (a diagnostic: the profiler's own overhead inflates
+# every figure, so profiled runs are never the reported ones). SIGUSR1 starts profiling the
+# main thread (the event loop: aiosqlite's thread is not seen), SIGUSR2 stops it and writes
+# the stats to argv[2].
+_DAEMON_PROFILE_BOOT = (
+    "import cProfile, logging, signal, sys; "
+    "logging.getLogger('tpucared.runtime.reconciler').setLevel(logging.DEBUG); "
+    "p = cProfile.Profile(); "
+    "signal.signal(signal.SIGUSR1, lambda *_: p.enable()); "
+    "signal.signal(signal.SIGUSR2, lambda *_: (p.disable(), p.dump_stats(sys.argv[2]))); "
+    "from tpucared.cli.main import main; "
+    "sys.exit(main(['run', '-c', sys.argv[1]]))"
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# /proc
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of the process (every thread), not of its children."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_memory_mb(pid: int) -> dict[str, float]:
+    """VmRSS (now) and VmHWM (peak) in MiB."""
+    out: dict[str, float] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = round(int(value.split()[0]) / 1024, 1)
+    return {"rss_mb": out["VmRSS"], "peak_rss_mb": out["VmHWM"]}
+
+
+def db_size_mb(db: Path) -> dict[str, float]:
+    sizes = {}
+    for suffix in ("", "-wal", "-shm"):
+        path = Path(f"{db}{suffix}")
+        sizes[suffix or "db"] = path.stat().st_size if path.exists() else 0
+    return {
+        "db_mb": round(sizes["db"] / 2**20, 2),
+        "wal_mb": round(sizes["-wal"] / 2**20, 2),
+        "shm_mb": round(sizes["-shm"] / 2**20, 2),
+        "total_mb": round(sum(sizes.values()) / 2**20, 2),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The emulator process
+
+
+def fleet_layout(size: int) -> list[tuple[str, str, int]]:
+    """(fleet, zone, slots): 4 fleets, one per zone, sizes summing to `size`."""
+    base, extra = divmod(size, len(ZONES))
+    return [(f"scale{i}", zone, base + (1 if i < extra else 0)) for i, zone in enumerate(ZONES)]
+
+
+async def serve_emulator(args: argparse.Namespace) -> None:
+    """The emulator process: seed, serve, report readiness on stdout, run until SIGTERM."""
+    from tpucared.emulator import EmulatorOptions
+    from tpucared.emulator.hosts import SshWorkerHosts
+    from tpucared.emulator.server import EmulatorServer
+    from tpucared.logsetup import configure_logging
+
+    # stdout carries the readiness line; the emulator's own logs go to stderr (a file).
+    configure_logging(level="warning", json=True, stream=sys.stderr)
+    # Each simulated worker is a listening socket, each pooled SSH connection one more.
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    started = time.monotonic()
+    options = EmulatorOptions(
+        create_seconds=0.0,  # seeded nodes are READY at the first timer run
+        delete_seconds=0.5,
+        ssh_hosts=args.ssh_port is not None,
+        ssh_port=args.ssh_port or 22,
+        hosts_dir=args.hosts_dir,
+        seed=args.seed,
+    )
+    server = EmulatorServer(options)
+    state = server.state
+    labels_owner = {"tpucared-owner": OWNER}
+    for fleet, zone, slots in fleet_layout(args.nodes):
+        body = {
+            "acceleratorType": args.type,
+            "runtimeVersion": RUNTIME,
+            "schedulingConfig": {"spot": True},
+            "networkConfig": {"enableExternalIps": True},
+            "labels": {"tpucared-fleet": fleet, **labels_owner},
+            "metadata": {"ssh-keys": args.ssh_keys},
+        }
+        for slot in range(slots):
+            state.create_node(PROJECT, zone, f"{fleet}-{slot}", body)
+    state.advance()  # create_seconds = 0: every node READY now, host starts queued
+    await server.start("127.0.0.1", 0)
+    hosts = server.worker_hosts
+    if isinstance(hosts, SshWorkerHosts):
+        nodes = state.all_nodes()
+        deadline = time.monotonic() + args.hosts_timeout
+        while not all(hosts.running(n) for n in nodes):
+            if time.monotonic() > deadline:
+                up = sum(1 for n in nodes if hosts.running(n))
+                print(json.dumps({"error": f"only {up} of {len(nodes)} hosts up"}), flush=True)
+                await server.stop()
+                return
+            await asyncio.sleep(0.5)
+    ready = {n.state for n in state.all_nodes()}
+    print(
+        json.dumps(
+            {
+                "url": server.url,
+                "nodes": len(state.all_nodes()),
+                "states": sorted(ready),
+                "seed_seconds": round(time.monotonic() - started, 2),
+            }
+        ),
+        flush=True,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop()
+
+
+class EmulatorProcess:
+    """`python -m bench.scale emulator`: seeded, serving, its readiness line read."""
+
+    def __init__(
+        self,
+        directory: Path,
+        nodes: int,
+        ssh_keys: str,
+        *,
+        ssh_port: int | None,
+        timeout: float,
+        accelerator_type: str = TYPE,
+    ) -> None:
+        self.log = (directory / "emulator.log").open("ab")
+        argv = [
+            sys.executable, "-m", "bench.scale", "emulator",
+            "--nodes", str(nodes), "--ssh-keys", ssh_keys,
+            "--hosts-timeout", str(timeout), "--type", accelerator_type,
+        ]  # fmt: skip
+        if ssh_port is not None:
+            argv += ["--ssh-port", str(ssh_port), "--hosts-dir", str(directory / "hosts")]
+        self.process = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT, env=_clean_env()
+        )
+        assert self.process.stdout is not None
+        line = _read_line(self.process.stdout, timeout + 120)
+        info = json.loads(line) if line else {"error": "no readiness line (see emulator.log)"}
+        if "error" in info:
+            if self.process.poll() is not None:
+                info["error"] += f" (exit status {self.process.returncode})"
+            self.stop()
+            raise RuntimeError(f"emulator with {nodes} nodes: {info['error']}")
+        self.info: dict[str, Any] = info
+        self.url: str = info["url"]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def requests(self, since: float) -> list[dict[str, Any]]:
+        return get_json(f"{self.url}/_emulator/v1/requests?since={since}")  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            common.stop_process(self.process, grace=120)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self.log.close()
+
+
+def _read_line(stream: IO[bytes], timeout: float) -> str | None:
+    """One line from a pipe, or None after `timeout` s or at EOF."""
+    import selectors
+
+    with selectors.DefaultSelector() as sel:
+        sel.register(stream, selectors.EVENT_READ)
+        if not sel.select(timeout):
+            return None
+    line = stream.readline().decode().strip()
+    return line or None
+
+
+def get_json(url: str) -> Any:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=120) as response:
+        return json.load(response)
+
+
+def _clean_env(first: Path | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUCARED_")}
+    path = [str(first) if first else None, str(ROOT), env.get("PYTHONPATH")]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, path))
+    return env
+
+
+# ---------------------------------------------------------------------------------------------
+# The daemon process
+
+
+def daemon_config(
+    directory: Path,
+    endpoint: str,
+    size: int,
+    *,
+    poll: float,
+    variant: str,
+    ssh_port: int,
+    accelerator_type: str = TYPE,
+) -> Path:
+    fleets = []
+    for fleet, zone, slots in fleet_layout(size):
+        fleets.append(
+            textwrap.dedent(
+                f"""
+                [[fleet]]
+                name = "{fleet}"
+                zones = ["{zone}"]
+                accelerator_type = "{accelerator_type}"
+                runtime_version = "{RUNTIME}"
+                size = {slots}
+                capacity = "spot"
+                """
+            )
+        )
+        if variant == "probe":
+            fleets.append(f'[fleet.workload]\nrun = "{WORKLOAD_RUN}"\n')
+    config = directory / "fleet.toml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            [daemon]
+            db = "state.db"
+            poll_interval = "{poll:g}s"
+            owner = "{OWNER}"
+            http = "127.0.0.1:{common.free_port()}"
+
+            [gcp]
+            project = "{PROJECT}"
+            endpoint = "{endpoint}"
+            credentials = "none"
+
+            [ssh]
+            user = "{SSH_USER}"
+            key = "id_ed25519"
+            port = {ssh_port}
+            """
+        )
+        + "".join(fleets)
+    )
+    return config
+
+
+class DaemonProcess:
+    """The real daemon; its JSON log is followed for "tick" lines."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: Path,
+        source: Path | None = None,
+        *,
+        profile: bool = False,
+        gc_threshold: int | None = None,
+    ) -> None:
+        self.directory = directory
+        self.db = directory / "state.db"
+        self.log_path = directory / "daemon.log"
+        self.profile_path = directory / "daemon.prof"
+        self._log = self.log_path.open("ab")
+        self.started = time.monotonic()
+        boot = [_DAEMON_PROFILE_BOOT, str(config), str(self.profile_path)] if profile else [
+            _DAEMON_BOOT, str(config)
+        ]  # fmt: skip
+        if gc_threshold is not None:
+            boot[0] = f"import gc; gc.set_threshold({int(gc_threshold)}); " + boot[0]
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", *boot],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=directory,
+            env=_clean_env(source),
+        )
+        self._reader = self.log_path.open("rb")
+        self._partial = b""
+        self.ticks: list[dict[str, Any]] = []
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def poll_log(self) -> list[dict[str, Any]]:
+        """New "tick" lines since the last call (appended to `self.ticks` too)."""
+        data = self._partial + self._reader.read()
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        fresh = []
+        for raw in lines:
+            if b'"tick"' not in raw:
+                continue
+            with contextlib.suppress(ValueError):
+                event = json.loads(raw)
+                if event.get("event") == "tick":
+                    fresh.append(event)
+        self.ticks += fresh
+        return fresh
+
+    def alive(self) -> None:
+        if self.process.poll() is not None:
+            tail = self.log_path.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"the daemon exited with {self.process.returncode}:\n{tail}")
+
+    def stop(self) -> int:
+        code = common.stop_process(self.process, grace=120)
+        self._log.close()
+        self._reader.close()
+        return code
+
+
+def count_rows(db: Path, sql: str) -> int:
+    if not db.exists():
+        return 0
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    except sqlite3.OperationalError:
+        return 0
+    try:
+        return int(conn.execute(sql).fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0  # still migrating
+    finally:
+        conn.close()
