@@ -317,3 +317,33 @@ def test_pool_rejects_mixing_pool_and_key(client_key: asyncssh.SSHKey) -> None:
 
     with pytest.raises(TypeError, match="settings of the pool"):
         asyncio.run(mixed())
+
+
+@pytest.mark.parametrize("waits", [True, False])
+async def test_a_waiting_command_holds_the_bound_only_to_start(
+    local_hosts: StartHost, client_key: asyncssh.SSHKey, waits: bool
+) -> None:
+    """The daemon's preemption-notice watches run for minutes, one per running slice: were
+    each to hold one of the pool's `limit` for its whole run, `concurrency` running slices
+    would starve every probe and launch (as a 1,000-slice fleet with the default 64 did)."""
+    host = await local_hosts(addresses(41, 2))
+    watched, other = targets_of(host)
+    async with ConnectionPool(client_key, concurrency=1, connect_timeout=5.0) as pool:
+        watch = asyncio.create_task(
+            run_on_all([watched], "sleep 3; echo watched", pool=pool, waits=waits, label="w")
+        )
+        await asyncio.sleep(0.5)  # the watch has started
+        started = time.monotonic()
+        (quick,) = await run_on_all([other], "echo quick", pool=pool, label="q")
+        elapsed = time.monotonic() - started
+        (watch_result,) = await watch
+        await pool.limit.acquire()  # every slot given back, exactly once: one free, no more
+        assert pool.limit.locked()
+        pool.limit.release()
+    assert quick.ok
+    assert watch_result.ok
+    assert watch_result.stdout_tail == "watched\n"
+    if waits:
+        assert elapsed < 2.0  # did not wait for the watch to end
+    else:
+        assert elapsed >= 2.0  # the plain command's bound: the other one waited its turn

@@ -17,7 +17,7 @@ import contextlib
 import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import asyncssh
@@ -117,6 +117,7 @@ async def run_on_all(
     rng: random.Random | None = None,
     label: str = "command",
     quiet: bool = False,
+    waits: bool = False,
 ) -> list[WorkerResult]:
     """Run `command` on every target; results in the order of `targets`.
 
@@ -124,7 +125,10 @@ async def run_on_all(
     and `connect_timeout`, default 10 s) for a one-off pool closed on return. `command` and
     `stdin` may be functions of the target (per-worker environment). `label` names the
     operation in logs; the command and stdin are never logged. `quiet`: a fan-out where every
-    worker answered is logged at debug (the daemon's periodic probe of each slot).
+    worker answered is logged at debug (the daemon's periodic probe of each slot). `waits`:
+    the command mostly waits (a watch that runs for minutes): it takes one of the pool's
+    `limit` only to connect and start, not for its whole run, or a few dozen watches would
+    hold every slot of the bound and starve every other command of the daemon.
     """
     if pool is None:
         if key is None:
@@ -146,6 +150,7 @@ async def run_on_all(
                 rng=rng,
                 label=label,
                 quiet=quiet,
+                waits=waits,
             )
     if key is not None or concurrency is not None or connect_timeout is not None:
         raise TypeError("key, concurrency and connect_timeout are settings of the pool")
@@ -159,6 +164,7 @@ async def run_on_all(
         sleep,
         rng or random.Random(),
         label,
+        waits,
     )
     started = time.monotonic()
     async with asyncio.TaskGroup() as group:
@@ -198,6 +204,7 @@ class _Runner:
     sleep: Sleep
     rng: random.Random
     label: str
+    waits: bool = False  # see run_on_all
 
     async def run(self, target: Target) -> WorkerResult:
         """All attempts on one worker, with backoff between failed connects."""
@@ -207,8 +214,7 @@ class _Runner:
         attempt = 0
         while True:
             attempt += 1
-            async with self.pool.limit:
-                tried = await self._attempt(target, command, data)
+            tried = await self._attempt(target, command, data)
             if not isinstance(tried, _Failure):
                 outcome, host_key = tried
                 return self._result(target, outcome, host_key, attempt, started)
@@ -251,7 +257,7 @@ class _Runner:
         host_key: str | None = None
         for may_replace in (True, False):
             try:
-                async with self.pool.lease(target) as lease:
+                async with self._bounded() as bound, self.pool.lease(target) as lease:
                     host_key = lease.connection.host_key
                     try:
                         outcome = await _execute(
@@ -260,6 +266,7 @@ class _Runner:
                             data,
                             self.command_timeout,
                             self.tail_bytes,
+                            on_started=bound.release if self.waits else None,
                         )
                     except CLASSIFIED_ERRORS:
                         await self.pool.discard(lease.connection)
@@ -273,6 +280,16 @@ class _Runner:
                 seen = exc.seen if isinstance(exc, HostKeyMismatch) else host_key
                 return _Failure(classify(exc), describe(exc), seen)
         raise AssertionError("unreachable: the second pass returns or raises")
+
+    @contextlib.asynccontextmanager
+    async def _bounded(self) -> AsyncIterator[_Bound]:
+        """One of the pool's `limit` for the block, or until `release()` (once started)."""
+        bound = _Bound(self.pool.limit)
+        await self.pool.limit.acquire()
+        try:
+            yield bound
+        finally:
+            bound.release()
 
     def _result(
         self,
@@ -297,12 +314,25 @@ class _Runner:
         )
 
 
+class _Bound:
+    """A held slot of a semaphore, released at most once."""
+
+    def __init__(self, semaphore: asyncio.Semaphore) -> None:
+        self._semaphore: asyncio.Semaphore | None = semaphore
+
+    def release(self) -> None:
+        if self._semaphore is not None:
+            self._semaphore.release()
+            self._semaphore = None
+
+
 async def _execute(
     conn: asyncssh.SSHClientConnection,
     command: str,
     stdin: bytes | None,
     command_timeout: float | None,
     tail_bytes: int,
+    on_started: Callable[[], None] | None = None,
 ) -> _Outcome:
     """Run one command on an open connection.
 
@@ -310,6 +340,8 @@ async def _execute(
     failure is returned as an outcome, because the command may have had effects.
     """
     proc = await conn.create_process(command, encoding=None)
+    if on_started is not None:
+        on_started()
     out, err = _Tail(tail_bytes), _Tail(tail_bytes)
     try:
         async with asyncio.timeout(command_timeout):

@@ -319,6 +319,7 @@ class WorkloadRunner:
             command_timeout=seconds + 30,
             label="notice",
             quiet=True,
+            waits=True,  # minutes long, one per running slice: must not hold the pool's bound
         )
         if not result.completed or result.exit_status != 0:
             return why_failed(result)
