@@ -9,8 +9,7 @@ process of the node died and its servers stopped answering.
 from __future__ import annotations
 
 import asyncio
-import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,88 +17,41 @@ import aiohttp
 import asyncssh
 import pytest
 from emulator_http import Http
+from hosts_support import (
+    CONTROL,
+    FAST_RETRY,
+    NODES,
+    USER,
+    Cloud,
+    P,
+    Z,
+    alive,
+    cloud_of,
+    eventually,
+    free_port,
+    group_members,
+    hosts_options,
+    is_dir,
+    read,
+)
 
 from tpucared.emulator import EmulatorServer, running_emulator
-from tpucared.emulator.hosts import TAG_HOSTS, SshWorkerHosts, find_tagged
+from tpucared.emulator.hosts import TAG_HOSTS, find_tagged
 from tpucared.ssh import (
     NO_RETRY,
     CleanupState,
     FileUpload,
-    LaunchState,
-    RetryPolicy,
     RunState,
     SshErrorKind,
     Target,
-    WorkerResult,
     cleanup_script,
-    host_keys_from_guest_attributes,
-    launch_script,
     parse_cleanup,
-    parse_launch,
     parse_probe,
     probe_script,
-    run_on_all,
     sh_command,
     ssh_keys_metadata_entry,
     upload,
 )
-
-P, Z = "hosts", "us-central2-b"
-NODES = f"/v2/projects/{P}/locations/{Z}/nodes"
-CONTROL = f"/_emulator/v1/projects/{P}/locations/{Z}/nodes"
-USER = "tester"
-# The servers come up just after READY (as sshd does after boot): retry refusals, quickly.
-FAST_RETRY = RetryPolicy(attempts=50, initial_delay=0.02, max_delay=0.1, jitter=0.0)
-
-
-def free_port() -> int:
-    """A port nothing listens on, on any address (a wildcard bind would fail otherwise)."""
-    with socket.socket() as probe:
-        probe.bind(("0.0.0.0", 0))
-        return int(probe.getsockname()[1])
-
-
-def alive(pid: int) -> bool:
-    """Running, not a zombie waiting for init to reap it."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-def listening(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex((host, port)) == 0
-
-
-def is_dir(path: str) -> bool:
-    return Path(path).is_dir()
-
-
-def read(path: str) -> bytes:
-    return Path(path).read_bytes()
-
-
-def group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-                members.append(int(entry.name))
-    return members
-
-
-async def eventually(check: Callable[[], bool], what: str, seconds: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture(scope="module")
@@ -107,106 +59,20 @@ def client_key() -> asyncssh.SSHKey:
     return asyncssh.generate_private_key("ssh-ed25519")
 
 
-@pytest.fixture(scope="module")
-def other_key() -> asyncssh.SSHKey:
-    return asyncssh.generate_private_key("ssh-ed25519")
-
-
 @pytest.fixture
 def emulator_options(emulator_options: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
-    return {
-        **emulator_options,
-        "create_seconds": 0.1,
-        "delete_seconds": 0.05,
-        "ssh_hosts": True,
-        "ssh_port": free_port(),
-        "hosts_dir": str(tmp_path / "hosts"),
-    }
-
-
-class Cloud:
-    """The v2 and control APIs, as the daemon and a test harness use them."""
-
-    def __init__(self, emulator: EmulatorServer, http: Http, key: asyncssh.SSHKey) -> None:
-        self.emulator = emulator
-        self.http = http
-        self.key = key
-        hosts = emulator.worker_hosts
-        assert isinstance(hosts, SshWorkerHosts)
-        self.hosts = hosts
-
-    async def create(self, node_id: str, accelerator: str = "v4-32", **spec: Any) -> dict[str, Any]:
-        metadata = {"ssh-keys": ssh_keys_metadata_entry(USER, self.key)}
-        body = {"acceleratorType": accelerator, "runtimeVersion": "tpu-ubuntu2204-base",
-                "metadata": metadata, **spec}  # fmt: skip
-        await self.http.ok("POST", NODES, body, nodeId=node_id)
-        node = await self.wait_state(node_id, "READY")
-        # The servers start just after READY, as sshd does after boot.
-        addresses = [endpoint["ipAddress"] for endpoint in node["networkEndpoints"]]
-        await eventually(lambda: all(listening(a, self.hosts.port) for a in addresses), "up")
-        return node
-
-    async def wait_state(self, node_id: str, state: str) -> dict[str, Any]:
-        for _ in range(250):
-            node: dict[str, Any] = await self.http.ok("GET", f"{NODES}/{node_id}")
-            if node["state"] == state:
-                return node
-            await asyncio.sleep(0.02)
-        raise AssertionError(f"{node_id} never became {state}")
-
-    async def targets(self, node_id: str, *, user: str = USER) -> list[Target]:
-        """One target per worker, host keys pinned from the guest attributes."""
-        node = await self.http.ok("GET", f"{NODES}/{node_id}")
-        attributes = await self.http.ok(
-            "POST", f"{NODES}/{node_id}:getGuestAttributes", {"queryPath": "hostkeys/"}
-        )
-        targets = []
-        for index, (endpoint, worker) in enumerate(
-            zip(node["networkEndpoints"], attributes["guestAttributes"], strict=True)
-        ):
-            items = [(i["key"], i["value"]) for i in worker["queryValue"]["items"]]
-            targets.append(
-                Target(
-                    worker=index,
-                    host=endpoint["ipAddress"],
-                    port=self.hosts.port,
-                    user=user,
-                    pinned_host_keys=host_keys_from_guest_attributes(items),
-                    incarnation=node["id"],
-                )
-            )
-        return targets
-
-    async def run(
-        self,
-        targets: list[Target],
-        command: str,
-        *,
-        key: asyncssh.SSHKey | None = None,
-        retry: RetryPolicy = FAST_RETRY,
-    ) -> list[WorkerResult]:
-        return await run_on_all(
-            targets, command, key=key or self.key, retry=retry, connect_timeout=5.0
-        )
-
-    async def launch(self, targets: list[Target], run_dir: str, command: str) -> list[int]:
-        results = await self.run(targets, sh_command(launch_script(run_dir, command, env={})))
-        launched = [parse_launch(r.stdout_tail) for r in results]
-        assert all(r.state is LaunchState.STARTED for r in launched), launched
-        return [r.pid for r in launched if r.pid is not None]
-
-    async def probe(self, targets: list[Target], run_dir: str) -> list[RunState]:
-        results = await self.run(targets, sh_command(probe_script(run_dir)))
-        return [parse_probe(r.stdout_tail).state for r in results]
-
-    async def control(self, node_id: str, action: str, body: Any = None) -> Any:
-        return await self.http.ok("POST", f"{CONTROL}/{node_id}:{action}", body)
+    return hosts_options(emulator_options, tmp_path)
 
 
 @pytest.fixture
 async def cloud(emulator: EmulatorServer, client_key: asyncssh.SSHKey) -> AsyncIterator[Cloud]:
-    async with aiohttp.ClientSession() as session:
-        yield Cloud(emulator, Http(emulator.url, session), client_key)
+    async with cloud_of(emulator, client_key) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def other_key() -> asyncssh.SSHKey:
+    return asyncssh.generate_private_key("ssh-ed25519")
 
 
 async def test_commands_run_on_every_worker_behind_the_published_host_keys(cloud: Cloud) -> None:
@@ -397,60 +263,3 @@ async def test_many_nodes_start_and_stop_quickly(cloud: Cloud) -> None:
     for name in names:
         await cloud.http.ok("POST", f"{CONTROL}/{name}:vanish")
     await eventually(lambda: not any(cloud.hosts.running(n) for n in nodes), "all stopped")
-
-
-# A workload that records the signal it gets and its notice file, then checkpoints for a
-# moment and exits 0, as a training script that saves on SIGTERM would.
-CHECKPOINTS = (
-    'echo "$TPUCARED_PREEMPTION_NOTICE_FILE" > "{out}/file-$TPUCARED_EMULATOR_WORKER"; '
-    "trap 'echo TERM > \"{out}/term-$TPUCARED_EMULATOR_WORKER\"; sleep 0.3; exit 0' TERM; "
-    "while :; do sleep 0.05; done"
-)
-
-
-async def test_a_notice_signals_every_worker_while_the_node_stays_ready(
-    cloud: Cloud, tmp_path: Path
-) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
-    await cloud.create("noticed", "v4-16", schedulingConfig={"spot": True})
-    targets = await cloud.targets("noticed")
-    groups = await cloud.launch(targets, "~/run", CHECKPOINTS.format(out=out))
-    await eventually(lambda: len(list(out.glob("file-*"))) == 2, "the workload started")
-
-    node = await cloud.control("noticed", "preempt", {"notice_seconds": 2})
-    assert (node["state"], node["notice_at"] is not None) == ("READY", True)
-    await eventually(lambda: len(list(out.glob("term-*"))) == 2, "SIGTERM on every worker", 1.5)
-    assert (await cloud.http.ok("GET", f"{NODES}/noticed"))["state"] == "READY"
-
-    for _ in range(100):  # the workload checkpoints for 0.3 s, then exits 0
-        results = await cloud.run(targets, sh_command(probe_script("~/run")))
-        probes = [parse_probe(r.stdout_tail) for r in results]
-        if all(p.state is RunState.EXITED for p in probes):
-            break
-        await asyncio.sleep(0.05)
-    assert [(p.state, p.exit_code) for p in probes] == [(RunState.EXITED, 0)] * 2
-    assert all(p.notice_at is not None for p in probes)
-    notice_files = {(out / f"file-{w}").read_text().strip() for w in range(2)}
-    assert all(f.endswith("/run/notice") for f in notice_files)
-    # The watcher went with the workload: nothing of the run is left on the workers.
-    await eventually(lambda: not any(group_members(g) for g in groups), "the runs' groups ended")
-    await cloud.wait_state("noticed", "PREEMPTED")
-
-
-async def test_without_a_notice_the_watcher_leaves_nothing_behind(cloud: Cloud) -> None:
-    await cloud.create("quiet", "v4-8")
-    targets = await cloud.targets("quiet")
-    (group,) = await cloud.launch(targets, "~/run", "sleep 0.3")
-    await eventually(lambda: not group_members(group), "the run and its watcher ended", 5)
-    (result,) = await cloud.run(targets, sh_command(probe_script("~/run")))
-    probe = parse_probe(result.stdout_tail)
-    assert (probe.state, probe.exit_code, probe.notice_at) == (RunState.EXITED, 0, None)
-
-
-async def test_an_instant_preemption_has_no_notice(cloud: Cloud) -> None:
-    await cloud.create("instant", "v4-8")
-    node = await cloud.control("instant", "preempt")
-    assert (node["state"], node["notice_at"]) == ("PREEMPTED", None)
-    with pytest.raises(AssertionError, match="notice_seconds"):
-        await cloud.control("instant", "preempt", {"notice_seconds": -1})

@@ -2,8 +2,9 @@
 
 Where it sits: `WorkloadJobs.dispatch` (jobs.py) calls `sync(snapshot)` every tick. For each
 slot whose newest attempt runs on its READY node, one background task keeps a command waiting
-on worker 0 (ssh/sh/notice_wait.sh: a `sleep 0.2` loop on the run directory, on the pooled
-connection) until the run's notice watcher (ssh/sh/run.sh) writes `notice`. Then it:
+on worker 0 (ssh/sh/notice_wait.sh, on the pooled connection: it holds the metadata server's
+`instance/preempted` request as run.sh's watcher does, so it costs the worker nothing while
+it waits) until the run's notice watcher (ssh/sh/run.sh) writes `notice`. Then it:
 
 1. records a `preemption.notice` event (the notice's time as the worker saw it);
 2. asks for a probe of the slot now (`on_news`): the planner reads the notice from the probe

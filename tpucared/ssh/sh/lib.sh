@@ -11,6 +11,8 @@
 #                   does it, which is not true in every container), same boot, same start time.
 #                   Sets _pid; sets _why to no-run / died / rebooted when it returns false.
 #   group_alive PGID  some non-zombie process is in that process group.
+#   metadata_get URL OUT HEADERS  one metadata server request (run.sh's notice watcher,
+#                   notice_wait.sh); run in the background or a subshell: it execs the client.
 #
 # shellcheck shell=sh
 proc_stat() {
@@ -56,4 +58,19 @@ group_alive() {
     return 0
   done
   return 1
+}
+# metadata_get URL OUT HEADERS: one metadata server request (curl, else python3); 0 on a 200.
+# Only ever run in the background (`&`) or a subshell: it execs the client, so killing the job
+# kills it.
+metadata_get() {
+  if command -v curl >/dev/null 2>&1; then
+    exec curl -sf -H 'Metadata-Flavor: Google' -D "$3" -o "$2" "$1"
+  elif command -v python3 >/dev/null 2>&1; then
+    exec python3 -c 'import sys, urllib.request as u
+r = u.urlopen(u.Request(sys.argv[1], headers={"Metadata-Flavor": "Google"}), timeout=3700)
+open(sys.argv[3], "w").write("".join(f"{k}: {v}\n" for k, v in r.headers.items()))
+open(sys.argv[2], "wb").write(r.read())' "$1" "$2" "$3" 2>/dev/null
+  else
+    return 2
+  fi
 }

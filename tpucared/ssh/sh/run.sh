@@ -27,20 +27,6 @@
 tpucared_command=$1 tpucared_secrets=$2 tpucared_workdir=$3 tpucared_stop=$4
 shift 4
 rd=${0%/*}
-# metadata_get URL OUT HEADERS: one metadata server request (curl, else python3); 0 on a 200.
-# Only ever run in the background (`&`): it execs the client, so killing the job kills it.
-metadata_get() {
-  if command -v curl >/dev/null 2>&1; then
-    exec curl -sf -H 'Metadata-Flavor: Google' -D "$3" -o "$2" "$1"
-  elif command -v python3 >/dev/null 2>&1; then
-    exec python3 -c 'import sys, urllib.request as u
-r = u.urlopen(u.Request(sys.argv[1], headers={"Metadata-Flavor": "Google"}), timeout=3700)
-open(sys.argv[3], "w").write("".join(f"{k}: {v}\n" for k, v in r.headers.items()))
-open(sys.argv[2], "wb").write(r.read())' "$1" "$2" "$3" 2>/dev/null
-  else
-    return 2
-  fi
-}
 # notice_watch SIGNAL: the preemption notice watcher (above); runs in the background.
 notice_watch() {
   _url="http://${GCE_METADATA_HOST:-metadata.google.internal}/computeMetadata/v1/instance/preempted"
