@@ -44,6 +44,7 @@ from tpucared.core.workload.probes import (
     leaving,
     node_of,
     probe_due,
+    probe_interval,
     stale_probe,
 )
 
@@ -213,6 +214,33 @@ def test_probe_due(
         interval=INTERVAL,
     )
     assert got is due
+
+
+@pytest.mark.parametrize(
+    ("poll", "workers", "rate", "interval"),
+    [
+        (10.0, 0, 200.0, 10.0),  # nothing to probe
+        (10.0, 1000, 200.0, 10.0),  # 100 worker probes a second: within the rate
+        (10.0, 2000, 200.0, 10.0),  # exactly the rate
+        (10.0, 4000, 200.0, 20.0),  # 1,000 slices x 4 workers: every 20 s
+        (2.0, 4000, 200.0, 20.0),  # a faster poll does not make probes faster past the rate
+        (10.0, 40000, 200.0, 200.0),  # ten times the fleet, ten times the interval
+        (1.0, 10, 1e9, 1.0),
+    ],
+)
+def test_probe_interval_grows_with_the_fleet_only_past_the_rate(
+    poll: float, workers: int, rate: float, interval: float
+) -> None:
+    got = probe_interval(poll, workers, rate)
+    assert got == pytest.approx(interval)
+    # The probes' cost per second: never above the rate once the interval has grown.
+    assert workers / got <= rate + 1e-9 or got == poll
+
+
+@pytest.mark.parametrize("rate", [0.0, -1.0])
+def test_probe_interval_needs_a_positive_rate(rate: float) -> None:
+    with pytest.raises(ValueError, match="probe rate"):
+        probe_interval(10.0, 10, rate)
 
 
 @pytest.mark.parametrize(

@@ -239,6 +239,7 @@ def _ssh(
         key=key,
         internal_ip=raw.internal_ip,
         concurrency=raw.concurrency,
+        probe_rate=raw.probe_rate,
         os_login=raw.os_login,
         os_login_account=raw.os_login_account,
     )

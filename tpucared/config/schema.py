@@ -84,6 +84,8 @@ class SshTable(Table):
     key: NonEmpty | None = None
     internal_ip: bool = False
     concurrency: int = Field(default=64, ge=1, le=1024)
+    # Worker probes a second at most: past it the probe interval grows with the fleet.
+    probe_rate: int = Field(default=200, ge=1, le=100_000)
     os_login: bool = False
     os_login_account: AccountEmail | None = None
 

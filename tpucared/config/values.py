@@ -43,6 +43,8 @@ class SshConfig:
     key: Path
     internal_ip: bool
     concurrency: int
+    # Worker probes a second at most (core/workload/probes.py `probe_interval`).
+    probe_rate: int = 200
     # OS Login (runtime/oslogin.py): the user is then the login profile's, not `user`.
     os_login: bool = False
     os_login_account: str | None = None  # default: the credentials' service account

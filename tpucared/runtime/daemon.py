@@ -144,12 +144,14 @@ class Daemon:
         )
 
     def _slot_jobs(self, runner: WorkloadRunner) -> WorkloadJobs:
-        """The slots' SSH work (probes, workload actions), off the tick; probed once per poll."""
+        """The slots' SSH work (probes, workload actions), off the tick; probed once per poll,
+        or less often past `ssh.probe_rate` worker probes a second."""
         return WorkloadJobs(
             runner,
             wakeup=self.wakeup,
             clock=self.clock,
             probe_interval=self.config.daemon.poll_interval,
+            probe_rate=self.config.ssh.probe_rate,
             on_failure=self._background_failed,
         )
 

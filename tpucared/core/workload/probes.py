@@ -100,6 +100,18 @@ def became_ready(actions: Iterable[Action]) -> list[int]:
 # Which slots to probe when
 
 
+def probe_interval(poll: float, workers: int, rate: float) -> float:
+    """Seconds between two probes of a slot that nothing hurries: the poll interval, or longer
+    when probing every worker (`workers`, of every slot probed) once a poll would take more
+    than `rate` worker probes a second (`ssh.probe_rate`). Past that size the interval grows
+    with the fleet (workers / rate) and the probes' cost stays flat. A fresh node, a slot whose
+    actions just ran and an idle slot are probed at once whatever this says (`probe_due`),
+    and a notice, an exit seen by the notice watch or a lost connection still wake the loop."""
+    if rate <= 0:
+        raise ValueError(f"probe rate must be > 0, got {rate}")
+    return max(poll, workers / rate)
+
+
 def probe_due(
     key: SlotKey,
     last: Probed | None,

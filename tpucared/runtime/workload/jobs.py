@@ -36,7 +36,8 @@ the transition, so the probe reads its node from the store). Otherwise when the 
 job, its node is READY with workers recorded and this plan does not take the node away, and
 either it has no probe of this node since its last chain, or it has no running attempt (the planner
 can only launch with a fresh probe, and idle slots are few), or its last probe started at
-least (about) one probe interval ago (the poll interval). The first probe of a node retries
+least (about) one probe interval ago (the poll interval, or longer past `ssh.probe_rate` worker
+probes a second: core/workload/probes.py `probe_interval`). The first probe of a node retries
 a refused or timed-out connection for a while (a fresh node's sshd may not be up yet); the
 slot has nothing else to do meanwhile, and the tick does not wait for it. At most
 `max_probes` probes run at once (the rest queue in slot order), so 10,000 slices do not make
@@ -94,6 +95,7 @@ from tpucared.core.workload.probes import (
     leaving,
     node_of,
     probe_due,
+    probe_interval,
     stale_probe,
 )
 from tpucared.runtime.clock import Clock
@@ -160,6 +162,7 @@ class WorkloadJobs:
         wakeup: Wakeup,
         clock: Clock,
         probe_interval: float,
+        probe_rate: float = float("inf"),
         on_failure: Callable[[BaseException], None],
         max_probes: int = DEFAULT_MAX_PROBES,
         first_probe_retry: RetryPolicy = FIRST_PROBE_RETRY,
@@ -169,7 +172,9 @@ class WorkloadJobs:
         self.runner = runner
         self._wakeup = wakeup
         self._clock = clock
-        self.probe_interval = probe_interval
+        self.probe_interval = probe_interval  # the poll's: probe_interval() may stretch it
+        self.probe_rate = probe_rate
+        self.interval = probe_interval  # the interval in force (at the last dispatch)
         self._max_probes = max_probes
         self._first_retry = first_probe_retry
         self._tasks = TaskSet(on_failure, what="workload jobs")
@@ -287,7 +292,14 @@ class WorkloadJobs:
         """Probe the slots whose probe is due (core/workload/probes.py: `probe_due`)."""
         started = 0
         now = self._clock.monotonic()
-        for job in self.runner.probe_jobs(snapshot):
+        jobs = self.runner.probe_jobs(snapshot)
+        workers = sum(len(job.workers) for job in jobs)
+        interval = probe_interval(self.probe_interval, workers, self.probe_rate)
+        if interval != self.interval:
+            log.info("workload.probe_interval", seconds=round(interval, 1), workers=workers,
+                     rate=self.probe_rate)  # fmt: skip
+            self.interval = interval
+        for job in jobs:
             key = job.key
             if key in self._jobs or job.inc.id in away or self.failures.held_back(key):
                 continue
@@ -299,7 +311,7 @@ class WorkloadJobs:
                 slot_epoch=self._epochs.get(key, 0),
                 snapshot=snapshot,
                 now=now,
-                interval=self.probe_interval,
+                interval=interval,
             )
             if due:
                 self._urgent.discard(key)
