@@ -1,7 +1,7 @@
 """How fast the real daemon notices a dead node (issue "Benchmarks", item 1).
 
 `python -m bench.run --only detection [--quick]` (or `python -m bench.detection [--quick]`).
-Capacity latency (item 2) is its own benchmark, bench/capacity.py, which reuses the emulator
+Capacity latency (item 2) is its own benchmark, bench/capacity/, which reuses the emulator
 and daemon helpers defined here (`Cloud`, `DaemonProcess`, `recorded_ready`).
 
 Method. The emulator runs in this process (its own thread, default timing: a create takes

@@ -1,6 +1,6 @@
 """Other tools' capacity-retry schedules, replayed as small clients against the emulator.
 
-Used by the capacity benchmark (bench/capacity.py) to put tpucared's capacity hunting side by
+Used by the capacity benchmark (bench/capacity/) to put tpucared's capacity hunting side by
 side with what SkyPilot and tpucare would do in the same stockout, in the same emulator and
 the same run. Each replay is one slot (one node name in its own zone) driven by raw aiohttp
 requests, so every request it makes is exactly one HTTP request in the emulator's log. Only

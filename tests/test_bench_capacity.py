@@ -123,13 +123,13 @@ def test_gcloud_waits_a_second_then_two_growing_by_1_4_with_jitter() -> None:
 
 
 def test_the_operation_watcher_sees_a_2s_operation_at_its_third_poll() -> None:
-    assert capacity._poll_times(2.0, 10.0) == [0.5, 1.5, 3.5]
-    assert capacity._poll_times(10.0, 10.0) == [0.5, 1.5, 3.5, 7.5, 12.5]
+    assert capacity.poll_times(2.0, 10.0) == [0.5, 1.5, 3.5]
+    assert capacity.poll_times(10.0, 10.0) == [0.5, 1.5, 3.5, 7.5, 12.5]
 
 
 def test_the_model_prefers_the_new_default_for_a_lone_slot() -> None:
-    """The model is of the cycle before issue 17 (bench/capacity.py MODELLED_DEFAULT): the
-    default of then against the one before it."""
+    """The model is of the cycle before issue 17 (bench/capacity/settings.py
+    MODELLED_DEFAULT): the default of then against the one before it."""
     new = capacity.simulate(capacity.MODELLED_DEFAULT, slots=1, runs=200)
     old = capacity.simulate(capacity.PREVIOUS_DEFAULT, slots=1, runs=200)
     tight = capacity.simulate(None, slots=1, runs=200)

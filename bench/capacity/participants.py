@@ -1,0 +1,152 @@
+"""The participants of the capacity benchmark: the real daemon or a replayed schedule, each
+hunting in a zone of its own through its own stockouts."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import random
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from bench import common, replay
+from bench.capacity.settings import POLL, Group, Settings
+from bench.detection import PROJECT, Cloud, DaemonProcess, recorded_ready
+
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------------------------------
+# Replays run on an event loop of their own (one thread, one aiohttp session)
+
+
+class ReplayLoop:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="replays", daemon=True)
+        self.session: Any = None
+
+    def __enter__(self) -> ReplayLoop:
+        import aiohttp
+
+        self.thread.start()
+
+        async def open_session() -> Any:
+            return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
+
+        self.session = self.submit(open_session()).result(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.session is not None:
+            self.submit(self.session.close()).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(30)
+        self.loop.close()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+
+# ---------------------------------------------------------------------------------------------
+# One participant: its own zone, its own stockouts
+
+
+@dataclass
+class Participant:
+    group: Group
+    index: int  # within the group
+    zone: str
+    rng: random.Random
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.group.tool}-{self.group.slots}-{self.zone}"
+
+
+def zone_ready(cloud: Cloud, zone: str, size: int) -> bool:
+    states = cloud.nodes(zone)
+    return len(states) == size and all(s == "READY" for s in states.values())
+
+
+def run_participant(
+    p: Participant,
+    cloud: Cloud,
+    replays: ReplayLoop,
+    settings: Settings,
+    scratch: Path,
+    log: Callable[[str], None],
+) -> None:
+    g = p.group
+    daemon: DaemonProcess | None = None
+    clients: list[replay.Replay] = []
+    if g.tool == "tpucared":
+        daemon = DaemonProcess(
+            scratch / p.name,
+            cloud.url,
+            poll=POLL,
+            size=g.slots,
+            zone=p.zone,
+            owner=f"bench{p.index}",
+            policy=g.policy,
+        )
+        d = daemon
+
+        def ready() -> bool:
+            return zone_ready(cloud, p.zone, g.slots) and recorded_ready(d, g.slots)
+    else:
+        for slot in range(g.slots):
+            node = f"{g.tool}-{slot}"
+            clients.append(replay.Replay(replays.session, cloud.url, PROJECT, p.zone, node, p.rng))
+        for client in clients:  # the fleet exists before the first stockout
+            replays.submit(client.create(replay.GcloudWaiter().sleeps(p.rng))).result(60)
+
+        def ready() -> bool:
+            return zone_ready(cloud, p.zone, g.slots)
+
+    try:
+        common.wait_until(ready, 180, f"{p.name} READY")
+        time.sleep(p.rng.uniform(0, settings.stagger))
+        for i in range(g.samples):
+            if i:
+                time.sleep(p.rng.uniform(*settings.pause))
+            stocked_out = cloud.set_capacity(0, p.zone)
+            for node, state in cloud.nodes(p.zone).items():
+                if state == "READY":
+                    cloud.preempt(node, p.zone)  # every slot must now hunt for capacity
+            hunt: concurrent.futures.Future[None] | None = None
+            if clients:
+                recover = (
+                    replay.skypilot_jobs(clients, settings.skypilot)
+                    if g.tool == "skypilot"
+                    else replay.tpucare_fleet(clients, settings.tpucare)
+                )
+                hunt = replays.submit(recover)
+            time.sleep(settings.stockout)
+            restored = cloud.set_capacity(None, p.zone)
+            if hunt is not None:
+                hunt.result(1200)
+            common.wait_until(ready, 1200, f"{p.name} READY again")
+            p.samples.append(
+                {
+                    "group": g.label,
+                    "tool": g.tool,
+                    "slots": g.slots,
+                    "zone": p.zone,
+                    "stocked_out": stocked_out,
+                    "restored": restored,
+                    "ready_nodes": sorted(cloud.nodes(p.zone)),
+                }
+            )
+            log(f"{g.label} x{g.slots} {p.zone}: sample {i + 1}/{g.samples} done")
+    except Exception as exc:  # reported in the result, and the run fails at the end
+        p.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        if daemon is not None:
+            daemon.stop()

@@ -1,0 +1,103 @@
+"""From the emulator's request log to the capacity benchmark's samples and group summaries:
+latency from capacity back to the winning create, and the requests made while hunting."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bench import common
+from bench.capacity.settings import BUDGET_PER_FLEET_ZONE, BUDGET_PER_SLOT, Group, Settings
+from bench.detection import request_kind
+
+
+def zone_of(path: str) -> str | None:
+    parts = path.split("/")
+    return parts[parts.index("locations") + 1] if "locations" in parts else None
+
+
+def analyse(
+    sample: dict[str, Any], requests: Sequence[Mapping[str, Any]], settings: Settings
+) -> dict[str, Any]:
+    """Latency and cost of one sample, from the zone's requests in the emulator's log."""
+    restored, stocked_out = sample["restored"], sample["stocked_out"]
+    # The create that succeeds: the first one posted after capacity came back ("post"), or,
+    # when capacity is judged at the operation's end, the first one still in flight then.
+    create_s = settings.timing.create_seconds
+    lead = create_s if settings.capacity_judged == "end" else 0.0
+    creates = [
+        r
+        for r in requests
+        if request_kind(r) == "nodes.create" and r["time"] >= restored - lead and r["status"] == 200
+    ]
+    first_per_node: dict[str, float] = {}
+    for r in sorted(creates, key=lambda r: r["time"]):
+        first_per_node.setdefault(str((r.get("query") or {}).get("nodeId")), r["time"])
+    if not first_per_node:
+        raise RuntimeError(f"{sample['zone']}: no create after capacity came back")
+    first = min(first_per_node.values())
+    node = min(first_per_node, key=lambda n: first_per_node[n])
+    if node not in sample["ready_nodes"]:
+        raise RuntimeError(f"{sample['zone']}: the first create ({node}) did not end READY")
+    start = stocked_out + settings.count_from
+    window = [r for r in requests if start <= r["time"] < restored]
+    minutes = (restored - start) / 60.0
+    kinds = Counter(request_kind(r) for r in window)
+    per_minute = {k: round(v / minutes, 2) for k, v in sorted(kinds.items())}
+    total = sum(kinds.values()) / minutes
+    # Every create of the sample, seconds from the stockout: the schedule as it happened.
+    sent = sorted(
+        r["time"] - stocked_out
+        for r in requests
+        if request_kind(r) == "nodes.create" and stocked_out <= r["time"] <= first
+    )
+    out = {
+        **{k: v for k, v in sample.items() if k != "ready_nodes"},
+        "stockout_s": round(restored - stocked_out, 3),
+        # From capacity back to the winning create's POST (negative: it was in flight) and to
+        # its node READY (the POST + the emulator's create_seconds): the second is comparable
+        # across both semantics.
+        "latency_s": round(first - restored, 4),
+        "ready_s": round(first + create_s - restored, 4),
+        "creates_at_s": [round(t, 2) for t in sent],
+        "requests_per_minute": {**per_minute, "total": round(total, 2)},
+        "requests_per_minute_per_slot": round(total / sample["slots"], 2),
+    }
+    if sample["slots"] > 1:
+        complete = len(first_per_node) == sample["slots"]
+        out["every_slot_latency_s"] = (
+            round(max(first_per_node.values()) - restored, 4) if complete else None
+        )
+    return out
+
+
+def summarize_group(group: Group, samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    mine = [s for s in samples if s["group"] == group.label and s["slots"] == group.slots]
+    if not mine:
+        return {"tool": group.tool, "label": group.label, "slots": group.slots, "n": 0}
+    kinds = sorted({k for s in mine for k in s["requests_per_minute"]})
+    per_zone = {
+        k: round(sum(s["requests_per_minute"].get(k, 0.0) for s in mine) / len(mine), 1)
+        for k in kinds
+    }
+    summary: dict[str, Any] = {
+        "tool": group.tool,
+        "label": group.label,
+        "slots": group.slots,
+        "schedule": group.schedule,
+        "participants": group.count,
+        "latency_s": common.summarize([s["latency_s"] for s in mine]),
+        "ready_s": common.summarize([s["ready_s"] for s in mine]),
+        "requests_per_minute_per_zone": per_zone,
+        "requests_per_minute_per_slot": round(per_zone.get("total", 0.0) / group.slots, 1),
+    }
+    if group.slots > 1:
+        every = [s["every_slot_latency_s"] for s in mine if s.get("every_slot_latency_s")]
+        summary["every_slot_latency_s"] = common.summarize(every)
+    if group.tool == "tpucared" and not group.policy:
+        summary["within_budget"] = (
+            summary["requests_per_minute_per_slot"] <= BUDGET_PER_SLOT
+            and per_zone.get("total", 0.0) <= BUDGET_PER_FLEET_ZONE
+        )
+    return summary
