@@ -73,6 +73,7 @@ from bench.scale_procs import (
     proc_memory_mb,
     serve_emulator,
 )
+from bench.scale_report import profile_top, render, render_row
 
 EMULATOR_MAX_PAGE = 1000  # EmulatorOptions.max_page_size
 VARIANTS = ("none", "probe")
@@ -286,7 +287,7 @@ def measure(
             daemon.process.send_signal(signal.SIGUSR2)
             _wait(daemon.profile_path.exists, 60, "the profile", daemon)
             time.sleep(1.0)  # dump_stats writes the file in one go, but let it finish
-            profile = _profile_top(daemon.profile_path)
+            profile = profile_top(daemon.profile_path)
         wall = time.monotonic() - wall_start
         memory = proc_memory_mb(daemon.pid)
         window = daemon.ticks[first + 1 : first + 1 + settings.ticks]
@@ -354,18 +355,6 @@ def measure(
     }
 
 
-def _profile_top(path: Path, limit: int = 45) -> list[str]:
-    """The daemon's main-thread profile over the window, by cumulative and by own time."""
-    import io
-    import pstats
-
-    out = io.StringIO()
-    stats = pstats.Stats(str(path), stream=out)
-    stats.sort_stats("cumulative").print_stats(limit)
-    stats.sort_stats("tottime").print_stats(limit)
-    return out.getvalue().splitlines()
-
-
 def probe_design(root: Path = ROOT) -> str:
     """Which probe scheduling the daemon under test has: "inline" when Reconciler.tick still
     awaits the workload probe, else "background" (per-slot tasks outside the tick)."""
@@ -417,49 +406,6 @@ def run(
                 progress(render_row(row))  # one line: the table comes once, at the end
                 result["results"].append(row)
     return result
-
-
-# ---------------------------------------------------------------------------------------------
-# Output
-
-HEADERS = [
-    "nodes", "variant", "tick p50 ms", "tick p99 ms", "CPU ms/tick", "RSS MB", "peak MB",
-    "API req/tick", "list pages", "DB MB", "emulator CPU ms/tick", "workers probed/tick",
-]  # fmt: skip
-
-
-def _cells(row: Mapping[str, Any]) -> list[str]:
-    tick = row["tick_s"]
-    api = row["api_requests"]
-    return [
-        str(row["nodes"]),
-        row["variant"],
-        f"{tick['median'] * 1000:.0f}",
-        f"{tick['p99'] * 1000:.0f}",
-        f"{row['cpu_ms_per_tick']:.0f}",
-        f"{row['memory']['rss_mb']:.0f}",
-        f"{row['memory']['peak_rss_mb']:.0f}",
-        f"{api['per_tick']:g}",
-        str(api["list_pages_per_tick"]),
-        f"{row['db']['total_mb']:.1f}",
-        f"{row['emulator_cpu_ms_per_tick']:.0f}",
-        f"{row['probes']['workers_per_tick']:g}",
-    ]
-
-
-def render_row(row: Mapping[str, Any]) -> str:
-    """One measured size as a progress line (`render` prints the table of all of them)."""
-    cells = dict(zip(HEADERS, _cells(row), strict=True))
-    return f"scale {cells.pop('variant')} n={cells.pop('nodes')}: " + ", ".join(
-        f"{name} {value}" for name, value in cells.items()
-    )
-
-
-def render(result: Mapping[str, Any]) -> str:
-    out = common.table(HEADERS, [_cells(r) for r in result["results"]])
-    for failure in result.get("failures", []):
-        out += f"\nFAILED {failure['variant']} n={failure['nodes']}: {failure['error'][:300]}"
-    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

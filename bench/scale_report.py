@@ -1,0 +1,64 @@
+"""The scale benchmark's report: the table of measured sizes, one progress line per size, and
+the daemon's profile (for `--profile`). bench/scale.py measures; this only formats."""
+
+from __future__ import annotations
+
+import pstats
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bench import common
+
+# ---------------------------------------------------------------------------------------------
+# Output
+
+HEADERS = [
+    "nodes", "variant", "tick p50 ms", "tick p99 ms", "CPU ms/tick", "RSS MB", "peak MB",
+    "API req/tick", "list pages", "DB MB", "emulator CPU ms/tick", "workers probed/tick",
+]  # fmt: skip
+
+
+def row_cells(row: Mapping[str, Any]) -> list[str]:
+    tick = row["tick_s"]
+    api = row["api_requests"]
+    return [
+        str(row["nodes"]),
+        row["variant"],
+        f"{tick['median'] * 1000:.0f}",
+        f"{tick['p99'] * 1000:.0f}",
+        f"{row['cpu_ms_per_tick']:.0f}",
+        f"{row['memory']['rss_mb']:.0f}",
+        f"{row['memory']['peak_rss_mb']:.0f}",
+        f"{api['per_tick']:g}",
+        str(api["list_pages_per_tick"]),
+        f"{row['db']['total_mb']:.1f}",
+        f"{row['emulator_cpu_ms_per_tick']:.0f}",
+        f"{row['probes']['workers_per_tick']:g}",
+    ]
+
+
+def render_row(row: Mapping[str, Any]) -> str:
+    """One measured size as a progress line (`render` prints the table of all of them)."""
+    cells = dict(zip(HEADERS, row_cells(row), strict=True))
+    return f"scale {cells.pop('variant')} n={cells.pop('nodes')}: " + ", ".join(
+        f"{name} {value}" for name, value in cells.items()
+    )
+
+
+def render(result: Mapping[str, Any]) -> str:
+    out = common.table(HEADERS, [row_cells(r) for r in result["results"]])
+    for failure in result.get("failures", []):
+        out += f"\nFAILED {failure['variant']} n={failure['nodes']}: {failure['error'][:300]}"
+    return out
+
+
+def profile_top(path: Path, limit: int = 45) -> list[str]:
+    """The daemon's main-thread profile over the window, by cumulative and by own time."""
+    import io
+
+    out = io.StringIO()
+    stats = pstats.Stats(str(path), stream=out)
+    stats.sort_stats("cumulative").print_stats(limit)
+    stats.sort_stats("tottime").print_stats(limit)
+    return out.getvalue().splitlines()
