@@ -62,6 +62,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert config.gcp.credentials == "default"
     assert config.ssh.key == tmp_path / "id_ed25519"
     assert (config.ssh.user, config.ssh.port, config.ssh.concurrency) == ("tpucared", 22, 64)
+    assert config.ssh.probe_rate == 200
     assert config.policy == Policy()
     assert config.guard is None
     (fleet,) = config.fleets

@@ -109,6 +109,11 @@ BAD = [
     ),
     ("ssh-port-range", MINIMAL + "[ssh]\nport = 0\n", ["ssh.port: expected a number >= 1, got 0"]),
     (
+        "probe-rate-zero",
+        MINIMAL + "[ssh]\nprobe_rate = 0\n",
+        ["ssh.probe_rate: expected a number >= 1, got 0"],
+    ),
+    (
         "ssh-internal-ip-type",
         MINIMAL + '[ssh]\ninternal_ip = "yes"\n',
         ['ssh.internal_ip: expected true or false, got "yes"'],
