@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from tpucared.core.workload.actions import FinishAttempt, MarkSlotDone
 from tpucared.core.workload.inputs import WorkloadSnapshot
 from tpucared.runtime.workload import layout
 from tpucared.runtime.workload.hosts import parse_guest_attributes
-from tpucared.runtime.workload.runner import WorkloadRunner
+from tpucared.runtime.workload.runner import WorkloadRunner, pool_size
 from tpucared.store import Store
 from tpucared.store.migrate import upgrade_to_head
 
@@ -136,3 +137,18 @@ async def test_a_runner_from_the_config_probes_nothing_without_slices(tmp_path: 
         async with WorkloadRunner.from_config(config, store, clock=lambda: NOW) as runner:
             assert await runner.probe(WorkloadSnapshot()) == {}
         assert (tmp_path / "keys" / "id_ed25519").exists()  # the daemon's key, made once
+
+
+@pytest.mark.parametrize(
+    ("limit", "pooled"),
+    [
+        (1024, 512),  # systemd's default soft limit when it cannot be raised: half
+        (524288, 523264),  # systemd's hard limit, raised to at start: all but a reserve
+        (100, 64),  # never below a floor
+        (resource.RLIM_INFINITY, (1 << 20) - 1024),
+    ],
+)
+def test_the_pool_keeps_a_connection_per_worker_as_far_as_the_open_files_limit_allows(
+    limit: int, pooled: int
+) -> None:
+    assert pool_size(limit) == pooled

@@ -250,6 +250,30 @@ async def test_pool_separates_incarnations_evicts_and_prunes(
         assert len(pool) == 0
 
 
+async def test_eviction_skips_connections_in_use_and_closes_the_least_recently_used_idle(
+    local_hosts: StartHost, client_key: asyncssh.SSHKey
+) -> None:
+    """A long command (a notice watch) keeps its connection however old it is; the idle one
+    used longest ago goes first, and nothing in use is ever closed."""
+    host = await local_hosts(addresses(42, 4))
+    a, b, c, d = targets_of(host)
+    async with ConnectionPool(client_key, max_connections=2) as pool:
+        watch = asyncio.create_task(run_on_all([a], "sleep 1.5", pool=pool, waits=True))
+        await asyncio.sleep(0.5)  # a's connection is the oldest, and in use
+        await run_on_all([b], "true", pool=pool)
+        await run_on_all([c], "true", pool=pool)  # over the cap: b (idle, older) goes
+        assert len(pool) == 2
+        await run_on_all([d], "true", pool=pool)  # c goes, a stays: its watch still runs
+        (result,) = await watch
+        assert result.ok
+        assert host.connections == 4
+        await run_on_all([a, d], "true", pool=pool)  # both still pooled: no new connection
+        assert host.connections == 4
+        await run_on_all([b], "true", pool=pool)
+        assert host.connections == 5  # b was closed, so it connects again
+        assert len(pool) == 2
+
+
 async def test_upload_writes_files_atomically_with_mode(
     local_hosts: StartHost, pool: ConnectionPool, tmp_path: Path
 ) -> None:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import os
+import resource
 
 from tpucared.cli.config_arg import DEFAULT_DB, load
 from tpucared.errors import UsageError
@@ -27,12 +29,23 @@ from tpucared.runtime.errors import StartupError
 GC_THRESHOLD = 100_000
 
 
+def raise_open_files_limit() -> None:
+    """The soft limit on open files up to the hard one (systemd's default soft limit is 1024,
+    its hard one 524288): the SSH pool keeps one connection per worker it probes, and sizes
+    itself from this limit (runtime/workload/runner.py `pool_size`)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def run_command(args: argparse.Namespace) -> int:
     config = load(args)
     from tpucared.runtime.daemon import run_daemon
 
     gc.freeze()
     gc.set_threshold(GC_THRESHOLD)
+    raise_open_files_limit()
     try:
         return asyncio.run(run_daemon(config))
     except StartupError as exc:

@@ -64,6 +64,9 @@ class ConnectionPool:
         self._options = options or client_options(key)
         self._max_connections = max_connections
         self._entries: OrderedDict[_PoolKey, _Entry] = OrderedDict()
+        # The entries no block uses, least recently used first: what eviction closes, found
+        # without walking the connections in use (a thousand notice watches hold theirs).
+        self._idle: OrderedDict[_PoolKey, None] = OrderedDict()
         self._connecting: dict[_PoolKey, asyncio.Lock] = {}
         self._closed = False
         # Told when a pooled connection ends without the pool closing it: the worker's sshd
@@ -117,11 +120,14 @@ class ConnectionPool:
                 self._entries[key] = entry
             self._entries.move_to_end(key)
             entry.leases += 1
+            self._idle.pop(key, None)
         self._evict_idle()
         try:
             yield Lease(entry.connection, reused)
         finally:
             entry.leases -= 1
+            if entry.leases == 0 and self._entries.get(key) is entry:
+                self._idle[key] = None
             self._evict_idle()
 
     async def discard(self, connection: Connection) -> None:
@@ -158,6 +164,7 @@ class ConnectionPool:
         self._closed = True
         conns = [e.connection.conn for e in self._entries.values()]
         self._entries.clear()
+        self._idle.clear()
         self._connecting.clear()
         for conn in conns:
             conn.close()
@@ -180,19 +187,18 @@ class ConnectionPool:
         key = entry.connection.target.pool_key
         if self._entries.get(key) is entry:
             del self._entries[key]
+            self._idle.pop(key, None)
 
     def _evict_idle(self) -> None:
         """Close least recently used idle connections beyond max_connections (fd budget)."""
         if self._max_connections is None:
             return
         excess = len(self._entries) - self._max_connections
-        for entry in list(self._entries.values()):
-            if excess <= 0:
-                break
-            if entry.leases == 0:
-                self._forget(entry)
-                entry.connection.conn.close()
-                excess -= 1
+        while excess > 0 and self._idle:
+            entry = self._entries[next(iter(self._idle))]
+            self._forget(entry)
+            entry.connection.conn.close()
+            excess -= 1
 
 
 async def _wait_closed(conns: list[asyncssh.SSHClientConnection], grace: float = 5.0) -> None:

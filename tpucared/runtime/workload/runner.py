@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -85,12 +86,29 @@ class RunnerOptions:
     cleanup_grace: float = 5.0
     device_patterns: tuple[str, ...] = DEFAULT_DEVICE_PATTERNS
     lockfile: str = DEFAULT_LIBTPU_LOCKFILE
-    # Pooled connections kept, least recently used idle ones closed first. One per worker
-    # would be 40,000 for 10,000 v4-32 slices: ~23 KiB of client RSS each (measured with
-    # asyncssh 2.24: ~0.9 GB) and one file descriptor each, against systemd's default soft
-    # limit of 1024. 512 costs ~12 MB and leaves room for the commands in flight (ssh
-    # concurrency), the database and the HTTP server; beyond it a probe pays a handshake.
-    max_idle_connections: int = 512
+    # Pooled connections kept, least recently used idle ones closed first; None: `pool_size()`.
+    max_idle_connections: int | None = None
+
+
+# File descriptors kept for everything but pooled connections: the commands in flight beyond
+# the pool (ssh.concurrency), the database, the HTTP server and API clients, the logs.
+FD_RESERVE = 1024
+MIN_POOL = 64
+
+
+def pool_size(open_files_limit: int | None = None) -> int:
+    """How many connections the pool keeps: one per worker probed, as far as the open files
+    limit allows (the daemon raises its soft limit to the hard one at start). Every probe
+    visits every worker in turn, so a pool smaller than the workers helps no probe at all
+    (the least recently used connection is always the next one needed) and each pays a
+    handshake (~4 ms of CPU) instead of a channel. A connection costs ~23 KiB of RSS
+    (asyncssh 2.24): 4,000 workers ~90 MB; 40,000 (10,000 v4-32 slices) ~0.9 GB."""
+    if open_files_limit is None:
+        open_files_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if open_files_limit == resource.RLIM_INFINITY:
+        open_files_limit = 1 << 20
+    # Half of a small limit (1024: 512 pooled, as before the limit was raised).
+    return max(MIN_POOL, open_files_limit - min(FD_RESERVE, open_files_limit // 2))
 
 
 @dataclass(frozen=True)
@@ -129,7 +147,7 @@ class WorkloadRunner:
         self._pool = ConnectionPool(
             key,
             concurrency=ssh.concurrency,
-            max_connections=self._options.max_idle_connections,
+            max_connections=self._options.max_idle_connections or pool_size(),
             on_lost=self._connection_lost,
         )
         # Told when a pooled connection to a worker ends by the worker's doing (jobs.py).
