@@ -14,7 +14,8 @@ per zone, each node named and labelled as the daemon names and labels its own
 too; nothing else is logged more) against a fresh database: it finds every node unrecorded,
 adopts them all (what a restart after a lost database looks like), and settles. Convergence
 (daemon start -> every slot READY in its database, and for the probe variant a workload
-attempt running on every slot, then two ticks in a row with no action) is a side figure.
+attempt running on every slot, then two ticks in a row with no action, then for the probe
+variant every launch's SSH done and 30 s more for the probes that follow) is a side figure.
 
 Then, at steady state, a window of T consecutive ticks at the poll interval (the daemon's
 `daemon.poll_interval`; ticks start on the poll, so the window is T polls long):
@@ -77,6 +78,7 @@ from bench.scale_report import profile_top, render, render_row
 
 EMULATOR_MAX_PAGE = 1000  # EmulatorOptions.max_page_size
 VARIANTS = ("none", "probe")
+PROBE_SETTLE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -256,6 +258,21 @@ def measure(
             lambda: f"last ticks: {daemon.ticks[-3:]}",
         )
         steady_s = time.monotonic() - daemon.started
+        launched_s = None
+        if variant == "probe":
+            # Every attempt is recorded running before its launch's SSH is done: launches, and
+            # the probe that follows each, go on after the quiet ticks. The window starts
+            # PROBE_SETTLE_S after the last launch ended, so it holds the periodic probes only.
+            _wait(
+                lambda: daemon.poll_log() is not None and daemon.launched >= size,
+                max(30.0, end - time.monotonic()),
+                f"{size} launches done",
+                daemon,
+                lambda: f"{daemon.launched} launches done",
+            )
+            launched_s = time.monotonic() - daemon.started
+            time.sleep(PROBE_SETTLE_S)
+            daemon.poll_log()
         log(
             f"scale {variant} n={size}: READY in {ready_s:.1f} s, steady in {steady_s:.1f} s; "
             f"measuring {settings.ticks} ticks"
@@ -328,6 +345,7 @@ def measure(
             "all_ready": round(ready_s, 1),
             "all_running": round(running_s, 1) if running_s is not None else None,
             "steady": round(steady_s, 1),
+            "all_launched": round(launched_s, 1) if launched_s is not None else None,
         },
         "tick_s": common.summarize([float(t["seconds"]) for t in window]),
         "cpu_ms_per_tick": round(cpu * 1000 / ticks, 1),

@@ -331,6 +331,7 @@ class DaemonProcess:
         self._reader = self.log_path.open("rb")
         self._partial = b""
         self.ticks: list[dict[str, Any]] = []
+        self.launched = 0  # "workload.launched" lines: launches whose SSH is done
 
     @property
     def pid(self) -> int:
@@ -343,6 +344,7 @@ class DaemonProcess:
         self._partial = lines.pop()
         fresh = []
         for raw in lines:
+            self.launched += b'"event": "workload.launched"' in raw
             if b'"tick"' not in raw:
                 continue
             with contextlib.suppress(ValueError):
