@@ -104,7 +104,10 @@ class SimulatedWorker:
 
     async def start(self) -> None:
         """Start listening (raises OSError if the address:port is taken)."""
-        await self.metadata.start()
+        # SSH first: its port is fixed, the metadata server's is any free one on the same
+        # address, which the kernel then picks around it. The other way round, one worker in
+        # ~28,000 drew the SSH port for its metadata server and could not listen (seen at
+        # 3,000 workers).
         self._acceptor = await asyncssh.listen(
             self.worker.ip,
             self.port,
@@ -112,6 +115,12 @@ class SimulatedWorker:
             options=self._options,
             reuse_address=True,
         )
+        try:
+            await self.metadata.start()
+        except BaseException:
+            self._acceptor.close()
+            self._acceptor = None
+            raise
 
     def authorized(self, username: str, key: asyncssh.SSHKey) -> bool:
         if self._os_login is not None:  # enforced: metadata ssh-keys are ignored
