@@ -294,9 +294,9 @@ async def test_the_psql_queries_of_the_docs_run(pg_url: URL, postgres: PostgresS
     """docs/inspecting.md's "On PostgreSQL" queries, run with the real psql."""
     doc = (ROOT / "docs" / "inspecting.md").read_text(encoding="utf-8")
     section = doc.split("## On PostgreSQL", 1)[1].split("\n## ", 1)[0]
-    block = section.split("```text\n", 1)[1].split("```", 1)[0]
-    queries = [q.strip() for q in block.split(";") if q.strip()]
-    assert len(queries) == 3
+    blocks = [b.split("```", 1)[0] for b in section.split("```text\n")[1:]]
+    queries = [q.strip() for b in blocks for q in b.split(";") if q.strip()]
+    assert len(queries) == 4  # the three that differ from SQLite's, and who leads
     await upgrade_to_head(pg_url)
     async with Store.open(pg_url) as store:
         await seed(store, "sweep", 4, T0)
@@ -306,5 +306,7 @@ async def test_the_psql_queries_of_the_docs_run(pg_url: URL, postgres: PostgresS
     assert pg_url.database is not None
     for query in queries:
         postgres.psql(query, pg_url.database)
+    leader = postgres.psql(queries[3], pg_url.database).split("|")
+    assert leader[:3] == ["", "", "0"]  # no daemon ever led on this database
     life = postgres.psql(queries[1], pg_url.database).splitlines()
     assert [line.split("|")[1:3] for line in life] == [["", "requested"], ["requested", "ready"]]

@@ -4,6 +4,8 @@
   read. Nothing was written; re-read (`Store.load_snapshot`) and decide again.
 - `IllegalTransition` (re-exported from `tpucared.core.nodes.lifecycle`): the edge is not in the
   lifecycle table at all. A bug in the caller, never retried.
+- `LeaseLost`: this process no longer leads (store/lease.py): nothing was written, and the
+  daemon stands by. Never retried by the caller.
 - `NotFound`: the record the write refers to does not exist.
 - `DatabaseError`: the database file cannot be used as it is (not a database, corrupt, newer
   than this tpucared, someone else's, read-only, locked): one line naming the file and what to
@@ -19,6 +21,7 @@ __all__ = [
     "CasConflict",
     "DatabaseError",
     "IllegalTransition",
+    "LeaseLost",
     "LiveIncarnationExists",
     "NotFound",
     "StaleWrite",
@@ -59,3 +62,9 @@ class LiveIncarnationExists(StaleWrite):
 
 class AttemptRunning(StaleWrite):
     """`start_attempt` for a slot whose previous attempt has not finished (`actual` is its id)."""
+
+
+class LeaseLost(StoreError):
+    """This process no longer holds the leader lease (another took it, or its term ran out):
+    the write or cloud call it guarded must not happen, and the daemon stands by. Not a
+    `StaleWrite`: nobody may catch it and carry on with the next action."""

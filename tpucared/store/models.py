@@ -284,4 +284,29 @@ class ZoneHealthRow(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+class LeaderLeaseRow(Base):
+    """Which `tpucared run` leads on this database (migration 0005): one row, taken and renewed
+    by compare-and-set on `epoch`, which grows by one at every change of holder. Every
+    instant is the database's clock. The holder stays after a release (status shows who led);
+    `expires_at` then is the release. Not in the change counter's tables: the planner's
+    snapshot does not read it, and renewals must not make every tick look changed."""
+
+    __tablename__ = "leader_lease"
+    __table_args__ = (
+        CheckConstraint("id = 1", name="single_row"),
+        CheckConstraint("epoch >= 0", name="epoch_not_negative"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    epoch: Mapped[int] = mapped_column(
+        Integer().with_variant(BigInteger(), "postgresql"), default=0, server_default=text("0")
+    )
+    holder_host: Mapped[str | None] = mapped_column(String(255))
+    holder_pid: Mapped[int | None] = mapped_column(Integer)
+    holder_instance: Mapped[str | None] = mapped_column(String(36))
+    acquired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    renewed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
 metadata = Base.metadata

@@ -19,6 +19,7 @@ from sqlalchemy import Executable, Select, func, select, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from tpucared.core.leadership.lease import Holder, Lease
 from tpucared.core.model.records import (
     CreateAttemptRecord,
     EventRecord,
@@ -37,6 +38,7 @@ from tpucared.store.models import (
     CreateAttemptRow,
     EventRow,
     FleetRow,
+    LeaderLeaseRow,
     NodeRow,
     SlotRow,
     WorkerRow,
@@ -131,6 +133,16 @@ class Reader:
                 return []
             raise
         return [_zone_health(r) for r in rows]
+
+    async def leader_lease(self) -> Lease | None:
+        """The leader lease (store/lease.py). None on a database from before migration 0005
+        (a read-only `status` of an old file)."""
+        try:
+            return await read_lease(self._conn)
+        except OperationalError as exc:
+            if "no such table" in str(exc):
+                return None
+            raise
 
     async def slots(self, fleet: str | None = None) -> list[SlotRecord]:
         stmt = select(SlotRow.__table__).order_by(SlotRow.fleet, SlotRow.slot)
@@ -372,3 +384,23 @@ def _spec_zones(fleet: FleetRecord) -> set[str]:
     except (ValueError, AttributeError):
         return set()
     return {z for z in zones if isinstance(z, str)} if isinstance(zones, list) else set()
+
+
+async def read_lease(conn: AsyncConnection, *, for_share: bool = False) -> Lease:
+    """The lease row. `for_share` (PostgreSQL's FOR SHARE; nothing on SQLite, whose write
+    transactions already exclude each other): a take or renew by another transaction waits
+    until this one ends, so a fenced write cannot commit beside a steal."""
+    stmt = select(LeaderLeaseRow.__table__).where(LeaderLeaseRow.id == 1)
+    if for_share:
+        stmt = stmt.with_for_update(read=True)
+    row = (await conn.execute(stmt)).mappings().one()
+    holder = None
+    if row["holder_instance"] is not None:
+        holder = Holder(row["holder_host"] or "", row["holder_pid"] or 0, row["holder_instance"])
+    return Lease(
+        epoch=int(row["epoch"]),
+        holder=holder,
+        acquired_at=row["acquired_at"],
+        renewed_at=row["renewed_at"],
+        expires_at=row["expires_at"],
+    )

@@ -25,6 +25,7 @@ fails (the connection dropped), whether it landed is unknown: re-read before dec
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -34,9 +35,11 @@ from typing import Any
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from tpucared.core.leadership.lease import Lease
 from tpucared.core.model.records import EventRecord, IncarnationRecord
 from tpucared.store.cache import RecordCache
 from tpucared.store.engine import make_engine, read_options
+from tpucared.store.lease import Fence
 from tpucared.store.reads import Reader
 from tpucared.store.snapshot import FleetStatus, Snapshot
 from tpucared.store.tx import Tx
@@ -60,6 +63,9 @@ class Store:
         # write transaction at a time anyway, so this changes the order, not the concurrency.
         # Other processes still meet busy_timeout. Made per event loop (a Lock belongs to one).
         self._write_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        # The daemon's leader lease (store/lease.py): every write checks its epoch first.
+        # None (the CLI, `down`, tests): writes are not fenced.
+        self.fence: Fence | None = None
 
     @classmethod
     def open(
@@ -90,16 +96,23 @@ class Store:
             yield Reader(conn, self.records)
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[Tx]:
+    async def write(self, *, fenced: bool = True) -> AsyncIterator[Tx]:
         """A write transaction: commits when the block ends, rolls back if it raises.
-        Not re-entrant: inside the block, use the `Tx` it gave you."""
+        Not re-entrant: inside the block, use the `Tx` it gave you. With a `fence` set (the
+        daemon's store), it first checks that this process still leads, or raises `LeaseLost`
+        having written nothing. `fenced=False` is for the lease attempts themselves, which
+        also skip this process's queue of writers: a renewal must not wait behind a busy
+        tick's writes (SQLite's busy handler, PostgreSQL's row lock still order them)."""
         task = asyncio.current_task()
         assert task is not None
         if task in self._writing:
             raise RuntimeError("nested Store.write() in one task would deadlock on its own lock")
         self._writing.add(task)
+        queue = self._queue() if fenced else contextlib.nullcontext()
         try:
-            async with self._queue(), self.engine.begin() as conn:
+            async with queue, self.engine.begin() as conn:
+                if fenced and self.fence is not None:
+                    await self.fence.check(conn)
                 yield Tx(conn)
         finally:
             self._writing.discard(task)
@@ -139,6 +152,10 @@ class Store:
     ) -> list[EventRecord]:
         async with self.read() as r:
             return await r.events(since_id, limit, fleet)
+
+    async def leader_lease(self) -> Lease | None:
+        async with self.read() as r:
+            return await r.leader_lease()
 
     async def incarnation(self, incarnation_id: int) -> IncarnationRecord | None:
         async with self.read() as r:

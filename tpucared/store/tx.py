@@ -3,7 +3,7 @@
 Handed out by `Store.write()`; valid only inside that `async with` block. The methods are
 grouped by what they change: `write_base` (events, fleets, slots, create attempts),
 `write_nodes` (incarnations and workers), `write_adopt` (many slots and adoptions at once),
-`write_workloads` (workload attempts), `prune`
+`write_workloads` (workload attempts), `lease` (the leader lease), `prune`
 (the maintenance task's bounded deletes); the reads come from `reads.Reader`.
 """
 
@@ -12,13 +12,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from tpucared.store.lease import LeaseWrites
 from tpucared.store.prune import PruneWrites
 from tpucared.store.write_adopt import AdoptWrites
 from tpucared.store.write_nodes import NodeWrites
 from tpucared.store.write_workloads import WorkloadWrites
 
 
-class Tx(NodeWrites, AdoptWrites, WorkloadWrites, PruneWrites):
+class Tx(NodeWrites, AdoptWrites, WorkloadWrites, PruneWrites, LeaseWrites):
     """Everything in one `Store.write()` block commits together or not at all."""
 
     @asynccontextmanager
