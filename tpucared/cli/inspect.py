@@ -22,12 +22,13 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 from tpucared.cli.readdb import reading, require_file
+from tpucared.core.leadership.lease import Lease
 from tpucared.core.model.records import EventRecord
 from tpucared.errors import UsageError
 from tpucared.inspect.dbpath import resolve_db
 from tpucared.inspect.events import event_json, event_line
 from tpucared.inspect.status import status_document, status_lines
-from tpucared.store import Store
+from tpucared.store import FleetStatus, Store
 from tpucared.store.engine import shown
 
 FOLLOW_INTERVAL = 0.5  # seconds between polls of `events --follow`
@@ -39,17 +40,25 @@ T = TypeVar("T")
 
 def status_command(args: argparse.Namespace) -> int:
     setting = _database(args)
-    fleets = _run(setting, lambda store: store.status(args.fleet))
+    fleets, lease = _run(setting, lambda store: _status_and_lease(store, args.fleet))
     if args.fleet and not fleets:
         raise UsageError(f"no fleet named {args.fleet!r} in {shown(setting)}")
     now = datetime.now(UTC)
     if args.json:
-        text = json.dumps(status_document(fleets, now), indent=2)
+        text = json.dumps(status_document(fleets, now, lease), indent=2)
     elif fleets:
-        text = "\n".join(status_lines(fleets, now))
+        text = "\n".join(status_lines(fleets, now, lease))
     else:
         text = f"no fleets in {shown(setting)} yet: the daemon records them when it starts"
     return _print(text)
+
+
+async def _status_and_lease(
+    store: Store, fleet: str | None
+) -> tuple[list[FleetStatus], Lease | None]:
+    """The fleets and the leader lease, in one read transaction."""
+    async with store.read() as r:
+        return await r.status(fleet), await r.leader_lease()
 
 
 def events_command(args: argparse.Namespace) -> int:

@@ -9,7 +9,8 @@ agree; durations such as a node's uptime are left to the reader (`generated_at -
 line per zone whose lists are failing (the daemon cannot see, so cannot keep, its nodes there;
 a slot with no error of its own shows the zone's in LAST ERROR), and one line per slot whose
 workload jobs are failing (core/workload/job_failures.py: the daemon retries them with a
-backoff; the line goes once a job of the slot runs again).
+backoff; the line goes once a job of the slot runs again), then which daemon leads
+(inspect/leader.py), with a warning when its lease is stale.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from tpucared.core.leadership.lease import Lease, Role
 from tpucared.core.model.records import (
     EventRecord,
     IncarnationRecord,
@@ -29,6 +31,7 @@ from tpucared.core.model.specs import location_name
 from tpucared.core.nodes import create_backoff
 from tpucared.core.nodes.lifecycle import LIVE_PHASES, PENDING_PHASES
 from tpucared.inspect.fmt import NONE, duration, iso, table, truncate
+from tpucared.inspect.leader import leader_doc, leader_lines
 from tpucared.store.snapshot import FleetStatus, SlotStatus, ZoneHealth
 
 STATUS_VERSION = 1  # bumped only for an incompatible change; new keys do not bump it
@@ -51,10 +54,17 @@ HEADERS = (
 # -- JSON ---------------------------------------------------------------------------------------
 
 
-def status_document(fleets: Sequence[FleetStatus], generated_at: datetime) -> dict[str, Any]:
+def status_document(
+    fleets: Sequence[FleetStatus],
+    generated_at: datetime,
+    lease: Lease | None = None,
+    role: Role | None = None,
+) -> dict[str, Any]:
+    """`lease`: the leader lease (inspect/leader.py); `role`: the serving daemon's."""
     return {
         "version": STATUS_VERSION,
         "generated_at": iso(generated_at),
+        "leader": leader_doc(lease, generated_at, role),
         "fleets": [
             {
                 "name": f.fleet.name,
@@ -184,14 +194,17 @@ def _attempt_state(a: WorkloadAttemptRecord) -> str:
 # -- table --------------------------------------------------------------------------------------
 
 
-def status_lines(fleets: Sequence[FleetStatus], now: datetime) -> list[str]:
-    """The table, a blank line, then one summary line per fleet."""
+def status_lines(
+    fleets: Sequence[FleetStatus], now: datetime, lease: Lease | None = None
+) -> list[str]:
+    """The table, a blank line, then one summary line per fleet, then the leader."""
     rows: list[list[str]] = []
     for f in fleets:  # the store orders fleets by name and slots by index
         rows += [_row(f, s, now) for s in f.slots] or [_empty_fleet_row(f)]
     zones = [_zone_line(z, now) for z in failing_zones(fleets)]
     jobs = [_job_line(f, s, now) for f in fleets for s in f.slots if s.job_failure is not None]
-    return [*table(HEADERS, rows), "", *(_summary(f) for f in fleets), *zones, *jobs]
+    leader = leader_lines(lease, now)
+    return [*table(HEADERS, rows), "", *(_summary(f) for f in fleets), *zones, *jobs, *leader]
 
 
 def _job_line(f: FleetStatus, s: SlotStatus, now: datetime) -> str:
