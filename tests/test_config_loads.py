@@ -56,6 +56,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert config.daemon.db == str(tmp_path / "state.db")
     assert config.daemon.db_url == f"sqlite+aiosqlite:///{tmp_path / 'state.db'}"
     assert config.daemon.poll_interval == 10.0
+    assert config.daemon.lease == 15.0
     assert (config.daemon.http_host, config.daemon.http_port) == ("127.0.0.1", 9464)
     assert config.daemon.owner == "default"
     assert config.gcp.endpoint == "https://tpu.googleapis.com"

@@ -58,6 +58,16 @@ BAD = [
         ['daemon.poll_interval: expected "1s" to "10m", got "100ms"'],
     ),
     (
+        "lease-not-longer-than-the-poll",
+        daemon('poll_interval = "20s"'),
+        ['daemon.lease: must be longer than daemon.poll_interval (20s), got "15s"'],
+    ),
+    (
+        "lease-too-short",
+        daemon('lease = "5s"'),
+        ['daemon.lease: must be longer than daemon.poll_interval (10s), got "5s"'],
+    ),
+    (
         "bad-http",
         daemon('http = "localhost"'),
         ['daemon.http: expected "host:port" like "127.0.0.1:9464", got "localhost"'],

@@ -18,6 +18,8 @@ Decisions worth knowing:
   `postgresql://`, `postgres://`); a password in a URL is never repeated in a message.
 - daemon.poll_interval is "1s" to "10m"; with credentials = "none" (an emulator) it may go
   down to "100ms", for tests and demos.
+- daemon.lease (the leader lease) is longer than daemon.poll_interval: a lease shorter than
+  one poll would lapse during an ordinary tick.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from tpucared.config.schema import (
 )
 from tpucared.config.syntax import as_written
 from tpucared.config.values import Config, DaemonConfig, GcpConfig, SshConfig
+from tpucared.core.leadership.lease import lease_problem
 from tpucared.core.model import durations
 from tpucared.core.model.backoff import BackoffRule
 from tpucared.core.model.specs import (
@@ -171,9 +174,14 @@ def _daemon(
         problems.add(
             "daemon.events_retention", f'expected "1d" or more, or "never", got {_fmt(retention)}'
         )
+    lease = raw.lease.total_seconds()
+    problem = lease_problem(lease, seconds)
+    if problem is not None:
+        problems.add("daemon.lease", f"{problem}, got {_fmt(raw.lease)}")
     return DaemonConfig(
         db=db,
         poll_interval=seconds,
+        lease=lease,
         http_host=host,
         http_port=int(port),
         owner=raw.owner,

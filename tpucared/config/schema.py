@@ -70,6 +70,8 @@ class DaemonTable(Table):
     owner: Owner = "default"
     # Events older than this are pruned, a small batch at a time off the tick.
     events_retention: DurationOrNever = timedelta(days=30)
+    # The leader lease: a standby takes over at most this long (+ a third) after a leader died.
+    lease: Duration = timedelta(seconds=15)
 
 
 class GcpTable(Table):

@@ -23,6 +23,7 @@ class DaemonConfig:
     http_port: int
     owner: str  # the `tpucared-owner` label value
     events_retention: float | None = 30 * 86400.0  # seconds; None keeps every event
+    lease: float = 15.0  # seconds: the leader lease (runtime/leader.py), > poll_interval
 
     @property
     def db_url(self) -> str:

@@ -27,14 +27,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import structlog
 
 from tpucared import __version__
 from tpucared.config import Config
+from tpucared.core.leadership.lease import Role
 from tpucared.core.model.records import CreateAttemptRecord
 from tpucared.core.model.specs import FleetSpec
 from tpucared.gcp import TpuClient
@@ -42,6 +44,7 @@ from tpucared.notify import WebhookSender, resolve_webhooks
 from tpucared.notify.sender import WebhookConfigError
 from tpucared.runtime.clock import Clock, SystemClock
 from tpucared.runtime.errors import StartupError
+from tpucared.runtime.leader import LeaseKeeper
 from tpucared.runtime.loop import ReconcileLoop, TickHook
 from tpucared.runtime.maintenance import Maintenance
 from tpucared.runtime.nodes.calls import CloudCalls, NodeTemplate, record_interrupted_calls
@@ -57,6 +60,7 @@ from tpucared.runtime.signals import TwoStageSignals
 from tpucared.runtime.startup import node_template
 from tpucared.runtime.tasks import RootTask, TaskSet, supervise
 from tpucared.runtime.telemetry.endpoints import Telemetry
+from tpucared.runtime.terms import LOST_DRAIN_S, lead_while_elected
 from tpucared.runtime.wakeup import Wakeup
 from tpucared.runtime.workload.hosts import guest_attribute_host_keys
 from tpucared.runtime.workload.jobs import WorkloadJobs
@@ -64,6 +68,7 @@ from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.ssh.keys import ensure_client_key
 from tpucared.store import Store
 from tpucared.store.engine import shown
+from tpucared.store.errors import LeaseLost
 
 log = structlog.get_logger(__name__)
 
@@ -84,6 +89,7 @@ class Daemon:
         on_tick: TickHook | None = None,
         on_attempt: Callable[[CreateAttemptRecord], None] | None = None,
         workloads: WorkloadRunner | None = None,
+        guard: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -112,6 +118,7 @@ class Daemon:
             self.tasks,
             max_creates=config.policy.max_creates,
             on_attempt=on_attempt,
+            guard=guard,
         )
         self.workloads = None if workloads is None else self._slot_jobs(workloads)
         self.reconciler = Reconciler(
@@ -126,6 +133,7 @@ class Daemon:
             plan_filter=plan_filter,
             workloads=self.workloads,
             reuse_lists_within=poll,
+            guard=guard,
         )
         self.loop = ReconcileLoop(self.reconciler, self.clock, self.wakeup, poll, on_tick=on_tick)
 
@@ -156,7 +164,8 @@ class Daemon:
         )
 
     def _background_failed(self, exc: BaseException) -> None:
-        self.failures.append(exc)
+        if not isinstance(exc, LeaseLost):  # the lease keeper says so, and the term ends
+            self.failures.append(exc)
         self.stop.set()
 
     async def run(
@@ -164,8 +173,10 @@ class Daemon:
         *,
         until: Callable[[Tick], bool] | None = None,
         extra_roots: Mapping[str, RootTask] | None = None,
-        drain_timeout: float = DRAIN_TIMEOUT_S,
+        drain_timeout: float | Callable[[], float] = DRAIN_TIMEOUT_S,
     ) -> int:
+        """Until stop; `drain_timeout` may be a function, asked when the drain begins (a term
+        that lost its lease drains briefly: runtime/terms.py)."""
         roots: dict[str, RootTask] = {
             "reconcile": lambda: self.loop.run(self.stop, until),
             "operations": lambda: self.watcher.run(self.stop),
@@ -176,12 +187,15 @@ class Daemon:
             await self.workloads.restore()  # failing workload jobs the last run left
         try:
             await supervise(roots, self.stop, self.clock)
+        except* LeaseLost as group:  # a fenced write: no failure, this term is over
+            log.info("the lease was lost: this term ends", why=str(group.exceptions[0]))
         except* Exception as group:
             log.error("stopping after a failure", errors=[repr(e) for e in group.exceptions])
             code = 1
-        drains = [self.tasks.drain(self.clock, drain_timeout)]
+        within = drain_timeout() if callable(drain_timeout) else drain_timeout
+        drains = [self.tasks.drain(self.clock, within)]
         if self.workloads is not None:
-            drains.append(self.workloads.drain(drain_timeout))
+            drains.append(self.workloads.drain(within))
         cancelled, *chains = await asyncio.gather(*drains)
         if cancelled:
             log.warning(
@@ -264,12 +278,12 @@ async def _started_and_run(
         res.stack.push_async_callback(telemetry.stop)
         template = node_template(config)
         client = await res.connect(on_request=telemetry.api_request, tokens=tokens)
-        roots: dict[str, RootTask] = {}
+        roots: dict[str, Callable[[asyncio.Event], Awaitable[None]]] = {}  # given the term's stop
         if config.ssh.os_login:  # every login is then the profile's user (runtime/oslogin.py)
             key = await asyncio.to_thread(ensure_client_key, config.ssh.key)
-            keeper = await start_os_login(config, client, tokens, key, res.clock)
-            config = replace(config, ssh=replace(config.ssh, user=keeper.username))
-            roots["os_login"] = lambda: keeper.run(daemon.stop)
+            login = await start_os_login(config, client, tokens, key, res.clock)
+            config = replace(config, ssh=replace(config.ssh, user=login.username))
+            roots["os_login"] = login.run
         await _warn_about_unconfigured(res.store, config)
         workloads = await asyncio.to_thread(
             WorkloadRunner.from_config,
@@ -286,30 +300,55 @@ async def _started_and_run(
         await sender.start()
         res.stack.push_async_callback(sender.close)  # flushes for a few seconds at the end
         news = Notifications(sender, res.store, res.clock, telemetry.health.check)
-        daemon = Daemon.over(
-            res,
-            template,
-            on_tick=_chained(telemetry.on_tick, systemd.on_tick, news.on_tick),
-            on_attempt=telemetry.create_attempt,
-            workloads=workloads,
+        keeper = LeaseKeeper(
+            res.store,
+            config.daemon.lease,
+            on_role=telemetry.role_changed,
+            on_attempt=lambda role: _standing_by(role, telemetry, systemd),
         )
-        await record_interrupted_calls(res.store, res.clock)
+        telemetry.role_changed(keeper.role, None)
+
+        async def term(lost: asyncio.Event) -> int:
+            """One term of leadership (runtime/terms.py): a fresh daemon until `lost`."""
+            daemon = Daemon.over(
+                res,
+                template,
+                on_tick=_chained(telemetry.on_tick, systemd.on_tick, news.on_tick),
+                on_attempt=telemetry.create_attempt,
+                workloads=workloads,
+                guard=keeper.check,
+            )
+            async with _relayed(stopped, daemon.stop), _relayed(lost, daemon.stop):
+                try:
+                    await record_interrupted_calls(res.store, res.clock)
+                except LeaseLost:
+                    return 0
+                maintenance = Maintenance(res.store, config, res.clock)
+                return await daemon.run(
+                    until=until,
+                    drain_timeout=lambda: LOST_DRAIN_S if lost.is_set() else drain_timeout,
+                    extra_roots={
+                        "maintenance": lambda: maintenance.run(daemon.stop),
+                        "notifications": lambda: news.watch(daemon.stop),
+                        **{name: partial(root, daemon.stop) for name, root in roots.items()},
+                    },
+                )
+
         if serve_http:
             await telemetry.start()
+        stopped = asyncio.Event()
         for source in (stopping, stop):
             if source is not None:
-                await res.stack.enter_async_context(_relayed(source, daemon.stop))
-        async with _told_on_stop(daemon.stop, systemd):
-            maintenance = Maintenance(res.store, config, res.clock)
-            return await daemon.run(
-                until=until,
-                drain_timeout=drain_timeout,
-                extra_roots={
-                    "maintenance": lambda: maintenance.run(daemon.stop),
-                    "notifications": lambda: news.watch(daemon.stop),
-                    **roots,
-                },
-            )
+                await res.stack.enter_async_context(_relayed(source, stopped))
+        async with _told_on_stop(stopped, systemd):
+            return await lead_while_elected(keeper, stopped, term)
+
+
+def _standing_by(role: Role, telemetry: Telemetry, systemd: TickNotifier) -> None:
+    """After each lease attempt the database answered: a standby is alive (health, systemd)."""
+    telemetry.lease_answered(role)
+    if role is Role.STANDBY:
+        systemd.standing_by()
 
 
 def _chained(*hooks: TickHook) -> TickHook:

@@ -106,6 +106,7 @@ class Reconciler:
         workloads: WorkloadJobs | None = None,
         project: str | None = None,
         reuse_lists_within: float = 0.0,
+        guard: Callable[[], None] | None = None,
     ) -> None:
         self.specs = tuple(specs)
         self.policy = policy
@@ -126,6 +127,9 @@ class Reconciler:
         self.zone_health: dict[Location, ZoneHealth] | None = None  # read from the store at first
         self._last_ok: dict[Location, datetime] = {}  # its last successful list (memory)
         self._reuse_within = reuse_lists_within
+        # Raises LeaseLost unless this process leads (runtime/leader.py): checked before the
+        # plan is carried out, so a leader that wakes from a pause acts on nothing it planned.
+        self._guard = guard
         # The last lists: what was listed, what they showed, when (monotonic).
         self._listed: tuple[Zones, tuple[ZoneObservation, ...], float] | None = None
 
@@ -162,11 +166,15 @@ class Reconciler:
             plan = self._filter(plan)
         self.reported = plan.standing
         node_plan, workload_actions = WorkloadRunner.split(plan)
+        if self._guard is not None:
+            self._guard()
         execution = await self._executor.execute(node_plan, {i.id: i for i in self._live})
         dispatch = None
         if self._workloads is not None:
             # After the node actions are recorded, so a slot's launch cannot race its own
             # node's replacement (the launch re-reads its node; see workload_jobs.py).
+            if self._guard is not None:
+                self._guard()  # no SSH action from a process that stopped leading meanwhile
             dispatch = self._workloads.dispatch(snapshot, plan, workload_actions)
         self.ticks += 1
         tick = Tick(

@@ -99,6 +99,17 @@ class TickNotifier:
         fields["WATCHDOG"] = 1
         self.notifier.notify(**fields)
 
+    def standing_by(self) -> None:
+        """A standby (runtime/leader.py) whose lease attempt the database answered: it is up
+        (READY=1, once) and alive (WATCHDOG=1), though it does not tick."""
+        if not self.notifier.enabled or self._stopping:
+            return
+        fields: dict[str, str | int] = {"STATUS": "standby: another tpucared leads", "WATCHDOG": 1}
+        if not self.ready:
+            self.ready = True
+            fields["READY"] = 1
+        self.notifier.notify(**fields)
+
     def stopping(self) -> None:
         """STOPPING=1, once, however many times shutdown is noticed."""
         if self._stopping:

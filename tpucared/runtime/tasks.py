@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 
 from tpucared.runtime.clock import Clock
+from tpucared.store.errors import LeaseLost
 
 log = structlog.get_logger(__name__)
 
@@ -49,6 +50,10 @@ async def supervise(
             await root()
         except asyncio.CancelledError:
             log.warning("root task cancelled", task=name)
+            raise
+        except LeaseLost as exc:  # a fenced write (runtime/leader.py): the term ends, no bug
+            log.info("root task stopped: this process no longer leads", task=name, why=str(exc))
+            stop.set()
             raise
         except Exception:
             log.exception("root task died; stopping the daemon", task=name)

@@ -17,6 +17,10 @@ recorded only in the phase they belong to (core/nodes/outcomes.py decides which)
   delete). Both only while DELETING.
 A refused call wakes the reconcile loop so the planner decides on it at once.
 
+Fencing (runtime/leader.py): `guard` runs right before every create and delete request and
+raises `LeaseLost` unless this process leads; so do the outcome's writes (the store's fence).
+Either way the call's task ends quietly, leaving the intent as recorded for the next leader.
+
 `record_interrupted_calls` runs once when the daemon starts: no call of the previous process
 can still be in flight, so a create intent (REQUESTED) or a delete (DELETING) whose outcome
 was never recorded gets the outcome a call cut off by a dropped connection would have had,
@@ -44,6 +48,7 @@ from tpucared.runtime.nodes.operations import OperationWatcher
 from tpucared.runtime.tasks import TaskSet
 from tpucared.runtime.wakeup import Wakeup
 from tpucared.store import StaleWrite, Store
+from tpucared.store.errors import LeaseLost
 
 log = structlog.get_logger(__name__)
 
@@ -104,8 +109,13 @@ class CloudCalls:
         max_creates: int,
         max_deletes: int = MAX_DELETES,
         on_attempt: AttemptHook | None = None,
+        guard: Callable[[], None] | None = None,
     ) -> None:
         self._client = client
+        # Before every mutating request: raises LeaseLost unless this process leads (the
+        # lease keeper's check, runtime/leader.py). The intent stays recorded, uncalled: the
+        # next leader records it interrupted and reconciles it. None: not fenced (`down`).
+        self._guard = guard
         self._on_attempt = on_attempt
         self._store = store
         self._clock = clock
@@ -156,10 +166,14 @@ class CloudCalls:
                         await self._create_refused(action, inc, error, started_at, started)
                         return
                     await self._create_accepted(action, inc, op, started_at, started)
+            except LeaseLost as exc:
+                _not_leading(action, exc)
             finally:
                 self._release(inc)
 
     async def _call_create(self, a: CreateNode) -> Operation:
+        if self._guard is not None:
+            self._guard()
         t = self._template
         project = t.project_of(a.project)
         if a.queued_resource is not None:
@@ -278,10 +292,14 @@ class CloudCalls:
                         return
                     await self._delete_outcome(action, inc, op, None, started)
                     self._watcher.watch(op, inc, "delete", started_at=started_at, started=started)
+            except LeaseLost as exc:
+                _not_leading(action, exc)
             finally:
                 self._release(inc)
 
     async def _call_delete(self, a: DeleteNode) -> Operation:
+        if self._guard is not None:
+            self._guard()
         project = self._template.project_of(a.project)
         if a.queued_resource is not None:
             # force: deletes the node first; a queued resource cannot go while it has one.
@@ -339,6 +357,12 @@ class CloudCalls:
 
     def _since(self, started: float) -> float:
         return round(self._clock.monotonic() - started, 3)
+
+
+def _not_leading(action: CreateNode | DeleteNode, exc: LeaseLost) -> None:
+    """The lease was lost before the call, or before its outcome was recorded: the intent
+    stays as recorded, and the next leader records it interrupted and reconciles it."""
+    log.info(f"{action.kind} left to the next leader", action=action.summary(), why=str(exc))
 
 
 def _log_action(action: CreateNode | DeleteNode, outcome: str, **fields: object) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import structlog
 
 from tpucared.config import Config
+from tpucared.core.leadership.lease import Role
 from tpucared.core.model.records import CreateAttemptRecord
 from tpucared.core.planning.zone_health import unlistable_fleets
 from tpucared.runtime.clock import Clock
@@ -37,12 +38,27 @@ class Telemetry:
         self.metrics = DaemonMetrics()
         self.health = Health.for_poll_interval(config.daemon.poll_interval)
         self.server: HttpServer | None = None
+        self.role = Role.STANDBY  # until the lease keeper says otherwise (role_changed)
+        self.metrics.set_role(False, None)
 
     def api_request(self, call: str, status: str, seconds: float) -> None:
         self.metrics.api_request(call, status, seconds)
 
     def create_attempt(self, attempt: CreateAttemptRecord) -> None:
         self.metrics.record_create(attempt)
+
+    def role_changed(self, role: Role, epoch: int | None) -> None:
+        """The lease keeper's hook: the role gauge, and what /healthz and /v1/status say."""
+        self.role = role
+        self.metrics.set_role(role is Role.LEADER, epoch)
+        self.health.standby = role is Role.STANDBY
+        if role is Role.LEADER:
+            self.health.tick()  # a new term: its first tick gets the health grace again
+
+    def lease_answered(self, role: Role) -> None:
+        """After every lease attempt the database answered: a standby's sign of life."""
+        if role is Role.STANDBY:
+            self.health.tick()
 
     async def on_tick(self, tick: Tick) -> None:
         self.health.tick()
@@ -73,7 +89,7 @@ class Telemetry:
                 daemon.http_port,
                 health=self.health,
                 metrics=self.metrics,
-                status=store_status(self._store, self._clock.now),
+                status=store_status(self._store, self._clock.now, lambda: self.role),
             )
         except OSError as exc:
             raise StartupError(

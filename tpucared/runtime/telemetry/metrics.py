@@ -79,6 +79,12 @@ class DaemonMetrics:
         self._seen: Snapshot | None = None  # the snapshot the fleet gauges show
         self.last_event_id: int | None = None  # None until the first refresh
 
+    def set_role(self, leader: bool, epoch: int | None) -> None:
+        """The leader lease (runtime/leader.py): this daemon's role and its epoch."""
+        self.leader.set(1 if leader else 0)
+        if epoch is not None:
+            self.lease_epoch.set(epoch)
+
     def _register_fleet_families(self, r: CollectorRegistry) -> None:
         """Nodes, slots, workloads, creates and their latencies, by fleet."""
         self.nodes = _gauge(r, "tpucared_nodes", "Live node incarnations", "fleet", "phase")
@@ -115,6 +121,10 @@ class DaemonMetrics:
         self.tick = _histogram(r, "tpucared_tick_seconds", "Completed ticks", buckets=_TICK_BUCKETS)
         self.last_tick = _gauge(
             r, "tpucared_last_tick_timestamp_seconds", "Unix time of the last completed tick"
+        )
+        self.leader = _gauge(r, "tpucared_leader", "1 while this daemon holds the leader lease")
+        self.lease_epoch = _gauge(
+            r, "tpucared_lease_epoch", "The epoch of the lease this daemon leads or last led"
         )
         self.api_requests = _counter(
             r, "tpucared_api_requests", "TPU API requests by HTTP status", "call", "status"

@@ -1,6 +1,7 @@
 """The daemon's small HTTP server: liveness, Prometheus metrics and the status document.
 
-- `GET /healthz`: 200 `ok` while the reconcile loop completes ticks; 503 with the reason
+- `GET /healthz`: 200 `ok` while the reconcile loop completes ticks (`ok: standby` while a
+  standby's lease attempts are answered: it does not tick); 503 with the reason
   once none completed for `Health.threshold` seconds (a hung or crash-looping tick), and
   while no zone of some fleet could be listed for `UNREACHABLE_AFTER` ticks in a row (the
   API is unreachable: the daemon runs but can keep nothing alive). Docker's HEALTHCHECK and
@@ -29,6 +30,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from tpucared.core.leadership.lease import Role
 from tpucared.inspect.status import status_document
 from tpucared.runtime.telemetry.metrics import CONTENT_TYPE, DaemonMetrics
 from tpucared.store import Store
@@ -56,6 +58,9 @@ class Health:
         self.last_tick_at: float | None = None
         # Why the daemon cannot do its job although it ticks (no zone of a fleet listable).
         self.zones_down: str | None = None
+        # The leader lease (runtime/leader.py): a standby does not tick; its lease attempts
+        # that the database answered move `last_tick_at` instead, and "ok" says "standby".
+        self.standby = False
 
     @classmethod
     def for_poll_interval(
@@ -83,7 +88,12 @@ class Health:
         else:
             age = self._clock() - self.last_tick_at
             what = "the last reconcile tick completed"
+        if self.standby:
+            what = "no lease attempt answered" if self.last_tick_at is None else what
+            what = what.replace("reconcile tick completed", "lease attempt answered")
         if age <= self.threshold:
+            if self.standby:
+                return True, "ok: standby"
             if self.zones_down is not None:
                 return False, self.zones_down
             return True, "ok"
@@ -91,12 +101,17 @@ class Health:
 
 
 def store_status(
-    store: Store, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    store: Store,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    role: Callable[[], Role] | None = None,
 ) -> StatusSource:
-    """The `status` source for `start_http`: the CLI's document, read from `store`."""
+    """The `status` source for `start_http`: the CLI's document, read from `store`, with the
+    serving daemon's `role` in `leader.role`."""
 
     async def read() -> dict[str, Any]:
-        return status_document(await store.status(), clock())
+        async with store.read() as r:
+            fleets, lease = await r.status(), await r.leader_lease()
+        return status_document(fleets, clock(), lease, None if role is None else role())
 
     return read
 

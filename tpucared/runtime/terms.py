@@ -1,0 +1,66 @@
+"""Terms of leadership: a `tpucared run` stands by until it leads, runs the daemon while it
+leads, and stands by again when it loses the lease.
+
+`lead_while_elected` runs the lease keeper (runtime/leader.py) beside the terms. Each term is a
+fresh daemon (`start_term` builds it: new caches, new operation watcher, its cloud calls
+guarded by the keeper), which first records the calls the previous leader left without an
+outcome (`record_interrupted_calls`, as after a crash: the previous leader may have died or
+been paused in the middle of one), then reconciles as usual. A term ends:
+- when the process stops (`stopped`, signals or an embedder): the calls in flight drain, then
+  the lease is released, so a standby takes over at its next attempt;
+- when the lease is lost (`keeper.lost`): the daemon stops at once, and the calls in flight
+  are cancelled after `LOST_DRAIN_S` (their outcome writes are fenced anyway: the next leader
+  records them interrupted); this process stands by and may lead again later;
+- when the daemon itself ends (`until`, or a failure: exit status 1, as before).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import structlog
+
+from tpucared.runtime.leader import LeaseKeeper
+
+log = structlog.get_logger(__name__)
+
+# How long a term that lost its lease waits for its calls in flight before cancelling them.
+LOST_DRAIN_S = 1.0
+
+# One term: run the daemon until `lost` or `stopped`; its exit status.
+Term = Callable[[asyncio.Event], Awaitable[int]]
+
+
+async def lead_while_elected(keeper: LeaseKeeper, stopped: asyncio.Event, term: Term) -> int:
+    """Stand by and lead by turns until `stopped` or a term ends on its own; the exit status."""
+    code = 0
+    async with _background(keeper.run(stopped), "lease"):
+        while await keeper.wait_leading(stopped):
+            lost = keeper.lost
+            code = await term(lost)
+            if not lost.is_set() or stopped.is_set():
+                break
+            log.info("standing by: another tpucared leads now", epoch=keeper.epoch)
+            code = 0
+        stopped.set()  # the keeper's loop ends: a term that ended by itself ends the process
+    await keeper.release()
+    return code
+
+
+@contextlib.asynccontextmanager
+async def _background(coro: Awaitable[None], name: str) -> AsyncIterator[None]:
+    task = asyncio.ensure_future(coro)
+    task.set_name(name)
+    try:
+        yield
+    finally:
+        if not task.done():
+            try:
+                async with asyncio.timeout(5):
+                    await asyncio.shield(task)
+            except TimeoutError:
+                task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
