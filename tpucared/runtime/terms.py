@@ -36,16 +36,20 @@ Term = Callable[[asyncio.Event], Awaitable[int]]
 async def lead_while_elected(keeper: LeaseKeeper, stopped: asyncio.Event, term: Term) -> int:
     """Stand by and lead by turns until `stopped` or a term ends on its own; the exit status."""
     code = 0
-    async with _background(keeper.run(stopped), "lease"):
-        while await keeper.wait_leading(stopped):
-            lost = keeper.lost
-            code = await term(lost)
-            if not lost.is_set() or stopped.is_set():
-                break
-            log.info("standing by: another tpucared leads now", epoch=keeper.epoch)
-            code = 0
-        stopped.set()  # the keeper's loop ends: a term that ended by itself ends the process
-    await keeper.release()
+    try:
+        async with _background(keeper.run(stopped), "lease"):
+            try:
+                while await keeper.wait_leading(stopped):
+                    lost = keeper.lost
+                    code = await term(lost)
+                    if not lost.is_set() or stopped.is_set():
+                        break
+                    log.info("standing by: another tpucared leads now", epoch=keeper.epoch)
+                    code = 0
+            finally:
+                stopped.set()  # the keeper's loop ends: a term that ended ends the process
+    finally:
+        await keeper.release()  # also after a failure: a standby need not wait the lease out
     return code
 
 
