@@ -134,6 +134,7 @@ async def leader_then_standby(
     )
     _, metrics = await http(pair.ports[1], "/metrics")
     assert "tpucared_leader 0.0" in metrics
+    assert "tpucared_lease_epoch 1.0" in metrics  # the leader's term, as the standby saw it
     _, metrics = await http(pair.ports[0], "/metrics")
     assert "tpucared_leader 1.0" in metrics
     assert "tpucared_lease_epoch 1.0" in metrics

@@ -16,4 +16,5 @@ pyproject.toml and tests/core/test_purity.py enforce it. The rooms, in the order
 - `workload/`  workload decisions: the attempt lifecycle, judging a probe of the workers, the
                next step (launch, stop, relaunch: `workload/planner.py`), the runner's actions.
 - `notify/`    the `[[notify]]` webhooks: what they ask for, and which news a person must hear.
+- `leadership/` the leader lease: which of several daemons on one database may act, and when.
 """

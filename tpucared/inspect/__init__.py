@@ -7,6 +7,7 @@ HTTP endpoint (`tpucared.runtime.telemetry.server`), and the trackers feed the P
 
 - `fmt`: times, durations, truncation and plain-text tables.
 - `status`: the `status --json` document (also `GET /v1/status`) and the status table.
+- `leader`: which daemon leads (the leader lease), for both of the above.
 - `events`: one readable line, or one JSON object, per event.
 - `lifecycle`: reads the event log and derives preemptions, dead-to-delete and recovery
   latencies, and workload outcomes.

@@ -15,6 +15,8 @@ records intent, calls the cloud or the workers, records outcomes (docs/daemon.md
 - `telemetry/`  what the daemon shows of itself: `server` (/healthz /metrics /v1/status),
                 `metrics` (Prometheus families), `endpoints` (the wiring).
 - `sdnotify`    what systemd hears (READY=1, WATCHDOG=1 per tick, STATUS=, STOPPING=1).
+- `leader`      the leader lease's keeper: takes and renews it, fences writes and calls,
+                steps down; `terms` stands by and leads by turns (a fresh daemon per term).
 - `down`        delete every node tpucared owns for some fleets (`tpucared down`, babysit).
 - `wakeup`, `clock`, `tasks`, `signals`, `startup`, `errors`: waking the loop, injected time,
   supervised tasks, two-stage SIGTERM/SIGINT, what must exist before the first call.

@@ -304,7 +304,7 @@ async def _started_and_run(
             res.store,
             config.daemon.lease,
             on_role=telemetry.role_changed,
-            on_attempt=lambda role: _standing_by(role, telemetry, systemd),
+            on_attempt=lambda role, epoch: _standing_by(role, epoch, telemetry, systemd),
         )
         telemetry.role_changed(keeper.role, None)
 
@@ -344,9 +344,9 @@ async def _started_and_run(
             return await lead_while_elected(keeper, stopped, term)
 
 
-def _standing_by(role: Role, telemetry: Telemetry, systemd: TickNotifier) -> None:
+def _standing_by(role: Role, epoch: int, telemetry: Telemetry, systemd: TickNotifier) -> None:
     """After each lease attempt the database answered: a standby is alive (health, systemd)."""
-    telemetry.lease_answered(role)
+    telemetry.lease_answered(role, epoch)
     if role is Role.STANDBY:
         systemd.standing_by()
 

@@ -59,7 +59,7 @@ class LeaseKeeper:
         monotonic: Callable[[], float] = time.monotonic,
         me: Holder | None = None,
         on_role: RoleHook | None = None,
-        on_attempt: Callable[[Role], None] | None = None,
+        on_attempt: Callable[[Role, int], None] | None = None,
     ) -> None:
         self.store = store
         self.lease_s = lease_s
@@ -74,7 +74,8 @@ class LeaseKeeper:
         # pauses of this process and the database's real time (tests inject their own).
         self._monotonic = monotonic
         self._on_role = on_role
-        self._on_attempt = on_attempt  # after every attempt the database answered
+        # After every attempt the database answered: (role, the lease's epoch it saw).
+        self._on_attempt = on_attempt
         self.fence = Fence(on_lost=self._lose)
         store.fence = self.fence
 
@@ -118,7 +119,7 @@ class LeaseKeeper:
         else:
             self._expire_locally()
         if self._on_attempt is not None:
-            self._on_attempt(self.role)
+            self._on_attempt(self.role, result.lease.epoch)
 
     def _expire_locally(self) -> None:
         if self.role is Role.LEADER and not may_act(self.role, self.deadline, self._monotonic()):

@@ -14,6 +14,8 @@ after a restart; the CLI's read-only commands and people with `sqlite3` read it 
 - `errors`: `StaleWrite` (lost compare-and-set), `IllegalTransition`, `NotFound`, and
   `DatabaseError` (a file tpucared must not use: broken, newer, someone else's, locked).
 - `lock`: `WriterLock`, the daemon's single-writer lock next to a SQLite file (`state.db.lock`).
+- `lease`: the leader lease's row (take, renew, release by compare-and-set on its epoch) and
+  `Fence`, which `Store.write()` checks first in a daemon's store (`LeaseLost`).
 """
 
 from tpucared.store.engine import database_url, make_engine

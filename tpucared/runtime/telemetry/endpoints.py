@@ -55,8 +55,10 @@ class Telemetry:
         if role is Role.LEADER:
             self.health.tick()  # a new term: its first tick gets the health grace again
 
-    def lease_answered(self, role: Role) -> None:
-        """After every lease attempt the database answered: a standby's sign of life."""
+    def lease_answered(self, role: Role, epoch: int) -> None:
+        """After every lease attempt the database answered: a standby's sign of life, and the
+        lease's epoch as the database has it (a standby shows the leader's)."""
+        self.metrics.set_role(role is Role.LEADER, epoch)
         if role is Role.STANDBY:
             self.health.tick()
 

@@ -80,7 +80,7 @@ class DaemonMetrics:
         self.last_event_id: int | None = None  # None until the first refresh
 
     def set_role(self, leader: bool, epoch: int | None) -> None:
-        """The leader lease (runtime/leader.py): this daemon's role and its epoch."""
+        """The leader lease (runtime/leader.py): this daemon's role, the lease's epoch."""
         self.leader.set(1 if leader else 0)
         if epoch is not None:
             self.lease_epoch.set(epoch)
@@ -124,7 +124,7 @@ class DaemonMetrics:
         )
         self.leader = _gauge(r, "tpucared_leader", "1 while this daemon holds the leader lease")
         self.lease_epoch = _gauge(
-            r, "tpucared_lease_epoch", "The epoch of the lease this daemon leads or last led"
+            r, "tpucared_lease_epoch", "The lease's epoch at this daemon's last attempt"
         )
         self.api_requests = _counter(
             r, "tpucared_api_requests", "TPU API requests by HTTP status", "call", "status"
