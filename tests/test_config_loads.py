@@ -16,7 +16,7 @@ from tpucared.core.planning.policy import Policy
 EXAMPLES = Path(__file__).resolve().parents[1] / "deploy" / "examples"
 
 
-@pytest.mark.parametrize("name", ["emulator.toml", "gce.toml"])
+@pytest.mark.parametrize("name", ["emulator.toml", "gce.toml", "standby/standby.toml"])
 def test_examples_load(name: str) -> None:
     config = load_config(EXAMPLES / name)
     assert config.fleets
