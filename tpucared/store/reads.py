@@ -393,7 +393,11 @@ async def read_lease(conn: AsyncConnection, *, for_share: bool = False) -> Lease
     stmt = select(LeaderLeaseRow.__table__).where(LeaderLeaseRow.id == 1)
     if for_share:
         stmt = stmt.with_for_update(read=True)
-    row = (await conn.execute(stmt)).mappings().one()
+    return lease_record((await conn.execute(stmt)).mappings().one())
+
+
+def lease_record(row: Mapping[Any, Any]) -> Lease:
+    """A `leader_lease` row as the core's record."""
     holder = None
     if row["holder_instance"] is not None:
         holder = Holder(row["holder_host"] or "", row["holder_pid"] or 0, row["holder_instance"])
