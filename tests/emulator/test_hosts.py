@@ -263,3 +263,16 @@ async def test_many_nodes_start_and_stop_quickly(cloud: Cloud) -> None:
     for name in names:
         await cloud.http.ok("POST", f"{CONTROL}/{name}:vanish")
     await eventually(lambda: not any(cloud.hosts.running(n) for n in nodes), "all stopped")
+
+
+async def test_a_command_inherits_none_of_the_emulators_descriptors(cloud: Cloud) -> None:
+    """A worker's command holds only its own stdio, as on a VM: none of the emulator's
+    listeners, connections or other commands' pipes, nor what the emulator's own parent left
+    inheritable (spawning with close_fds=False would leak those: measured, and kept True)."""
+    await cloud.create("fds", "v4-16")
+    targets = await cloud.targets("fds")
+    # sh execs the last command: $$ is ls, whose fd 3 is the directory it lists.
+    results = await cloud.run(targets, "ls /proc/$$/fd")
+    for result in results:
+        assert result.ok, result
+        assert sorted(int(fd) for fd in result.stdout_tail.split()) == [0, 1, 2, 3]
