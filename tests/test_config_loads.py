@@ -7,7 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from config_support import MINIMAL, load
+from config_support import MINIMAL, daemon, load
 
 from tpucared.config import ENV_VAR, ConfigError, load_config, resolve_config_path
 from tpucared.core.model.specs import CapacityKind, OnSuccess, Provisioning, RestartPolicy
@@ -57,6 +57,9 @@ def test_defaults(tmp_path: Path) -> None:
     assert config.daemon.db_url == f"sqlite+aiosqlite:///{tmp_path / 'state.db'}"
     assert config.daemon.poll_interval == 10.0
     assert config.daemon.lease == 15.0
+    # Left out, the lease outlasts a poll and a half, whatever the poll.
+    slow = load(tmp_path, daemon('poll_interval = "30s"'))
+    assert slow.daemon.lease == 45.0
     assert (config.daemon.http_host, config.daemon.http_port) == ("127.0.0.1", 9464)
     assert config.daemon.owner == "default"
     assert config.gcp.endpoint == "https://tpu.googleapis.com"

@@ -59,7 +59,7 @@ BAD = [
     ),
     (
         "lease-not-longer-than-the-poll",
-        daemon('poll_interval = "20s"'),
+        daemon('poll_interval = "20s"\nlease = "15s"'),
         ['daemon.lease: must be longer than daemon.poll_interval (20s), got "15s"'],
     ),
     (

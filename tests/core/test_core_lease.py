@@ -15,6 +15,7 @@ from tpucared.core.leadership.lease import (
     Step,
     attempt_interval,
     check_role_change,
+    default_lease,
     expired,
     lease_problem,
     local_deadline,
@@ -155,3 +156,11 @@ def test_lease_problem(lease_s: float, poll_s: float, problem: str | None) -> No
 )
 def test_stale(row: Lease, lease_s: float | None, warning: str | None) -> None:
     assert stale(row, T0, lease_s) == warning
+
+
+@pytest.mark.parametrize(
+    ("poll", "lease"), [(1.0, 15.0), (10.0, 15.0), (20.0, 30.0), (30.0, 45.0), (600.0, 900.0)]
+)
+def test_the_default_lease_outlasts_a_poll_and_a_half(poll: float, lease: float) -> None:
+    assert default_lease(poll) == lease
+    assert lease_problem(default_lease(poll), poll) is None

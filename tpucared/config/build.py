@@ -19,7 +19,8 @@ Decisions worth knowing:
 - daemon.poll_interval is "1s" to "10m"; with credentials = "none" (an emulator) it may go
   down to "100ms", for tests and demos.
 - daemon.lease (the leader lease) is longer than daemon.poll_interval: a lease shorter than
-  one poll would lapse during an ordinary tick.
+  one poll would lapse during an ordinary tick. Left out, it is 15 s or a poll and a half,
+  whichever is longer.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from tpucared.config.schema import (
 )
 from tpucared.config.syntax import as_written
 from tpucared.config.values import Config, DaemonConfig, GcpConfig, SshConfig
-from tpucared.core.leadership.lease import lease_problem
+from tpucared.core.leadership.lease import default_lease, lease_problem
 from tpucared.core.model import durations
 from tpucared.core.model.backoff import BackoffRule
 from tpucared.core.model.specs import (
@@ -174,9 +175,9 @@ def _daemon(
         problems.add(
             "daemon.events_retention", f'expected "1d" or more, or "never", got {_fmt(retention)}'
         )
-    lease = raw.lease.total_seconds()
+    lease = default_lease(seconds) if raw.lease is None else raw.lease.total_seconds()
     problem = lease_problem(lease, seconds)
-    if problem is not None:
+    if problem is not None and raw.lease is not None:
         problems.add("daemon.lease", f"{problem}, got {_fmt(raw.lease)}")
     return DaemonConfig(
         db=db,

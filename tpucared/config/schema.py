@@ -71,7 +71,8 @@ class DaemonTable(Table):
     # Events older than this are pruned, a small batch at a time off the tick.
     events_retention: DurationOrNever = timedelta(days=30)
     # The leader lease: a standby takes over at most this long (+ a third) after a leader died.
-    lease: Duration = timedelta(seconds=15)
+    # None: core/leadership/lease.py `default_lease` (15 s, or a poll and a half when longer).
+    lease: Duration | None = None
 
 
 class GcpTable(Table):

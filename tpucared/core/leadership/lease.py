@@ -132,6 +132,16 @@ def attempt_interval(lease_s: float) -> float:
     return lease_s / RENEW_DIVISOR
 
 
+# The lease when the config does not set one: 15 s, or a poll and a half when that is longer
+# (a poll of up to 10 minutes is allowed, and a lease must outlast one).
+DEFAULT_LEASE_S = 15.0
+
+
+def default_lease(poll_s: float) -> float:
+    """`daemon.lease` when the config leaves it out."""
+    return max(DEFAULT_LEASE_S, 1.5 * poll_s)
+
+
 def lease_problem(lease_s: float, poll_s: float) -> str | None:
     """What is wrong with `daemon.lease` next to `daemon.poll_interval`, if anything: a lease
     no longer than one poll would lapse during an ordinary tick."""
