@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, str] = {
     "capacity": "bench.capacity",
     "scale": "bench.scale",
     "notice": "bench.notice",
+    "takeover": "bench.takeover",
 }
 
 RunFunction = Callable[[bool], dict[str, Any]]
