@@ -65,10 +65,11 @@ def _constants(text: str) -> dict[str, str]:
     return dict(re.findall(r'^([A-Z][A-Z0-9_]*)\s*=\s*"([^"]+)"\s*$', text, re.MULTILINE))
 
 
-def commands_in(text: str) -> set[str]:
-    """The external commands one source file starts."""
+def commands_in(text: str, imported: dict[str, str] | None = None) -> set[str]:
+    """The external commands one source file starts. `imported`: constants defined in other
+    scanned files (a package keeps `PARALLEL_SSH = "parallel-ssh"` in its settings module)."""
     found = set(_CALL_LITERAL.findall(text)) | set(_ARGV.findall(text))
-    constants = _constants(text)
+    constants = {**(imported or {}), **_constants(text)}
     found |= {constants[name] for name in _CALL_CONSTANT.findall(text) if name in constants}
     for group in _WHICH_TUPLE.findall(text):
         found |= set(re.findall(r'"([^"]+)"', group))
@@ -79,12 +80,19 @@ def commands_in(text: str) -> set[str]:
 def scanned_commands() -> dict[str, list[str]]:
     """command -> the files that start it, over tests/ and bench/."""
     where: dict[str, list[str]] = {}
-    for top in SCANNED:
-        for path in sorted((ROOT / top).rglob("*.py")):
-            if path == Path(__file__).resolve():
-                continue  # its own examples are not commands
-            for command in commands_in(path.read_text(encoding="utf-8")):
-                where.setdefault(command, []).append(str(path.relative_to(ROOT)))
+    paths = [
+        path
+        for top in SCANNED
+        for path in sorted((ROOT / top).rglob("*.py"))
+        if path != Path(__file__).resolve()  # its own examples are not commands
+    ]
+    texts = {path: path.read_text(encoding="utf-8") for path in paths}
+    constants: dict[str, str] = {}
+    for text in texts.values():
+        constants.update(_constants(text))
+    for path, text in texts.items():
+        for command in commands_in(text, constants):
+            where.setdefault(command, []).append(str(path.relative_to(ROOT)))
     return where
 
 
