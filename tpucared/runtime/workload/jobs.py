@@ -172,7 +172,7 @@ class WorkloadJobs:
         self.runner = runner
         self._wakeup = wakeup
         self._clock = clock
-        self.probe_interval = probe_interval  # the poll's: probe_interval() may stretch it
+        self._poll = probe_interval  # the shortest interval: probe_interval() may stretch it
         self.probe_rate = probe_rate
         self.interval = probe_interval  # the interval in force (at the last dispatch)
         self._max_probes = max_probes
@@ -263,8 +263,9 @@ class WorkloadJobs:
                 self._start_chain(key, kept)
                 report.chains += 1
         report.probes = self._probe_new_nodes(snapshot, plan)
-        report.probes += self._schedule_probes(snapshot, away)
-        self.notices.sync(snapshot)
+        probe_jobs = self.runner.probe_jobs(snapshot)  # once a tick: O(slots)
+        report.probes += self._schedule_probes(snapshot, probe_jobs, away)
+        self.notices.sync(snapshot, probe_jobs)
         report.in_flight = len(self._jobs)
         self.runner.forget(live)
         if live != self._pruned:
@@ -288,13 +289,14 @@ class WorkloadJobs:
             started += 1
         return started
 
-    def _schedule_probes(self, snapshot: TickSnapshot, away: set[int]) -> int:
+    def _schedule_probes(
+        self, snapshot: TickSnapshot, jobs: Sequence[ProbeJob], away: set[int]
+    ) -> int:
         """Probe the slots whose probe is due (core/workload/probes.py: `probe_due`)."""
         started = 0
         now = self._clock.monotonic()
-        jobs = self.runner.probe_jobs(snapshot)
         workers = sum(len(job.workers) for job in jobs)
-        interval = probe_interval(self.probe_interval, workers, self.probe_rate)
+        interval = probe_interval(self._poll, workers, self.probe_rate)
         if interval != self.interval:
             log.info("workload.probe_interval", seconds=round(interval, 1), workers=workers,
                      rate=self.probe_rate)  # fmt: skip

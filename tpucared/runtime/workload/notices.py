@@ -1,10 +1,11 @@
 """The preemption notice, heard at once: one long wait per slice with a running attempt.
 
-Where it sits: `WorkloadJobs.dispatch` (jobs.py) calls `sync(snapshot)` every tick. For each
-slot whose newest attempt runs on its READY node, one background task keeps a command waiting
-on worker 0 (ssh/sh/notice_wait.sh, on the pooled connection: it holds the metadata server's
-`instance/preempted` request as run.sh's watcher does, so it costs the worker nothing while
-it waits) until the run's notice watcher (ssh/sh/run.sh) writes `notice`. Then it:
+Where it sits: `WorkloadJobs.dispatch` (jobs.py) calls `sync(snapshot, probe_jobs)` every
+tick. For each slot whose newest attempt runs on its READY node, one background task keeps a
+command waiting on worker 0 (ssh/sh/notice_wait.sh, on the pooled connection: it holds the
+metadata server's `instance/preempted` request as run.sh's watcher does, so it costs the
+worker nothing while it waits) until the run's notice watcher (ssh/sh/run.sh) writes
+`notice`. Then it:
 
 1. records a `preemption.notice` event (the notice's time as the worker saw it);
 2. asks for a probe of the slot now (`on_news`): the planner reads the notice from the probe
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import structlog
@@ -67,10 +68,11 @@ class NoticeWatches:
     def __len__(self) -> int:
         return sum(1 for t in self._tasks.values() if not t.done())
 
-    def sync(self, snapshot: TickSnapshot) -> None:
-        """Watch exactly the running attempts on READY nodes of `snapshot`."""
+    def sync(self, snapshot: TickSnapshot, jobs: Sequence[ProbeJob]) -> None:
+        """Watch exactly the running attempts on READY nodes of `snapshot` (`jobs`: its
+        `runner.probe_jobs`, computed once a tick by the caller)."""
         wanted: dict[Watched, ProbeJob] = {}
-        for job in self._runner.probe_jobs(snapshot):
+        for job in jobs:
             last = snapshot.last_attempts.get(job.key)
             if job.attempt is None or last is None or last.ended_at is not None:
                 continue
