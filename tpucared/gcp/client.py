@@ -12,7 +12,8 @@ Every request goes through `_call` -> `call_with_retry` -> `_send`, so each one:
   `"error"` as the status when no response came back; `on_request` sees each one too.
 
 Methods return parsed JSON dicts (the API's camelCase shapes) or `Operation`s; turning them
-into domain types is convert.py's job. Every list follows `nextPageToken` to the end, within
+into domain types is convert.py's job. The queuedResources.* calls live in queued.py, a mixin
+over this request path. Every list follows `nextPageToken` to the end, within
 `MAX_LIST_PAGES` and `list_deadline` (a list that does not end is MALFORMED), and a page that
 reports unreachable locations fails the whole list (TRANSIENT): a partial list would make
 present nodes look vanished.
@@ -43,6 +44,7 @@ from tpucared.gcp.errors import (
     malformed_response,
 )
 from tpucared.gcp.operation import Operation
+from tpucared.gcp.queued import QueuedResourceCalls
 from tpucared.gcp.responses import check_page, read_body
 from tpucared.gcp.retry import RetryPolicy, Rng, Sleep, call_with_retry
 
@@ -55,15 +57,6 @@ USER_AGENT = f"tpucared/{__version__}"
 log = structlog.get_logger(__name__)
 
 
-def _resolve(parts: tuple[str, ...], build: Callable[[str, str, str], str]) -> str:
-    """A full resource name from either (name,) or (project, zone, id)."""
-    if len(parts) == 1:
-        return parts[0]
-    if len(parts) == 3:
-        return build(*parts)
-    raise TypeError("pass a full resource name, or project, zone and id")
-
-
 # Bounds of one list (every page of it): see `_list`. At 1,000 items a page, 200 pages is
 # 200,000 resources in one zone, far beyond any TPU zone.
 MAX_LIST_PAGES = 200
@@ -73,7 +66,7 @@ CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 30.0
 
 
-class TpuClient:
+class TpuClient(QueuedResourceCalls):
     """Async client of tpu.googleapis.com/v2 (or the emulator at `endpoint`).
 
     Owns the token source (closed with the client) and, unless one is injected, the aiohttp
@@ -316,7 +309,7 @@ class TpuClient:
     @overload
     async def get_node(self, project: str, zone: str, node_id: str, /) -> JSON: ...
     async def get_node(self, *parts: str) -> JSON:
-        name = _resolve(parts, names.node_name)
+        name = names.resolve(parts, names.node_name)
         return await self._call("nodes.get", "GET", self._url(name))
 
     async def create_node(
@@ -336,7 +329,7 @@ class TpuClient:
     async def delete_node(self, project: str, zone: str, node_id: str, /) -> Operation: ...
     async def delete_node(self, *parts: str) -> Operation:
         """Start deleting a node. NOT_FOUND means it is already gone (callers treat as done)."""
-        name = _resolve(parts, names.node_name)
+        name = names.resolve(parts, names.node_name)
         return await self._operation("nodes.delete", "DELETE", self._url(name))
 
     async def patch_node(
@@ -400,74 +393,6 @@ class TpuClient:
         if error is not None:
             raise error
         return current
-
-    # -- queued resources -----------------------------------------------------------------------
-
-    async def create_queued_resource(
-        self,
-        project: str,
-        zone: str,
-        qr_id: str,
-        *,
-        node_id: str,
-        shape: bodies.NodeShape,
-        reservation_name: str | None = None,
-        valid_until_seconds: float | None = None,
-    ) -> Operation:
-        """Queue one node of `shape`; its capacity tier becomes the queued resource's."""
-        if shape.capacity is None:
-            raise ValueError("a queued resource needs a capacity tier (spot, on-demand, ...)")
-        body = bodies.queued_resource_body(
-            project,
-            zone,
-            node_id=node_id,
-            node=bodies.node_body(shape.for_queue()),
-            capacity=shape.capacity,
-            reservation_name=reservation_name,
-            valid_until_seconds=valid_until_seconds,
-        )
-        url = self._url(f"{names.location(project, zone)}/queuedResources")
-        return await self._operation(
-            "queuedResources.create", "POST", url, params={"queuedResourceId": qr_id}, body=body
-        )
-
-    @overload
-    async def get_queued_resource(self, name: str, /) -> JSON: ...
-    @overload
-    async def get_queued_resource(self, project: str, zone: str, qr_id: str, /) -> JSON: ...
-    async def get_queued_resource(self, *parts: str) -> JSON:
-        name = _resolve(parts, names.queued_resource_name)
-        return await self._call("queuedResources.get", "GET", self._url(name))
-
-    async def list_queued_resources(
-        self, project: str, zone: str, *, page_size: int | None = None
-    ) -> list[JSON]:
-        return await self._list(
-            "queuedResources.list",
-            names.location(project, zone),
-            "queuedResources",
-            page_size=page_size,
-        )
-
-    @overload
-    async def delete_queued_resource(self, name: str, /, *, force: bool = False) -> Operation: ...
-    @overload
-    async def delete_queued_resource(
-        self, project: str, zone: str, qr_id: str, /, *, force: bool = False
-    ) -> Operation: ...
-    async def delete_queued_resource(self, *parts: str, force: bool = False) -> Operation:
-        """Delete a queued resource; `force` deletes its nodes first (else they must be gone)."""
-        name = _resolve(parts, names.queued_resource_name)
-        params = {"force": "true"} if force else None
-        return await self._operation(
-            "queuedResources.delete", "DELETE", self._url(name), params=params
-        )
-
-    async def reset_queued_resource(self, name: str) -> Operation:
-        """Put a FAILED/SUSPENDED queued resource back in the queue."""
-        return await self._operation(
-            "queuedResources.reset", "POST", self._url(name, "reset"), body={}
-        )
 
     # -- catalogue ------------------------------------------------------------------------------
 

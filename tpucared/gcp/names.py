@@ -7,6 +7,8 @@ tpucared passes names around and never concatenates path pieces itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 API_VERSION = "v2"
 
 
@@ -33,6 +35,16 @@ def queued_resource_name(project: str, zone: str, qr_id: str) -> str:
 def reservation_wildcard(project: str, zone: str) -> str:
     """Any reservation of the project in the zone; what `gcloud ... --reserved` sends (v2)."""
     return f"{location(project, zone)}/reservations/-"
+
+
+def resolve(parts: tuple[str, ...], build: Callable[[str, str, str], str]) -> str:
+    """A full resource name from either (name,) or (project, zone, id): the two ways the
+    client's get/delete calls may be addressed."""
+    if len(parts) == 1:
+        return parts[0]
+    if len(parts) == 3:
+        return build(*parts)
+    raise TypeError("pass a full resource name, or project, zone and id")
 
 
 def short_name(name: str) -> str:
