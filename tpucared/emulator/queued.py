@@ -15,6 +15,12 @@ State machine (QueuedResourceState.State):
     any -> DELETING -> gone                 queuedResources.delete; with live nodes only with
                                             force=true, which deletes them first
 Waiting requests are served first come, first served whenever capacity frees or grows.
+
+Multislice: a nodeSpec with `multisliceParams {nodeCount: N, nodeIdPrefix}` instead of `nodeId`
+asks for N nodes `{prefix}-0` .. `{prefix}-{N-1}` (the prefix defaults to the queued resource's
+id; N must be > 1), each listed with `multisliceNode: true`. They are one request: capacity for
+all N at once, ACTIVE when all are READY, SUSPENDED when any is lost, deleted (force) and
+recreated (reset) together. Every node names its queued resource in `queuedResource`.
 """
 
 from __future__ import annotations
@@ -60,9 +66,9 @@ class QueuedResources:
         if name in self._qrs:
             raise errors.already_exists(name)
         requests = self._node_requests(spec, parent, zone, qr_id)
-        for node_id, _, _ in requests:
-            if state.node(f"{parent}/nodes/{node_id}") is not None:
-                raise errors.already_exists(f"{parent}/nodes/{node_id}")
+        for request in requests:
+            if state.node(f"{parent}/nodes/{request.node_id}") is not None:
+                raise errors.already_exists(f"{parent}/nodes/{request.node_id}")
         now = state.now()
         try:
             after, until = validation.queueing_window(spec.get("queueingPolicy", {}), now)
@@ -155,8 +161,10 @@ class QueuedResources:
 
     def node_ready(self, node: Node) -> None:
         qr = self._owner(node)
-        ready = qr is not None and all(n.state == "READY" for n in self._nodes(qr))
-        if qr is not None and qr.state == "PROVISIONING" and ready:
+        if qr is None or qr.state != "PROVISIONING":
+            return
+        nodes = self._nodes(qr)
+        if len(nodes) == len(qr.requests) and all(n.state == "READY" for n in nodes):
             self._set_state(qr, "ACTIVE")
 
     def node_lost(self, node: Node) -> None:
@@ -200,17 +208,21 @@ class QueuedResources:
                 continue
             if now < qr.valid_after:
                 continue
-            names = [f"{qr.parent}/nodes/{node_id}" for node_id, _, _ in qr.requests]
+            names = [f"{qr.parent}/nodes/{r.node_id}" for r in qr.requests]
             if any(state.node(name) is not None for name in names):
                 continue  # an old node of the same name is still being deleted
-            needed = Counter(shape.name for _, _, shape in qr.requests)
+            # All or nothing: capacity for every node (every slice of a multislice) at once.
+            needed = Counter(r.shape.name for r in qr.requests)
             if not all(state.has_capacity(qr.zone, t, n) for t, n in needed.items()):
                 continue
             self._waiting.pop(qr.name)
             self._set_state(qr, "PROVISIONING")
-            for node_id, node_spec, shape in qr.requests:
-                node = state.spawn_node(qr.project, qr.zone, node_id, dict(node_spec), shape)
+            for request in qr.requests:
+                node = state.spawn_node(
+                    qr.project, qr.zone, request.node_id, dict(request.spec), request.shape
+                )
                 node.queued_resource = qr.name
+                node.multislice_node = request.multislice
                 state.take_capacity(node)
                 qr.node_names.append(node.name)
                 state.schedule(
@@ -223,7 +235,8 @@ class QueuedResources:
     def _node_requests(
         self, spec: dict[str, Any], parent: str, zone: str, qr_id: str
     ) -> list[NodeRequest]:
-        """(node id, node spec, shape) for every node a queued resource asks for."""
+        """Every node a queued resource asks for: a nodeSpec's `nodeId` names one node, its
+        `multisliceParams` `nodeCount` of them (the schema refuses both: they are a oneof)."""
         out: list[NodeRequest] = []
         node_specs = spec.get("tpu", {}).get("nodeSpec", [])
         if not node_specs:
@@ -241,17 +254,21 @@ class QueuedResources:
             validation.labels(node.get("labels", {}))
             if "spot" in spec and "schedulingConfig" not in node:
                 node["schedulingConfig"] = {"spot": True}
-            multi = node_spec.get("multisliceParams")
-            if multi:
-                count = int(multi.get("nodeCount", 0))
-                if count < 2:
-                    raise errors.bad_request("multislice_params.node_count must be > 1")
-                prefix = multi.get("nodeIdPrefix") or qr_id
-                ids = [f"{prefix}-{n}" for n in range(count)]
+            if "multisliceParams" in node_spec:
+                ids = validation.multislice_node_ids(
+                    node_spec["multisliceParams"], qr_id, f"node_spec[{i}]"
+                )
+                out.extend(NodeRequest(node_id, node, shape, True) for node_id in ids)
+            elif "nodeId" in node_spec:
+                node_id = validation.node_id(node_spec["nodeId"], "nodeSpec.nodeId")
+                out.append(NodeRequest(node_id, node, shape, False))
             else:
-                ids = [node_spec.get("nodeId", "")]
-            for node_id in ids:
-                out.append((validation.node_id(node_id, "nodeSpec.nodeId"), node, shape))
+                raise errors.bad_request(
+                    f"node_spec[{i}] must set either node_id or multislice_params"
+                )
+        repeated = sorted(n for n, k in Counter(r.node_id for r in out).items() if k > 1)
+        if repeated:
+            raise errors.bad_request(f"node ids must be unique, {repeated} repeat")
         return out
 
     def _wait(self, qr: QueuedResource, now: float) -> None:

@@ -9,7 +9,7 @@ created from (`spec`) and overlays what the service owns (state, endpoints, id, 
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, NamedTuple
 
 from tpucared.emulator.clock import rfc3339
 from tpucared.emulator.topology import AcceleratorShape
@@ -37,6 +37,7 @@ class Node:
         "generation",
         "health",
         "health_description",
+        "multislice_node",
         "node_id",
         "notice_at",
         "project",
@@ -74,7 +75,8 @@ class Node:
         self.state = "CREATING"
         self.health: str | None = None
         self.health_description: str | None = None
-        self.queued_resource: str | None = None
+        self.queued_resource: str | None = None  # the full name of the one that made it
+        self.multislice_node = False  # made by a queued resource's multisliceParams
         # Set when the create can never succeed (no capacity): the error its operation gets.
         self.doomed: dict[str, Any] | None = None
         # capacity_judged "end": capacity is taken (or the create doomed) when it finishes.
@@ -120,7 +122,7 @@ class Node:
         10,000 nodes every poll is the emulator's main work in the scale benchmark. The dict
         is shared between calls: callers copy it before changing it (none does)."""
         key = (self.state, self.health, self.health_description, self.queued_resource,
-               self.spec_rev)  # fmt: skip
+               self.multislice_node, self.spec_rev)  # fmt: skip
         if self._json is not None and self._json[0] == key:
             return self._json[1]
         out = self._render()
@@ -171,6 +173,8 @@ class Node:
                 out[key] = spec[key]
         if self.queued_resource:
             out["queuedResource"] = self.queued_resource
+        if self.multislice_node:  # proto3 JSON omits false
+            out["multisliceNode"] = True
         return out
 
     def _endpoint(self, worker: Worker) -> dict[str, Any]:
@@ -256,8 +260,13 @@ class Operation:
         return out
 
 
-# A node a queued resource asks for: (node id, normalized node spec, its shape).
-NodeRequest = tuple[str, dict[str, Any], AcceleratorShape]
+class NodeRequest(NamedTuple):
+    """A node a queued resource asks for."""
+
+    node_id: str
+    spec: dict[str, Any]  # the normalized node spec (shared by a multislice request's nodes)
+    shape: AcceleratorShape
+    multislice: bool  # one of the nodes of a nodeSpec's multisliceParams
 
 
 class QueuedResource:

@@ -3,8 +3,10 @@
 The subset of the v2 message schemas (cloud_tpu.proto) that clients send. Like Google's JSON
 front end it accepts field names in camelCase or snake_case, enums by name or by number (the
 official client sends numbers), int64 as string or number; it rejects unknown fields and wrong
-types with `Invalid JSON payload received...` / `Invalid value at '...'` 400s, and drops
-output-only fields. The result uses camelCase names and enum names, ready to echo back.
+types with `Invalid JSON payload received...` / `Invalid value at '...'` 400s, refuses two
+members of one oneof (`... (oneof), oneof field 'x' is already set. Cannot set 'y'`, as the
+protobuf JSON writer words it), and drops output-only fields. The result uses camelCase
+names and enum names, ready to echo back.
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ Kind = Scalar | EnumOf | MessageOf | ListOf | MapOf
 class Field:
     kind: Kind
     output_only: bool = False
+    oneof: str | None = None  # the proto oneof it belongs to (at most one member may be set)
 
 
 STRING, BOOL, INT32 = Scalar("string"), Scalar("bool"), Scalar("int32")
@@ -173,8 +176,11 @@ MESSAGES: dict[str, dict[str, Field]] = {
     "QueuedResource.Tpu": {"nodeSpec": Field(ListOf(MessageOf("QueuedResource.Tpu.NodeSpec")))},
     "QueuedResource.Tpu.NodeSpec": {
         "parent": Field(STRING),
-        "nodeId": Field(STRING),
-        "multisliceParams": Field(MessageOf("QueuedResource.Tpu.NodeSpec.MultisliceParams")),
+        # oneof name_strategy: one node by id, or several by multisliceParams.
+        "nodeId": Field(STRING, oneof="name_strategy"),
+        "multisliceParams": Field(
+            MessageOf("QueuedResource.Tpu.NodeSpec.MultisliceParams"), oneof="name_strategy"
+        ),
         "node": Field(MessageOf("Node")),
     },
     "QueuedResource.Tpu.NodeSpec.MultisliceParams": {
@@ -285,6 +291,7 @@ def normalize(value: object, message: str, path: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _invalid_value(path, TYPE_URL + TPU + message, value)
     out: dict[str, Any] = {}
+    oneofs: set[str] = set()
     for raw_name, raw in value.items():
         name = camel(str(raw_name))
         spec = fields.get(name)
@@ -292,6 +299,14 @@ def normalize(value: object, message: str, path: str) -> dict[str, Any]:
             raise _unknown_field(str(raw_name), path)
         if raw is None:
             continue  # JSON null means "not set" for every proto3 field
+        if spec.oneof is not None:
+            if spec.oneof in oneofs:
+                raise invalid_argument(
+                    f"Invalid value at '{path}' (oneof), oneof field '{spec.oneof}' is already "
+                    f"set. Cannot set '{raw_name}'",
+                    field=path,
+                )
+            oneofs.add(spec.oneof)
         normalized = _value(spec.kind, raw, f"{path}.{snake(name)}")
         if not spec.output_only:
             out[name] = normalized

@@ -1,7 +1,8 @@
 """Semantic checks of create/patch requests beyond JSON shape (schema.py does the shape).
 
-Resource ids, labels, the accelerator (type or config) against the zone's catalog, queueing
-policies, update masks. Each failure is the ApiError GCP returns, with its wording where known.
+Resource ids (a multislice request's node ids too), labels, the accelerator (type or config)
+against the zone's catalog, queueing policies, update masks. Each failure is the ApiError GCP
+returns, with its wording where known.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ _QR_ID = re.compile(r"[A-Za-z0-9_.~+%-]+")
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 _LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
 MAX_LABELS = 64
+# The emulator's own bound on a multislice request (the API documents none beyond quota): a
+# nodeCount of 2^31 must not make the emulator build two billion node ids.
+MAX_MULTISLICE_NODES = 1024
 
 # nodes.patch: the fields the v2 API lets you change (discovery doc, updateMask).
 UPDATABLE_FIELDS = ("description", "tags", "labels", "metadata", "networkConfig.enableExternalIps")
@@ -54,6 +58,36 @@ def queued_resource_id(value: str | None) -> str:
             field="queued_resource_id",
         )
     return value
+
+
+def multislice_node_ids(params: dict[str, Any], qr_id: str, where: str) -> list[str]:
+    """The node ids a nodeSpec's MultisliceParams asks for: `{prefix}-0` .. `{prefix}-{N-1}`,
+    the prefix being `nodeIdPrefix` or else the queued resource's id. `where`: "node_spec[i]"."""
+    count = int(params.get("nodeCount", 0))
+    if count < 2:
+        raise errors.bad_request(f"{where}.multislice_params.node_count must be > 1, got {count}")
+    if count > MAX_MULTISLICE_NODES:
+        raise errors.bad_request(
+            f"{where}.multislice_params.node_count must be at most {MAX_MULTISLICE_NODES}, "
+            f"got {count}"
+        )
+    prefix = params.get("nodeIdPrefix") or qr_id
+    if not _QR_ID.fullmatch(prefix):
+        raise invalid_argument(
+            f"Invalid value for field 'nodeSpec.multisliceParams.nodeIdPrefix': '{prefix}'. "
+            "Must be a match of regex '^[A-Za-z0-9_.~+%-]+$'.",
+            field="node_spec.multislice_params.node_id_prefix",
+        )
+    ids = [f"{prefix}-{n}" for n in range(count)]
+    if not all(len(i) <= 63 and _RFC1035.fullmatch(i) for i in ids):
+        source = "nodeIdPrefix" if params.get("nodeIdPrefix") else "queuedResourceId"
+        raise invalid_argument(
+            f"Invalid value for field 'nodeSpec.multisliceParams.nodeIdPrefix': '{prefix}' "
+            f"(from {source}). Node ids '{ids[0]}' .. '{ids[-1]}' must be a match of regex "
+            "'[a-z]([-a-z0-9]*[a-z0-9])?' and at most 63 characters long.",
+            field="node_spec.multislice_params.node_id_prefix",
+        )
+    return ids
 
 
 def labels(value: dict[str, str], path: str = "node.labels") -> None:
