@@ -17,6 +17,9 @@ from the API's defaults, on purpose:
   tier, reserved is `reservationName: projects/P/locations/Z/reservations/-` (any reservation
   of the project), on-demand sends no tier, and the node spec carries no schedulingConfig.
   Queued resources have no preemptible tier, so that combination is refused here.
+- A queued resource's node spec names one node (`nodeId`) or, multislice, several
+  (`multisliceParams {nodeCount, nodeIdPrefix}`, nodes `{prefix}-0` ..): never both, as the
+  API's oneof requires.
 """
 
 from __future__ import annotations
@@ -114,26 +117,61 @@ def duration(seconds: float) -> str:
     return f"{seconds:.9f}".rstrip("0").rstrip(".") + "s"
 
 
+def name_strategy(
+    node_id: str | None, multislice_count: int | None, node_id_prefix: str | None
+) -> dict[str, Any]:
+    """A node spec's oneof `name_strategy`: `{"nodeId": ...}` for one node, or
+    `{"multisliceParams": {"nodeCount", "nodeIdPrefix"}}` for `multislice_count` nodes named
+    `{prefix}-0` .. (the API's default prefix is the queued resource id)."""
+    if multislice_count is None:
+        if node_id_prefix is not None:
+            raise ValueError("node_id_prefix goes with multislice_count")
+        if not node_id:
+            raise ValueError(
+                "a queued resource needs node_id (one node) or multislice_count (several)"
+            )
+        return {"nodeId": node_id}
+    if node_id is not None:
+        raise ValueError(
+            "pass node_id for one node or multislice_count for several, not both "
+            "(the API's nodeId and multisliceParams are a oneof)"
+        )
+    if isinstance(multislice_count, bool) or not isinstance(multislice_count, int):
+        raise ValueError(f"multislice_count must be an int, got {multislice_count!r}")
+    if multislice_count < 2:
+        raise ValueError(
+            f"multislice_count must be > 1 (MultisliceParams.nodeCount), got {multislice_count}"
+        )
+    params: dict[str, Any] = {"nodeCount": multislice_count}
+    if node_id_prefix is not None:
+        if not node_id_prefix:
+            raise ValueError("node_id_prefix must not be empty (leave it None for the default)")
+        params["nodeIdPrefix"] = node_id_prefix
+    return {"multisliceParams": params}
+
+
 def queued_resource_body(
     project: str,
     zone: str,
     *,
-    node_id: str,
     node: Mapping[str, Any],
     capacity: CapacityKind,
+    node_id: str | None = None,
     reservation_name: str | None = None,
     valid_until_seconds: float | None = None,
+    multislice_count: int | None = None,
+    node_id_prefix: str | None = None,
 ) -> dict[str, Any]:
-    """A QueuedResource for one node. `node` is a `node_body(..., capacity=None)`."""
+    """A QueuedResource for one node (`node_id`) or, multislice, `multislice_count` nodes of
+    the same spec (see `name_strategy`). `node` is a `node_body(..., capacity=None)`."""
     if capacity is CapacityKind.PREEMPTIBLE:
         raise ValueError("queued resources have no preemptible tier: use spot or on-demand")
-    body: dict[str, Any] = {
-        "tpu": {
-            "nodeSpec": [
-                {"parent": names.location(project, zone), "nodeId": node_id, "node": dict(node)}
-            ]
-        }
+    node_spec: dict[str, Any] = {
+        "parent": names.location(project, zone),
+        **name_strategy(node_id, multislice_count, node_id_prefix),
+        "node": dict(node),
     }
+    body: dict[str, Any] = {"tpu": {"nodeSpec": [node_spec]}}
     if capacity is CapacityKind.SPOT:
         body["spot"] = {}
     elif capacity is CapacityKind.RESERVED:

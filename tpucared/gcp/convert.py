@@ -238,10 +238,29 @@ def _made(data: Mapping[str, Any], what: str) -> NodeMade:
     )
 
 
+# More slices than one request could ever hold: a count past it is a misread, not a request.
+MAX_MULTISLICE_NODES = 4096
+
+
+def _multislice_names(params: object, qr_name: str) -> list[str]:
+    """The node ids of a multislice node spec: `{nodeIdPrefix}-0` .. `{prefix}-{nodeCount-1}`,
+    the prefix defaulting to the queued resource's id. A count or prefix we cannot read is
+    MalformedResource: the nodes it names would look like nobody's."""
+    what = f"queued resource {short_name(qr_name)}: multisliceParams"
+    if not isinstance(params, Mapping):
+        raise MalformedResource(f"{what} is not an object: {raw_excerpt(params)}")
+    count = _as_int(params.get("nodeCount"))
+    if count is None or not 0 < count <= MAX_MULTISLICE_NODES:
+        raise MalformedResource(f"{what}.nodeCount is unreadable: {raw_excerpt(params)}")
+    prefix = _optional_str(params, "nodeIdPrefix", what) or short_name(qr_name)
+    return [f"{prefix}-{i}" for i in range(count)]
+
+
 def queued_resource_from_json(zone: str, data: Mapping[str, Any]) -> ObservedQueuedResource:
     """An API QueuedResource as the planner sees it. A queued resource has no labels of its
     own: `labels` merges those of its node specs' nodes, where our ownership labels go.
-    Raises ValueError for one without a name."""
+    `node_names`: each node spec's `nodeId`, or the `{prefix}-{i}` ids of its
+    `multisliceParams`. Raises ValueError for one without a name."""
     name = data.get("name")
     if not isinstance(name, str) or not name.strip("/"):
         raise ValueError(f"queued resource without a name in zone {zone}")
@@ -261,6 +280,8 @@ def queued_resource_from_json(zone: str, data: Mapping[str, Any]) -> ObservedQue
             labels.update(_str_map(node.get("labels"), f"queued resource {name}: labels"))
         if spec.get("nodeId"):
             node_names.append(str(spec["nodeId"]))
+        elif spec.get("multisliceParams") is not None:
+            node_names.extend(_multislice_names(spec["multisliceParams"], name))
     error = None
     failed = state_data.get("failedData")
     if isinstance(failed, Mapping) and isinstance(failed.get("error"), Mapping):

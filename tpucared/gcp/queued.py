@@ -60,12 +60,18 @@ class QueuedResourceCalls:
         zone: str,
         qr_id: str,
         *,
-        node_id: str,
+        node_id: str | None = None,
         shape: bodies.NodeShape,
         reservation_name: str | None = None,
         valid_until_seconds: float | None = None,
+        multislice_count: int | None = None,
+        node_id_prefix: str | None = None,
     ) -> Operation:
-        """Queue one node of `shape`; its capacity tier becomes the queued resource's."""
+        """Queue one node of `shape` (`node_id`), or a multislice of `multislice_count` (> 1)
+        nodes of `shape` named `{node_id_prefix}-0` .. (the prefix defaults to `qr_id`); the
+        capacity tier of `shape` becomes the queued resource's. Exactly one of `node_id` and
+        `multislice_count` must be given, `node_id_prefix` only with `multislice_count`:
+        anything else is a ValueError, raised before any request."""
         if shape.capacity is None:
             raise ValueError("a queued resource needs a capacity tier (spot, on-demand, ...)")
         body = bodies.queued_resource_body(
@@ -76,6 +82,8 @@ class QueuedResourceCalls:
             capacity=shape.capacity,
             reservation_name=reservation_name,
             valid_until_seconds=valid_until_seconds,
+            multislice_count=multislice_count,
+            node_id_prefix=node_id_prefix,
         )
         url = self._url(f"{names.location(project, zone)}/queuedResources")
         return await self._operation(
