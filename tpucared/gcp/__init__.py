@@ -8,6 +8,7 @@
 - `bodies`     `NodeShape` (what a node is made of) and the request bodies built from it.
 - `responses`  the response schema at the client's edge: what an answer must look like.
 - `client`     `TpuClient`: one aiohttp session, one method per API call used.
+- `queued`     its queuedResources.* calls (a mixin), one node or a multislice per request.
 - `convert`    API JSON -> `tpucared.core.model` observations.
 - `observe`    `observe_zone`: one paginated list per (project, zone), never raising ApiError.
 """
