@@ -148,7 +148,7 @@ def snapshot(
     return Snapshot(
         fleets=frozen_mapping({"f": fleet}),
         slots=frozen_mapping({("f", 0): slot}),
-        nodes=frozen_mapping({("f", 0): node}),
+        nodes=frozen_mapping({("f", 0, 0): node}),
         last_attempts=frozen_mapping({("f", 0): attempt}),
     )
 

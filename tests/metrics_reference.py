@@ -53,7 +53,7 @@ class FullRefresh:
             wanted = [s for s in snapshot.slots_of(fleet.name) if not s.done and not fleet.down]
             m.slots.labels(fleet.name).set(len(wanted))
             m.running.labels(fleet.name).set(0)
-        for (fleet_name, _), node in snapshot.nodes.items():
+        for (fleet_name, *_), node in snapshot.nodes.items():
             m.nodes.labels(fleet_name, node.phase.value).inc()
         for fleet_name, _ in snapshot.running:
             m.running.labels(fleet_name).inc()
@@ -116,7 +116,7 @@ class OldGoodputTracker:
         fleet = snapshot.fleets.get(key[0])
         if fleet is None or _has_workload(fleet):
             return False
-        node = snapshot.nodes.get(key)
+        node = snapshot.nodes.get((*key, 0))
         return node is not None and node.phase is NodePhase.READY
 
 

@@ -44,6 +44,7 @@ def test_gce_example() -> None:
     assert sweep.workload.secrets == {"WANDB_API_KEY": "WANDB_API_KEY"}
     assert sweep.workload.hang_timeout == 1800.0
     assert config.fleet("big").provisioning is Provisioning.QUEUED
+    assert (config.fleet("ms").slices, config.fleet("ms").multislice_hold) == (2, 1800.0)
     assert config.guard is not None
     assert config.guard.max_nodes == 12
     assert config.policy.timeouts["creating"] == timedelta(minutes=30)

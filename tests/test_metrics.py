@@ -63,7 +63,7 @@ async def test_refresh_sets_gauges_and_counts_only_new_events(tmp_path: Path) ->
         # sweep-0 is preempted under its running attempt, then deleted.
         t = T0 + timedelta(minutes=10)
         snap = await store.load_snapshot()
-        node, attempt = snap.nodes[("sweep", 0)], snap.running[("sweep", 0)]
+        node, attempt = snap.nodes[("sweep", 0, 0)], snap.running[("sweep", 0)]
         async with store.write() as tx:
             await tx.transition(
                 node.id,

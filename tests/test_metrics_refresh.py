@@ -59,7 +59,7 @@ def build(world: World) -> Snapshot:
         fleet, index = key
         slots[key] = SlotRecord(fleet, index, f"run-{fleet}-{index}", done=s.done)
         if s.phase is not None:
-            nodes[key] = IncarnationRecord(
+            nodes[(*key, 0)] = IncarnationRecord(
                 n, fleet, index, f"{fleet}-{index}", "z", "v4-8", s.phase, T0, T0
             )
         ended = None if s.running else T0

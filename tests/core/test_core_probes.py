@@ -30,6 +30,7 @@ from tpucared.core.planning.actions import (
 from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.snapshot import SlotKey
 from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload, StopWorkload
+from tpucared.core.workload.gang import by_slot, slot_node
 from tpucared.core.workload.inputs import SlotProbe, WorkloadSnapshot
 from tpucared.core.workload.probes import (
     DUE_SHARE,
@@ -283,7 +284,8 @@ def test_first_probe(previous: Probed | None, inc: int, first: bool) -> None:
 def test_stale_probe(
     snapshot: WorkloadSnapshot, probed: SlotProbe, probe_epoch: int, why: str | None
 ) -> None:
-    assert stale_probe(KEY, probed, probe_epoch, 2, snapshot) == why
+    node = slot_node(by_slot(snapshot.nodes.values()).get(KEY, []))
+    assert stale_probe(KEY, probed, probe_epoch, 2, snapshot, node) == why
 
 
 @pytest.mark.parametrize(

@@ -308,10 +308,11 @@ def workload_config(
     ssh: str = "",
     workload: str = "",
     tables: str = "",
+    fleet_lines: str = "",
 ) -> Path:
     """One slot of `fleet` with a workload `run` (RESULTS=`results` in its environment) against
-    `emulator`'s SSH hosts; `ssh` and `workload` are more lines of those tables, `tables` more
-    tables (e.g. a `[policy]`)."""
+    `emulator`'s SSH hosts; `ssh`, `fleet_lines` and `workload` are more lines of those tables,
+    `tables` more tables (e.g. a `[policy]`)."""
     path = tmp_path / "fleet.toml"
     body = f"""
         [daemon]
@@ -337,6 +338,7 @@ def workload_config(
         runtime_version = "tpu-ubuntu2204-base"
         size = 1
         capacity = "spot"
+        {fleet_lines}
 
         [fleet.workload]
         run = '''{run}'''

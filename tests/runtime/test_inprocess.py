@@ -112,8 +112,8 @@ async def test_the_executor_records_what_apply_intent_says_before_any_call(
         stored = await h.store.load_snapshot()
         expected = apply_intent(tick.snapshot, tick.plan, tick.plan.now)
         assert _comparable(stored) == _comparable(expected)
-        assert stored.nodes[("sweep", 1)].phase is P.DELETING
-        assert stored.nodes[("sweep", 1)].delete_calls == 1
+        assert stored.nodes[("sweep", 1, 0)].phase is P.DELETING
+        assert stored.nodes[("sweep", 1, 0)].delete_calls == 1
         assert [r for r in await control.requests() if r["method"] == "DELETE"] == []
         await h.calls_done()
 
@@ -131,7 +131,7 @@ async def test_nodes_with_our_labels_are_adopted_not_recreated(
         assert tick.plan.of(CreateNode) == ()
         stored = await h.store.load_snapshot()
         assert {k: n.phase for k, n in stored.nodes.items()} == {
-            ("sweep", s): P.READY for s in range(3)
+            ("sweep", s, 0): P.READY for s in range(3)
         }
         tick = await h.tick()
         assert tick.plan.actions == ()
@@ -180,7 +180,7 @@ async def test_a_stockout_is_recorded_as_a_fact_with_its_message(
         await h.tick()
         await h.calls_done()
         await h.run_watcher(1.0)
-        inc = (await h.store.load_snapshot()).nodes[("sweep", 0)]
+        inc = (await h.store.load_snapshot()).nodes[("sweep", 0, 0)]
         assert inc.phase is P.CREATING  # the executor decides nothing
         assert inc.error is ErrorKind.CAPACITY
         assert inc.operation is None
@@ -212,7 +212,7 @@ async def test_a_create_failure_that_arrives_after_the_node_died_is_not_a_delete
         tick = await h.tick()
         assert [type(a) for a in tick.plan.actions][-1] is DeleteNode
         await h.run_watcher(1.0)
-        inc = (await h.store.load_snapshot()).nodes[("sweep", 0)]
+        inc = (await h.store.load_snapshot()).nodes[("sweep", 0, 0)]
         assert inc.phase is P.DELETING
         assert inc.operation is None  # the create's operation ended ...
         assert inc.error is None  # ... and its failure is not taken for the delete's
@@ -238,9 +238,9 @@ async def test_calls_cut_short_by_a_stop_get_an_outcome_at_the_next_start(
         changed = await record_interrupted_calls(h.store, h.daemon.clock)
         assert sorted(i.id for i in changed) == [requested.id, deleting.id]
         nodes = (await h.store.load_snapshot()).nodes
-        assert nodes[("sweep", 0)].error is ErrorKind.TRANSIENT
-        assert nodes[("sweep", 1)].error is ErrorKind.TRANSIENT
-        assert nodes[("sweep", 2)].error is ErrorKind.QUOTA  # had its outcome: untouched
+        assert nodes[("sweep", 0, 0)].error is ErrorKind.TRANSIENT
+        assert nodes[("sweep", 1, 0)].error is ErrorKind.TRANSIENT
+        assert nodes[("sweep", 2, 0)].error is ErrorKind.QUOTA  # had its outcome: untouched
         assert (await record_interrupted_calls(h.store, h.daemon.clock)) == []
 
 
@@ -294,7 +294,7 @@ async def test_queued_provisioning_creates_and_replaces_through_queued_resources
         (create,) = tick.plan.of(CreateNode)
         assert create.queued_resource == "sweep-0"
         await _converge(h, 1)
-        first = (await h.store.load_snapshot()).nodes[("sweep", 0)]
+        first = (await h.store.load_snapshot()).nodes[("sweep", 0, 0)]
         assert first.queued_resource == "sweep-0"
 
         await control.node_action("sweep-0", "preempt")
@@ -302,7 +302,7 @@ async def test_queued_provisioning_creates_and_replaces_through_queued_resources
             await h.tick()
             await h.calls_done()
             await h.run_watcher(0.3)
-            now = (await h.store.load_snapshot()).nodes.get(("sweep", 0))
+            now = (await h.store.load_snapshot()).nodes.get(("sweep", 0, 0))
             if now is not None and now.id != first.id and now.phase is P.READY:
                 break
         else:
@@ -350,7 +350,7 @@ async def test_record_only_actions_share_a_commit_and_a_stale_one_is_skipped_alo
         tick = await h.tick()  # three creates: REQUESTED incarnations to go stale against
         await h.calls_done()
         (first, *_) = tick.plan.of(CreateNode)
-        inc = (await h.store.load_snapshot()).nodes[("sweep", first.slot)]
+        inc = (await h.store.load_snapshot()).nodes[("sweep", first.slot, 0)]
         commits: list[int] = []
         event.listen(h.store.engine.sync_engine, "commit", lambda _conn: commits.append(1))
         now = datetime.now(UTC)

@@ -202,7 +202,7 @@ def test_a_retry_in_flight_does_not_end_the_stockout(
     key = ("sweep", 0)
     nodes = {}
     if phase is not None:
-        nodes[key] = IncarnationRecord(
+        nodes[(*key, 0)] = IncarnationRecord(
             id=1, fleet="sweep", slot=0, node_name="sweep-0", zone="z", accelerator_type="v4-8",
             phase=phase, phase_since=at, requested_at=at,
         )  # fmt: skip

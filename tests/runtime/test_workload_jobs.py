@@ -370,7 +370,7 @@ async def test_a_launch_on_a_node_that_dies_is_cancelled_and_the_slot_recovers(
         jobs = h.jobs
         await eventually(lambda: jobs.busy((FLEET, 0)) is None, "the first probe of the node")
         node = h.node(0)
-        first = (await h.store.load_snapshot()).nodes[(FLEET, 0)].id
+        first = (await h.store.load_snapshot()).nodes[(FLEET, 0, 0)].id
         await h.hosts.stop(node)
         with tarpit([w.ip for w in node.workers], emulator.state.options.ssh_port):
             tick = await h.tick()
@@ -390,7 +390,7 @@ async def test_a_launch_on_a_node_that_dies_is_cancelled_and_the_slot_recovers(
         assert [f.outcome.value for f in finish.plan.of(FinishAttempt)] == ["preempted"]
         for _ in range(200):
             await h.tick()
-            now = (await h.store.load_snapshot()).nodes.get((FLEET, 0))
+            now = (await h.store.load_snapshot()).nodes.get((FLEET, 0, 0))
             if (
                 now is not None
                 and now.id != first

@@ -20,6 +20,7 @@ from tpucared.ssh import (
     LaunchState,
     RunState,
     ScriptOutputError,
+    SliceOf,
     cleanup_script,
     launch_script,
     parse_cleanup,
@@ -170,6 +171,8 @@ def test_workload_environment_contract() -> None:
         "TPUCARED_ATTEMPT": "2",
         "TPUCARED_PREEMPTIONS": "1",
         "TPUCARED_FAILURES": "0",
+        "TPUCARED_SLICE": "0",
+        "TPUCARED_NUM_SLICES": "1",
     }
     with pytest.raises(ValueError, match="reserved"):
         workload_environment(
@@ -324,3 +327,29 @@ def test_cleanup_as_unprivileged_user_says_it_saw_only_its_own_processes(tmp_pat
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_multislice_environment_is_what_jax_multislice_reads() -> None:
+    # Levanter and Ray's TPU launchers: the coordinator is slice 0 worker 0's address, the
+    # port 8081; the worker's index and count stay its slice's own (TPU_WORKER_ID-like).
+    env = workload_environment(
+        fleet="big",
+        slot=0,
+        node="big-0-1",
+        worker=1,
+        num_workers=2,
+        run_id="big-0-abc",
+        attempt=1,
+        preemptions=0,
+        failures=0,
+        env={"MEGASCALE_PORT": "9999", "KEEP": "me"},
+        slice_of=SliceOf(index=1, count=2, coordinator="10.0.0.2"),
+    )
+    assert {k: v for k, v in env.items() if k.startswith("MEGASCALE_")} == {
+        "MEGASCALE_COORDINATOR_ADDRESS": "10.0.0.2",
+        "MEGASCALE_NUM_SLICES": "2",
+        "MEGASCALE_SLICE_ID": "1",
+        "MEGASCALE_PORT": "8081",  # the user's own yields: the slices must agree on it
+    }
+    assert (env["TPUCARED_SLICE"], env["TPUCARED_NUM_SLICES"]) == ("1", "2")
+    assert (env["TPUCARED_WORKER"], env["TPUCARED_NUM_WORKERS"], env["KEEP"]) == ("1", "2", "me")

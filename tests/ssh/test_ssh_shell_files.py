@@ -24,6 +24,7 @@ from tpucared.ssh import (
     probe_script,
     setup_script,
     shfiles,
+    signal_script,
     write_file_script,
 )
 from tpucared.ssh.scripts import wrapper_script
@@ -64,6 +65,7 @@ def built_scripts() -> dict[str, str]:
         "setup-no-repo": setup_script(None, None, None, "/tmp/w"),
         "write": write_file_script("~/a/b's", mode=0o600, size=3),
         "notice": notice_wait_script("runs/it's", "notice", 600),
+        "signal": signal_script("runs/it's", "USR1"),
         "run-no-watcher": wrapper_script("true", {}, None, None, stop_signal=None),
     }
 

@@ -241,6 +241,8 @@ async def test_workload_sees_contract_env_and_user_env_in_its_workdir(
         "TPUCARED_ATTEMPT": "3",
         "TPUCARED_PREEMPTIONS": "1",
         "TPUCARED_FAILURES": "0",
+        "TPUCARED_SLICE": "0",
+        "TPUCARED_NUM_SLICES": "1",
         # Written by the run's notice watcher on a preemption notice (run.sh).
         "TPUCARED_PREEMPTION_NOTICE_FILE": f"{resolved}/notice",
     }

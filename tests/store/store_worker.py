@@ -63,7 +63,7 @@ class Writer:
         snap = await self.store.load_snapshot()
         fleet = self.rng.choice(sorted(FLEETS))
         slot = self.rng.randrange(FLEETS[fleet])
-        node = snap.nodes.get((fleet, slot))
+        node = snap.nodes.get((fleet, slot, 0))
         try:
             async with self.store.write() as tx:
                 await self._act(tx, fleet, slot, node, snap.last_attempts.get((fleet, slot)))
@@ -162,7 +162,7 @@ async def reader(db: str, seconds: str) -> None:
         while time.monotonic() < deadline:
             snap = await store.load_snapshot()
             for key, node in snap.nodes.items():
-                assert key in snap.slots, key  # one consistent view: the slot is there
+                assert key[:2] in snap.slots, key  # one consistent view: the slot is there
                 assert node.phase in (P.REQUESTED, P.CREATING, P.READY, P.DEAD, P.DELETING)
             await store.status()
             events = await store.events(since_id=last_id, limit=500)

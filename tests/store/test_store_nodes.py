@@ -49,7 +49,7 @@ async def test_request_records_intent_with_an_event(seeded: Store):
     assert (inc.node_name, inc.zone, inc.accelerator_type) == ("sweep-0", "z-a", "v4-32")
     assert await node_events(seeded, inc.id) == [("node.requested", "requested")]
     snap = await seeded.load_snapshot()
-    assert snap.nodes == {("sweep", 0): inc}
+    assert snap.nodes == {("sweep", 0, 0): inc}
 
 
 async def test_a_second_live_incarnation_for_a_slot_is_refused(seeded: Store):
@@ -92,7 +92,7 @@ def test_the_database_itself_refuses_a_second_live_incarnation(migrated):
 async def test_cas_refuses_a_stale_transition(seeded: Store):
     """Two writers read the same phase; the second one's write finds it changed."""
     inc = await request(seeded)
-    seen_by_a = seen_by_b = (await seeded.load_snapshot()).nodes[("sweep", 0)]
+    seen_by_a = seen_by_b = (await seeded.load_snapshot()).nodes[("sweep", 0, 0)]
     async with seeded.write() as tx:
         await tx.transition(seen_by_a.id, seen_by_a.phase, P.CREATING, T1, operation="op-1")
     with pytest.raises(StaleWrite) as err:

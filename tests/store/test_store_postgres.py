@@ -157,7 +157,7 @@ async def test_nodes_compare_and_set_and_events(pg_url: URL) -> None:
             await tx.record_cloud(inc.id, P.CREATING, facts(workers=2), T1)
             await tx.transition(inc.id, P.CREATING, P.READY, T1)
         snap = await store.load_snapshot()
-        assert snap.nodes[("sweep", 0)].phase is P.READY
+        assert snap.nodes[("sweep", 0, 0)].phase is P.READY
         kinds = [e.kind for e in await store.events(since_id=0, limit=100)]
         assert kinds.count("node.requested") == 1
         assert "node.ready" in kinds
@@ -215,7 +215,7 @@ async def test_the_change_counter_moves_with_every_write(pg_url: URL) -> None:
         assert after > before
         changed = await store.load_snapshot()
         assert changed is not first
-        assert ("sweep", 1) in changed.nodes
+        assert ("sweep", 1, 0) in changed.nodes
         assert changed.slots[("sweep", 0)] is first.slots[("sweep", 0)]  # records reused
         # Another connection's write (another process, `psql`) is seen too.
         engine = make_engine(pg_url)

@@ -52,8 +52,8 @@ async def test_snapshot_is_the_planners_view(seeded: Store):
     assert [s.index for s in snap.slots_of("sweep")] == [0, 1, 2]
     # Live incarnations only: not the failed one, not the deleted one.
     assert {k: n.id for k, n in snap.nodes.items()} == {
-        ("sweep", 0): ids["a"],
-        ("sweep", 1): ids["b2"],
+        ("sweep", 0, 0): ids["a"],
+        ("sweep", 1, 0): ids["b2"],
     }
     assert [w.internal_ip for w in snap.workers_of(ids["a"])] == ["10.0.0.1", "10.0.0.2"]
     assert set(snap.workers) == {ids["a"]}
@@ -62,7 +62,7 @@ async def test_snapshot_is_the_planners_view(seeded: Store):
     assert snap.last_creates[("sweep", 1)].outcome == "capacity"
     assert snap.last_event_id == (await seeded.events())[-1].id
     with pytest.raises(TypeError):
-        snap.nodes[("sweep", 9)] = snap.nodes[("sweep", 0)]  # type: ignore[index]
+        snap.nodes[("sweep", 9, 0)] = snap.nodes[("sweep", 0, 0)]  # type: ignore[index]
     with pytest.raises(dataclasses.FrozenInstanceError):
         snap.last_event_id = 0  # type: ignore[misc]
 
@@ -140,7 +140,7 @@ def test_hot_queries_use_their_indexes(migrated):
     plan = " ".join(
         r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN SELECT * FROM nodes WHERE {LIVE_NODE_SQL}")
     )
-    assert "uq_nodes_live_slot" in plan or "uq_nodes_live_name" in plan, plan
+    assert "uq_nodes_live_slice" in plan or "uq_nodes_live_name" in plan, plan
     plan = " ".join(
         r[3]
         for r in conn.execute(
@@ -168,8 +168,8 @@ async def test_snapshot_reuses_the_records_of_unchanged_rows_only(seeded: Store)
     changed = await seeded.load_snapshot()
     assert seeded.records.snapshot_hits == 1  # the counter moved: read again
     assert seeded.records.hits > hits
-    assert changed.nodes[("sweep", 0)].cloud_state == "REPAIRING"
-    assert changed.nodes[("sweep", 1)] is first.nodes[("sweep", 1)]
+    assert changed.nodes[("sweep", 0, 0)].cloud_state == "REPAIRING"
+    assert changed.nodes[("sweep", 1, 0)] is first.nodes[("sweep", 1, 0)]
     assert changed.slots[("sweep", 2)] is first.slots[("sweep", 2)]
     assert changed.workers[ids["a"]][0] is first.workers[ids["a"]][0]
     assert changed.workers[ids["a"]][1].host_keys == ("ssh-ed25519 AAAAkey",)

@@ -54,8 +54,7 @@ from tpucared.core.model import durations
 from tpucared.core.model.backoff import BackoffRule
 from tpucared.core.model.specs import (
     DEFAULT_PROJECT,
-    FLEET_LABEL,
-    OWNER_LABEL,
+    RESERVED_LABELS,
     CapacityKind,
     FleetSpec,
     Provisioning,
@@ -265,19 +264,26 @@ def _fleets(
             problems.add(f"{at}: name", f"also used by fleet #{seen[raw.name] + 1}; must be unique")
         seen.setdefault(raw.name, i)
         longest = f"{raw.name}-{max(raw.size - 1, 0)}"
+        pattern = f"{raw.name}-<slot>"
+        if raw.slices > 1:
+            longest, pattern = f"{longest}-{raw.slices - 1}", f"{pattern}-<slice>"
         if len(longest) > MAX_NODE_NAME:
             problems.add(
                 f"{at}: name",
-                f"node names are {raw.name}-<slot>, at most {MAX_NODE_NAME} characters, "
+                f"node names are {pattern}, at most {MAX_NODE_NAME} characters, "
                 f"but {longest} has {len(longest)}: shorten the name",
             )
+        if "multislice_hold" in raw.model_fields_set and raw.slices == 1:
+            problems.add(f"{at}: multislice_hold", "needs slices > 1 (a multislice fleet)")
+        if raw.multislice_hold < timedelta(0):
+            problems.add(f"{at}: multislice_hold", "expected zero or more")
         if raw.provisioning is Provisioning.QUEUED and raw.capacity is CapacityKind.PREEMPTIBLE:
             problems.add(
                 f"{at}: capacity",
                 '"preemptible" cannot be queued (queued resources offer spot, on-demand and '
                 'reserved capacity): use "spot", or provisioning = "direct"',
             )
-        for reserved in (FLEET_LABEL, OWNER_LABEL):
+        for reserved in RESERVED_LABELS:
             if reserved in raw.labels:
                 problems.add(f"{at}: labels.{reserved}", "reserved: tpucared sets it itself")
         workload = _workload(raw.workload, at, base, problems) if raw.workload else None
@@ -311,6 +317,8 @@ def _fleets(
                 # The daemon's own project is the core's DEFAULT_PROJECT however it is spelled:
                 # naming it changes neither the spec hash nor where the nodes are recorded.
                 project=DEFAULT_PROJECT if raw.project in (None, own_project) else str(raw.project),
+                slices=raw.slices,
+                multislice_hold=raw.multislice_hold.total_seconds(),
             )
         )
     return tuple(specs)

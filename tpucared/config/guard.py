@@ -52,9 +52,13 @@ def build_guard(raw: GuardTable | None, root: ConfigFile, problems: Problems) ->
                         f"{as_written(value)} is not allowed by the guard "
                         f"(allowed: {', '.join(sorted(allowed)) or 'nothing'})",
                     )
-    total = sum(f.size for f in root.fleet)
+    # Every slice is a node: a multislice fleet of size 2 with 4 slices asks for 8.
+    total = sum(f.size * f.slices for f in root.fleet)
     if guard.max_nodes is not None and total > guard.max_nodes:
-        sizes = ", ".join(f"{f.name} {f.size}" for f in root.fleet)
+        sizes = ", ".join(
+            f"{f.name} {f.size}" + (f"x{f.slices} slices" if f.slices > 1 else "")
+            for f in root.fleet
+        )
         problems.add(
             "guard.max_nodes",
             f"the fleets ask for {total} nodes ({sizes}), more than the {guard.max_nodes} allowed",

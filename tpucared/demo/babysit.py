@@ -258,7 +258,7 @@ def _slot_finished(name: str, keep: bool) -> Callable[[Tick], bool]:
         slot = tick.snapshot.slots.get((name, SLOT))
         if slot is None or not slot.done:
             return False
-        return keep or (name, SLOT) not in tick.snapshot.nodes
+        return keep or (name, SLOT, 0) not in tick.snapshot.nodes
 
     return until
 
@@ -315,7 +315,7 @@ class _Output:
             return
         snapshot = await reader.store.load_snapshot()
         key = (self._name, SLOT)
-        attempt, node = snapshot.last_attempts.get(key), snapshot.nodes.get(key)
+        attempt, node = snapshot.last_attempts.get(key), snapshot.nodes.get((*key, 0))
         if (
             attempt is None
             or attempt.ended_at is not None

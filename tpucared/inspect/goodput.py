@@ -119,7 +119,7 @@ class GoodputTracker:
             elif key in running:
                 counted = productive = True
             elif kind is _READY_COUNTS:
-                node = nodes.get(key)
+                node = nodes.get((*key, 0))  # a multislice slot: its slice 0
                 counted, productive = True, node is not None and node.phase is ready
             else:
                 counted, productive = True, False

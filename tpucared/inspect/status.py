@@ -5,7 +5,8 @@ versioned JSON document whose keys only grow (see docs/inspecting.md). It depend
 database contents alone, apart from `generated_at`, so that two readers of the same database
 agree; durations such as a node's uptime are left to the reader (`generated_at - ready_at`).
 
-`status_lines` is the human form: one table row per slot, one summary line per fleet, and one
+`status_lines` is the human form: one table row per slot (a multislice slot's slices beneath
+it, one row each), one summary line per fleet, and one
 line per zone whose lists are failing (the daemon cannot see, so cannot keep, its nodes there;
 a slot with no error of its own shows the zone's in LAST ERROR), and one line per slot whose
 workload jobs are failing (core/workload/job_failures.py: the daemon retries them with a
@@ -32,7 +33,7 @@ from tpucared.core.nodes import create_backoff
 from tpucared.core.nodes.lifecycle import LIVE_PHASES, PENDING_PHASES
 from tpucared.inspect.fmt import NONE, duration, iso, table, truncate
 from tpucared.inspect.leader import leader_doc, leader_lines
-from tpucared.store.snapshot import FleetStatus, SlotStatus, ZoneHealth
+from tpucared.store.snapshot import FleetStatus, SliceStatus, SlotStatus, ZoneHealth
 
 STATUS_VERSION = 1  # bumped only for an incompatible change; new keys do not bump it
 LAST_ERROR_WIDTH = 60
@@ -131,6 +132,8 @@ def _slot_doc(s: SlotStatus, down: bool = False) -> dict[str, Any]:
         "node": None if s.node is None else _node_doc(s.node, s.workers),
         "workload": None if s.last_attempt is None else _attempt_doc(s.last_attempt),
         "job_failure": None if s.job_failure is None else _job_failure_doc(s.job_failure),
+        # A multislice slot's slices ("node" is then slice 0's); empty for a single slice.
+        "slices": [{"slice": p.index, "node": _node_doc(p.node, p.workers)} for p in s.slices],
     }
 
 
@@ -194,13 +197,20 @@ def _attempt_state(a: WorkloadAttemptRecord) -> str:
 # -- table --------------------------------------------------------------------------------------
 
 
+def _ready(s: SlotStatus) -> bool:
+    """The slot's node is READY: every slice of a multislice slot."""
+    if s.slices:
+        return all(p.node.phase is NodePhase.READY for p in s.slices)
+    return s.node is not None and s.node.phase is NodePhase.READY
+
+
 def status_lines(
     fleets: Sequence[FleetStatus], now: datetime, lease: Lease | None = None
 ) -> list[str]:
     """The table, a blank line, then one summary line per fleet, then the leader."""
     rows: list[list[str]] = []
     for f in fleets:  # the store orders fleets by name and slots by index
-        rows += [_row(f, s, now) for s in f.slots] or [_empty_fleet_row(f)]
+        rows += [r for s in f.slots for r in _rows(f, s, now)] or [_empty_fleet_row(f)]
     zones = [_zone_line(z, now) for z in failing_zones(fleets)]
     jobs = [_job_line(f, s, now) for f in fleets for s in f.slots if s.job_failure is not None]
     leader = leader_lines(lease, now)
@@ -232,6 +242,34 @@ def _zone_error(f: FleetStatus, s: SlotStatus) -> str | None:
         if node_zone is None or z.zone == node_zone:
             return f"listing {z.zone} fails: {z.error_text}"
     return None
+
+
+def _rows(f: FleetStatus, s: SlotStatus, now: datetime) -> list[list[str]]:
+    """One row per slot; a multislice slot's row says how many slices are READY and its
+    slices follow, one row each."""
+    row = _row(f, s, now)
+    if not s.slices:
+        return [row]
+    ready = [p for p in s.slices if p.node.phase is NodePhase.READY]
+    row[2] = f"{f.fleet.name}-{s.slot.index} ({len(s.slices)} slices)"
+    if row[4] not in ("done", "waiting for capacity"):
+        row[4] = "ready" if len(ready) == len(s.slices) else f"{len(ready)}/{len(s.slices)} ready"
+    row[5] = NONE
+    uptimes = [now - p.node.ready_at for p in ready if p.node.ready_at is not None]
+    row[9] = duration(min(uptimes)) if len(ready) == len(s.slices) and uptimes else NONE
+    return [row, *(_slice_row(p, now) for p in s.slices)]
+
+
+def _slice_row(p: SliceStatus, now: datetime) -> list[str]:
+    node = p.node
+    uptime = NONE
+    if node.phase is NodePhase.READY and node.ready_at is not None:
+        uptime = duration(now - node.ready_at)
+    where = location_name(node.project, node.zone)
+    blank = [""] * 3
+    why = node.end_reason if node.phase not in LIVE_PHASES else None
+    return ["", f"  slice {p.index}", node.node_name, where, node.phase.value, _cloud(node),
+            *blank, uptime, truncate(why, LAST_ERROR_WIDTH)]  # fmt: skip
 
 
 def _row(f: FleetStatus, s: SlotStatus, now: datetime) -> list[str]:
@@ -285,7 +323,7 @@ def _attempt(s: SlotStatus) -> str:
 
 
 def _summary(f: FleetStatus) -> str:
-    ready = sum(1 for s in f.slots if s.node is not None and s.node.phase is NodePhase.READY)
+    ready = sum(1 for s in f.slots if _ready(s))
     running = sum(1 for s in f.slots if s.last_attempt and s.last_attempt.outcome is None)
     done = sum(1 for s in f.slots if s.slot.done)
     parts = [

@@ -105,7 +105,7 @@ def _waiting(snapshot: Snapshot) -> list[tuple[str, int]]:
     for key, slot in snapshot.slots.items():
         fleet = snapshot.fleets.get(slot.fleet)
         last = snapshot.last_creates.get(key)
-        node = snapshot.nodes.get(key)
+        node = snapshot.nodes.get((*key, 0))  # a multislice slot: its slice 0 stands for it
         if waiting_for_capacity(
             slot.create_failures,
             None if last is None else last.outcome,

@@ -20,7 +20,7 @@ copy) into calls of this package; nothing here decides anything. Modules, one jo
 """
 
 from tpucared.ssh.connect import Connection, client_options, open_connection
-from tpucared.ssh.environment import workload_environment
+from tpucared.ssh.environment import SliceOf, workload_environment
 from tpucared.ssh.errors import TRANSIENT_KINDS, SshErrorKind, classify
 from tpucared.ssh.fanout import WorkerResult, run_on_all
 from tpucared.ssh.hostkeys import (
@@ -61,6 +61,7 @@ from tpucared.ssh.scripts import (
     parse_notice_wait,
     parse_probe,
     probe_script,
+    signal_script,
 )
 from tpucared.ssh.shell import ScriptOutputError, path_expr, sh_command
 from tpucared.ssh.target import Target, targets_for_node
@@ -91,6 +92,7 @@ __all__ = [
     "RetryPolicy",
     "RunState",
     "ScriptOutputError",
+    "SliceOf",
     "SshErrorKind",
     "Target",
     "WorkerResult",
@@ -118,6 +120,7 @@ __all__ = [
     "secrets_file_contents",
     "setup_script",
     "sh_command",
+    "signal_script",
     "ssh_keys_metadata_entry",
     "targets_for_node",
     "upload",

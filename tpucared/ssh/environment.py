@@ -8,10 +8,34 @@ it would sit equally well in `core` (proposed in the SSH layer's notes).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from tpucared.ssh.shell import check_env_name, check_env_value
 
 CONTRACT_PREFIX = "TPUCARED_"
+
+# The port the MEGASCALE coordinator listens on: what Levanter's and Ray's TPU launchers set
+# (MEGASCALE_PORT=8081), with MEGASCALE_COORDINATOR_ADDRESS the first worker of slice 0.
+MEGASCALE_PORT = 8081
+
+
+@dataclass(frozen=True)
+class SliceOf:
+    """Where one worker's slice sits in a multislice job."""
+
+    index: int  # TPUCARED_SLICE, MEGASCALE_SLICE_ID
+    count: int  # TPUCARED_NUM_SLICES, MEGASCALE_NUM_SLICES
+    coordinator: str  # slice 0 worker 0's address: MEGASCALE_COORDINATOR_ADDRESS
+
+    def variables(self) -> dict[str, str]:
+        return {
+            "TPUCARED_SLICE": str(self.index),
+            "TPUCARED_NUM_SLICES": str(self.count),
+            "MEGASCALE_COORDINATOR_ADDRESS": self.coordinator,
+            "MEGASCALE_NUM_SLICES": str(self.count),
+            "MEGASCALE_SLICE_ID": str(self.index),
+            "MEGASCALE_PORT": str(MEGASCALE_PORT),
+        }
 
 
 def workload_environment(
@@ -26,11 +50,14 @@ def workload_environment(
     preemptions: int,
     failures: int,
     env: Mapping[str, str] | None = None,
+    slice_of: SliceOf | None = None,
 ) -> dict[str, str]:
     """User `env` plus the contract variables (README.md, "Workload environment").
 
     A user variable named TPUCARED_* is rejected: it would silently shadow or be shadowed by
-    the contract.
+    the contract. `slice_of`: the worker's slice of a multislice job (TPUCARED_SLICE,
+    TPUCARED_NUM_SLICES and the MEGASCALE_* variables JAX multislice reads); a user's own
+    MEGASCALE_* in `env` yields to it.
     """
     if not 0 <= worker < num_workers:
         raise ValueError(f"worker {worker} out of range for {num_workers} workers")
@@ -50,6 +77,11 @@ def workload_environment(
             "TPUCARED_ATTEMPT": str(attempt),
             "TPUCARED_PREEMPTIONS": str(preemptions),
             "TPUCARED_FAILURES": str(failures),
+            # A single-slice job is slice 0 of 1 (no MEGASCALE_*: JAX would wait for peers).
+            "TPUCARED_SLICE": "0",
+            "TPUCARED_NUM_SLICES": "1",
         }
     )
+    if slice_of is not None:
+        result.update(slice_of.variables())
     return result

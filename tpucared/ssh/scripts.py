@@ -295,3 +295,16 @@ def parse_notice_wait(stdout: str) -> NoticeResult:
     if state is NoticeState.NOTICED and at is None:
         raise ScriptOutputError(f"a notice without its time: {fields}")
     return NoticeResult(state, at)
+
+
+# Signals a notice's stop signal may be (config `workload.stop_signal`).
+STOP_SIGNALS = ("TERM", "INT", "HUP", "USR1", "USR2", "QUIT")
+
+
+def signal_script(run_dir: str, signal: str) -> str:
+    """A script (sh/signal.sh) that sends the run in `run_dir` (its process group) `signal`,
+    as its own notice watcher would: a notice heard on another slice of a multislice job.
+    Prints `TPUCARED_SIGNAL state=sent|none`."""
+    if signal not in STOP_SIGNALS:
+        raise ValueError(f"not a stop signal: {signal!r}")
+    return shfiles.script("signal", [path_expr(run_dir), quote(signal)], lib=True)

@@ -31,7 +31,7 @@ from tpucared.store.errors import (
 )
 from tpucared.store.reads import Reader
 from tpucared.store.repository import Store
-from tpucared.store.snapshot import FleetStatus, SlotKey, SlotStatus, Snapshot
+from tpucared.store.snapshot import FleetStatus, SliceStatus, SlotKey, SlotStatus, Snapshot
 from tpucared.store.tx import Tx
 from tpucared.store.write_base import KEEP
 from tpucared.store.write_nodes import CloudWrites
@@ -47,6 +47,7 @@ __all__ = [
     "LiveIncarnationExists",
     "NotFound",
     "Reader",
+    "SliceStatus",
     "SlotKey",
     "SlotStatus",
     "Snapshot",

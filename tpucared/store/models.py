@@ -105,6 +105,8 @@ class SlotRow(Base):
     next_zone: Mapped[str | None] = mapped_column(String(64))
     last_error: Mapped[str | None] = mapped_column(Text)
     done: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # Multislice: since when READY slices wait for a missing one (core/nodes/multislice.py).
+    held_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class NodeRow(Base):
@@ -117,9 +119,11 @@ class NodeRow(Base):
     __tablename__ = "nodes"
     __table_args__ = (
         ForeignKeyConstraint(["fleet", "slot"], ["slots.fleet", "slots.slot"]),
-        # At most one live incarnation per slot: the second `request_node` is refused even if
-        # the application check were bypassed.
-        Index("uq_nodes_live_slot", "fleet", "slot", unique=True, **_partial(LIVE_NODE_SQL)),
+        # At most one live incarnation per slot's slice: the second `request_node` is refused
+        # even if the application check were bypassed.
+        Index(
+            "uq_nodes_live_slice", "fleet", "slot", "slice", unique=True, **_partial(LIVE_NODE_SQL)
+        ),
         # A node name is unique in its zone in the cloud, so it must be among live records too.
         Index("uq_nodes_live_name", "zone", "node_name", unique=True, **_partial(LIVE_NODE_SQL)),
         Index("ix_nodes_fleet_slot_id", "fleet", "slot", "id"),
@@ -157,6 +161,8 @@ class NodeRow(Base):
     queued_resource: Mapped[str | None] = mapped_column(String(255))
     # The node's project; '' (core DEFAULT_PROJECT) for the daemon's own, `gcp.project`.
     project: Mapped[str] = mapped_column(String(63), default="", server_default=text("''"))
+    # Which slice of a multislice slot; 0 for a single-slice slot's node.
+    slice: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
 
 
 class WorkerRow(Base):

@@ -29,6 +29,7 @@ from tpucared.core.model.records import (
     WorkerRecord,
     WorkloadAttemptRecord,
 )
+from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.core.workload.job_failures import JOB_FAILED, JOB_RECOVERED
 from tpucared.store import convert
 from tpucared.store.cache import RecordCache
@@ -47,6 +48,7 @@ from tpucared.store.models import (
 )
 from tpucared.store.snapshot import (
     FleetStatus,
+    SliceStatus,
     SlotKey,
     SlotStatus,
     Snapshot,
@@ -310,7 +312,7 @@ class Reader:
         return Snapshot(
             fleets=frozen_mapping({f.name: f for f in fleets}),
             slots=frozen_mapping({(s.fleet, s.index): s for s in slots}),
-            nodes=frozen_mapping({(n.fleet, n.slot): n for n in live}),
+            nodes=frozen_mapping({n.key: n for n in live}),
             workers=frozen_mapping(workers),
             last_attempts=frozen_mapping({(a.fleet, a.slot): a for a in attempts}),
             last_creates=frozen_mapping({(c.fleet, c.slot): c for c in creates}),
@@ -322,15 +324,21 @@ class Reader:
         last workload attempt: what `tpucared status` prints."""
         fleets = [f for f in await self.fleets() if fleet is None or f.name == fleet]
         slots = await self.slots(fleet)
-        # The newest incarnation per slot: the live one if any, since a slot's live incarnation
-        # is always its newest (a new one can only be requested once the previous is terminal).
-        newest_ids = select(func.max(NodeRow.id)).group_by(NodeRow.fleet, NodeRow.slot)
+        # The newest incarnation per slot and slice: the live one if any, since a slice's live
+        # incarnation is always its newest (a new one can only be requested once the previous
+        # is terminal).
+        newest_ids = select(func.max(NodeRow.id)).group_by(
+            NodeRow.fleet, NodeRow.slot, NodeRow.slice
+        )
         node_stmt = select(NodeRow.__table__).where(NodeRow.id.in_(newest_ids))
-        nodes: dict[SlotKey, IncarnationRecord] = {}
+        pieces: dict[SlotKey, dict[int, IncarnationRecord]] = {}
         for row in await self._rows(node_stmt):
             inc = convert.incarnation(row)
-            nodes[(inc.fleet, inc.slot)] = inc
-        workers = await self.workers([n.id for n in nodes.values()])
+            pieces.setdefault((inc.fleet, inc.slot), {})[inc.slice] = inc
+        counts = {f.name: _spec_slices(f) for f in fleets}
+        nodes = {k: v.get(0) or next(iter(v.values())) for k, v in pieces.items()}
+        ids = [n.id for by_slice in pieces.values() for n in by_slice.values()]
+        workers = await self.workers(ids)
         attempts: dict[SlotKey, WorkloadAttemptRecord] = {}
         for row in await self._rows(_newest_per_slot(WorkloadAttemptRow)):
             att = convert.workload_attempt(row)
@@ -344,6 +352,7 @@ class Reader:
         result = []
         for f in fleets:
             zones = _spec_zones(f) | {n.zone for (name, _), n in nodes.items() if name == f.name}
+            count = counts[f.name]
             rows = []
             for s in slots:
                 if s.fleet != f.name:
@@ -357,6 +366,7 @@ class Reader:
                         last_attempt=attempts.get((s.fleet, s.index)),
                         last_create=creates.get((s.fleet, s.index)),
                         job_failure=job_failures.get((s.fleet, s.index)),
+                        slices=_slices(pieces.get((s.fleet, s.index), {}), count, workers),
                     )
                 )
             mine = tuple(z for z in failing if z.zone in zones)
@@ -375,6 +385,27 @@ def _zone_health(row: Mapping[str, Any]) -> ZoneHealth:
         last_ok_at=row["last_ok_at"],
         unreachable=bool(row["unreachable"]),
     )
+
+
+def _slices(
+    pieces: Mapping[int, IncarnationRecord],
+    count: int,
+    workers: Mapping[int, tuple[WorkerRecord, ...]],
+) -> tuple[SliceStatus, ...]:
+    """A multislice slot's slices (those of the spec, and any other still live)."""
+    shown = [(i, inc) for i, inc in sorted(pieces.items()) if i < count or inc.phase in LIVE_PHASES]
+    if count <= 1 and all(i == 0 for i, _ in shown):
+        return ()
+    return tuple(SliceStatus(i, inc, workers.get(inc.id, ())) for i, inc in shown)
+
+
+def _spec_slices(fleet: FleetRecord) -> int:
+    """Slices per slot in the fleet's applied spec (1 for specs from before multislice)."""
+    try:
+        count = json.loads(fleet.spec_json).get("slices", 1)
+    except (ValueError, AttributeError):
+        return 1
+    return count if isinstance(count, int) and count >= 1 else 1
 
 
 def _spec_zones(fleet: FleetRecord) -> set[str]:

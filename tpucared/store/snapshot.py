@@ -25,7 +25,8 @@ from tpucared.core.model.records import (
 )
 from tpucared.core.model.records import ZoneHealth as ZoneHealth  # re-exported
 from tpucared.core.model.specs import error_text as error_text  # re-exported
-from tpucared.core.planning.snapshot import SlotKey as SlotKey  # one definition, re-exported
+from tpucared.core.planning.snapshot import NodeKey as NodeKey  # one definition, re-exported
+from tpucared.core.planning.snapshot import SlotKey as SlotKey
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -46,7 +47,7 @@ class Snapshot:
 
     fleets: Mapping[str, FleetRecord] = field(default_factory=frozen_mapping)
     slots: Mapping[SlotKey, SlotRecord] = field(default_factory=frozen_mapping)
-    nodes: Mapping[SlotKey, IncarnationRecord] = field(default_factory=frozen_mapping)
+    nodes: Mapping[NodeKey, IncarnationRecord] = field(default_factory=frozen_mapping)
     workers: Mapping[int, tuple[WorkerRecord, ...]] = field(default_factory=frozen_mapping)
     # The newest workload attempt of each slot that ever had one, running or finished.
     last_attempts: Mapping[SlotKey, WorkloadAttemptRecord] = field(default_factory=frozen_mapping)
@@ -71,6 +72,15 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
+class SliceStatus:
+    """One slice of a multislice slot: its live (else most recent) incarnation and workers."""
+
+    index: int
+    node: IncarnationRecord
+    workers: tuple[WorkerRecord, ...]
+
+
+@dataclass(frozen=True)
 class SlotStatus:
     slot: SlotRecord
     # The live incarnation if there is one, else the most recent one (None if never requested).
@@ -82,6 +92,8 @@ class SlotStatus:
     # Its workload jobs are failing: the newest `workload.job_failed` event (None when they
     # are not, or the streak ended; core/workload/job_failures.py).
     job_failure: EventRecord | None = None
+    # A multislice slot's slices, by index (`node` is then slice 0's); empty for one slice.
+    slices: tuple[SliceStatus, ...] = ()
 
 
 @dataclass(frozen=True)

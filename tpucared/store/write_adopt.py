@@ -56,16 +56,18 @@ class AdoptWrites(WriterBase):
             except IllegalTransition as exc:
                 refusals.append(exc)
                 continue
-            if (a.fleet, a.slot) in live_slots:
+            if (a.fleet, a.slot, a.slice) in live_slots:
                 what = f"live incarnation of {a.fleet}/{a.slot}"
-                refusals.append(LiveIncarnationExists(what, None, live_slots[(a.fleet, a.slot)]))
+                refusals.append(
+                    LiveIncarnationExists(what, None, live_slots[(a.fleet, a.slot, a.slice)])
+                )
             elif (a.zone, a.node_name) in live_names:
                 what = f"live node {a.zone}/{a.node_name}"
                 refusals.append(LiveIncarnationExists(what, None, "uq_nodes_live_name"))
             else:
                 refusals.append(None)
                 if a.phase in LIVE_PHASES:  # a later action of the run meets it
-                    live_slots[(a.fleet, a.slot)] = 0
+                    live_slots[(a.fleet, a.slot, a.slice)] = 0
                     live_names.add((a.zone, a.node_name))
         taken = [a for a, r in zip(actions, refusals, strict=True) if r is None]
         if not taken:
@@ -141,19 +143,27 @@ class AdoptWrites(WriterBase):
 
     async def _live(
         self, actions: Sequence[Adopt]
-    ) -> tuple[dict[tuple[str, int], int], set[tuple[str, str]]]:
-        """The live incarnations the actions could meet: by slot, and by (zone, node name)."""
+    ) -> tuple[dict[tuple[str, int, int], int], set[tuple[str, str]]]:
+        """The live incarnations the actions could meet: by (fleet, slot, slice), and by
+        (zone, node name)."""
         fleets = sorted({a.fleet for a in actions})
         names = sorted({a.node_name for a in actions})
-        slots: dict[tuple[str, int], int] = {}
+        slots: dict[tuple[str, int, int], int] = {}
         zoned: set[tuple[str, str]] = set()
         for chunk in _chunks(names, 800):
-            stmt = select(NodeRow.id, NodeRow.fleet, NodeRow.slot, NodeRow.zone, NodeRow.node_name)
+            stmt = select(
+                NodeRow.id,
+                NodeRow.fleet,
+                NodeRow.slot,
+                NodeRow.slice,
+                NodeRow.zone,
+                NodeRow.node_name,
+            )
             stmt = stmt.where(
                 text(LIVE_NODE_SQL), or_(NodeRow.fleet.in_(fleets), NodeRow.node_name.in_(chunk))
             )
-            for node_id, fleet, slot, zone, name in await self._conn.execute(stmt):
-                slots.setdefault((fleet, slot), node_id)
+            for node_id, fleet, slot, index, zone, name in await self._conn.execute(stmt):
+                slots.setdefault((fleet, slot, index), node_id)
                 zoned.add((zone, name))
         return slots, zoned
 
@@ -176,6 +186,7 @@ class AdoptWrites(WriterBase):
         values.update(
             fleet=a.fleet,
             slot=a.slot,
+            slice=a.slice,
             node_name=a.node_name,
             zone=a.zone,
             accelerator_type=a.accelerator_type,

@@ -241,12 +241,17 @@ class WriterBase(Reader):
         last_error: str | Keep | None = KEEP,
         next_create_at: datetime | Keep | None = KEEP,
         next_zone: str | Keep | None = KEEP,
+        held_since: datetime | Keep | None = KEEP,
         reason: str = "",
     ) -> SlotRecord:
         """Set some of a slot's fields. The counters change only with what they count."""
         before = await self._require_slot(fleet, slot)
         values = given(
-            done=done, last_error=last_error, next_create_at=next_create_at, next_zone=next_zone
+            done=done,
+            last_error=last_error,
+            next_create_at=next_create_at,
+            next_zone=next_zone,
+            held_since=held_since,
         )
         if values:
             await self._conn.execute(

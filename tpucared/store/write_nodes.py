@@ -110,14 +110,19 @@ class NodeWrites(WriterBase):
         queued_resource: str | None = None,
         reason: str = "",
         project: str = DEFAULT_PROJECT,
+        slice_index: int = 0,
     ) -> IncarnationRecord:
         """Record the intent to create a node, before the create call (CreateNode T1).
-        `LiveIncarnationExists` if the slot, or the node name in that zone, has a live
-        incarnation: the executor skips the action."""
+        `LiveIncarnationExists` if the slot's slice, or the node name in that zone, has a
+        live incarnation: the executor skips the action."""
         await self._require_slot(fleet, slot)
-        live = await self.incarnations(fleet, slot, live_only=True)
+        live = [i for i in await self.incarnations(fleet, slot, live_only=True)
+                if i.slice == slice_index]  # fmt: skip
         if live:
-            raise LiveIncarnationExists(f"live incarnation of {fleet}/{slot}", None, live[0].id)
+            what = f"live incarnation of {fleet}/{slot}" + (
+                f" slice {slice_index}" if slice_index else ""
+            )
+            raise LiveIncarnationExists(what, None, live[0].id)
         stmt = (
             insert(NodeRow)
             .values(
@@ -131,6 +136,7 @@ class NodeWrites(WriterBase):
                 requested_at=now,
                 queued_resource=queued_resource,
                 project=project,
+                slice=slice_index,
             )
             .returning(*NodeRow.__table__.c)
         )
@@ -364,6 +370,7 @@ class NodeWrites(WriterBase):
         end_reason: str | None = None,
         reason: str = "",
         project: str = DEFAULT_PROJECT,
+        slice_index: int = 0,
     ) -> IncarnationRecord:
         """Take on a node we own but have no live record of (Adopt): a REQUESTED record moved
         at once to `phase`, with the cloud facts. `LiveIncarnationExists` if one is live."""
@@ -377,6 +384,7 @@ class NodeWrites(WriterBase):
             queued_resource=queued_resource,
             reason=reason or f"{node_name}: adopting the node found in {zone}",
             project=project,
+            slice_index=slice_index,
         )
         if phase is NodePhase.REQUESTED:
             return await self.record_cloud(inc.id, phase, cloud, now, reason=reason)

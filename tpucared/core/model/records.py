@@ -57,6 +57,10 @@ class SlotRecord:
     # The zone the next create tries; the planner advances it past a zone on a capacity
     # error and keeps it on a zone that worked. None: the fleet's first zone.
     next_zone: str | None = None
+    # Multislice: since when some of the slot's slices are READY while another is missing
+    # (core/nodes/multislice.py releases them after the fleet's multislice_hold). None: not
+    # held.
+    held_since: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,12 @@ class IncarnationRecord:
     delete_calls: int = 0  # delete calls issued so far (bounded retries of a stuck delete)
     last_delete_at: datetime | None = None
     project: str = DEFAULT_PROJECT  # where the node lives, set when it is created or adopted
+    slice: int = 0  # which slice of a multislice slot (0 for a single-slice slot)
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        """(fleet, slot, slice): at most one live incarnation each (core/planning/snapshot)."""
+        return (self.fleet, self.slot, self.slice)
 
 
 @dataclass(frozen=True)

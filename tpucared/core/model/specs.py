@@ -11,6 +11,12 @@ from enum import StrEnum
 # Labels every node we create carries (contract). A node without both is never touched.
 FLEET_LABEL = "tpucared-fleet"
 OWNER_LABEL = "tpucared-owner"
+# Labels of a multislice slot's nodes (DESIGN: "labelled with the slot and slice index"). A
+# queued resource gives all its nodes one node spec, so its nodes carry the slot only; their
+# names say the slice.
+SLOT_LABEL = "tpucared-slot"
+SLICE_LABEL = "tpucared-slice"
+RESERVED_LABELS = (FLEET_LABEL, OWNER_LABEL, SLOT_LABEL, SLICE_LABEL)
 
 
 class CapacityKind(StrEnum):
@@ -97,6 +103,10 @@ class WorkloadSpec:
 # defaults, so upgrading tpucared does not read as a change of every fleet's spec.
 _NEWER_WORKLOAD_FIELDS = {"stop_signal": "TERM", "stop_grace": 25.0}
 
+# How long a direct multislice slot keeps its READY slices while it hunts for a missing one
+# (they bill and hold quota idle), in seconds: DESIGN's `multislice_hold`, 30 min.
+DEFAULT_MULTISLICE_HOLD = 1800.0
+
 
 class DiskMode(StrEnum):
     READ_WRITE = "read-write"  # one node at a time
@@ -149,10 +159,31 @@ class FleetSpec:
     workload: WorkloadSpec | None = None
     node: NodeOptions = field(default_factory=NodeOptions)
     project: str = DEFAULT_PROJECT  # another project than `gcp.project`, or DEFAULT_PROJECT
+    # Multislice: a slot is `slices` slices of `accelerator_type` running one job.
+    slices: int = 1
+    multislice_hold: float = DEFAULT_MULTISLICE_HOLD  # seconds
 
-    def node_name(self, slot: int) -> str:
-        """Deterministic node id: a create for the same slot is idempotent."""
+    @property
+    def multislice(self) -> bool:
+        return self.slices > 1
+
+    @property
+    def nodes(self) -> int:
+        """Nodes the fleet keeps at full size: every slice is a node (guard.max_nodes)."""
+        return self.size * self.slices
+
+    def slot_name(self, slot: int) -> str:
+        """The slot's name: its node's id, or for multislice the prefix of its nodes' ids and
+        its queued resource's id."""
         return f"{self.name}-{slot}"
+
+    def node_name(self, slot: int, slice_index: int = 0) -> str:
+        """Deterministic node id: a create for the same slot (and slice) is idempotent.
+        `{fleet}-{slot}`, or `{fleet}-{slot}-{slice}` for multislice, which is also how a
+        queued resource with `multisliceParams.nodeIdPrefix = {fleet}-{slot}` names them."""
+        if not self.multislice:
+            return self.slot_name(slot)
+        return f"{self.slot_name(slot)}-{slice_index}"
 
     def spec_hash(self) -> str:
         """Stable digest of the spec, stored with the fleet so edits are visible."""
@@ -161,6 +192,8 @@ class FleetSpec:
             del fields["node"]  # fleets from before node options keep their hash
         if self.project == DEFAULT_PROJECT:
             del fields["project"]  # ... and from before fleets named a project
+        if self.slices == 1 and self.multislice_hold == DEFAULT_MULTISLICE_HOLD:
+            del fields["slices"], fields["multislice_hold"]  # ... and before multislice
         workload = fields.get("workload")
         for name, default in _NEWER_WORKLOAD_FIELDS.items():
             if workload is not None and workload.get(name) == default:

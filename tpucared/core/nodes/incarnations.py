@@ -87,7 +87,7 @@ def plan_incarnation(view: View, inc: IncarnationRecord) -> tuple[list[Action], 
         _dead(step, s)
     elif inc.phase is P.DELETING:
         _deleting(step, s)
-    unwanted = view.unwanted(inc.fleet, inc.slot)
+    unwanted = view.unwanted(inc.fleet, inc.slot, inc.slice)
     if unwanted is not None and step.phase in SERVING and not labels_pending(inc, s):
         step.delete(unwanted, end_reason=unwanted)
     return step.actions, step.phase
@@ -115,7 +115,7 @@ def _unchanged_ready(view: View, inc: IncarnationRecord, s: Sighting) -> bool:
         and s.known
         and node.labels.get(OWNER_LABEL) == view.owner  # ours, for a node alone
         and node.labels.get(FLEET_LABEL) == inc.fleet
-        and view.unwanted(inc.fleet, inc.slot) is None
+        and view.unwanted(inc.fleet, inc.slot, inc.slice) is None
     )
 
 

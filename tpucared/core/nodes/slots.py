@@ -14,7 +14,14 @@ a node that is found gone this tick is recreated in the same plan. Rules:
   stockouts), skipping zones where the name is held by a resource we must not touch;
 - lower slots first, fleets interleaved in config order, so every fleet gets its slot 0
   before any gets its slot 1.
-Each slot has at most one node: creates only go to slots without a live incarnation.
+Each slot has at most one node per slice: creates only go to slices without a live
+incarnation. A direct multislice slot's slices are created one by one, each like a slot of its
+own, but all in one zone: while a slice of the slot lives, a missing slice is created in that
+slice's zone, never rotated away from it (core/nodes/multislice.py releases the slot's slices
+after `multislice_hold`, and the next creates then start from the slot's `next_zone`). A queued
+multislice slot is one queued resource: one create (slice 0's, with the slice count), whose
+other nodes are adopted as they appear; it waits until every slice of its old one is gone,
+since they share the queued resource's name.
 """
 
 from __future__ import annotations
@@ -26,9 +33,17 @@ from dataclasses import asdict, replace
 from datetime import datetime
 
 from tpucared.core.model.records import SlotRecord
-from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, FleetSpec, Provisioning
+from tpucared.core.model.specs import (
+    FLEET_LABEL,
+    OWNER_LABEL,
+    SLICE_LABEL,
+    SLOT_LABEL,
+    FleetSpec,
+    Provisioning,
+)
 from tpucared.core.planning.actions import Action, CreateNode, OpenSlot, RecordFleet, Transition
 from tpucared.core.planning.plan import Hold
+from tpucared.core.planning.snapshot import NodeKey
 from tpucared.core.planning.view import View
 
 
@@ -71,15 +86,16 @@ def updated_slots(view: View, actions: Iterable[Action]) -> dict[tuple[str, int]
 
 def plan_creates(
     view: View,
-    claimed: set[tuple[str, int]],
-    busy: Mapping[tuple[str, int], str],
+    claimed: Mapping[NodeKey, str],
+    busy: Mapping[NodeKey, str],
     in_flight: Counter[str],
     slots: Mapping[tuple[str, int], SlotRecord],
 ) -> tuple[list[Action], list[Hold]]:
-    """`claimed`: slots with a serving incarnation (or an adopt) after this plan's actions;
-    `busy`: slots whose previous node is still DEAD/DELETING, with that phase; `in_flight`:
-    creates in flight per fleet (counted towards the limits); `slots`: slot records this
-    plan changes (a create failure found this tick moves the zone and sets the backoff)."""
+    """`claimed`: slices with a serving incarnation (or an adopt) after this plan's actions,
+    with its zone; `busy`: slices whose previous node is still DEAD/DELETING, with that phase;
+    `in_flight`: creates in flight per fleet (counted towards the limits); `slots`: slot
+    records this plan changes (a create failure found this tick moves the zone and sets the
+    backoff)."""
     actions: list[Action] = []
     holds: list[Hold] = []
     total = sum(in_flight.values())
@@ -89,31 +105,51 @@ def plan_creates(
         for index in range(spec.size)
     )
     for index, _, spec in wanted:
-        key = (spec.name, index)
-        if key in claimed:  # checked first: nearly every slot of a big fleet has its node
-            continue
-        slot = slots.get(key) or view.slot(spec.name, index)
-        name = spec.node_name(index)
-        if slot.done or view.unwanted(spec.name, index) is not None:
-            continue
-        why_not, until = _why_not_now(view, spec, slot, busy.get(key), total, in_flight)
-        zone, note = (None, "") if why_not else _pick_zone(view, spec, slot, name)
-        if zone is None:
-            holds.append(
-                Hold(
-                    fleet=spec.name,
-                    slot=index,
-                    node_name=name,
-                    reason=why_not or note,
-                    until=until,
+        for piece in _slices_to_create(spec, index, claimed):
+            key = (spec.name, index, piece)
+            slot = slots.get(key[:2]) or view.slot(spec.name, index)
+            name = spec.node_name(index, piece)
+            if slot.done or view.unwanted(spec.name, index, piece) is not None:
+                continue
+            previous = _previous(spec, index, piece, busy)
+            why_not, until = _why_not_now(view, spec, slot, previous, total, in_flight)
+            zone, note = (None, "") if why_not else _pick_zone(view, spec, slot, name, claimed)
+            if zone is None:
+                holds.append(
+                    Hold(
+                        fleet=spec.name,
+                        slot=index,
+                        node_name=name,
+                        reason=why_not or note,
+                        until=until,
+                    )
                 )
-            )
-            continue
-        # Counted while the call is in flight; a queued resource then waits uncounted.
-        in_flight[spec.name] += 1
-        total += 1
-        actions.append(_create(view, spec, slot, index, name, zone, note))
+                continue
+            # Counted while the call is in flight; a queued resource then waits uncounted.
+            in_flight[spec.name] += 1
+            total += 1
+            actions.append(_create(view, spec, slot, (index, piece), name, zone, note))
     return actions, holds
+
+
+def _slices_to_create(spec: FleetSpec, index: int, claimed: Mapping[NodeKey, str]) -> list[int]:
+    """The slices of slot `index` with nothing serving: slice 0 alone stands for a queued
+    multislice slot (its queued resource brings every slice), and only when none serves."""
+    if spec.slices == 1:  # nearly every slot of a big fleet: one lookup
+        return [] if (spec.name, index, 0) in claimed else [0]
+    pieces = [i for i in range(spec.slices) if (spec.name, index, i) not in claimed]
+    if spec.provisioning is Provisioning.QUEUED:
+        return [0] if len(pieces) == spec.slices else []
+    return pieces
+
+
+def _previous(spec: FleetSpec, index: int, piece: int, busy: Mapping[NodeKey, str]) -> str | None:
+    """The phase of an old node still holding the name: the slice's own, or for a queued
+    multislice slot any slice's (they share the queued resource's name)."""
+    if spec.slices > 1 and spec.provisioning is Provisioning.QUEUED:
+        phases = [busy[k] for i in range(spec.slices) if (k := (spec.name, index, i)) in busy]
+        return phases[0] if phases else None
+    return busy.get((spec.name, index, piece))
 
 
 def _why_not_now(
@@ -148,14 +184,30 @@ def _why_not_now(
 
 
 def _create(
-    view: View, spec: FleetSpec, slot: SlotRecord, index: int, name: str, zone: str, note: str
+    view: View,
+    spec: FleetSpec,
+    slot: SlotRecord,
+    where: tuple[int, int],
+    name: str,
+    zone: str,
+    note: str,
 ) -> CreateNode:
-    """The create of slot `index`'s node `name` in `zone`; `note`: which zones were skipped."""
+    """The create of slot `where[0]`'s slice `where[1]`, node `name`, in `zone`; `note`: which
+    zones were skipped, or why this zone."""
+    index, piece = where
     queued = spec.provisioning is Provisioning.QUEUED
     attempt = slot.create_failures + 1
-    reason = "slot has no node" if attempt == 1 else f"retry after {slot.last_error}"
+    what = "slot has no node" if not spec.multislice else f"slice {piece} has no node"
+    if spec.multislice and queued:
+        what = f"slot has none of its {spec.slices} slices"
+    reason = what if attempt == 1 else f"retry after {slot.last_error}"
     if note:
         reason = f"{reason}; {note}"
+    labels = {**spec.labels, FLEET_LABEL: spec.name, OWNER_LABEL: view.owner}
+    if spec.multislice:
+        labels[SLOT_LABEL] = str(index)
+        if not queued:  # one node spec for all of a queued resource's nodes
+            labels[SLICE_LABEL] = str(piece)
     return CreateNode(
         fleet=spec.name,
         slot=index,
@@ -165,29 +217,49 @@ def _create(
         runtime_version=spec.runtime_version,
         capacity=spec.capacity,
         provisioning=spec.provisioning,
-        labels={**spec.labels, FLEET_LABEL: spec.name, OWNER_LABEL: view.owner},
-        queued_resource=name if queued else None,
+        labels=labels,
+        queued_resource=spec.slot_name(index) if queued else None,
         attempt=attempt,
         reason=reason,
         project=spec.project,
+        slice=piece,
+        slices=spec.slices if queued else 1,
     )
 
 
-def _pick_zone(view: View, spec: FleetSpec, slot: SlotRecord, name: str) -> tuple[str | None, str]:
+def _pick_zone(
+    view: View, spec: FleetSpec, slot: SlotRecord, name: str, claimed: Mapping[NodeKey, str]
+) -> tuple[str | None, str]:
     """The zone to create in, and a note (why none, or which zones were skipped)."""
     zones = spec.zones
-    start = zones.index(slot.next_zone) if slot.next_zone in zones else 0
     queued = spec.provisioning is Provisioning.QUEUED
+    if spec.multislice and not queued:
+        siblings = {z for (f, i, _), z in claimed.items() if f == spec.name and i == slot.index}
+        if siblings:
+            # Slices talk over the data-centre network: one zone for the whole slot.
+            zone = min(siblings)
+            if not view.zone_known(spec.project, zone):
+                return None, f"zone {zone} was not listed successfully this tick; {_BLIND}"
+            if view.occupant(spec.project, zone, name) is not None:
+                return None, f"the name {name} is taken in {zone}, the zone of the other slices"
+            return zone, f"in {zone} with the slot's other slices"
+    start = zones.index(slot.next_zone) if slot.next_zone in zones else 0
+    # A multislice queued resource's own name is its slot's, not its first node's.
+    queued_name = spec.slot_name(slot.index) if queued else name
     skipped: list[str] = []
     for k in range(len(zones)):
         zone = zones[(start + k) % len(zones)]
         if not view.zone_known(spec.project, zone, queued=queued):
-            return None, f"zone {zone} was not listed successfully this tick; not creating blind"
-        if view.occupant(spec.project, zone, name) is None:
+            return None, f"zone {zone} was not listed successfully this tick; {_BLIND}"
+        taken = [n for n in (name, queued_name) if view.occupant(spec.project, zone, n)]
+        if not taken:
             note = f"skipped {', '.join(skipped)}: name taken there" if skipped else ""
             return zone, note
         skipped.append(zone)
     return None, f"the name {name} is taken in every zone ({', '.join(skipped)}); waiting"
+
+
+_BLIND = "not creating blind"
 
 
 def spec_json(spec: FleetSpec) -> str:

@@ -101,20 +101,8 @@ class Step:
         if _name_held_by_another(self.view, inc):
             _end_without_delete(self, end_reason or reason)
             return
-        self.actions.append(
-            DeleteNode(
-                incarnation_id=inc.id,
-                fleet=inc.fleet,
-                slot=inc.slot,
-                node_name=inc.node_name,
-                zone=inc.zone,
-                expected=self.phase,
-                queued_resource=inc.queued_resource,
-                end_reason=end_reason if self.phase is not P.DELETING else None,
-                reason=reason,
-                project=inc.project,
-            )
-        )
+        end = end_reason if self.phase is not P.DELETING else None
+        self.actions.append(DeleteNode.of(inc, self.phase, reason=reason, end_reason=end))
         self.phase = P.DELETING
 
     def fail(self, kind: ErrorKind, why: str, cloud: CloudFacts | None = None) -> None:

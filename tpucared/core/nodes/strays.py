@@ -3,7 +3,9 @@
 After a crash between a create call and its record, after a lost database, or when people
 create nodes by hand, the lists show nodes and queued resources we have no record of.
 Rules (ownership = both contract labels, `tpucared-owner` equal to our owner id):
-- ours, of a managed fleet, named `{fleet}-{slot}` -> Adopt: record an incarnation in the
+- ours, of a managed fleet, named `{fleet}-{slot}` (`{fleet}-{slot}-{slice}` for a multislice
+  fleet; a multislice queued resource `{fleet}-{slot}` is adopted through its nodes, or as
+  slice 0 while it has none) -> Adopt: record an incarnation in the
   phase its state implies; as DEAD if the slot is no longer wanted, so that the node
   sub-planner deletes it at the next tick. If the slot already has a live incarnation (in
   another zone: a lost or restored database), it is left alone with a notice until that
@@ -34,16 +36,18 @@ from tpucared.core.nodes.cloud import (
 )
 from tpucared.core.nodes.lifecycle import SERVING_PHASES
 from tpucared.core.planning.actions import Action, Adopt, CloudFacts, Notice, Severity
-from tpucared.core.planning.view import Resource, View, slot_of
+from tpucared.core.planning.snapshot import NodeKey
+from tpucared.core.planning.view import Resource, View, slice_of, slot_of
 
 P = NodePhase
 SERVING = SERVING_PHASES
 _NAMES_SHOWN = 5
 
 
-def plan_strays(view: View, occupied: set[tuple[str, int]]) -> list[Action]:
-    """Adopts and notices for unmatched resources. `occupied` holds the (fleet, slot) pairs
-    that keep an incarnation in a live phase once this plan is applied; adopts are added."""
+def plan_strays(view: View, occupied: set[NodeKey]) -> list[Action]:
+    """Adopts and notices for unmatched resources. `occupied` holds the (fleet, slot, slice)
+    keys that keep an incarnation in a live phase once this plan is applied; adopts are
+    added."""
     actions: list[Action] = []
     unmanaged: dict[str, list[str]] = {}
     for inc in view.live:
@@ -66,7 +70,7 @@ def _our_stray(
     view: View,
     r: Resource,
     fleet: str,
-    occupied: set[tuple[str, int]],
+    occupied: set[NodeKey],
     unmanaged: dict[str, list[str]],
 ) -> Action | None:
     """A stray with our labels: adopted into its slot, or left alone (with a notice, or in
@@ -74,8 +78,13 @@ def _our_stray(
     if not view.managed(fleet):
         unmanaged.setdefault(fleet, []).append(f"{r.zone}/{r.name}")
         return None
-    slot = slot_of(fleet, r.name)
-    if slot is None:
+    found = view.slice_of(fleet, r.name)
+    name = r.name
+    if found is None and (qr := _multislice_queued(view, r, fleet)) is not None:
+        if qr[1] is None:
+            return None  # its nodes are listed: they are adopted, and it with them
+        found, name = (qr[0], 0), qr[1]
+    if found is None:
         return Notice(
             key=f"badname/{r.zone}/{r.name}",
             severity=Severity.WARNING,
@@ -84,7 +93,8 @@ def _our_stray(
             reason=f"{r.zone}/{r.name} carries our labels for fleet {fleet} but "
             f"is not named {fleet}-<slot>: left alone",
         )
-    if (fleet, slot) in occupied:
+    slot, piece = found
+    if (fleet, slot, piece) in occupied:
         return Notice(
             key=f"duplicate/{r.zone}/{r.name}",
             severity=Severity.WARNING,
@@ -93,12 +103,29 @@ def _our_stray(
             reason=f"{r.name} in {r.zone} carries our labels but slot {slot} of "
             f"{fleet} already has a node: left alone until that one is gone",
         )
-    occupied.add((fleet, slot))
+    occupied.add((fleet, slot, piece))
     if r.node is not None and r.node.state is CloudState.UNRECOGNIZED:
         # Neither adopted nor replaced while its state cannot be read: the slot stays
         # occupied (no second node is created beside it) and a person is told.
         return unrecognized_notice(r.node, fleet)
-    return _adopt(view, r, fleet, slot)
+    return _adopt(view, r, fleet, (slot, piece), name)
+
+
+def _multislice_queued(view: View, r: Resource, fleet: str) -> tuple[int, str | None] | None:
+    """For a queued resource of a multislice fleet, named `{fleet}-{slot}`: its slot, and the
+    name to adopt it under as slice 0 while none of its nodes is listed (None when one is:
+    the nodes are adopted, each with the queued resource). None for anything else."""
+    spec = view.specs.get(fleet)
+    if r.node is not None or r.queued is None or spec is None or not spec.multislice:
+        return None
+    found = slice_of(fleet, r.name, multislice=False)
+    if found is None:
+        return None
+    slot = found[0]
+    names = [spec.node_name(slot, i) for i in range(spec.slices)]
+    if any(view.occupant(r.project, r.zone, n) is not None for n in names):
+        return slot, None
+    return slot, names[0]
 
 
 def _foreign_stray(view: View, r: Resource) -> Notice | None:
@@ -131,10 +158,11 @@ def _unmanaged_notice(fleet: str, names: list[str]) -> Notice:
     )
 
 
-def _adopt(view: View, r: Resource, fleet: str, slot: int) -> Adopt:
+def _adopt(view: View, r: Resource, fleet: str, where: tuple[int, int], name: str) -> Adopt:
+    slot, piece = where
     phase, end_reason = _phase_of(r)
     why = f"listed with our labels but not recorded; adopting it as {phase.value}"
-    unwanted = view.unwanted(fleet, slot)
+    unwanted = view.unwanted(fleet, slot, piece)
     if phase in SERVING and unwanted is not None:
         phase, end_reason = P.DEAD, unwanted
         why = f"listed with our labels but {unwanted}; adopting it to delete it"
@@ -148,7 +176,8 @@ def _adopt(view: View, r: Resource, fleet: str, slot: int) -> Adopt:
     return Adopt(
         fleet=fleet,
         slot=slot,
-        node_name=r.name,
+        slice=piece,
+        node_name=name,
         zone=r.zone,
         accelerator_type=accelerator,
         phase=phase,
@@ -206,7 +235,7 @@ def _facts(r: Resource, now: datetime) -> CloudFacts:
 def _collision(view: View, r: Resource) -> str | None:
     """The configured fleet whose slot name this resource holds in one of its zones."""
     for spec in view.specs.values():
-        slot = slot_of(spec.name, r.name)
+        slot = slot_of(spec.name, r.name, multislice=spec.multislice)
         if slot is not None and slot < spec.size and r.zone in spec.zones:
             return spec.name
     return None

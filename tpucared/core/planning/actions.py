@@ -16,7 +16,7 @@ goes through `lifecycle.check_transition`, and every action appends an EventReco
 its reason.
 
 Invariants the store and executor keep (the planner relies on them):
-- at most one incarnation per (fleet, slot) in a LIVE phase (lifecycle.LIVE_PHASES);
+- at most one incarnation per (fleet, slot, slice) in a LIVE phase (lifecycle.LIVE_PHASES);
 - every phase write is a compare-and-set on the phase the planner saw, through
   lifecycle.check_transition; a write that loses the race is skipped, with a log line;
 - intent is recorded before the cloud call, outcomes after it; nothing else is written.
@@ -30,7 +30,8 @@ transaction in runs, each action in a savepoint, so a skipped one is undone alon
 OpenSlot    T: insert SlotRecord(fleet, slot, run_id=<new, e.g. "{fleet}-{slot}-{6 hex}">) if
             the slot has none; otherwise nothing. No cloud call.
 RecordFleet T: upsert FleetRecord(name, spec_hash, spec_json, applied_at=now); keep `down`.
-CreateNode  T1 (intent): skip the action if (fleet, slot) has an incarnation in a LIVE phase;
+CreateNode  T1 (intent): skip the action if (fleet, slot, slice) has an incarnation in a LIVE
+            phase;
             else insert IncarnationRecord(phase=REQUESTED, requested_at=phase_since=now,
             zone, node_name, accelerator_type, queued_resource).
             Call: nodes.create(nodeId=node_name) or, when `queued_resource` is set,
@@ -54,7 +55,8 @@ Transition  T: CAS (id, phase == expected); check_transition(expected, new); set
             by `cloud.endpoints` if not None); `slot_update` applied to the slot row.
 RecordCloud T: CAS (id, phase == expected); overwrite the cloud facts (and WorkerRecords when
             `endpoints` is not None). No phase change. No cloud call.
-Adopt       T: skip if the slot has an incarnation in a LIVE phase; open the slot as
+HoldSlices  T: SlotRecord.held_since = since. No cloud call.
+Adopt       T: skip if the slot's slice has an incarnation in a LIVE phase; open the slot as
             OpenSlot does if it has no record (a node beyond the fleet's size, or of a
             fleet marked down: adopted only to be deleted); insert REQUESTED
             (requested_at=now) and transition at once to `phase` (a legal edge from
@@ -95,7 +97,7 @@ from enum import Enum, StrEnum
 from typing import Any, ClassVar
 
 from tpucared.core.model.observed import WorkerEndpoint
-from tpucared.core.model.records import NodePhase
+from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import DEFAULT_PROJECT, CapacityKind, Provisioning
 
 
@@ -192,6 +194,10 @@ class CreateNode(Action):
     queued_resource: str | None  # set for queued provisioning: the queued resource id
     attempt: int  # 1 + consecutive failed creates of this slot
     project: str = DEFAULT_PROJECT
+    slice: int = 0  # which slice of a multislice slot
+    # Nodes the queued resource makes (multisliceParams.nodeCount, named
+    # `{queued_resource}-{i}`) when more than one; the other slices are adopted as they appear.
+    slices: int = 1
 
     def subject(self) -> str:
         return self.node_name
@@ -216,6 +222,30 @@ class DeleteNode(Action):
     queued_resource: str | None  # set: delete the queued resource (force) instead of the node
     end_reason: str | None = None  # recorded when the incarnation enters DELETING
     project: str = DEFAULT_PROJECT
+
+    @classmethod
+    def of(
+        cls,
+        inc: IncarnationRecord,
+        expected: NodePhase,
+        *,
+        reason: str,
+        end_reason: str | None = None,
+    ) -> DeleteNode:
+        """The delete of `inc`'s node (its queued resource, if it has one), seen in
+        `expected`."""
+        return cls(
+            incarnation_id=inc.id,
+            fleet=inc.fleet,
+            slot=inc.slot,
+            node_name=inc.node_name,
+            zone=inc.zone,
+            expected=expected,
+            queued_resource=inc.queued_resource,
+            end_reason=end_reason,
+            reason=reason,
+            project=inc.project,
+        )
 
     def subject(self) -> str:
         return self.node_name
@@ -277,12 +307,32 @@ class Adopt(Action):
     cloud: CloudFacts
     end_reason: str | None = None
     project: str = DEFAULT_PROJECT
+    slice: int = 0
 
     def subject(self) -> str:
         return self.node_name
 
     def summary(self) -> str:
         return f"{self.node_name} in {self.zone} as {self.phase.value}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class HoldSlices(Action):
+    """A direct multislice slot starts (`since`) or stops (None) keeping READY slices while
+    another is missing (core/nodes/multislice.py): SlotRecord.held_since."""
+
+    kind: ClassVar[str] = "hold-slices"
+    fleet: str
+    slot: int
+    since: datetime | None
+
+    def subject(self) -> str:
+        return f"{self.fleet}/{self.slot}"
+
+    def summary(self) -> str:
+        if self.since is None:
+            return f"{self.subject()} no longer held"
+        return f"{self.subject()} held since {self.since.isoformat(timespec='seconds')}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -314,6 +364,7 @@ ALL_ACTIONS: tuple[type[Action], ...] = (
     Transition,
     RecordCloud,
     Adopt,
+    HoldSlices,
     Notice,
 )
 
@@ -340,6 +391,7 @@ __all__ = [
     "CloudFacts",
     "CreateNode",
     "DeleteNode",
+    "HoldSlices",
     "Notice",
     "OpenSlot",
     "RecordCloud",

@@ -22,6 +22,7 @@ from tpucared.core.planning.actions import (
     CloudFacts,
     CreateNode,
     DeleteNode,
+    HoldSlices,
     Notice,
     OpenSlot,
     RecordCloud,
@@ -85,9 +86,9 @@ class _Store:
             preemptions=slot.preemptions + u.add_preemptions,
         )
 
-    def live_in_slot(self, fleet: str, slot: int) -> bool:
+    def live_in_slot(self, fleet: str, slot: int, slice_index: int = 0) -> bool:
         return any(
-            i.fleet == fleet and i.slot == slot and i.phase in LIVE_PHASES
+            i.key == (fleet, slot, slice_index) and i.phase in LIVE_PHASES
             for i in self.incs.values()
         )
 
@@ -117,6 +118,10 @@ class _Store:
                     self.incs[inc.id] = _with_facts(inc, action.cloud)
             case Adopt():
                 self._adopt(action)
+            case HoldSlices():
+                key = (action.fleet, action.slot)
+                if key in self.slots:
+                    self.slots[key] = replace(self.slots[key], held_since=action.since)
             case Notice():
                 pass  # the runtime remembers plan.standing
             case _:
@@ -153,10 +158,11 @@ class _Store:
             requested_at=self.now,
             queued_resource=action.queued_resource,
             project=action.project,
+            slice=action.slice,
         )
 
     def _create(self, action: CreateNode) -> None:
-        if self.live_in_slot(action.fleet, action.slot):
+        if self.live_in_slot(action.fleet, action.slot, action.slice):
             self.stale(f"create {action.node_name}: the slot has a live incarnation")
             return
         inc = self._requested(action)
@@ -188,7 +194,7 @@ class _Store:
             self.slot_update(action.slot_update)
 
     def _adopt(self, action: Adopt) -> None:
-        if self.live_in_slot(action.fleet, action.slot):
+        if self.live_in_slot(action.fleet, action.slot, action.slice):
             self.stale(f"adopt {action.node_name}: the slot has a live incarnation")
             return
         self.apply(OpenSlot(fleet=action.fleet, slot=action.slot, reason=action.reason))

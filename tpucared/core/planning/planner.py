@@ -10,7 +10,8 @@ previous ones decided:
 1. core/nodes/slots.py `fleet_records`: fleet and slot records for the config;
 2. core/nodes/incarnations.py: each live incarnation of a managed fleet along its lifecycle;
 3. core/nodes/strays.py: listed resources nobody accounts for (adopt, or tell a person);
-4. core/nodes/slots.py `plan_creates`: creates for empty wanted slots;
+4. core/nodes/slots.py `plan_creates`: creates for empty wanted slots (and slices), then
+   core/nodes/multislice.py: multislice slots held, released, their preemptions counted once;
 5. the `LATER` sub-planners, fed a `NodesOutcome` (e.g. the workload planner: a Transition
    to READY in this plan, or an incarnation READY in the outcome, is its cue to launch);
 6. notices about zones that cannot be listed and fleets whose nodes differ from the spec
@@ -29,6 +30,7 @@ from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import NodePhase
 from tpucared.core.model.specs import ErrorKind, FleetSpec, NodeOptions, error_text
 from tpucared.core.model.specs import location_name as where
+from tpucared.core.nodes import multislice
 from tpucared.core.nodes.incarnations import SERVING, plan_incarnation
 from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.core.nodes.slots import fleet_records, plan_creates, updated_slots
@@ -37,7 +39,7 @@ from tpucared.core.planning import drift
 from tpucared.core.planning.actions import Action, Adopt, Notice, Severity, Transition
 from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.policy import HARD_ERRORS, Policy
-from tpucared.core.planning.snapshot import PlannerSnapshot
+from tpucared.core.planning.snapshot import NodeKey, PlannerSnapshot
 from tpucared.core.planning.view import View
 
 P = NodePhase
@@ -92,7 +94,7 @@ def plan_view(view: View, reported: frozenset[str] = frozenset()) -> Plan:
             node_actions.append(((view.order(inc.fleet), -inc.slot, inc.id), acts))
     node_actions.sort(key=lambda item: item[0])
 
-    occupied = {(i.fleet, i.slot) for i in view.live if phases.get(i.id, i.phase) in LIVE_PHASES}
+    occupied = {i.key for i in view.live if phases.get(i.id, i.phase) in LIVE_PHASES}
     strays = plan_strays(view, occupied)
     adopts = [a for a in strays if isinstance(a, Adopt)]
 
@@ -100,6 +102,8 @@ def plan_view(view: View, reported: frozenset[str] = frozenset()) -> Plan:
     flat_nodes = [a for _, acts in node_actions for a in acts]
     slots = updated_slots(view, flat_nodes)
     creates, holds = plan_creates(view, claimed, busy, in_flight, slots)
+    held, slice_holds = multislice.plan_holds(view, phases)
+    holds += slice_holds
 
     outcome = NodesOutcome(
         phases=phases,
@@ -110,7 +114,9 @@ def plan_view(view: View, reported: frozenset[str] = frozenset()) -> Plan:
     )
     later = [a for sub in LATER for a in sub(view, outcome)]
 
-    everything = [*records, *flat_nodes, *strays, *creates, *later, *_notices(view)]
+    everything = multislice.count_once(
+        view, [*records, *flat_nodes, *strays, *creates, *held, *later, *_notices(view)]
+    )
     notices: dict[str, Notice] = {}
     actions: list[Action] = []
     for item in everything:
@@ -129,25 +135,24 @@ def plan_view(view: View, reported: frozenset[str] = frozenset()) -> Plan:
 
 def _slot_states(
     view: View, phases: Mapping[int, NodePhase], adopts: Iterable[Adopt]
-) -> tuple[set[tuple[str, int]], dict[tuple[str, int], str], Counter[str]]:
-    """What the create pass needs once node actions and adopts are applied: slots with a node
-    wanted or coming (claimed), slots whose old node still holds the name (busy, with its
-    phase), and creates in flight per fleet (counted towards the limits)."""
-    claimed: set[tuple[str, int]] = set()
-    busy: dict[tuple[str, int], str] = {}
+) -> tuple[dict[NodeKey, str], dict[NodeKey, str], Counter[str]]:
+    """What the create pass needs once node actions and adopts are applied: slices with a
+    node wanted or coming (claimed, with its zone), slices whose old node still holds the
+    name (busy, with its phase), and creates in flight per fleet (counted towards the
+    limits)."""
+    claimed: dict[NodeKey, str] = {}
+    busy: dict[NodeKey, str] = {}
     in_flight: Counter[str] = Counter()
-    after = [
-        (i.fleet, i.slot, phases[i.id], i.queued_resource) for i in view.live if i.id in phases
-    ]
-    after += [(a.fleet, a.slot, a.phase, a.queued_resource) for a in adopts]
-    for fleet, slot, phase, queued in after:
+    after = [(i.key, i.zone, phases[i.id], i.queued_resource) for i in view.live if i.id in phases]
+    after += [((a.fleet, a.slot, a.slice), a.zone, a.phase, a.queued_resource) for a in adopts]
+    for key, zone, phase, queued in after:
         if phase in SERVING:
-            claimed.add((fleet, slot))
+            claimed[key] = zone
             # A queued resource counts while its create call is in flight, then waits freely.
             if phase is P.REQUESTED or (phase is P.CREATING and queued is None):
-                in_flight[fleet] += 1
+                in_flight[key[0]] += 1
         elif phase in (P.DEAD, P.DELETING):
-            busy[(fleet, slot)] = phase.value
+            busy[key] = phase.value
     return claimed, busy, in_flight
 
 

@@ -4,7 +4,8 @@ The planner asks for the `PlannerSnapshot` protocol only: the store's own
 `tpucared.store.Snapshot` (one consistent read transaction) satisfies it structurally, so
 core never imports the store. `PlainSnapshot` here is a plain implementation with the same
 fields, for tests and tools. `nodes` holds only incarnations in a LIVE phase, at most one
-per slot (the store's unique index guarantees it; the planner relies on it).
+per slot and slice (the store's unique index guarantees it; the planner relies on it), keyed by
+`NodeKey` (fleet, slot, slice); a single-slice slot's node is slice 0.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tpucared.core.model.records import FleetRecord, IncarnationRecord, SlotReco
 from tpucared.core.nodes.lifecycle import LIVE_PHASES
 
 SlotKey = tuple[str, int]  # (fleet name, slot index)
+NodeKey = tuple[str, int, int]  # (fleet name, slot index, slice index)
 
 
 class PlannerSnapshot(Protocol):
@@ -27,14 +29,14 @@ class PlannerSnapshot(Protocol):
     def slots(self) -> Mapping[SlotKey, SlotRecord]: ...
 
     @property
-    def nodes(self) -> Mapping[SlotKey, IncarnationRecord]: ...
+    def nodes(self) -> Mapping[NodeKey, IncarnationRecord]: ...
 
 
 @dataclass(frozen=True)
 class PlainSnapshot:
     fleets: Mapping[str, FleetRecord] = field(default_factory=dict)
     slots: Mapping[SlotKey, SlotRecord] = field(default_factory=dict)
-    nodes: Mapping[SlotKey, IncarnationRecord] = field(default_factory=dict)
+    nodes: Mapping[NodeKey, IncarnationRecord] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -44,14 +46,14 @@ class PlainSnapshot:
         incarnations: Iterable[IncarnationRecord] = (),
     ) -> PlainSnapshot:
         """Key plain records the way the store does; terminal incarnations are dropped and a
-        second live incarnation of one slot is a ValueError (the store cannot hold one)."""
-        nodes: dict[SlotKey, IncarnationRecord] = {}
+        second live incarnation of one slot's slice is a ValueError (the store cannot hold one)."""
+        nodes: dict[NodeKey, IncarnationRecord] = {}
         for inc in incarnations:
             if inc.phase not in LIVE_PHASES:
                 continue
-            key = (inc.fleet, inc.slot)
+            key = inc.key
             if key in nodes:
-                raise ValueError(f"two live incarnations of {inc.fleet}/{inc.slot}")
+                raise ValueError(f"two live incarnations of {inc.fleet}/{inc.slot}/{inc.slice}")
             nodes[key] = inc
         return cls(
             fleets={f.name: f for f in fleets},

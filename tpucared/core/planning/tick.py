@@ -15,17 +15,20 @@ too. `plan_workloads` takes a `NodesOutcome` all the same, so it can move into `
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from tpucared.core.model.observed import ZoneObservation
-from tpucared.core.model.records import NodePhase
+from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import FleetSpec
+from tpucared.core.nodes import multislice
 from tpucared.core.planning.actions import Action, Adopt, DeleteNode, Notice, Transition
 from tpucared.core.planning.plan import Hold, Plan
 from tpucared.core.planning.planner import NodesOutcome, plan_view
 from tpucared.core.planning.policy import Policy
 from tpucared.core.planning.snapshot import SlotKey
 from tpucared.core.planning.view import View
+from tpucared.core.workload.gang import Gang
 from tpucared.core.workload.inputs import SlotProbe, TickSnapshot, WorkloadRecords
 from tpucared.core.workload.planner import SlotPlan, SlotWork, WorkloadPolicy, plan_slot
 
@@ -54,7 +57,10 @@ def plan_tick(
         probes,
         workload_policy or WorkloadPolicy(),
     )
-    return merge(node_plan, work, reported)
+    merged = merge(node_plan, work, reported)
+    # A preemption notice (workload) and the API's PREEMPTED (nodes) for one multislice slot
+    # in one plan: still one preemption.
+    return replace(merged, actions=tuple(multislice.count_once(view, merged.actions)))
 
 
 def nodes_outcome(view: View, node_actions: Iterable[Action]) -> NodesOutcome:
@@ -98,23 +104,43 @@ def plan_workloads(
     )
     seen = set(keys)
     keys += [k for k in running if k not in seen]
-    nodes = {(i.fleet, i.slot): i for i in view.live}
+    nodes: dict[SlotKey, list[IncarnationRecord]] = {}
+    for i in view.live:
+        nodes.setdefault((i.fleet, i.slot), []).append(i)
     out = SlotPlan()
     for fleet, index in keys:
         fleet_spec = view.specs.get(fleet)
-        node = nodes.get((fleet, index))
+        slices = nodes.get((fleet, index), [])
+        gang = None
+        if fleet_spec is not None and fleet_spec.multislice:
+            gang = Gang(
+                name=fleet_spec.slot_name(index),
+                expected=fleet_spec.slices,
+                slices=tuple(slices),
+                phases_after=outcome.phases,
+                workers={i.id: len(records.workers.get(i.id, ())) for i in slices},
+            )
+        node = gang.stand_in() if gang is not None else (slices[0] if slices else None)
+        if gang is not None:
+            phase_after, workers = gang.phase_after(), gang.worker_count()
+        elif node is not None:
+            phase_after = outcome.phases.get(node.id)
+            workers = len(records.workers.get(node.id, ()))
+        else:
+            phase_after, workers = None, 0
         work = SlotWork(
             fleet=fleet,
             index=index,
             spec=fleet_spec.workload if fleet_spec is not None else None,
             slot=view.slots.get((fleet, index)),
             node=node,
-            phase_after=outcome.phases.get(node.id) if node is not None else None,
-            workers=len(records.workers.get(node.id, ())) if node is not None else 0,
+            phase_after=phase_after,
+            workers=workers,
             last=records.last_attempts.get((fleet, index)),
             probe=probes.get((fleet, index)),
             unwanted=view.unwanted(fleet, index),
             now=view.now,
+            gang=gang,
         )
         one = plan_slot(work, policy)
         out.actions += one.actions

@@ -30,15 +30,27 @@ from tpucared.core.planning.snapshot import PlannerSnapshot
 Location = tuple[str, str]  # (project, zone); DEFAULT_PROJECT for the daemon's own
 
 _SLOT_SUFFIX = re.compile(r"-(0|[1-9][0-9]*)")
+_SLICE_SUFFIX = re.compile(r"-(0|[1-9][0-9]*)-(0|[1-9][0-9]*)")
 
 
-def slot_of(fleet: str, node_name: str) -> int | None:
+def slot_of(fleet: str, node_name: str, *, multislice: bool = False) -> int | None:
     """The slot a node name denotes for `fleet` ("sweep-3" -> 3), or None. Names are
-    `{fleet}-{slot}` with a canonical decimal slot, so no two (fleet, slot) share a name."""
+    `{fleet}-{slot}` with a canonical decimal slot, so no two (fleet, slot) share a name;
+    a multislice fleet's are `{fleet}-{slot}-{slice}` (`slice_of`)."""
+    found = slice_of(fleet, node_name, multislice=multislice)
+    return found[0] if found is not None else None
+
+
+def slice_of(fleet: str, node_name: str, *, multislice: bool) -> tuple[int, int] | None:
+    """(slot, slice) a node name denotes for `fleet`: "sweep-3" -> (3, 0) for a single-slice
+    fleet, "big-1-2" -> (1, 2) for a multislice one; None when it is not named so."""
     if not node_name.startswith(fleet):
         return None
+    if multislice:
+        m = _SLICE_SUFFIX.fullmatch(node_name, len(fleet))
+        return (int(m.group(1)), int(m.group(2))) if m else None
     m = _SLOT_SUFFIX.fullmatch(node_name, len(fleet))
-    return int(m.group(1)) if m else None
+    return (int(m.group(1)), 0) if m else None
 
 
 @dataclass(frozen=True)
@@ -224,13 +236,22 @@ class View:
         """The slot's record, or a fresh one if the store has none yet."""
         return self.slots.get((fleet, index)) or SlotRecord(fleet=fleet, index=index, run_id="")
 
+    def slice_of(self, fleet: str, node_name: str) -> tuple[int, int] | None:
+        """(slot, slice) of a node name of `fleet`, as its spec names nodes; for a fleet no
+        longer configured (down), either naming."""
+        spec = self.specs.get(fleet)
+        if spec is not None:
+            return slice_of(fleet, node_name, multislice=spec.multislice)
+        found = slice_of(fleet, node_name, multislice=True)
+        return found if found is not None else slice_of(fleet, node_name, multislice=False)
+
     def managed(self, fleet: str) -> bool:
         """Fleets whose nodes the planner acts on: configured, or marked down."""
         rec = self.fleet_records.get(fleet)
         return fleet in self.specs or (rec is not None and rec.down)
 
-    def unwanted(self, fleet: str, index: int) -> str | None:
-        """Why (fleet, slot) should have no node, or None while it should have one."""
+    def unwanted(self, fleet: str, index: int, slice_index: int = 0) -> str | None:
+        """Why (fleet, slot, slice) should have no node, or None while it should have one."""
         rec = self.fleet_records.get(fleet)
         if rec is not None and rec.down:
             return f"fleet {fleet} is down"
@@ -239,6 +260,8 @@ class View:
             return f"fleet {fleet} is not in the config"
         if index >= spec.size:
             return f"scaled down: fleet {fleet} has size {spec.size}"
+        if slice_index >= spec.slices:
+            return f"fewer slices: fleet {fleet} has {spec.slices} slice(s) per slot"
         slot = self.slots.get((fleet, index))
         if slot is not None and slot.done:
             workload = spec.workload
@@ -250,5 +273,5 @@ class View:
         return self.fleet_order.get(fleet, len(self.fleet_order))
 
 
-def _inc_key(inc: IncarnationRecord) -> tuple[str, int, int]:
-    return (inc.fleet, inc.slot, inc.id)
+def _inc_key(inc: IncarnationRecord) -> tuple[str, int, int, int]:
+    return (inc.fleet, inc.slot, inc.slice, inc.id)

@@ -11,7 +11,8 @@ wins:
   node not READY after this plan, or   SUCCEEDED if the probe saw exit 0 on every worker;
   the attempt's node is gone           CANCELLED if the slot is no longer wanted (or the fleet
                                        lost its workload); PREEMPTED otherwise (the node
-                                       planner counts the preemption itself)
+                                       planner counts the preemption itself); a multislice
+                                       slot's surviving slices are stopped
   fleet lost its workload / unwanted   CANCELLED, stop
   no probe of this attempt this tick   keep watching (e.g. after a daemon restart: re-attach,
                                        never relaunch blindly)
@@ -144,7 +145,11 @@ def _off_node(
         where = f"{node.node_name} is {w.phase_after.value}"
     else:
         where = f"its node (incarnation #{a.incarnation_id}) is gone"
-    return Verdict(Out.PREEMPTED, where, codes)
+    # A multislice slot lost a slice: the others still run it, waiting for their peers.
+    survivors = w.gang.survivors() if w.gang is not None else []
+    if survivors:
+        where = f"{where}; stopping it on {', '.join(s.node_name for s in survivors)}"
+    return Verdict(Out.PREEMPTED, where, codes, stop=bool(survivors))
 
 
 def _by_workers(

@@ -33,6 +33,7 @@ slot's READY node (`attempt` = slot.attempts + 1, so numbers only grow):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -62,6 +63,7 @@ from tpucared.core.workload.actions import (
     MarkSlotDone,
     StopWorkload,
 )
+from tpucared.core.workload.gang import Gang
 from tpucared.core.workload.inputs import SlotProbe, WorkerState
 from tpucared.core.workload.judge import Verdict, earliest_since, judge, worker_names
 
@@ -111,6 +113,9 @@ class SlotWork:
     probe: SlotProbe | None  # this tick's probe of `node` (tracked), if any
     unwanted: str | None  # why the slot should have no node (core/planning/view.py), or None
     now: datetime
+    # A multislice slot's slices (core/workload/gang.py); `node`, `phase_after` and `workers`
+    # are then the gang's stand-in, its phase and its workers. None for a single slice.
+    gang: Gang | None = None
 
 
 @dataclass
@@ -136,12 +141,15 @@ def plan_slot(w: SlotWork, policy: WorkloadPolicy) -> SlotPlan:
             return out
         out.actions.append(_finish(w, last, verdict))
         if verdict.lost:
-            assert w.node is not None
-            out.actions += _lost(w, w.node, verdict.detail)
+            lost = _nodes_of(w, _noticed_workers(w))
+            for node in lost:
+                out.actions += _lost(w, node, verdict.detail)
+            out.actions += _stop_others(w, last, lost)
             return out
         if verdict.replace is not None:
-            assert w.node is not None
-            out.actions.append(_replace(w.node, verdict.replace, verdict.detail))
+            gone = _nodes_of(w, _unreachable_workers(w))
+            out.actions += [_replace(n, verdict.replace, verdict.detail) for n in gone]
+            out.actions += _stop_others(w, last, gone)
             return out
         if verdict.stop:
             stop_attempt = last
@@ -282,14 +290,16 @@ def _launch_held(
     if probe.busy:
         workers = ", ".join(str(i) for i in probe.busy)
         why = f"the TPU is still held on worker(s) {workers} after cleanup"
-        out.actions.append(_replace(node, "replaced: TPU busy after cleanup", why))
+        for busy in _nodes_of(w, probe.busy):
+            out.actions.append(_replace(busy, "replaced: TPU busy after cleanup", why))
         return True
     unreachable = [p for p in probe.workers if p.state is W.UNREACHABLE]
     if unreachable:
         since = earliest_since(unreachable, w.now)
         detail = f"{worker_names(unreachable)} unreachable over SSH for {fmt(w.now - since)}"
         if w.now - since >= policy.unreachable_grace:
-            out.actions.append(_replace(node, "replaced: workers unreachable", detail))
+            for gone in _nodes_of(w, [p.worker for p in unreachable]):
+                out.actions.append(_replace(gone, "replaced: workers unreachable", detail))
         else:
             out.holds.append(_hold(w, f"{detail}: {unreachable[0].describe()}"))
         return True
@@ -314,7 +324,10 @@ def _launch(
     """The next attempt, on the slot's READY node; it cleans up after the last one first when
     that ran on the same node."""
     number = slot.attempts + 1
-    clean_after = last.number if last is not None and last.incarnation_id == node.id else None
+    ran_here = last is not None and (
+        w.gang.ran(last) if w.gang is not None else last.incarnation_id == node.id
+    )
+    clean_after = last.number if last is not None and ran_here else None
     if last is None:
         reason = f"first attempt on {node.node_name}"
     else:
@@ -367,6 +380,36 @@ def _give_up(w: SlotWork, why: str, out: SlotPlan) -> None:
 # Helpers
 
 
+def _nodes_of(w: SlotWork, workers: Iterable[int]) -> list[IncarnationRecord]:
+    """The real nodes holding these workers: the slot's node, or a gang's slices holding
+    them (every slice when none is known)."""
+    if w.gang is not None:
+        return w.gang.slices_of(workers)
+    return [w.node] if w.node is not None else []
+
+
+def _noticed_workers(w: SlotWork) -> list[int]:
+    return [p.worker for p in (w.probe.workers if w.probe else ()) if p.notice_at is not None]
+
+
+def _unreachable_workers(w: SlotWork) -> list[int]:
+    workers = w.probe.workers if w.probe else ()
+    return [p.worker for p in workers if p.state is W.UNREACHABLE]
+
+
+def _stop_others(
+    w: SlotWork, attempt: WorkloadAttemptRecord, gone: list[IncarnationRecord]
+) -> list[Action]:
+    """A gang's attempt ends with some slices lost or replaced: stop it on the others, which
+    would otherwise wait for their lost peers (all-or-nothing)."""
+    if w.gang is None:
+        return []
+    ids = {n.id for n in gone}
+    if not any(s.id not in ids for s in w.gang.survivors()):
+        return []
+    return [_stop(w, attempt)]
+
+
 def _lost(w: SlotWork, node: IncarnationRecord, why: str) -> list[Action]:
     """The node got its preemption notice: DEAD now, as if the API already said PREEMPTED
     (the preemption counted once, here; the create of its replacement not held back), and
@@ -389,33 +432,16 @@ def _lost(w: SlotWork, node: IncarnationRecord, why: str) -> list[Action]:
         ),
         reason=f"{node.node_name} is being preempted: {why}",
     )
-    delete = DeleteNode(
-        incarnation_id=node.id,
-        fleet=node.fleet,
-        slot=node.slot,
-        node_name=node.node_name,
-        zone=node.zone,
-        expected=P.DEAD,
-        queued_resource=node.queued_resource,
-        reason="dead: delete it at once, without waiting for the API to say PREEMPTED",
-        project=node.project,
+    delete = DeleteNode.of(
+        node, P.DEAD, reason="dead: delete it at once, without waiting for the API to say PREEMPTED"
     )
     return [dead, delete]
 
 
 def _replace(node: IncarnationRecord, end_reason: str, why: str) -> DeleteNode:
     """A planned delete of a READY node; the slot gets a new one (no preemption counted)."""
-    return DeleteNode(
-        incarnation_id=node.id,
-        fleet=node.fleet,
-        slot=node.slot,
-        node_name=node.node_name,
-        zone=node.zone,
-        expected=P.READY,
-        queued_resource=node.queued_resource,
-        end_reason=end_reason,
-        reason=f"replace {node.node_name}: {why}",
-        project=node.project,
+    return DeleteNode.of(
+        node, P.READY, reason=f"replace {node.node_name}: {why}", end_reason=end_reason
     )
 
 

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass
 from typing import Final
 
-from tpucared.core.model.records import NodePhase
+from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.planning.actions import Action, DeleteNode, Transition
 from tpucared.core.planning.snapshot import SlotKey
 from tpucared.core.workload.actions import LaunchWorkload, StopWorkload
@@ -150,14 +150,19 @@ def first_probe(previous: Probed | None, incarnation_id: int | None) -> bool:
 
 
 def stale_probe(
-    key: SlotKey, probe: SlotProbe, probe_epoch: int, slot_epoch: int, snapshot: TickSnapshot
+    key: SlotKey,
+    probe: SlotProbe,
+    probe_epoch: int,
+    slot_epoch: int,
+    snapshot: TickSnapshot,
+    node: IncarnationRecord | None,
 ) -> str | None:
     """Why a probe that ended (started in `probe_epoch`) may not be fed to the plan over
     `snapshot`, or None when it may: the slot's live incarnation is the one probed and still
     READY, no chain of the slot started since the probe did, and the attempt probed is still
     the newest on that node. So a probe taken before a launch never reads as "that launch did
-    not start"."""
-    inc = snapshot.nodes.get(key)
+    not start". `node`: the slot's live node now (core/workload/gang.py `slot_node`)."""
+    inc = node
     if inc is None or inc.id != probe.incarnation_id:
         return "another node now"
     if inc.phase is not NodePhase.READY:

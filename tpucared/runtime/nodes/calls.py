@@ -176,6 +176,17 @@ class CloudCalls:
             self._guard()
         t = self._template
         project = t.project_of(a.project)
+        if a.queued_resource is not None and a.slices > 1:
+            # Multislice: nodes `{queued_resource}-0..` (core/nodes/slots.py names them so).
+            return await self._client.create_queued_resource(
+                project,
+                a.zone,
+                a.queued_resource,
+                multislice_count=a.slices,
+                node_id_prefix=a.queued_resource,
+                shape=t.shape(a),
+                reservation_name=t.reservation(a),
+            )
         if a.queued_resource is not None:
             return await self._client.create_queued_resource(
                 project,

@@ -38,6 +38,7 @@ from tpucared.core.planning.actions import (
     Adopt,
     CreateNode,
     DeleteNode,
+    HoldSlices,
     Notice,
     OpenSlot,
     RecordCloud,
@@ -187,6 +188,7 @@ class Executor:
                         queued_resource=action.queued_resource,
                         reason=action.reason,
                         project=action.project,
+                        slice_index=action.slice,
                     )
                 self._calls.start_create(action, inc)
             case DeleteNode():
@@ -224,6 +226,11 @@ class Executor:
                         cloud=action.cloud,
                         slot_update=action.slot_update,
                     )
+                case HoldSlices():
+                    await tx.update_slot(
+                        action.fleet, action.slot, now, held_since=action.since,
+                        reason=action.reason,
+                    )  # fmt: skip
                 case RecordCloud():
                     await tx.record_cloud(
                         action.incarnation_id,
@@ -248,6 +255,7 @@ class Executor:
                         queued_resource=action.queued_resource,
                         end_reason=action.end_reason,
                         reason=action.reason,
+                        slice_index=action.slice,
                         project=action.project,
                     )
                 case Notice():

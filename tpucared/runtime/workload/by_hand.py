@@ -133,7 +133,7 @@ async def logs(
     except _NotReady as exc:
         err.write(f"{exc}\n")
         return 1
-    inc = snapshot.nodes[(w.fleet, w.slot)]
+    inc = snapshot.nodes[(w.fleet, w.slot, 0)]
     if attempt is None:
         last = snapshot.last_attempts.get((w.fleet, w.slot))
         if last is None or last.incarnation_id != inc.id:
@@ -245,7 +245,8 @@ def _slice(config: Config, snapshot: Snapshot, fleet: str, slot: int) -> list[Ta
     if (fleet, slot) not in snapshot.slots:
         known = fleet in {f for f, _ in snapshot.slots}
         raise CommandError(f"{fleet}/{slot}: no such slot" if known else f"unknown fleet {fleet}")
-    inc = snapshot.nodes.get((fleet, slot))
+    # A multislice slot: its slice 0 (the workers of the other slices are not reached here).
+    inc = snapshot.nodes.get((fleet, slot, 0))
     workers = snapshot.workers_of(inc.id) if inc is not None else ()
     if inc is None or inc.phase is not NodePhase.READY or not workers:
         state = inc.phase.value if inc is not None else "no node"

@@ -42,6 +42,7 @@ from tpucared.ssh import (
     FileUpload,
     LaunchState,
     ScriptOutputError,
+    SliceOf,
     Target,
     WorkerResult,
     cleanup_script,
@@ -69,6 +70,7 @@ class _Slice:
     inc: IncarnationRecord
     slot: SlotRecord
     targets: list[Target]
+    inc_workers: tuple[WorkerRecord, ...] = ()  # as recorded: the coordinator's address
 
 
 class WorkloadExecutor:
@@ -82,8 +84,10 @@ class WorkloadExecutor:
         pool: ConnectionPool,
         options: RunnerOptions,
         environ: Mapping[str, str],
+        slice_counts: Mapping[str, int] | None = None,
     ) -> None:
         self._store = store
+        self._slice_counts = dict(slice_counts or {})  # fleet -> slices per slot, if > 1
         self._workloads = workloads
         self._hosts = hosts
         self._pool = pool
@@ -131,17 +135,17 @@ class WorkloadExecutor:
                  outcome=a.outcome.value, detail=a.detail)  # fmt: skip
 
     async def _stop(self, a: StopWorkload, now: datetime) -> None:
-        s = await self._slice(a.incarnation_id)
-        if s is None:
-            return
-        await self._cleanup(s, a.attempt, now)
+        # A multislice slot's stop reaches every slice still READY, whichever was lost.
+        gang = await self._slices(a.fleet, a.slot, a.incarnation_id, whole=False)
+        if gang:
+            await self._cleanup(gang, a.attempt, now)
 
     async def _launch(self, a: LaunchWorkload, now: datetime) -> None:
         """LaunchWorkload: preconditions, then the attempt's record, then its runs."""
         bound = log.bind(fleet=a.fleet, slot=a.slot, attempt=a.attempt, node=a.node_name)
         spec = self._workloads.get(a.fleet)
-        s = await self._slice(a.incarnation_id)
-        if spec is None or s is None:
+        gang = await self._slices(a.fleet, a.slot, a.incarnation_id, whole=True)
+        if spec is None or not gang:
             bound.info("workload.launch_skipped", why="no workload or the node is not READY")
             return
         secrets = self._read_secrets(spec)
@@ -154,7 +158,7 @@ class WorkloadExecutor:
             # Gone since the probe checked: the next probe reports it (SlotProbe.blocked).
             bound.warning("workload.launch_blocked", why=f"workload.files: {exc}")
             return
-        slot = await self._record_attempt(a, s, now)
+        slot = await self._record_attempt(a, gang, now)
         if slot is None:
             bound.info("workload.launch_skipped", why="the attempt is not running any more")
             return
@@ -162,19 +166,19 @@ class WorkloadExecutor:
             # Overwritten at every launch: the values are the daemon's current ones.
             contents = secrets_file_contents(secrets)
             files.append(FileUpload(layout.secrets_path(slot.run_id), contents, 0o600))
-        if files and not await self._upload(s, files):
+        if files and not all(await asyncio.gather(*(self._upload(s, files) for s in gang))):
             return
-        states = await self._start_runs(a, s, spec, slot, with_secrets=bool(secrets))
+        states = await self._start_runs(a, gang, spec, slot, with_secrets=bool(secrets))
         failed = {w: why for w, why in states.items() if why not in ("started", "running")}
         (bound.warning if failed else bound.info)(
             "workload.launched", resume=a.attempt_id is not None, workers=states
         )
         if failed:
             message = f"attempt {a.attempt} did not start on workers {sorted(failed)}: {failed}"
-            await self._event(s, "workload.launch_failed", now, message, workers=failed)
+            await self._event(gang[0], "workload.launch_failed", now, message, workers=failed)
 
     async def _record_attempt(
-        self, a: LaunchWorkload, s: _Slice, now: datetime
+        self, a: LaunchWorkload, gang: list[_Slice], now: datetime
     ) -> SlotRecord | None:
         """A new attempt: free the TPU of the previous one, then record this one (intent
         before the launch). A resume: check that the attempt still runs. Returns the slot's
@@ -182,53 +186,70 @@ class WorkloadExecutor:
         if a.attempt_id is not None:
             async with self._store.read() as r:
                 recorded = await r.workload_attempt(a.attempt_id)
-            return s.slot if recorded is not None and recorded.ended_at is None else None
-        if a.clean_after is not None and not await self._cleanup(s, a.clean_after, now):
+            return gang[0].slot if recorded is not None and recorded.ended_at is None else None
+        if a.clean_after is not None and not await self._cleanup(gang, a.clean_after, now):
             return None
         async with self._store.write() as tx:
-            attempt = await tx.start_attempt(s.inc.id, now, reason=a.reason)
+            # On the gang's stand-in: its newest slice (core/workload/gang.py).
+            attempt = await tx.start_attempt(a.incarnation_id, now, reason=a.reason)
             if attempt.number != a.attempt:  # a stale plan: roll the record back
                 raise StaleWrite(f"attempt number of {a.fleet}/{a.slot}", a.attempt,
                                  attempt.number)  # fmt: skip
             # After this tick's FinishAttempt: TPUCARED_FAILURES counts that failure.
-            return await tx.slot(a.fleet, a.slot) or s.slot
+            return await tx.slot(a.fleet, a.slot) or gang[0].slot
 
     async def _start_runs(
-        self, a: LaunchWorkload, s: _Slice, spec: WorkloadSpec, slot: SlotRecord, *,
+        self, a: LaunchWorkload, gang: list[_Slice], spec: WorkloadSpec, slot: SlotRecord, *,
         with_secrets: bool,
     ) -> dict[int, str]:  # fmt: skip
-        """Launch the attempt detached on every worker; each worker's launch state."""
+        """Launch the attempt detached on every worker of every slice; each worker's launch
+        state, by gang worker (slice by slice)."""
         run_dir = layout.attempt_dir(slot.run_id, a.attempt)
         command = layout.workload_command(spec)
         secrets_file = layout.secrets_path(slot.run_id) if with_secrets else None
+        coordinator = gang[0].inc_workers[0].internal_ip if gang[0].inc_workers else ""
 
-        def launch_for(t: Target) -> str:
-            env = workload_environment(
-                fleet=a.fleet,
-                slot=a.slot,
-                node=s.inc.node_name,
-                worker=t.worker,
-                num_workers=len(s.targets),
-                run_id=slot.run_id,
-                attempt=a.attempt,
-                preemptions=slot.preemptions,
-                failures=slot.failures,
-                env=spec.env,
-            )
-            return sh_command(
-                launch_script(run_dir, command, env, secrets_file, stop_signal=spec.stop_signal)
-            )
+        async def launch_slice(s: _Slice) -> list[WorkerResult]:
+            where = None
+            if len(gang) > 1:
+                where = SliceOf(index=s.inc.slice, count=len(gang), coordinator=coordinator)
 
-        results = await run_on_all(
-            s.targets,
-            launch_for,
-            pool=self._pool,
-            retry=self._options.retry,
-            command_timeout=self._options.command_timeout,
-            label="launch",
-        )
-        await self._hosts.remember(s.inc, s.targets, results)
-        return {r.worker: _launch_state(r) for r in results}
+            def launch_for(t: Target) -> str:
+                env = workload_environment(
+                    fleet=a.fleet,
+                    slot=a.slot,
+                    node=s.inc.node_name,
+                    worker=t.worker,
+                    num_workers=len(s.targets),
+                    run_id=slot.run_id,
+                    attempt=a.attempt,
+                    preemptions=slot.preemptions,
+                    failures=slot.failures,
+                    env=spec.env,
+                    slice_of=where,
+                )
+                return sh_command(
+                    launch_script(run_dir, command, env, secrets_file, stop_signal=spec.stop_signal)
+                )
+
+            results = await run_on_all(
+                s.targets,
+                launch_for,
+                pool=self._pool,
+                retry=self._options.retry,
+                command_timeout=self._options.command_timeout,
+                label="launch",
+            )
+            await self._hosts.remember(s.inc, s.targets, results)
+            return results
+
+        answers = await asyncio.gather(*(launch_slice(s) for s in gang))
+        states: dict[int, str] = {}
+        offset = 0
+        for s, results in zip(gang, answers, strict=True):
+            states.update({offset + r.worker: _launch_state(r) for r in results})
+            offset += len(s.targets)
+        return states
 
     def _read_secrets(self, spec: WorkloadSpec) -> dict[str, str] | None:
         """Secret name -> value from the daemon's environment (None if one is missing),
@@ -259,7 +280,13 @@ class WorkloadExecutor:
                         node=s.inc.node_name, workers=failed)  # fmt: skip
         return not failed
 
-    async def _cleanup(self, s: _Slice, attempt: int, now: datetime) -> bool:
+    async def _cleanup(self, gang: list[_Slice], attempt: int, now: datetime) -> bool:
+        """Free the TPU of `attempt` on every worker of every slice; True when every worker
+        is clean."""
+        done = await asyncio.gather(*(self._cleanup_slice(s, attempt, now) for s in gang))
+        return all(done)
+
+    async def _cleanup_slice(self, s: _Slice, attempt: int, now: datetime) -> bool:
         """Free the TPU of `attempt` on every worker; True when every worker is clean.
         Busy workers are remembered for the next probe (the planner replaces the node)."""
         script = cleanup_script(
@@ -305,20 +332,41 @@ class WorkloadExecutor:
             await self._event(s, "workload.cleanup_incomplete", now, message, workers=report)
         return clean
 
-    async def _slice(self, incarnation_id: int) -> _Slice | None:
+    async def _slices(
+        self, fleet: str, slot_index: int, incarnation_id: int, *, whole: bool
+    ) -> list[_Slice]:
+        """The slot's READY slices as stored now, by slice, with their SSH targets: the one
+        node `incarnation_id` of a single-slice slot; for a multislice slot (`incarnation_id`
+        its stand-in's, core/workload/gang.py) every slice, all READY and still that set when
+        `whole` (a launch), else those READY (a stop). Empty when there is nothing to act on."""
+        multislice = self._slice_counts.get(fleet, 1) > 1
         async with self._store.read() as r:
-            inc = await r.incarnation(incarnation_id)
-            if inc is None or inc.phase is not NodePhase.READY:
-                return None
-            workers = (await r.workers([inc.id])).get(inc.id, ())
-            slot = await r.slot(inc.fleet, inc.slot)
-        if slot is None or not workers:
-            return None
-        targets = await targets_or_why(self._hosts, inc, workers)
-        if isinstance(targets, str):
-            log.warning("workload.no_targets", node=inc.node_name, why=targets)
-            return None
-        return _Slice(inc, slot, targets)
+            if multislice:
+                live = await r.incarnations(fleet, slot_index, live_only=True)
+            else:
+                inc = await r.incarnation(incarnation_id)
+                live = [inc] if inc is not None else []
+            ready = sorted((i for i in live if i.phase is NodePhase.READY), key=lambda i: i.slice)
+            if whole and multislice and (
+                len(ready) != len(live) or len(ready) != self._slice_counts[fleet]
+                or max(i.id for i in ready) != incarnation_id
+            ):  # fmt: skip
+                return []
+            workers = await r.workers([i.id for i in ready])
+            slot = await r.slot(fleet, slot_index)
+        if slot is None:
+            return []
+        gang: list[_Slice] = []
+        for inc in ready:
+            recorded = workers.get(inc.id, ())
+            targets = await targets_or_why(self._hosts, inc, recorded) if recorded else "none"
+            if isinstance(targets, str):
+                log.warning("workload.no_targets", node=inc.node_name, why=targets)
+                if whole:
+                    return []
+                continue
+            gang.append(_Slice(inc, slot, targets, tuple(recorded)))
+        return gang
 
     async def _event(
         self, s: _Slice, kind: str, now: datetime, message: str, **details: object

@@ -82,6 +82,7 @@ import structlog
 from tpucared.core.planning.actions import Action
 from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.snapshot import SlotKey
+from tpucared.core.workload.gang import by_slot, slot_node
 from tpucared.core.workload.inputs import SlotProbe, TickSnapshot
 from tpucared.core.workload.probes import (
     Probed,
@@ -219,8 +220,11 @@ class WorkloadJobs:
         (see the module docstring); each is handed out once."""
         fed: dict[SlotKey, SlotProbe] = {}
         stale: list[str] = []
+        members = by_slot(snapshot.nodes.values()) if self._results else {}
         for key, result in sorted(self._results.items()):
-            why = stale_probe(key, result.probe, result.epoch, self._epochs.get(key, 0), snapshot)
+            node = slot_node(members.get(key, []))
+            epoch = self._epochs.get(key, 0)
+            why = stale_probe(key, result.probe, result.epoch, epoch, snapshot, node)
             if why is None:
                 fed[key] = result.probe
             else:
@@ -277,7 +281,7 @@ class WorkloadJobs:
     def _probe_new_nodes(self, snapshot: TickSnapshot, plan: Plan) -> int:
         """Probe the nodes this plan found READY now, not at the next tick: their slots wait
         for nothing else to launch (the snapshot predates the transition: read the store)."""
-        keys = {inc.id: key for key, inc in snapshot.nodes.items()}
+        keys = {inc.id: key[:2] for key, inc in snapshot.nodes.items()}
         started = 0
         for incarnation_id in became_ready(plan.actions):
             key = keys.get(incarnation_id)

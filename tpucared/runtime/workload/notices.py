@@ -15,11 +15,14 @@ worker nothing while it waits) until the run's notice watcher (ssh/sh/run.sh) wr
    gives the node up (DEAD, deleted at once, replaced) without waiting for the API.
 
 Worker 0 stands for the slice: a notice comes to every worker of a preempted slice, and the
-probe that follows reads them all. A wait that fails (SSH dropped, the worker unreachable) is
-asked again after `RETRY_S`; the watcher on the VM does not depend on it, and the poll's
-probe still finds the notice at the latest one poll later. A wait ends by itself after
-`WAIT_S` and is asked again, so no command runs for ever. The tasks are cancelled when the
-attempt ends or its node goes, and at shutdown; they write nothing but the event.
+probe that follows reads them all. A multislice job has one wait per slice; a notice on one
+slice is also sent, as the same signal, to the run on every worker of the other slices
+(ssh/sh/signal.sh), so the whole job checkpoints and stops as one, as a single slice does.
+A wait that fails (SSH dropped, the worker unreachable) is asked again after `RETRY_S`; the
+watcher on the VM does not depend on it, and the poll's probe still finds the notice at the
+latest one poll later. A wait ends by itself after `WAIT_S` and is asked again, so no command
+runs for ever. The tasks are cancelled when the attempt ends or its node goes, and at
+shutdown; they write nothing but the event.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ log = structlog.get_logger(__name__)
 WAIT_S = 600.0  # one wait for a notice; then asked again
 RETRY_S = 5.0  # after a wait that could not run
 
-Watched = tuple[SlotKey, int, int]  # (slot, incarnation id, attempt number)
+Watched = tuple[SlotKey, int, int, int]  # (slot, incarnation id, attempt number, slice)
 
 
 class NoticeWatches:
@@ -76,7 +79,8 @@ class NoticeWatches:
             last = snapshot.last_attempts.get(job.key)
             if job.attempt is None or last is None or last.ended_at is not None:
                 continue
-            wanted[(job.key, job.inc.id, job.attempt)] = job
+            for part in range(len(job.parts)):
+                wanted[(job.key, job.inc.id, job.attempt, part)] = job
         for watched, task in list(self._tasks.items()):
             if watched not in wanted:
                 task.cancel()
@@ -87,7 +91,7 @@ class NoticeWatches:
                 continue
             key = job.key
             self._tasks[watched] = asyncio.get_running_loop().create_task(
-                self._watch(watched, job), name=f"notice watch {key[0]}/{key[1]}"
+                self._watch(watched, job), name=f"notice watch {key[0]}/{key[1]}/{watched[3]}"
             )
 
     async def close(self) -> None:
@@ -98,16 +102,19 @@ class NoticeWatches:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _watch(self, watched: Watched, job: ProbeJob) -> None:
+        part = watched[3]
         try:
-            notice = await self._wait(job, "notice", WAIT_S)
+            notice = await self._wait(job, "notice", WAIT_S, part)
             if notice is None:
                 return  # the attempt ended without a notice
             assert notice.at is not None
             self.heard += 1
-            await self._record(job, notice.at)
+            others = [i for i in range(len(job.parts)) if i != part]
+            sent = await self._runner.signal_slices(job, others, job.spec.stop_signal)
+            await self._record(job, part, notice.at, sent)
             self._on_news(job.key, "a preemption notice")
             left = job.spec.stop_grace - (self._clock.now().timestamp() - notice.at)
-            await self._wait(job, "stopped", max(left, 0.0) + 0.5)
+            await self._wait(job, "stopped", max(left, 0.0) + 0.5, part)
             self._on_news(job.key, "the workload stopped after its notice")
         except asyncio.CancelledError:
             raise
@@ -119,10 +126,12 @@ class NoticeWatches:
                 if self._tasks[watched] is asyncio.current_task():
                     del self._tasks[watched]
 
-    async def _wait(self, job: ProbeJob, what: str, seconds: float) -> NoticeResult | None:
+    async def _wait(
+        self, job: ProbeJob, what: str, seconds: float, part: int
+    ) -> NoticeResult | None:
         """Ask until the answer says something: None when the run ended without a notice."""
         while True:
-            result = await self._runner.wait_notice(job, what, seconds)
+            result = await self._runner.wait_notice(job, what, seconds, part=part)
             if isinstance(result, str):
                 log.debug("notice wait failed", fleet=job.key[0], slot=job.key[1], why=result)
                 await asyncio.sleep(self._retry_s)
@@ -133,21 +142,25 @@ class NoticeWatches:
                 continue
             return result
 
-    async def _record(self, job: ProbeJob, at: float) -> None:
+    async def _record(self, job: ProbeJob, part: int, at: float, sent: int) -> None:
         when = datetime.fromtimestamp(at, UTC)
         fleet, slot = job.key
-        log.warning(
-            "preemption notice", fleet=fleet, slot=slot, node=job.inc.node_name, at=when.isoformat()
-        )
+        inc = job.parts[part][0]
+        also = ""
+        if len(job.parts) > 1:
+            also = f", and so did {sent} run(s) on the job's other slices"
+        log.warning("preemption notice", fleet=fleet, slot=slot, node=inc.node_name,
+                    at=when.isoformat(), signalled_other_slices=sent)  # fmt: skip
         async with self._store.write() as tx:
             await tx.append_event(
                 "preemption.notice",
-                f"{job.inc.node_name}: preemption notice on {fleet}/{slot} (attempt "
-                f"{job.attempt}); the workload got SIG{job.spec.stop_signal}",
+                f"{inc.node_name}: preemption notice on {fleet}/{slot} (attempt "
+                f"{job.attempt}); the workload got SIG{job.spec.stop_signal}{also}",
                 self._clock.now(),
                 fleet=fleet,
                 slot=slot,
-                node=job.inc.node_name,
-                incarnation_id=job.inc.id,
-                details={"notice_at": when.isoformat(), "attempt": job.attempt},
-            )
+                node=inc.node_name,
+                incarnation_id=inc.id,
+                details={"notice_at": when.isoformat(), "attempt": job.attempt,
+                         "slice": inc.slice},
+            )  # fmt: skip

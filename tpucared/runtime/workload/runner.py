@@ -30,12 +30,18 @@ import asyncssh
 import structlog
 
 from tpucared.config import Config, SshConfig
-from tpucared.core.model.records import IncarnationRecord, NodePhase, WorkerRecord
+from tpucared.core.model.records import (
+    IncarnationRecord,
+    NodePhase,
+    WorkerRecord,
+    WorkloadAttemptRecord,
+)
 from tpucared.core.model.specs import FleetSpec, WorkloadSpec
 from tpucared.core.planning.actions import Action
 from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.snapshot import SlotKey
 from tpucared.core.workload.actions import WORKLOAD_ACTIONS
+from tpucared.core.workload.gang import Gang
 from tpucared.core.workload.inputs import SlotProbe, TickSnapshot, WorkerProbe, track
 from tpucared.runtime.workload import layout
 from tpucared.runtime.workload.executor import (
@@ -46,6 +52,7 @@ from tpucared.runtime.workload.executor import (
     why_failed,
 )
 from tpucared.runtime.workload.hosts import HostKeyFetcher, WorkerHosts
+from tpucared.runtime.workload.probe_jobs import Answer, ProbeJob, numbered
 from tpucared.ssh import (
     DEFAULT_DEVICE_PATTERNS,
     DEFAULT_LIBTPU_LOCKFILE,
@@ -65,6 +72,7 @@ from tpucared.ssh import (
     probe_script,
     run_on_all,
     sh_command,
+    signal_script,
 )
 from tpucared.store import Store
 
@@ -111,19 +119,6 @@ def pool_size(open_files_limit: int | None = None) -> int:
     return max(MIN_POOL, open_files_limit - min(FD_RESERVE, open_files_limit // 2))
 
 
-@dataclass(frozen=True)
-class ProbeJob:
-    """One slot to probe: its READY incarnation and workers as the snapshot had them, and
-    the attempt whose run to look at there (None: no attempt on this node yet)."""
-
-    key: SlotKey
-    inc: IncarnationRecord
-    attempt: int | None
-    spec: WorkloadSpec
-    workers: tuple[WorkerRecord, ...]
-    run_id: str
-
-
 class WorkloadRunner:
     def __init__(
         self,
@@ -138,9 +133,11 @@ class WorkloadRunner:
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         self._store = store
+        specs = list(specs)
         self._workloads: dict[str, WorkloadSpec] = {
             s.name: s.workload for s in specs if s.workload is not None
         }
+        self._slice_counts = {s.name: s.slices for s in specs if s.multislice}
         self._environ = os.environ if environ is None else environ
         self._options = options or RunnerOptions()
         self._clock = clock or (lambda: datetime.now(UTC))
@@ -155,8 +152,9 @@ class WorkloadRunner:
         self._hosts = WorkerHosts(store, ssh, fetch_host_keys)
         self._last: dict[SlotKey, SlotProbe] = {}  # each slot's previous probe (for `track`)
         self._executor = WorkloadExecutor(
-            store, self._workloads, self._hosts, self._pool, self._options, self._environ
-        )
+            store, self._workloads, self._hosts, self._pool, self._options, self._environ,
+            self._slice_counts,
+        )  # fmt: skip
 
     @classmethod
     def from_config(
@@ -215,11 +213,10 @@ class WorkloadRunner:
         that tick by hand; the daemon probes each slot in the background (jobs.py)."""
         now = now or self._clock()
         jobs = self.probe_jobs(snapshot)
-        targets = await asyncio.gather(
-            *(targets_or_why(self._hosts, j.inc, j.workers) for j in jobs)
-        )
+        parts = [(job, inc, workers) for job in jobs for inc, workers in job.parts]
+        targets = await asyncio.gather(*(targets_or_why(self._hosts, i, w) for _, i, w in parts))
         commands: dict[Target, str] = {}
-        for job, found in zip(jobs, targets, strict=True):
+        for (job, _, _), found in zip(parts, targets, strict=True):
             if isinstance(found, list):
                 command = self._probe_command(job)
                 commands.update({t: command for t in found})
@@ -234,58 +231,93 @@ class WorkloadRunner:
                 label="probe",
             )
         by_target = dict(zip(commands, results, strict=True))
-        probes: dict[SlotKey, SlotProbe] = {}
-        for job, found in zip(jobs, targets, strict=True):
+        answered: dict[SlotKey, list[Answer]] = {}
+        for (job, _, _), found in zip(parts, targets, strict=True):
             answers = None if isinstance(found, str) else [by_target[t] for t in found]
-            fresh = await self._slot_probe(job, found, answers, now)
+            answered.setdefault(job.key, []).append((found, answers))
+        probes: dict[SlotKey, SlotProbe] = {}
+        for job in jobs:
+            fresh = await self._slot_probe(job, answered[job.key], now)
             probes[job.key] = self.track(fresh)
         self.forget({inc.id for inc in snapshot.nodes.values()})
         await self._pool.prune(commands)
         return probes
 
     def probe_jobs(self, snapshot: TickSnapshot) -> list[ProbeJob]:
-        """What to probe: every slot of a fleet with a workload whose node is READY with
-        workers recorded, at the run of the slot's newest attempt if it is on that node."""
+        """What to probe: every slot of a fleet with a workload whose node (every slice of a
+        multislice slot) is READY with workers recorded, at the run of the slot's newest
+        attempt if it is on that node (the gang's stand-in: core/workload/gang.py)."""
+        by_slot: dict[SlotKey, list[IncarnationRecord]] = {}
+        for inc in snapshot.nodes.values():
+            if inc.fleet in self._workloads:
+                by_slot.setdefault((inc.fleet, inc.slot), []).append(inc)
         jobs: list[ProbeJob] = []
-        for key, inc in sorted(snapshot.nodes.items()):
-            spec = self._workloads.get(inc.fleet)
-            if spec is None or key not in snapshot.slots or inc.phase is not NodePhase.READY:
+        for key, incs in sorted(by_slot.items()):
+            slot = snapshot.slots.get(key)
+            if slot is None:
                 continue
-            workers = tuple(snapshot.workers.get(inc.id, ()))
-            if not workers:
-                continue
-            last = snapshot.last_attempts.get(key)
-            on_node = last is not None and last.incarnation_id == inc.id
-            number = last.number if last is not None and on_node else None
-            jobs.append(ProbeJob(key, inc, number, spec, workers, snapshot.slots[key].run_id))
+            workers = {i.id: tuple(snapshot.workers.get(i.id, ())) for i in incs}
+            job = self._job(key, incs, workers, snapshot.last_attempts.get(key), slot.run_id)
+            if job is not None:
+                jobs.append(job)
         return jobs
 
+    def _job(
+        self,
+        key: SlotKey,
+        incs: Sequence[IncarnationRecord],
+        workers: Mapping[int, tuple[WorkerRecord, ...]],
+        last: WorkloadAttemptRecord | None,
+        run_id: str,
+    ) -> ProbeJob | None:
+        """The slot's probe job when every slice is READY with workers recorded."""
+        spec = self._workloads.get(key[0])
+        expected = self._slice_counts.get(key[0], 1)
+        ready = sorted((i for i in incs if i.phase is NodePhase.READY), key=lambda i: i.slice)
+        if spec is None or len(ready) != expected or len(incs) != expected:
+            return None
+        if any(not workers.get(i.id) for i in ready):
+            return None
+        node = ready[0]
+        if expected > 1:
+            gang = Gang(f"{key[0]}-{key[1]}", expected, tuple(ready),
+                        {i.id: i.phase for i in ready}, {})  # fmt: skip
+            node = gang.stand_in() or node
+        on_node = last is not None and last.incarnation_id == node.id
+        number = last.number if last is not None and on_node else None
+        parts = tuple((i, workers[i.id]) for i in ready)
+        return ProbeJob(key, node, number, spec, numbered(parts), run_id, parts)
+
     async def probe_job(self, incarnation_id: int) -> ProbeJob | None:
-        """The probe of one incarnation as the store has it now (None unless it is READY
-        with workers, in a fleet with a workload): for a node that became READY, or a slot
-        whose workload actions just ran, after the snapshot of the tick was read."""
+        """The probe of one incarnation's slot as the store has it now (None unless it is
+        READY with workers, every slice of it, in a fleet with a workload): for a node that
+        became READY, or a slot whose workload actions just ran, after the snapshot of the
+        tick was read."""
         async with self._store.read() as r:
             inc = await r.incarnation(incarnation_id)
             if inc is None or inc.phase is not NodePhase.READY:
                 return None
-            spec = self._workloads.get(inc.fleet)
+            incs = [inc]
+            if self._slice_counts.get(inc.fleet, 1) > 1:
+                incs = await r.incarnations(inc.fleet, inc.slot, live_only=True)
             slot = await r.slot(inc.fleet, inc.slot)
-            workers = (await r.workers([inc.id])).get(inc.id, ())
+            workers = await r.workers([i.id for i in incs])
             newest = await r.workload_attempts(inc.fleet, inc.slot, limit=1)
-        if spec is None or slot is None or not workers:
+        if slot is None:
             return None
-        on_node = newest and newest[0].incarnation_id == inc.id
-        number = newest[0].number if on_node else None
-        return ProbeJob((inc.fleet, inc.slot), inc, number, spec, tuple(workers), slot.run_id)
+        last = newest[0] if newest else None
+        return self._job((inc.fleet, inc.slot), incs, workers, last, slot.run_id)
 
     async def probe_slot(self, job: ProbeJob, *, retry: RetryPolicy = NO_RETRY) -> SlotProbe:
-        """Probe one slot's workers (one fan-out); untracked, stamped when the answers are in
-        (so a timer that starts at this probe never starts early). `retry` covers failures
-        before the command starts (a fresh node's sshd that is not up yet)."""
-        found = await targets_or_why(self._hosts, job.inc, job.workers)
-        answers = None
-        if isinstance(found, list):
-            command = self._probe_command(job)
+        """Probe one slot's workers (one fan-out per slice); untracked, stamped when the
+        answers are in (so a timer that starts at this probe never starts early). `retry`
+        covers failures before the command starts (a fresh node's sshd that is not up yet)."""
+        command = self._probe_command(job)
+
+        async def one(inc: IncarnationRecord, workers: Sequence[WorkerRecord]) -> Answer:
+            found = await targets_or_why(self._hosts, inc, workers)
+            if isinstance(found, str):
+                return found, None
             answers = await run_on_all(
                 found,
                 command,
@@ -295,7 +327,10 @@ class WorkloadRunner:
                 label="probe",
                 quiet=True,  # one line per slot per poll: at info only when a worker failed
             )
-        return await self._slot_probe(job, found, answers, self._clock())
+            return found, answers
+
+        answered = await asyncio.gather(*(one(i, w) for i, w in job.parts))
+        return await self._slot_probe(job, list(answered), self._clock())
 
     def workload_of(self, fleet: str) -> WorkloadSpec | None:
         return self._workloads.get(fleet)
@@ -321,11 +356,14 @@ class WorkloadRunner:
         """Close idle pooled connections to workers of incarnations that are not live."""
         await self._pool.prune_incarnations({str(i) for i in live})
 
-    async def wait_notice(self, job: ProbeJob, what: str, seconds: float) -> NoticeResult | str:
-        """One wait on worker 0 of the slot for its run's preemption notice (`what` =
-        "notice") or for the run to stop ("stopped"), at most `seconds`; or why it could not
-        be asked (the runtime's notices.py asks again)."""
-        found = await targets_or_why(self._hosts, job.inc, job.workers)
+    async def wait_notice(
+        self, job: ProbeJob, what: str, seconds: float, *, part: int = 0
+    ) -> NoticeResult | str:
+        """One wait on worker 0 of the slot (of its slice `part`) for its run's preemption
+        notice (`what` = "notice") or for the run to stop ("stopped"), at most `seconds`; or
+        why it could not be asked (the runtime's notices.py asks again)."""
+        inc, workers = job.parts[part]
+        found = await targets_or_why(self._hosts, inc, workers)
         if isinstance(found, str):
             return found
         run_dir = layout.attempt_dir(job.run_id, job.attempt)
@@ -346,31 +384,58 @@ class WorkloadRunner:
         except ScriptOutputError as exc:
             return str(exc)
 
+    async def signal_slices(self, job: ProbeJob, parts: Sequence[int], signal: str) -> int:
+        """Send the run on every worker of these slices `signal` (a notice heard on another
+        slice of the job); how many runs got it."""
+        script = sh_command(signal_script(layout.attempt_dir(job.run_id, job.attempt), signal))
+
+        async def one(inc: IncarnationRecord, workers: Sequence[WorkerRecord]) -> int:
+            found = await targets_or_why(self._hosts, inc, workers)
+            if isinstance(found, str):
+                return 0
+            done = await run_on_all(
+                found,
+                script,
+                pool=self._pool,
+                retry=self._options.retry,
+                command_timeout=self._options.probe_timeout,
+                label="signal",
+            )
+            return sum(1 for r in done if r.completed and "state=sent" in r.stdout_tail)
+
+        counts = await asyncio.gather(*(one(*job.parts[i]) for i in parts))
+        return sum(counts)
+
     def _probe_command(self, job: ProbeJob) -> str:
         return sh_command(probe_script(layout.attempt_dir(job.run_id, job.attempt)))
 
     async def _slot_probe(
-        self,
-        job: ProbeJob,
-        found: list[Target] | str,
-        answers: list[WorkerResult] | None,
-        now: datetime,
+        self, job: ProbeJob, answered: Sequence[Answer], now: datetime
     ) -> SlotProbe:
-        if isinstance(found, str) or answers is None:
-            # No usable address: every worker is unreachable.
-            why = found if isinstance(found, str) else "no targets"
-            workers = tuple(WorkerProbe.unreachable(w.index, why) for w in job.workers)
-        else:
-            await self._hosts.remember(job.inc, found, answers)
-            workers = tuple(_worker_probe(r) for r in answers)
+        """One SlotProbe from each slice's answers (`job.parts` order), workers numbered
+        slice by slice as the gang's (core/workload/gang.py)."""
+        workers: list[WorkerProbe] = []
+        busy: list[int] = []
+        offset = 0
+        for (inc, recorded), (found, answers) in zip(job.parts, answered, strict=True):
+            if isinstance(found, str) or answers is None:
+                # No usable address: every worker is unreachable.
+                why = found if isinstance(found, str) else "no targets"
+                mine = [WorkerProbe.unreachable(w.index, why) for w in recorded]
+            else:
+                await self._hosts.remember(inc, found, answers)
+                mine = [_worker_probe(r) for r in answers]
+            workers += [replace(w, worker=w.worker + offset) for w in mine]
+            busy += [offset + w for w in self._executor.busy.get(inc.id, ())]
+            offset += len(recorded)
         return SlotProbe(
             fleet=job.key[0],
             slot=job.key[1],
             incarnation_id=job.inc.id,
             attempt=job.attempt,
             observed_at=now,
-            workers=workers,
-            busy=self._executor.busy.get(job.inc.id, ()),
+            workers=tuple(workers),
+            busy=tuple(busy),
             blocked=launch_blocked(job.spec, self._environ),
         )
 

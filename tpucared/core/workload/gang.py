@@ -1,0 +1,117 @@
+"""A multislice slot's slices, as the workload rules see them: one node.
+
+Where it sits: `plan_workloads` (core/planning/tick.py) builds a `Gang` for every slot of a
+fleet with `slices > 1` and hands the workload planner (core/workload/planner.py) its
+`stand_in()`: an IncarnationRecord that stands for all the slices at once, so that the rules
+written for one node (judge.py, planner.py) hold for N slices unchanged:
+
+- its `id` is the newest slice's incarnation id. Ids only grow, so replacing any slice
+  changes it: an attempt recorded on one set of slices (`attempt.incarnation_id`) is never
+  judged on, resumed on or probed as another set;
+- it is READY only when every slice is READY (before and after this tick's node actions):
+  the workload launches all-or-nothing, and a slice that dies, is deleted or goes missing
+  ends the attempt on every slice (`stop` when others still run: `survivors`);
+- its workers are every slice's, numbered slice by slice (`locate` maps a gang worker back
+  to its slice and the slice's own worker index), as the runtime's probe reports them.
+
+The actions that must name one real node (a notice's lost node, a replacement for a busy or
+unreachable worker) go to the slices that hold the workers concerned (`slices_of`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from tpucared.core.model.records import IncarnationRecord, NodePhase, WorkloadAttemptRecord
+
+P = NodePhase
+
+
+@dataclass(frozen=True)
+class Gang:
+    name: str  # the slot's name, `{fleet}-{slot}`
+    expected: int  # slices the fleet asks for
+    slices: tuple[IncarnationRecord, ...]  # the slot's live incarnations, by slice
+    phases_after: Mapping[int, NodePhase]  # incarnation id -> phase after this tick's actions
+    workers: Mapping[int, int]  # incarnation id -> workers recorded
+
+    @property
+    def complete(self) -> bool:
+        """Every slice present and READY now and after this tick's node actions."""
+        return len({i.slice for i in self.slices}) == self.expected and all(
+            i.phase is P.READY and self.phases_after.get(i.id) is P.READY for i in self.slices
+        )
+
+    def stand_in(self) -> IncarnationRecord | None:
+        """One record for the whole slot (the module docstring), None with no slice live."""
+        if not self.slices:
+            return None
+        newest = max(self.slices, key=lambda i: i.id)
+        not_ready = [i.phase for i in self.slices if i.phase is not P.READY]
+        phase = not_ready[0] if not_ready else P.READY
+        if len({i.slice for i in self.slices}) < self.expected and phase is P.READY:
+            phase = P.CREATING  # a slice is missing: not usable as a whole
+        return replace(newest, node_name=self.name, phase=phase, slice=0)
+
+    def phase_after(self) -> NodePhase | None:
+        """The stand-in's phase after this tick's actions: READY only when `complete`."""
+        if not self.slices:
+            return None
+        if self.complete:
+            return P.READY
+        after = [self.phases_after.get(i.id, i.phase) for i in self.slices]
+        for phase in (P.DEAD, P.DELETING):  # the news first: a slice is going
+            if phase in after:
+                return phase
+        return P.CREATING
+
+    def worker_count(self) -> int:
+        return sum(self.workers.get(i.id, 0) for i in self.slices)
+
+    def locate(self, worker: int) -> tuple[IncarnationRecord, int] | None:
+        """The slice holding gang worker `worker`, and its index there."""
+        offset = 0
+        for inc in sorted(self.slices, key=lambda i: i.slice):
+            count = self.workers.get(inc.id, 0)
+            if worker < offset + count:
+                return inc, worker - offset
+            offset += count
+        return None
+
+    def slices_of(self, workers: Iterable[int]) -> list[IncarnationRecord]:
+        """The slices holding these gang workers, by slice; every slice when none is known."""
+        found = {id(s): s for w in workers if (hit := self.locate(w)) is not None for s in [hit[0]]}
+        chosen = sorted(found.values(), key=lambda i: i.slice)
+        return chosen or sorted(self.slices, key=lambda i: i.slice)
+
+    def survivors(self) -> list[IncarnationRecord]:
+        """Slices still READY after this tick's actions: where a broken attempt may still run."""
+        return [i for i in self.slices if self.phases_after.get(i.id, i.phase) is P.READY]
+
+    def ran(self, attempt: WorkloadAttemptRecord) -> bool:
+        """Whether `attempt` may have run on a slice still here (READY before it started):
+        its processes must be cleaned up before the next attempt."""
+        return attempt.incarnation_id in {i.id for i in self.slices} or any(
+            i.ready_at is not None and i.ready_at <= attempt.started_at for i in self.slices
+        )
+
+
+def by_slot(nodes: Iterable[IncarnationRecord]) -> dict[tuple[str, int], list[IncarnationRecord]]:
+    """Live incarnations grouped by slot, each slot's by slice."""
+    out: dict[tuple[str, int], list[IncarnationRecord]] = {}
+    for inc in sorted(nodes, key=lambda i: i.key):
+        out.setdefault((inc.fleet, inc.slot), []).append(inc)
+    return out
+
+
+def slot_node(members: list[IncarnationRecord]) -> IncarnationRecord | None:
+    """The node a slot's workload is on, from its live incarnations alone: the one node, or
+    for several slices the newest's id, READY only when all are (what `Gang.stand_in` gives
+    for a complete gang; the runtime checks probes against it)."""
+    if len(members) <= 1:
+        return members[0] if members else None
+    newest = max(members, key=lambda i: i.id)
+    if all(i.phase is P.READY for i in members):
+        return newest
+    return next(i for i in members if i.phase is not P.READY)
