@@ -33,6 +33,7 @@ BENCHMARKS: dict[str, str] = {
     "scale": "bench.scale",
     "notice": "bench.notice",
     "takeover": "bench.takeover",
+    "writerate": "bench.writerate",
 }
 
 RunFunction = Callable[[bool], dict[str, Any]]
