@@ -71,6 +71,8 @@ def test_the_writerate_benchmark_runs_end_to_end_in_quick_mode(tmp_path: Path) -
         ticks = result["quiet_tick"][engine]
         positive_phase(ticks["ticks"])
         assert ticks["transactions_per_tick"] == 2  # the RecordCloud batch, the zone's row
+        assert ticks["cloud_batch"]["transactions"] == params["quiet_ticks"]
+        assert ticks["zone_health"]["transactions"] == params["quiet_ticks"]
         storm = result["storm"][engine]
         assert storm["preempted"] == size
         assert storm["tick"]["done"] == storm["tick"]["actions"] == 2 * size
