@@ -31,10 +31,11 @@ two engines interleaved wherever a phase repeats:
    a call taking `delete_latency_s`) that records the accepted delete (`record_outcome`),
    while the executor goes on: the daemon's real concurrency, all through one store, whose
    writers queue in-process (`Store._queue`) on both engines.
-4. Patterns: the background write alone (`record_outcome` on a DELETING node), `pattern_writes`
-   transactions by 1 writer, by 16 writer tasks on one store (the daemon: they queue in
-   process), and by 16 stores with a connection each (the engine's own concurrency: what
-   PostgreSQL could take without the queue; SQLite's busy handler).
+4. Patterns: the background write alone (`record_outcome` on a DELETING node),
+   `pattern_writes` transactions (`pattern_rounds` rounds, the engines interleaved) by 1
+   writer, by 16 writer tasks on one store (the daemon: they queue in process), and by 16
+   stores with a connection each (the engine's own concurrency: what PostgreSQL could take
+   without the queue; SQLite's busy handler).
 5. Contents: counts read back (nodes by phase, events by kind, preemptions, delete calls, the
    lease's epoch) against what the phases wrote.
 
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import sys
@@ -80,7 +82,8 @@ class Settings:
     size: int
     adoptions: int  # adoption rounds per engine (a fresh database each)
     quiet_ticks: int
-    pattern_writes: int
+    pattern_writes: int  # transactions per pattern and round
+    pattern_rounds: int  # the patterns are short: repeated, the engines interleaved
     delete_latency_s: float = 0.2
 
     @property
@@ -88,8 +91,8 @@ class Settings:
         return max(1, self.size // 100)
 
 
-FULL = Settings(size=10_000, adoptions=3, quiet_ticks=10, pattern_writes=1_000)
-QUICK = Settings(size=200, adoptions=2, quiet_ticks=4, pattern_writes=64)
+FULL = Settings(size=10_000, adoptions=3, quiet_ticks=10, pattern_writes=1_000, pattern_rounds=3)
+QUICK = Settings(size=200, adoptions=2, quiet_ticks=4, pattern_writes=64, pattern_rounds=2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,7 +188,13 @@ async def storm(engine: Engine, leader: work.Leader, s: Settings) -> dict[str, A
 
 
 async def pattern(
-    engine: Engine, leader: work.Leader, url: Any, name: str, nodes: list[Any], s: Settings
+    engine: Engine,
+    leader: work.Leader,
+    url: Any,
+    name: str,
+    nodes: list[Any],
+    s: Settings,
+    round_: int,
 ) -> dict[str, Any]:
     extra: list[work.TimedStore] = []
     if name == PATTERNS[0]:
@@ -199,7 +208,7 @@ async def pattern(
             await store.leader_lease()  # connected before the clock starts
             extra.append(store)
         stores = extra
-    tag = f"{PATTERNS.index(name)}"
+    tag = f"{round_}-{PATTERNS.index(name)}"
     try:
         meter = work.Meter(list(dict.fromkeys(stores)), engine.pid)
         await work.writers(stores, nodes, s.pattern_writes, tag)
@@ -207,6 +216,15 @@ async def pattern(
     finally:
         for store in extra:
             await store.close()
+
+
+def _rounds(rounds: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """Repeated phases: `key` summarized, and the round with its median (the figures)."""
+    return {
+        key: common.summarize([r[key] for r in rounds]),
+        "median_round": sorted(rounds, key=lambda r: r[key])[len(rounds) // 2],
+        "rounds": rounds,
+    }
 
 
 def _interleaved(engines: list[Engine], round_: int) -> list[Engine]:
@@ -236,15 +254,18 @@ async def measure(engines: list[Engine], s: Settings, say: Callable[[str], None]
         for e in engines:
             storms[e.name] = await storm(e, leaders[e.name], s)
             say(f"storm {e.name}: {storms[e.name]['all']['wall_s']:.1f} s")
-        patterns: dict[str, dict[str, Any]] = {p: {} for p in PATTERNS}
-        for i, p in enumerate(PATTERNS):
-            for e in _interleaved(engines, i):
-                url = urls[e.name]
-                patterns[p][e.name] = await pattern(e, leaders[e.name], url, p, nodes[e.name], s)
-                say(f"{p} {e.name}: {patterns[p][e.name]['tx_per_s']} tx/s")
-        expected = work.expected_contents(
-            s.size, s.quiet_ticks, s.changed, s.pattern_writes * len(PATTERNS)
-        )
+        rounds: dict[str, dict[str, list[dict[str, Any]]]] = {
+            p: {e.name: [] for e in engines} for p in PATTERNS
+        }
+        for r in range(s.pattern_rounds):
+            for i, p in enumerate(PATTERNS):
+                for e in _interleaved(engines, r + i):
+                    leader, url = leaders[e.name], urls[e.name]
+                    done = await pattern(e, leader, url, p, nodes[e.name], s, r)
+                    rounds[p][e.name].append(done)
+                    say(f"{p} {e.name} round {r + 1}: {done['tx_per_s']} tx/s")
+        writes = s.pattern_writes * len(PATTERNS) * s.pattern_rounds
+        expected = work.expected_contents(s.size, s.quiet_ticks, s.changed, writes)
         contents = {}
         for e in engines:
             found = await work.contents(leaders[e.name].store)
@@ -253,14 +274,7 @@ async def measure(engines: list[Engine], s: Settings, say: Callable[[str], None]
         for leader in leaders.values():
             await leader.close()
     return {
-        "adoption": {
-            name: {
-                "wall_s": common.summarize([r["wall_s"] for r in rounds]),
-                "median_round": sorted(rounds, key=lambda r: r["wall_s"])[len(rounds) // 2],
-                "rounds": rounds,
-            }
-            for name, rounds in adoption.items()
-        },
+        "adoption": {name: _rounds(samples, "wall_s") for name, samples in adoption.items()},
         "quiet_tick": {
             name: {
                 "per_tick_wall": work.ms([b.wall + z.wall for b, z in pairs]),
@@ -275,7 +289,10 @@ async def measure(engines: list[Engine], s: Settings, say: Callable[[str], None]
             for name, pairs in ticks.items()
         },
         "storm": storms,
-        "patterns": patterns,
+        "patterns": {
+            p: {name: _rounds(samples, "tx_per_s") for name, samples in by_engine.items()}
+            for p, by_engine in rounds.items()
+        },
         "contents": contents,
     }
 
@@ -308,9 +325,9 @@ FIGURES: tuple[tuple[str, tuple[str, ...]], ...] = (
         item
         for p in PATTERNS
         for item in (
-            (f"{p}: tx/s", ("patterns", p, "tx_per_s")),
-            (f"{p}: latency median ms", ("patterns", p, "latency", "median_ms")),
-            (f"{p}: latency p99 ms", ("patterns", p, "latency", "p99_ms")),
+            (f"{p}: tx/s", ("patterns", p, "median_round", "tx_per_s")),
+            (f"{p}: latency median ms", ("patterns", p, "median_round", "latency", "median_ms")),
+            (f"{p}: latency p99 ms", ("patterns", p, "median_round", "latency", "p99_ms")),
         )
     ),
 )
@@ -350,7 +367,7 @@ def run(
 ) -> dict[str, Any]:
     s = QUICK if quick else FULL
     if size is not None:
-        s = Settings(size, s.adoptions, s.quiet_ticks, s.pattern_writes, s.delete_latency_s)
+        s = dataclasses.replace(s, size=size)
     say = progress or (lambda line: print(line, flush=True))
     server = postgres_support().PostgresServer()
     logging_config = structlog.get_config()
@@ -377,6 +394,7 @@ def run(
             "storm_delete_call_latency_s": s.delete_latency_s,
             "max_deletes": MAX_DELETES,
             "pattern_writes": s.pattern_writes,
+            "pattern_rounds": s.pattern_rounds,
             "concurrency": CONCURRENCY,
             "lease_s": work.LEASE_S,
             "poll_interval_default_s": POLL_S,
