@@ -11,6 +11,7 @@ outside the workers' homes (a preempted VM loses its disk), and its shell's pid.
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,10 @@ from runtime_support import (
     wait_for,
     workload_config,
 )
+
+from tpucared.config import load_config
+from tpucared.runtime.workload.by_hand import exec_command, logs
+from tpucared.store import Store
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -70,6 +75,21 @@ def _runs(results: Path) -> dict[str, list[dict[str, str]]]:
 
 def _attempts(results: Path) -> list[list[int]]:
     return [[int(r["TPUCARED_ATTEMPT"]) for r in runs] for runs in _runs(results).values()]
+
+
+async def _by_hand(config: Path, db: Path) -> None:
+    """`exec` and `logs` on FLEET/SLOT reach every slice, workers numbered slice by slice."""
+    cfg = load_config(config)
+    async with Store.open(db, read_only=True) as store:
+        snap = await store.load_snapshot()
+    out, err = io.StringIO(), io.StringIO()
+    assert await exec_command(cfg, snap, f"{FLEET}/0", "echo up", out=out, err=err) == 0
+    workers = SLICES * WORKERS
+    assert sorted(out.getvalue().splitlines()) == [f"{FLEET}/0/{w}: up" for w in range(workers)]
+    raw = io.BytesIO()
+    last = workers - 1  # slice 1's last worker
+    assert await logs(cfg, snap, f"{FLEET}/0", worker=last, out=raw, err=err) == 0, err.getvalue()
+    assert b"start pid=" in raw.getvalue()
 
 
 def _alive(pid: int) -> bool:
@@ -137,6 +157,7 @@ async def test_a_multislice_slot_runs_on_every_worker_of_every_slice_through_a_p
     if provisioning == "direct":
         # The kept slice: the daemon stopped attempt 1 there before launching attempt 2.
         assert not any(_alive(p) for p in first_pids), "attempt 1 still runs on slice 0"
+        await _by_hand(config, db)
     else:
         # Deleted with the queued resource: its VMs (the emulator's processes) go with it.
         async def gone() -> bool:

@@ -8,7 +8,9 @@ Each takes the config (for [ssh]: user, port, key, addresses), a store snapshot 
 caller (read-only: these work while the daemon runs or is down), and the command's arguments;
 it returns the exit status. Only READY nodes are reached, with the host keys the daemon pinned
 for their incarnation (a worker the daemon never reached is trusted on first use, and not
-pinned: these commands write nothing). Bad arguments raise `CommandError` (exit status 2).
+pinned: these commands write nothing). A multislice slot is reached on every slice, its
+workers numbered slice by slice as the daemon's probes number them. Bad arguments raise
+`CommandError` (exit status 2).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import re
 import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
@@ -28,7 +30,8 @@ import asyncssh
 
 from tpucared.config import Config
 from tpucared.core.model.observed import WorkerEndpoint
-from tpucared.core.model.records import NodePhase
+from tpucared.core.model.records import IncarnationRecord, NodePhase
+from tpucared.core.workload.gang import slot_node
 from tpucared.runtime.workload import layout
 from tpucared.ssh import (
     ConnectionPool,
@@ -133,11 +136,14 @@ async def logs(
     except _NotReady as exc:
         err.write(f"{exc}\n")
         return 1
-    inc = snapshot.nodes[(w.fleet, w.slot, 0)]
+    members = _members(snapshot, w.fleet, w.slot)
+    inc = slot_node(members)  # a multislice slot's attempts are on its newest slice's id
+    assert inc is not None  # _slice found it READY
     if attempt is None:
         last = snapshot.last_attempts.get((w.fleet, w.slot))
         if last is None or last.incarnation_id != inc.id:
-            err.write(f"{w}: no attempt has run on {inc.node_name} yet\n")
+            on = inc.node_name if len(members) == 1 else f"the {len(members)} slices of {w}"
+            err.write(f"{w}: no attempt has run on {on} yet\n")
             return 1
         attempt = last.number
     run_dir = layout.attempt_dir(snapshot.slots[(w.fleet, w.slot)].run_id, attempt)
@@ -241,28 +247,41 @@ def _not_a_file(source: str) -> str:
 
 
 def _slice(config: Config, snapshot: Snapshot, fleet: str, slot: int) -> list[Target]:
-    """The targets of a slot's READY node, pinned as the daemon pinned them."""
+    """The targets of a slot's READY node, pinned as the daemon pinned them; of every slice
+    of a multislice slot, its workers numbered slice by slice as the daemon numbers them."""
     if (fleet, slot) not in snapshot.slots:
         known = fleet in {f for f, _ in snapshot.slots}
         raise CommandError(f"{fleet}/{slot}: no such slot" if known else f"unknown fleet {fleet}")
-    # A multislice slot: its slice 0 (the workers of the other slices are not reached here).
-    inc = snapshot.nodes.get((fleet, slot, 0))
-    workers = snapshot.workers_of(inc.id) if inc is not None else ()
-    if inc is None or inc.phase is not NodePhase.READY or not workers:
-        state = inc.phase.value if inc is not None else "no node"
-        raise _NotReady(f"{fleet}/{slot}: the node is not READY ({state})")
-    ssh = config.ssh
-    try:
-        return targets_for_node(
-            [WorkerEndpoint(w.index, w.internal_ip, w.external_ip) for w in workers],
-            user=ssh.user,
-            port=ssh.port,
-            internal_ip=ssh.internal_ip,
-            pinned_host_keys={w.index: w.host_keys for w in workers},
-            incarnation=str(inc.id),
-        )
-    except ValueError as exc:
-        raise _NotReady(f"{fleet}/{slot}: {exc}") from exc
+    members = _members(snapshot, fleet, slot)
+    if not members:
+        raise _NotReady(f"{fleet}/{slot}: the node is not READY (no node)")
+    targets: list[Target] = []
+    for inc in members:
+        workers = snapshot.workers_of(inc.id)
+        if inc.phase is not NodePhase.READY or not workers:
+            which = f" (slice {inc.slice}, {inc.node_name})" if len(members) > 1 else ""
+            raise _NotReady(f"{fleet}/{slot}: the node is not READY ({inc.phase.value}){which}")
+        ssh = config.ssh
+        try:
+            mine = targets_for_node(
+                [WorkerEndpoint(w.index, w.internal_ip, w.external_ip) for w in workers],
+                user=ssh.user,
+                port=ssh.port,
+                internal_ip=ssh.internal_ip,
+                pinned_host_keys={w.index: w.host_keys for w in workers},
+                incarnation=str(inc.id),
+            )
+        except ValueError as exc:
+            raise _NotReady(f"{fleet}/{slot}: {exc}") from exc
+        offset = len(targets)
+        targets += [replace(t, worker=offset + t.worker) for t in mine]
+    return targets
+
+
+def _members(snapshot: Snapshot, fleet: str, slot: int) -> list[IncarnationRecord]:
+    """The slot's live incarnations, by slice (one, unless it is a multislice slot)."""
+    found = [i for (f, s, _), i in snapshot.nodes.items() if (f, s) == (fleet, slot)]
+    return sorted(found, key=lambda i: i.slice)
 
 
 class _NotReady(Exception):
