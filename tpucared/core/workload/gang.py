@@ -81,9 +81,12 @@ class Gang:
 
     def slices_of(self, workers: Iterable[int]) -> list[IncarnationRecord]:
         """The slices holding these gang workers, by slice; every slice when none is known."""
-        found = {id(s): s for w in workers if (hit := self.locate(w)) is not None for s in [hit[0]]}
-        chosen = sorted(found.values(), key=lambda i: i.slice)
-        return chosen or sorted(self.slices, key=lambda i: i.slice)
+        found: dict[int, IncarnationRecord] = {}
+        for worker in workers:
+            hit = self.locate(worker)
+            if hit is not None:
+                found[hit[0].id] = hit[0]
+        return sorted(found.values() or self.slices, key=lambda i: i.slice)
 
     def survivors(self) -> list[IncarnationRecord]:
         """Slices still READY after this tick's actions: where a broken attempt may still run."""
