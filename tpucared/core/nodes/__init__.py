@@ -11,7 +11,9 @@ Called by `core/planning/planner.py` for every live incarnation and every listed
 - `step`            what those rules share: the `Step` accumulating the actions, the moves
                     that end a node, facts / ownership (labels) / expiry (stuck) helpers.
 - `strays`          listed resources that no live incarnation accounts for.
-- `slots`           fleet and slot records, and which empty slots get a create.
+- `slots`           fleet and slot records, and which empty slots (and slices) get a create.
+- `multislice`      a multislice slot's READY slices held while one is missing, released
+                    after `multislice_hold`; one preemption counted per loss of the slot.
 - `create_backoff`  a slot's backoff after failed creates, zone rotation, counters.
 - `outcomes`        which phase a create/delete call's outcome belongs to (the runtime asks).
 - `op_timing`       when to poll a create's operation first, from the zone's failing creates.

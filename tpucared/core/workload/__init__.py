@@ -7,6 +7,8 @@ Called by `core/planning/tick.py` for every slot, after the node planner.
               give up, replace the node); the crash backoff.
 - `judge`     the running attempt + this tick's probe -> its verdict (ends how, resumes, or
               runs on), for the planner.
+- `gang`      a multislice slot's slices as one stand-in node for the planner and judge; the
+              workers numbered slice by slice.
 - `actions`   the workload actions and the contract the workload runner honours for each.
 - `attempts`  the attempt lifecycle: states derived from the stored attempt, the table of
               allowed edges the store checks on every attempt write.

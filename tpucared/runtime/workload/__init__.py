@@ -1,6 +1,8 @@
 """The daemon's worker side: the workload on every worker of a slice, over SSH.
 
-- `runner`   probes a slice's workers, and hands workload actions to its executor.
+- `runner`   probes a slot's workers (every slice's), and hands workload actions to its
+             executor; `probe_jobs` holds what one probe is of.
+- `notices`  one wait per running slice for its preemption notice, heard at once.
 - `executor` carries out workload actions (launch, stop, cleanup, finish): the workload is
              (re)launched in `WorkloadExecutor._launch`.
 - `jobs`     one background job per slot, a probe or a chain of actions; only starts and
