@@ -16,6 +16,7 @@ from sqlalchemy.engine import URL
 
 from tpucared.core.leadership.lease import Holder, Role
 from tpucared.runtime.leader import LeaseKeeper
+from tpucared.runtime.terms import keep_warm
 from tpucared.store import Store
 from tpucared.store.errors import LeaseLost
 from tpucared.store.migrate import upgrade_to_head
@@ -96,3 +97,30 @@ async def test_a_leader_whose_lease_was_taken_steps_down_at_its_next_attempt(
 
 def store_now() -> datetime:
     return datetime.now(UTC)
+
+
+async def test_a_standby_keeps_its_caches_warm_and_stops_once_it_leads(store: Store) -> None:
+    # runtime/terms.py `keep_warm`: the standby reads the snapshot every interval, so the
+    # store's record cache holds the fleet's records at takeover; a leader's ticks read it.
+    keeper = LeaseKeeper(store, 4.0, monotonic=Monotonic())
+    stopped = asyncio.Event()
+    reads: list[Role] = []
+    three = asyncio.Event()
+
+    async def read() -> None:
+        await store.load_snapshot()
+        reads.append(keeper.role)
+        if len(reads) >= 3:
+            three.set()
+
+    task = asyncio.create_task(keep_warm(keeper, stopped, read, 0.02))
+    await asyncio.wait_for(three.wait(), 5)
+    await keeper.attempt()  # it leads now
+    assert keeper.role is Role.LEADER
+    before = len(reads)
+    await asyncio.sleep(0.1)
+    stopped.set()
+    await asyncio.wait_for(task, 5)
+    assert set(reads) == {Role.STANDBY}
+    assert len(reads) <= before + 1  # at most the read that was already under way
+    await keeper.release()

@@ -341,7 +341,10 @@ async def _started_and_run(
             if source is not None:
                 await res.stack.enter_async_context(_relayed(source, stopped))
         async with _told_on_stop(stopped, systemd):
-            return await lead_while_elected(keeper, stopped, term)
+            return await lead_while_elected(
+                keeper, stopped, term, warm=res.store.load_snapshot,
+                every=config.daemon.poll_interval,
+            )  # fmt: skip
 
 
 def _standing_by(role: Role, epoch: int, telemetry: Telemetry, systemd: TickNotifier) -> None:
