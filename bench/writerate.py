@@ -36,7 +36,9 @@ two engines interleaved wherever a phase repeats:
    writer, by 16 writer tasks on one store (the daemon: they queue in process), and by 16
    stores with a connection each (the engine's own concurrency: what PostgreSQL could take
    without the queue; SQLite's busy handler).
-5. Contents: counts read back (nodes by phase, events by kind, preemptions, delete calls, the
+5. A new leader's first snapshot, cold and warm (bench/writerate_warm.py), after the quiet
+   ticks: a fresh store's read against a standby's that read at its last poll.
+6. Contents: counts read back (nodes by phase, events by kind, preemptions, delete calls, the
    lease's epoch) against what the phases wrote.
 
 Per phase: wall time, fenced transactions and their rate, latency (asked for -> committed,
@@ -64,6 +66,7 @@ import structlog
 from sqlalchemy.engine import URL
 
 from bench import common
+from bench import writerate_warm as warm
 from bench import writerate_work as work
 from bench.takeover import postgres_support
 from tpucared.runtime.nodes.calls import MAX_DELETES
@@ -74,6 +77,7 @@ ENGINES = ("sqlite", "postgresql")
 POLL_S = 10.0  # daemon.poll_interval's default (config/schema.py)
 CONCURRENCY = 16
 PATTERNS = ("1 writer", "16 writers, one store", "16 writers, 16 stores")
+ROUNDS = 3  # a new leader's first snapshot: fresh stores per figure (bench/writerate_warm.py)
 DURABLE = ("fsync=on", "synchronous_commit=on", "full_page_writes=on")
 
 
@@ -250,6 +254,11 @@ async def measure(engines: list[Engine], s: Settings, say: Callable[[str], None]
             for e in _interleaved(engines, t):
                 ticks[e.name].append(await quiet_tick(e, leaders[e.name], nodes[e.name], t, s))
         say("quiet ticks done")
+        takeover = {
+            e.name: await warm.first_snapshot(leaders[e.name], nodes[e.name], s.changed, ROUNDS)
+            for e in engines
+        }
+        say(f"a new leader's first snapshot: {takeover}")
         storms: dict[str, Any] = {}
         for e in engines:
             storms[e.name] = await storm(e, leaders[e.name], s)
@@ -266,6 +275,7 @@ async def measure(engines: list[Engine], s: Settings, say: Callable[[str], None]
                     say(f"{p} {e.name} round {r + 1}: {done['tx_per_s']} tx/s")
         writes = s.pattern_writes * len(PATTERNS) * s.pattern_rounds
         expected = work.expected_contents(s.size, s.quiet_ticks, s.changed, writes)
+        expected["events"]["node.cloud"] += ROUNDS * s.changed  # the warm standby's ticks
         contents = {}
         for e in engines:
             found = await work.contents(leaders[e.name].store)
@@ -289,6 +299,7 @@ async def measure(engines: list[Engine], s: Settings, say: Callable[[str], None]
             for name, pairs in ticks.items()
         },
         "storm": storms,
+        "first_snapshot": takeover,
         "patterns": {
             p: {name: _rounds(samples, "tx_per_s") for name, samples in by_engine.items()}
             for p, by_engine in rounds.items()
@@ -312,6 +323,8 @@ FIGURES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("quiet tick: tx/s", ("quiet_tick", "ticks", "tx_per_s")),
     ("quiet tick: cloud batch median ms", ("quiet_tick", "cloud_batch", "latency", "median_ms")),
     ("quiet tick: zone row median ms", ("quiet_tick", "zone_health", "latency", "median_ms")),
+    ("new leader's first snapshot: cold ms", ("first_snapshot", "cold_ms")),
+    ("new leader's first snapshot: warm standby ms", ("first_snapshot", "warm_ms")),
     ("storm: transactions", ("storm", "all", "transactions")),
     ("storm: executor's tick s", ("storm", "tick", "wall_s")),
     ("storm: all its writes s", ("storm", "all", "wall_s")),
@@ -398,6 +411,7 @@ def run(
             "concurrency": CONCURRENCY,
             "lease_s": work.LEASE_S,
             "poll_interval_default_s": POLL_S,
+            "first_snapshot_rounds": ROUNDS,
         },
         "engines": {
             "sqlite": {"journal_mode": "wal", "synchronous": "FULL (make_engine's default)"},

@@ -97,8 +97,12 @@ def test_the_writerate_benchmark_runs_end_to_end_in_quick_mode(tmp_path: Path) -
         assert found["nodes"] == {"deleting": size}  # every node preempted, its delete asked
         assert found["events"]["node.dead"] == found["events"]["node.deleting"] == size
         assert found["preemptions"] == found["delete_calls"] == size
-        changed = params["quiet_ticks"] * params["quiet_changed_per_tick"]
+        ticks = params["quiet_ticks"] + params["first_snapshot_rounds"]  # + the standby's
+        changed = ticks * params["quiet_changed_per_tick"]
         assert found["events"]["node.cloud"] == changed
+        first = result["first_snapshot"][engine]
+        assert first["cold_ms"] > 0
+        assert first["warm_ms"] > 0
         assert found["lease_epoch"] == 1  # one leader throughout: no write met a lost lease
 
     assert result["contents"]["sqlite"]["found"] == result["contents"]["postgresql"]["found"]
