@@ -57,6 +57,7 @@ from tpucared.core.planning.policy import Policy
 from tpucared.core.planning.tick import plan_tick
 from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload, StopWorkload
 from tpucared.core.workload.inputs import SlotProbe, WorkerProbe, WorkloadSnapshot
+from tpucared.core.workload.probes import keep_chain, leaving
 
 P = NodePhase
 HOLD = 1800.0
@@ -95,9 +96,7 @@ def piece(
 def listed_piece(
     inc: IncarnationRecord, state: CloudState = CloudState.READY, **kw: Any
 ) -> ObservedNode:
-    return replace(
-        node(inc.node_name, inc.zone, state, ours(), cloud_id=inc.cloud_id), **kw
-    )
+    return replace(node(inc.node_name, inc.zone, state, ours(), cloud_id=inc.cloud_id), **kw)
 
 
 def holds_of(p: Plan) -> list[HoldSlices]:
@@ -156,7 +155,8 @@ def test_ready_slices_are_held_while_one_is_missing_then_released_at_the_limit()
     # Within the hold: nothing new, the slice is kept.
     held = snapshot(ready, specs=[fleet], slots=[slot(held_since=T0 - timedelta(minutes=29))])
     p = run([fleet], listing, held)
-    assert holds_of(p) == [] and p.of(DeleteNode) == ()
+    assert holds_of(p) == []
+    assert p.of(DeleteNode) == ()
     # At the hold: the READY slice is released (a planned delete) and the hold cleared.
     over = snapshot(ready, specs=[fleet], slots=[slot(held_since=T0 - timedelta(seconds=HOLD))])
     p = run([fleet], listing, over)
@@ -175,7 +175,8 @@ def test_the_hold_ends_when_every_slice_is_ready() -> None:
     snap = snapshot(a, b, specs=[fleet], slots=[slot(held_since=T0 - timedelta(minutes=3))])
     p = run([fleet], world(listed_piece(a), listed_piece(b)), snap)
     assert [h.since for h in holds_of(p)] == [None]
-    assert p.of(DeleteNode) == () and p.of(CreateNode) == ()
+    assert p.of(DeleteNode) == ()
+    assert p.of(CreateNode) == ()
 
 
 def test_a_multislice_hold_of_zero_releases_at_once() -> None:
@@ -207,7 +208,8 @@ def test_a_slice_preempted_while_the_slot_is_already_broken_is_not_counted_again
     listing = world(listed_piece(other, CloudState.PREEMPTED))
     p = run([fleet], listing, snapshot(gone, other, specs=[fleet]))
     (dead,) = [t for t in p.of(Transition) if t.new is P.DEAD]
-    assert dead.slot_update is not None and dead.slot_update.add_preemptions == 0
+    assert dead.slot_update is not None
+    assert dead.slot_update.add_preemptions == 0
 
 
 def test_a_queued_multislice_slot_is_one_queued_resource() -> None:
@@ -215,7 +217,8 @@ def test_a_queued_multislice_slot_is_one_queued_resource() -> None:
     p = run([fleet], world(queued=True))
     (create,) = p.of(CreateNode)
     assert (create.node_name, create.queued_resource, create.slices) == ("sweep-0-0", "sweep-0", 2)
-    assert SLOT_LABEL in create.labels and SLICE_LABEL not in create.labels  # one node spec
+    assert SLOT_LABEL in create.labels
+    assert SLICE_LABEL not in create.labels
 
 
 def test_a_queued_multislice_slot_adopts_its_other_nodes_as_they_appear() -> None:
@@ -324,6 +327,11 @@ def test_a_lost_slice_ends_the_attempt_stops_the_others_and_counts_once() -> Non
     assert finish.outcome.value == "preempted"
     (stop,) = p.of(StopWorkload)
     assert (stop.attempt, stop.slot) == (1, 0)
+    # Named after the survivor, not the stand-in (the lost slice, the newest): the runtime
+    # drops the plan's stops on nodes it deletes, which left the survivor running (issue 13's
+    # recovery benchmark found it).
+    assert stop.incarnation_id == a.id
+    assert keep_chain([stop], leaving(p.actions)) == [stop]
     updates = [t.slot_update for t in p.of(Transition) if t.slot_update is not None]
     assert sum(u.add_preemptions for u in updates) == 1
     # The dead slice is replaced in its own right; the survivor is kept.
@@ -344,7 +352,8 @@ def test_a_notice_on_one_slice_loses_that_slice_and_stops_the_other() -> None:
     p = tick(fleet, [a, b], [listed_piece(a), listed_piece(b)], gang_probe(2, 1, states), attempt)
     lost = [t for t in p.of(Transition) if t.new is P.DEAD]
     assert [t.node_name for t in lost] == ["sweep-0-1"]  # the slice whose workers heard it
-    assert len(p.of(StopWorkload)) == 1
+    (stop,) = p.of(StopWorkload)
+    assert keep_chain([stop], leaving(p.actions)) == [stop]
     assert p.of(FinishAttempt)[0].outcome.value == "preempted"
 
 

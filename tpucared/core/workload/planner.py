@@ -33,7 +33,7 @@ slot's READY node (`attempt` = slot.attempts + 1, so numbers only grow):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -196,12 +196,24 @@ def _finish(w: SlotWork, last: WorkloadAttemptRecord, verdict: Verdict) -> Finis
     )
 
 
-def _stop(w: SlotWork, attempt: WorkloadAttemptRecord) -> StopWorkload:
+def _stop(
+    w: SlotWork, attempt: WorkloadAttemptRecord, gone: Sequence[IncarnationRecord] = ()
+) -> StopWorkload:
+    """Stop `attempt` on the slot's node. A gang's stop reaches every slice still READY (the
+    runner's executor); it names a surviving slice, not the stand-in (the newest slice's id),
+    which may be the very slice this plan deletes: a stop on a node the plan takes away is
+    dropped (probes.keep_chain), and the survivors would run on until the next launch."""
     assert w.node is not None
+    target = w.node.id
+    if w.gang is not None:
+        ids = {n.id for n in gone}
+        alive = [s for s in w.gang.survivors() if s.id not in ids]
+        if alive:
+            target = alive[0].id
     return StopWorkload(
         fleet=w.fleet,
         slot=w.index,
-        incarnation_id=w.node.id,
+        incarnation_id=target,
         node_name=w.node.node_name,
         attempt=attempt.number,
         reason=f"attempt {attempt.number} ended; a slice runs on all workers "
@@ -407,7 +419,7 @@ def _stop_others(
     ids = {n.id for n in gone}
     if not any(s.id not in ids for s in w.gang.survivors()):
         return []
-    return [_stop(w, attempt)]
+    return [_stop(w, attempt, gone)]
 
 
 def _lost(w: SlotWork, node: IncarnationRecord, why: str) -> list[Action]:
