@@ -1,0 +1,258 @@
+"""The recovery benchmarks' rig (bench/recovery.py): the emulator with SSH worker hosts, the
+real daemon process with a generated config, the workers' start files, and readers of the
+emulator's request log and operations and of the daemon's JSON log.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from bench import common, detection
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = detection.PROJECT
+ZONE = detection.ZONE  # the zone detection.Cloud.preempt acts in
+TYPE = "v4-32"
+WORKERS = 4
+FLEET = "rec"
+NODE = f"{FLEET}-0"
+OWNER = "bench"
+
+# The run: its attempt and start instant, then it idles until the node dies.
+RUN = (
+    'echo "$TPUCARED_ATTEMPT $(date +%s.%N)" >> "$RESULTS/starts-$TPUCARED_WORKER"; '
+    "exec sleep 100000"
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    samples: Mapping[float, int]  # poll interval (s) -> samples
+    create_seconds: float
+    delete_seconds: float
+    # Each sample's create time: create_seconds + uniform(0, this share of the poll interval).
+    create_spread: float = 1.0
+    seed: int = 20251121
+
+
+# ---------------------------------------------------------------------------------------------
+# The emulator and the daemon
+
+
+class Cloud(detection.Cloud):
+    """detection's emulator thread, with SSH worker hosts."""
+
+    def __init__(self, settings: Settings, hosts_dir: Path) -> None:
+        self.ssh_port = common.free_port()
+        super().__init__(
+            detection.Settings(
+                detection_samples={},
+                create_seconds=settings.create_seconds,
+                delete_seconds=settings.delete_seconds,
+            ),
+            ssh_hosts=True,
+            ssh_port=self.ssh_port,
+            hosts_dir=str(hosts_dir),
+        )
+
+    def reset(self, create_seconds: float) -> None:
+        """A fresh cloud: nothing of a previous daemon (its nodes trust its key) lingers."""
+
+        def fresh(state: Any) -> None:
+            state.reset()
+            state.timing.update({"create_seconds": create_seconds})
+
+        self.thread.call(fresh)
+
+    def set_create_seconds(self, seconds: float) -> None:
+        self.thread.call(lambda s: s.timing.update({"create_seconds": seconds}))
+
+    def _get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=30) as response:
+            return json.load(response)
+
+    def operations(self) -> list[dict[str, Any]]:
+        """Every operation of the zone, as the API lists them."""
+        out: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            query = "?pageSize=1000" + (f"&pageToken={token}" if token else "")
+            page = self._get(f"/v2/projects/{PROJECT}/locations/{ZONE}/operations{query}")
+            out += page.get("operations", [])
+            token = page.get("nextPageToken", "")
+            if not token:
+                return out
+
+
+class DaemonProcess:
+    def __init__(
+        self,
+        directory: Path,
+        cloud: Cloud,
+        *,
+        poll: float,
+        results: Path,
+        root: Path = ROOT,
+        run: str = RUN,
+        workload: str = "",
+    ) -> None:
+        """`run`: the workload's command; `workload`: more [fleet.workload] lines."""
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.config = directory / "fleet.toml"
+        self.config.write_text(
+            textwrap.dedent(
+                f"""
+                [daemon]
+                db = "state.db"
+                poll_interval = "{poll:g}s"
+                owner = "{OWNER}"
+                http = "127.0.0.1:{common.free_port()}"
+
+                [gcp]
+                project = "{PROJECT}"
+                endpoint = "{cloud.url}"
+                credentials = "none"
+
+                [ssh]
+                key = "id_ed25519"
+                port = {cloud.ssh_port}
+
+                [[fleet]]
+                name = "{FLEET}"
+                zones = ["{ZONE}"]
+                accelerator_type = "{TYPE}"
+                runtime_version = "tpu-ubuntu2204-base"
+                size = 1
+                capacity = "spot"
+
+                [fleet.workload]
+                run = '''{run}'''
+                env = {{ RESULTS = "{results}" }}
+                {workload}
+                """
+            )
+        )
+        self.log_path = directory / "daemon.log"
+        self.log = self.log_path.open("ab")
+        # `python -m tpucared` imports the package from `root`
+        self.process = common.start_daemon(self.config, self.log, cwd=root)
+
+    def stop(self) -> int:
+        code = common.stop_process(self.process)
+        self.log.close()
+        return code
+
+    def events(self, since: float) -> list[dict[str, Any]]:
+        """The daemon's JSON log lines at or after `since` (epoch seconds), with `t`."""
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if not line.startswith("{"):
+                continue
+            try:
+                event = json.loads(line)
+                t = datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00"))
+            except (ValueError, KeyError):
+                continue
+            if t.timestamp() >= since:
+                out.append({**event, "t": t.timestamp()})
+        return out
+
+
+def starts(results: Path) -> dict[int, dict[int, float]]:
+    """worker -> attempt -> the instant its run started."""
+    out: dict[int, dict[int, float]] = {}
+    for worker in range(WORKERS):
+        path = results / f"starts-{worker}"
+        lines = path.read_text().split("\n") if path.exists() else []
+        for line in lines:
+            parts = line.split()
+            if len(parts) == 2:
+                out.setdefault(worker, {})[int(parts[0])] = float(parts[1])
+    return out
+
+
+def running_everywhere(results: Path, attempt: int) -> float | None:
+    """The instant `attempt` had started on the last of the workers, or None."""
+    seen = starts(results)
+    stamps = [seen.get(w, {}).get(attempt) for w in range(WORKERS)]
+    if any(s is None for s in stamps):
+        return None
+    return max(s for s in stamps if s is not None)
+
+
+def newest_attempt(results: Path) -> int:
+    seen = starts(results)
+    return min((max(a) for a in seen.values() if a), default=0) if len(seen) == WORKERS else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The request log, the operations and the daemon's log
+
+
+def node_of(request: Mapping[str, Any]) -> str | None:
+    query = request.get("query") or {}
+    if request["method"] == "POST" and request["path"].endswith("/nodes"):
+        return str(query.get("nodeId"))
+    if request["method"] == "DELETE" and "/nodes/" in request["path"]:
+        return str(request["path"].rsplit("/", 1)[1])
+    return None
+
+
+def operation_end(operations: Sequence[Mapping[str, Any]], verb: str, after: float) -> float:
+    """The end of the first `verb` operation on NODE created at or after `after`."""
+    from tpucared.emulator.clock import parse_rfc3339
+
+    found = []
+    for op in operations:
+        meta = op.get("metadata") or {}
+        if meta.get("verb") != verb or not str(meta.get("target", "")).endswith(f"/{NODE}"):
+            continue
+        created = parse_rfc3339(meta["createTime"])
+        if created >= after - 0.001 and "endTime" in meta:
+            found.append((created, parse_rfc3339(meta["endTime"])))
+    if not found:
+        raise RuntimeError(f"benchmark: no finished {verb} operation of {NODE} after {after}")
+    return min(found)[1]
+
+
+def woken_by(events: list[dict[str, Any]], preempted: float) -> str:
+    """Why the tick that deleted the node ran ("poll", "ssh connection lost", ...)."""
+    for e in events:
+        if (
+            e["t"] >= preempted
+            and e.get("event") == "tick"
+            and "delete" in (e.get("actions") or {})
+        ):
+            return str(e.get("reason", "?"))
+    return "?"
+
+
+def ready_to_run_detail(
+    events: list[dict[str, Any]], ready: float, running: float
+) -> dict[str, float]:
+    """READY -> the daemon records it -> the plan that launches -> running everywhere."""
+    seen = next((e["t"] for e in events if is_ready_transition(e)), None)
+    planned = next((e["t"] for e in events if is_launch_tick(e)), None)
+    if seen is None or planned is None:
+        return {}
+    return {
+        "ready_seen": seen - ready,
+        "probe_and_plan": planned - seen,
+        "launch": running - planned,
+    }
+
+
+def is_ready_transition(event: Mapping[str, Any]) -> bool:
+    return event.get("event") == "transition" and "-> ready" in str(event.get("action", ""))
+
+
+def is_launch_tick(event: Mapping[str, Any]) -> bool:
+    return event.get("event") == "tick" and "launch" in (event.get("actions") or {})
