@@ -1,6 +1,7 @@
 """Recovery time: a preemption -> the workload running again on every worker of the slice.
 
-`python -m bench.run --only recovery [--quick]` (or `python -m bench.recovery [--quick]`).
+`python -m bench.run --only recovery [--quick]` (or `python -m bench.recovery [--quick]
+[--variant single|multislice]`).
 
 Method. The emulator runs in this process (its own thread) with simulated SSH worker hosts
 and stated timing: a delete takes `delete_seconds` (1 s), a create `create_seconds` (10 s)
@@ -36,7 +37,10 @@ worker.
 
 Statistics are over a handful of samples (bench/common.py): quote the median.
 
-The rig (emulator, daemon, the workers' files, log readers) is bench/recovery_rig.py.
+The same run measures a 2-slice multislice slot too (bench/recovery_multi.py, issue 13): at
+each poll interval right after the single slice, with the ratio of their medians
+(`--variant single|multislice` runs one). The rig (emulator, daemon, the workers' files, log
+readers) is bench/recovery_rig.py.
 """
 
 from __future__ import annotations
@@ -46,11 +50,12 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from bench import common
+from bench import recovery_multi as multi
 from bench import recovery_rig as rig
 from bench.recovery_rig import Cloud, DaemonProcess, Settings, newest_attempt, running_everywhere
 
@@ -65,11 +70,14 @@ NODE = rig.NODE
 RUN = rig.RUN
 _node_of = rig.node_of
 
-TARGET_OVERHEAD_S = 10.0
-COMPONENTS = ("detection", "delete", "wait_create", "create", "ready_to_run")
-DETAIL = ("ready_seen", "probe_and_plan", "launch")
+COMPONENTS = rig.COMPONENTS
+DETAIL = rig.DETAIL
 
-FULL = Settings(samples={10.0: 10, 2.0: 10}, create_seconds=10.0, delete_seconds=1.0)
+TARGET_OVERHEAD_S = 10.0
+# Both variants at each poll interval (single slice, then 2 slices): 8 samples each keeps the
+# full run near 12 minutes.
+VARIANTS = ("single", "multislice")
+FULL = Settings(samples={10.0: 8, 2.0: 8}, create_seconds=10.0, delete_seconds=1.0)
 QUICK = Settings(samples={2.0: 2}, create_seconds=4.0, delete_seconds=1.0)
 
 
@@ -176,11 +184,15 @@ def run(
     progress: Callable[[str], None] = print,
     scratch: Path | None = None,
     daemon_root: Path = ROOT,
+    variants: Sequence[str] = VARIANTS,
 ) -> dict[str, Any]:
     """`scratch`: keep the daemons' configs and logs there (default: a temporary directory).
-    `daemon_root`: the source tree the daemon runs from (another one for a before/after)."""
+    `daemon_root`: the source tree the daemon runs from (another one for a before/after).
+    `variants`: "single" (one v4-32 slice), "multislice" (bench/recovery_multi.py), or both:
+    at each poll interval one after the other, so their figures share the machine's load."""
     settings = settings or (QUICK if quick else FULL)
     rng = random.Random(settings.seed)
+    multi_rng = random.Random(settings.seed + 1)  # the single slice's draws stay as they were
     result: dict[str, Any] = {
         "method": __doc__.split("Method.", 1)[1].split("Statistics")[0].strip() if __doc__ else "",
         "parameters": {
@@ -195,42 +207,73 @@ def run(
         },
         "recovery": [],
     }
+    if "multislice" in variants:
+        result["multislice"] = {
+            "method": multi.__doc__.split("Method.", 1)[1].strip() if multi.__doc__ else "",
+            "parameters": multi.parameters(),
+            "recovery": [],
+            "versus_single": [],
+        }
     with tempfile.TemporaryDirectory(prefix="tpucared-bench-recovery-") as tmp:
         where = scratch or Path(tmp)
         with Cloud(settings, where / "hosts") as cloud:
             for poll in settings.samples:
-                result["recovery"].append(
-                    measure_poll(cloud, where, poll, settings, rng, progress, daemon_root)
-                )
+                if "single" in variants:
+                    result["recovery"].append(
+                        measure_poll(cloud, where, poll, settings, rng, progress, daemon_root)
+                    )
+                if "multislice" in variants:
+                    m = multi.measure_poll(
+                        cloud, where, poll, settings, multi_rng, progress, daemon_root
+                    )
+                    result["multislice"]["recovery"].append(m)
+                    if result["recovery"]:
+                        versus = multi.versus_single(result["recovery"][-1], m)
+                        result["multislice"]["versus_single"].append(versus)
     return result
+
+
+def _table(components: Mapping[str, Mapping[str, Any]]) -> str:
+    rows = []
+    for name, s in components.items():
+        if not s.get("n"):
+            continue
+        rows.append(
+            [
+                name,
+                str(s["n"]),
+                common.format_seconds(s["median"]),
+                common.format_seconds(s["p99"]),
+                common.format_seconds(s["min"]),
+                common.format_seconds(s["max"]),
+            ]
+        )
+    return common.table(["component", "n", "median s", "p99 s", "min s", "max s"], rows)
 
 
 def render(result: Mapping[str, Any]) -> str:
     blocks = []
+    params = result["parameters"]
     for r in result["recovery"]:
-        rows = []
-        for name, s in r["components_s"].items():
-            if not s.get("n"):
-                continue
-            rows.append(
-                [
-                    name,
-                    str(s["n"]),
-                    common.format_seconds(s["median"]),
-                    common.format_seconds(s["p99"]),
-                    common.format_seconds(s["min"]),
-                    common.format_seconds(s["max"]),
-                ]
-            )
-        params = result["parameters"]
         title = (
             f"poll {r['poll_interval_s']:g}s, create {params['emulator_create_seconds']:g}s "
             f"+ U(0, {params['emulator_create_spread_polls'] * r['poll_interval_s']:g}s), "
             f"delete {params['emulator_delete_seconds']:g}s "
             f"(overhead target {r['overhead_target_s']:g}s)"
         )
-        table = common.table(["component", "n", "median s", "p99 s", "min s", "max s"], rows)
-        blocks.append(title + "\n" + table)
+        blocks.append(title + "\n" + _table(r["components_s"]))
+    m = result.get("multislice") or {"recovery": [], "versus_single": []}
+    for r in m["recovery"]:
+        title = (
+            f"2 slices x {m['parameters']['accelerator_type_per_slice']}, poll "
+            f"{r['poll_interval_s']:g}s, {m['parameters']['preempted_node']} preempted "
+            f"(survivors stopped before the replacement was READY: "
+            f"{r['survivors_stopped_before_ready']} of {r['samples']})"
+        )
+        blocks.append(title + "\n" + _table(r["components_s"]))
+    for v in m["versus_single"]:
+        ratios = ", ".join(f"{k} {common.format_ratio(v[k]['ratio'])}" for k in multi.RATIOS)
+        blocks.append(f"2 slices / 1 slice at poll {v['poll_interval_s']:g}s (medians): {ratios}")
     return "\n\n".join(blocks)
 
 
@@ -247,11 +290,20 @@ def main(argv: list[str] | None = None) -> int:
         "--daemon-root", type=Path, default=ROOT, help="run the daemon from this source tree"
     )
     parser.add_argument("--name", default="recovery", help="result file name (e.g. a baseline)")
+    parser.add_argument(
+        "--variant",
+        choices=("both", *VARIANTS),
+        default="both",
+        help="the single-slice slot, the 2-slice multislice slot, or both (the default)",
+    )
     args = parser.parse_args(argv)
+    variants = VARIANTS if args.variant == "both" else (args.variant,)
     from bench import run as harness
 
     def measured(quick: bool) -> dict[str, Any]:
-        return run(quick, scratch=args.keep, daemon_root=args.daemon_root.resolve())
+        return run(
+            quick, scratch=args.keep, daemon_root=args.daemon_root.resolve(), variants=variants
+        )
 
     path, envelope = harness.run_one(
         args.name, measured, quick=args.quick, output_dir=args.output_dir

@@ -24,6 +24,9 @@ WORKERS = 4
 FLEET = "rec"
 NODE = f"{FLEET}-0"
 OWNER = "bench"
+# A recovery's components (bench/recovery.py), and READY -> running split by the daemon's log.
+COMPONENTS = ("detection", "delete", "wait_create", "create", "ready_to_run")
+DETAIL = ("ready_seen", "probe_and_plan", "launch")
 
 # The run: its attempt and start instant, then it idles until the node dies.
 RUN = (
@@ -102,8 +105,10 @@ class DaemonProcess:
         root: Path = ROOT,
         run: str = RUN,
         workload: str = "",
+        slices: int = 1,
     ) -> None:
-        """`run`: the workload's command; `workload`: more [fleet.workload] lines."""
+        """`run`: the workload's command; `workload`: more [fleet.workload] lines; `slices`:
+        the slot's slices (nodes `{FLEET}-0-{slice}` when more than 1)."""
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self.config = directory / "fleet.toml"
@@ -132,6 +137,7 @@ class DaemonProcess:
                 runtime_version = "tpu-ubuntu2204-base"
                 size = 1
                 capacity = "spot"
+                {f"slices = {slices}" if slices > 1 else ""}
 
                 [fleet.workload]
                 run = '''{run}'''
@@ -206,20 +212,22 @@ def node_of(request: Mapping[str, Any]) -> str | None:
     return None
 
 
-def operation_end(operations: Sequence[Mapping[str, Any]], verb: str, after: float) -> float:
-    """The end of the first `verb` operation on NODE created at or after `after`."""
+def operation_end(
+    operations: Sequence[Mapping[str, Any]], verb: str, after: float, node: str = NODE
+) -> float:
+    """The end of the first `verb` operation on `node` created at or after `after`."""
     from tpucared.emulator.clock import parse_rfc3339
 
     found = []
     for op in operations:
         meta = op.get("metadata") or {}
-        if meta.get("verb") != verb or not str(meta.get("target", "")).endswith(f"/{NODE}"):
+        if meta.get("verb") != verb or not str(meta.get("target", "")).endswith(f"/{node}"):
             continue
         created = parse_rfc3339(meta["createTime"])
         if created >= after - 0.001 and "endTime" in meta:
             found.append((created, parse_rfc3339(meta["endTime"])))
     if not found:
-        raise RuntimeError(f"benchmark: no finished {verb} operation of {NODE} after {after}")
+        raise RuntimeError(f"benchmark: no finished {verb} operation of {node} after {after}")
     return min(found)[1]
 
 

@@ -1,10 +1,14 @@
 """The recovery benchmark (bench/recovery.py) works end to end in quick mode: the real daemon
-process, the emulator with SSH worker hosts, a v4-32 slot preempted twice.
+process, the emulator with SSH worker hosts, a v4-32 slot preempted twice, then a slot of two
+v4-32 slices (bench/recovery_multi.py) whose slice 1 is preempted twice.
 
 Not a performance test: it checks the result file bench.run writes is well-formed, every
 component of every sample is positive, the components add up to the total, the cloud's parts
 are the emulator's stated timing, and the summaries agree with the samples, so the
-benchmark cannot rot (or silently measure nothing) unnoticed.
+benchmark cannot rot (or silently measure nothing) unnoticed. For the 2-slice slot: every
+worker of both slices started the next attempt (its own stamp), only slice 1 was deleted and
+created again (slice 0 kept), the kept slice's runs were stopped, and the per-slice launch
+split agrees with the whole.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ if str(ROOT) not in sys.path:  # `bench` is a top-level package of the repositor
     sys.path.insert(0, str(ROOT))
 
 from bench import recovery  # noqa: E402
+from bench import recovery_multi as multi  # noqa: E402
 from bench import run as harness  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -70,5 +75,68 @@ def test_the_recovery_benchmark_runs_end_to_end_in_quick_mode(tmp_path: Path) ->
             assert summary["n"] == len(samples)
             assert summary["min"] <= summary["median"] <= summary["max"]
             assert summary["samples"] == [round(s[name], 4) for s in samples]
-    assert len(lines) == sum(m["samples"] for m in result["recovery"])
-    assert "overhead" in recovery.render(result)
+    ms = result["multislice"]
+    assert ms["parameters"]["slices"] == 2
+    assert ms["parameters"]["workers"] == 8
+    assert [m["poll_interval_s"] for m in ms["recovery"]] == [
+        m["poll_interval_s"] for m in result["recovery"]
+    ]
+    for measured in ms["recovery"]:
+        check_multislice(measured, create=create, delete=delete, spread=spread)
+    for versus, single, two in zip(
+        ms["versus_single"], result["recovery"], ms["recovery"], strict=True
+    ):
+        for name in ("total", "overhead"):
+            s1, s2 = single["components_s"][name]["median"], two["components_s"][name]["median"]
+            assert versus[name]["ratio"] == pytest.approx(s2 / s1, abs=1e-3)
+    assert len(lines) == sum(m["samples"] for m in (*result["recovery"], *ms["recovery"]))
+    rendered = recovery.render(result)
+    assert "overhead" in rendered
+    assert "2 slices / 1 slice" in rendered
+
+
+def check_multislice(
+    measured: dict[str, Any], *, create: float, delete: float, spread: float
+) -> None:
+    samples = measured["raw"]
+    assert len(samples) == measured["samples"] >= 1
+    poll = measured["poll_interval_s"]
+    attempts = [s["attempt"] for s in samples]
+    assert attempts == list(range(attempts[0], attempts[0] + len(samples))), attempts
+    for s in samples:
+        # Attempt k + 1 started on every worker of both slices, after the preemption, the
+        # last of them at the sample's end.
+        starts = s["starts_s"]
+        assert sorted(starts) == ["0", "1"]
+        assert all(len(starts[k]) == multi.WORKERS for k in starts), starts
+        every = [t for k in starts for t in starts[k]]
+        assert all(t > 0 for t in every), starts
+        assert max(every) == pytest.approx(s["total"], abs=1e-3)
+        # Only the preempted slice was replaced: the kept one was neither deleted nor created.
+        assert sorted(set(s["cloud_calls"])) == [
+            f"DELETE {multi.PREEMPTED}",
+            f"POST {multi.PREEMPTED}",
+        ]
+        # The kept slice's runs of attempt k were stopped, all of them, before k + 1 started.
+        assert len(s["kept_stops_s"]) == multi.WORKERS
+        assert 0 < s["survivors_stop"] == pytest.approx(max(s["kept_stops_s"]), abs=1e-3)
+        assert s["survivors_stop"] < min(starts["0"])
+        parts = [s[k] for k in recovery.COMPONENTS]
+        assert all(p > 0 for p in parts), s
+        assert math.isclose(sum(parts), s["total"], abs_tol=1e-6), s
+        assert math.isclose(s["overhead"], s["total"] - s["create"], abs_tol=1e-6)
+        assert create <= s["create_stated"] <= create + spread * poll
+        assert s["create"] == pytest.approx(s["create_stated"], abs=0.2)
+        assert s["delete"] == pytest.approx(delete, abs=0.2)
+        detail = [s[k] for k in recovery.DETAIL]
+        assert all(d >= 0 for d in detail), s
+        assert math.isclose(sum(detail), s["ready_to_run"], abs_tol=1e-6), s
+        # The launch per slice: its last one is the launch; the cleanup came first.
+        assert max(s[k] for k in multi.PER_SLICE) == pytest.approx(s["launch"], abs=1e-6)
+        assert 0 < s["launch_cleanup"] < min(s[k] for k in multi.PER_SLICE)
+    components = measured["components_s"]
+    for name in (*recovery.COMPONENTS, "total", "overhead", *recovery.DETAIL, *multi.EXTRA):
+        summary = components[name]
+        assert summary["n"] == len(samples), name
+        assert summary["min"] <= summary["median"] <= summary["max"]
+        assert summary["samples"] == [round(s[name], 4) for s in samples]
