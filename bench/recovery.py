@@ -192,7 +192,9 @@ def run(
     at each poll interval one after the other, so their figures share the machine's load."""
     settings = settings or (QUICK if quick else FULL)
     rng = random.Random(settings.seed)
-    multi_rng = random.Random(settings.seed + 1)  # the single slice's draws stay as they were
+    # The same draws for both (the same moments in the poll cycle, the same create times):
+    # sample i of the 2 slices is paired with sample i of the single slice.
+    multi_rng = random.Random(settings.seed)
     result: dict[str, Any] = {
         "method": __doc__.split("Method.", 1)[1].split("Statistics")[0].strip() if __doc__ else "",
         "parameters": {
@@ -268,7 +270,8 @@ def render(result: Mapping[str, Any]) -> str:
             f"2 slices x {m['parameters']['accelerator_type_per_slice']}, poll "
             f"{r['poll_interval_s']:g}s, {m['parameters']['preempted_node']} preempted "
             f"(survivors stopped before the replacement was READY: "
-            f"{r['survivors_stopped_before_ready']} of {r['samples']})"
+            f"{r['survivors_stopped_before_ready']} of {r['samples']}; the delete's tick "
+            f"dropped the stop: {r['delete_ticks_that_dropped_a_stop']})"
         )
         blocks.append(title + "\n" + _table(r["components_s"]))
     for v in m["versus_single"]:

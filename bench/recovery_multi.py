@@ -27,7 +27,9 @@ launch_cleanup (-> the daemon logs the launch's cleanup of attempt k done on bot
 `workload.cleanup`; it starts no run before), launch_kept and launch_new (-> running on the
 last worker of the kept slice 0 / of the new slice 1). survivors_stop: preempt -> attempt k's
 run stopped (its SIGTERM trap) on the last worker of slice 0; whether that stop came before
-the replacement was READY is counted (`survivors_stopped_before_ready`).
+the replacement was READY is counted (`survivors_stopped_before_ready`), and so are the
+ticks of the delete that dropped a workload action (`delete_ticks_that_dropped_a_stop`: the
+daemon's `dropped`, its launches and stops on a node the plan takes away).
 """
 
 from __future__ import annotations
@@ -140,6 +142,16 @@ def measure(
         sample["survivors_stopped_before_ready"] = survivors < ready
     # What the sample rests on: the cloud calls it saw, every worker's start of attempt
     # k + 1 and slice 0's stops of attempt k (seconds after the preemption).
+    # The tick that deleted rec-0-1 plans the stop on slice 0 too; it says if it dropped it.
+    sample["delete_tick_dropped"] = next(
+        (
+            int(e.get("dropped", 0))
+            for e in events
+            if e["t"] >= preempted and e.get("event") == "tick"
+            and "delete" in (e.get("actions") or {})
+        ),
+        -1,
+    )  # fmt: skip
     sample["attempt"] = attempt
     sample["cloud_calls"] = [f"{m} {n}" for m, n, t in acted if t <= running]
     sample["starts_s"] = {
@@ -212,6 +224,7 @@ def measure_poll(
             1 for r in rows if r.get("survivors_stopped_before_ready")
         ),
         "delete_tick_reasons": dict(Counter(woken)),
+        "delete_ticks_that_dropped_a_stop": sum(1 for r in rows if r["delete_tick_dropped"] > 0),
         "raw": rows,
     }
 

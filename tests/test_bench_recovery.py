@@ -86,6 +86,9 @@ def test_the_recovery_benchmark_runs_end_to_end_in_quick_mode(tmp_path: Path) ->
     for versus, single, two in zip(
         ms["versus_single"], result["recovery"], ms["recovery"], strict=True
     ):
+        # Paired: the same stated create times, sample by sample.
+        stated = [[r["create_stated"] for r in m["raw"]] for m in (single, two)]
+        assert stated[0] == stated[1], stated
         for name in ("total", "overhead"):
             s1, s2 = single["components_s"][name]["median"], two["components_s"][name]["median"]
             assert versus[name]["ratio"] == pytest.approx(s2 / s1, abs=1e-3)
@@ -121,6 +124,7 @@ def check_multislice(
         assert len(s["kept_stops_s"]) == multi.WORKERS
         assert 0 < s["survivors_stop"] == pytest.approx(max(s["kept_stops_s"]), abs=1e-3)
         assert s["survivors_stop"] < min(starts["0"])
+        assert s["delete_tick_dropped"] >= 0  # the tick of the delete was found in the log
         parts = [s[k] for k in recovery.COMPONENTS]
         assert all(p > 0 for p in parts), s
         assert math.isclose(sum(parts), s["total"], abs_tol=1e-6), s
