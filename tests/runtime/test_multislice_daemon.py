@@ -183,6 +183,12 @@ async def test_a_multislice_slot_runs_on_every_worker_of_every_slice_through_a_p
         assert deleted
         assert all(r["path"].endswith("/queuedResources/ms-0") for r in deleted)
         assert all("force" in str(r.get("query")) for r in deleted)
+        # One delete of the shared queued resource at a time, none after its successor's
+        # create (CloudCalls.name_busy: a conflicting retry once deleted the new one).
+        posts = [r for r in log if r["method"] == "POST" and "/queuedResources" in r["path"]]
+        assert len(posts) == 2
+        late = [r for r in deleted if r["status"] == 409 or r["time"] >= posts[1]["time"]]
+        assert late == [], (deleted, posts)
 
 
 # "Trains" until the stop signal, records when it got it, "checkpoints" (0.5 s), exits 0.

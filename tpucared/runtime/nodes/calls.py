@@ -127,6 +127,10 @@ class CloudCalls:
         self._deletes = asyncio.Semaphore(max_deletes)
         self._busy: set[int] = set()  # incarnations with a call in flight
         self._waiting: set[int] = set()  # ... for which an action was postponed
+        # (project, zone, name) -> the incarnation whose delete of that node or queued
+        # resource is in flight, retries included (`name_busy`).
+        self._deleting: dict[tuple[str, str, str], int] = {}
+        self._name_waited = False  # an action waited for one of those: wake when it ends
 
     def busy(self, incarnation_id: int) -> bool:
         """A call for this incarnation is in flight: its next one must wait (one call per
@@ -136,8 +140,32 @@ class CloudCalls:
             return True
         return False
 
+    def name_busy(self, action: CreateNode | DeleteNode) -> bool:
+        """A delete of the resource this action would create or delete is in flight (by
+        another incarnation): the action must wait. The slices of a queued multislice slot
+        share their queued resource: the second slice's delete, sent while the first's ran
+        (its call, or its operation), met 409 CONFLICT and retried after the slot's new
+        queued resource, same name, was queued, and deleted it. And no create goes out under
+        a name a delete call may still reach: its retries outlive the list that shows the
+        old resource gone. The loop is woken when the delete ends (its call here, its
+        operation by the watcher)."""
+        key = _target(action)
+        mine = action.incarnation_id if isinstance(action, DeleteNode) else None
+        holder = self._deleting.get(key)
+        calling = holder is not None and holder != mine
+        # ... or accepted and still running: a delete sent then meets 409 and retries.
+        if not calling and not self._watcher.deleting(key, but=mine):
+            return False
+        self._name_waited = True
+        return True
+
     def _release(self, inc: IncarnationRecord) -> None:
         self._busy.discard(inc.id)
+        for key in [k for k, holder in self._deleting.items() if holder == inc.id]:
+            del self._deleting[key]
+            if self._name_waited:
+                self._name_waited = False
+                self._wakeup.set(f"delete of {key[2]} ended")
         if inc.id in self._waiting:
             self._waiting.discard(inc.id)
             self._wakeup.set(f"call for {inc.node_name} ended")
@@ -148,6 +176,7 @@ class CloudCalls:
 
     def start_delete(self, action: DeleteNode, inc: IncarnationRecord) -> None:
         self._busy.add(inc.id)
+        self._deleting[_target(action)] = inc.id
         self._tasks.spawn(self._delete(action, inc), name=f"delete {inc.node_name} #{inc.id}")
 
     # -- create -----------------------------------------------------------------------------
@@ -426,3 +455,8 @@ async def record_interrupted_calls(store: Store, clock: Clock) -> list[Incarnati
         log.info("recorded a call interrupted by the last stop", node=inc.node_name, call=what)
         changed.append(inc)
     return changed
+
+
+def _target(action: CreateNode | DeleteNode) -> tuple[str, str, str]:
+    """What a create or delete call reaches: its queued resource, else its node."""
+    return (action.project, action.zone, action.queued_resource or action.node_name)

@@ -58,7 +58,7 @@ log = structlog.get_logger(__name__)
 RECORD_BATCH = 256
 
 DONE = "done"
-POSTPONED = "postponed: a call for this node is still in flight"
+POSTPONED = "postponed: a call for this node (or a delete of its name) is still in flight"
 STALE = "skipped: stale"
 
 
@@ -177,6 +177,8 @@ class Executor:
     async def _call(self, action: CreateNode | DeleteNode, now: datetime) -> str:
         match action:
             case CreateNode():
+                if self._calls.name_busy(action):
+                    return POSTPONED
                 async with self._store.write() as tx:
                     inc = await tx.request_node(
                         action.fleet,
@@ -192,7 +194,7 @@ class Executor:
                     )
                 self._calls.start_create(action, inc)
             case DeleteNode():
-                if self._calls.busy(action.incarnation_id):
+                if self._calls.busy(action.incarnation_id) or self._calls.name_busy(action):
                     return POSTPONED
                 async with self._store.write() as tx:
                     inc = await tx.begin_delete(

@@ -84,6 +84,8 @@ class Watched:
     next_poll: float = 0.0
     polls: int = 0  # polls that saw it still running
     failures: int = field(default=0)
+    # What the operation acts on: (project, zone, queued resource or node name).
+    target: tuple[str, str, str] = ("", "", "")
 
 
 class OperationWatcher:
@@ -137,8 +139,17 @@ class OperationWatcher:
             started_at=started_at,
             started=started,
             next_poll=self._clock.monotonic() + first,
+            target=(inc.project, inc.zone, inc.queued_resource or inc.node_name),
         )
         self._changed.set("watch")
+
+    def deleting(self, target: tuple[str, str, str], but: int | None = None) -> bool:
+        """A delete operation of this (project, zone, queued resource or node) still runs,
+        other than incarnation `but`'s."""
+        return any(
+            w.verb == "delete" and w.target == target and w.incarnation_id != but
+            for w in self._watched.values()
+        )
 
     def adopt(self, live: Iterable[IncarnationRecord]) -> None:
         """Watch operations recorded on live incarnations that nobody watches (a previous
