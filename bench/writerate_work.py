@@ -231,6 +231,9 @@ class DeleteOutcomes:
     def busy(self, incarnation_id: int) -> bool:
         return False
 
+    def name_busy(self, action: CreateNode | DeleteNode) -> bool:
+        return False  # every node of a storm has its own name
+
     def start_create(self, action: CreateNode, inc: IncarnationRecord) -> None:
         raise AssertionError("a storm plans no create")
 
@@ -254,7 +257,7 @@ class DeleteOutcomes:
 
 
 def executor(store: Store, calls: DeleteOutcomes | None = None) -> Executor:
-    # The executor's only uses of CloudCalls are busy(), start_create() and start_delete().
+    # The executor's only uses of CloudCalls: busy(), name_busy(), start_create(), start_delete().
     return Executor(store, cast(CloudCalls, calls or DeleteOutcomes(store, 0.0)))
 
 
