@@ -16,6 +16,7 @@ from bench import common
 HEADERS = [
     "nodes", "variant", "tick p50 ms", "tick p99 ms", "CPU ms/tick", "RSS MB", "peak MB",
     "API req/tick", "list pages", "DB MB", "emulator CPU ms/tick", "workers probed/tick",
+    "list p50 ms", "plan p50 ms",
 ]  # fmt: skip
 
 
@@ -35,7 +36,12 @@ def row_cells(row: Mapping[str, Any]) -> list[str]:
         f"{row['db']['total_mb']:.1f}",
         f"{row['emulator_cpu_ms_per_tick']:.0f}",
         f"{row['probes']['workers_per_tick']:g}",
+        *(_median_ms(row.get(f"tick_{phase}_s")) for phase in ("list", "plan")),
     ]
+
+
+def _median_ms(summary: Mapping[str, Any] | None) -> str:
+    return "-" if summary is None else f"{summary['median'] * 1000:.0f}"
 
 
 def render_row(row: Mapping[str, Any]) -> str:

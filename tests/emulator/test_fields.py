@@ -3,6 +3,7 @@ applying it to real v2 responses, lists included, the way the daemon's observer 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,7 +13,7 @@ from emulator_http import Http
 
 from tpucared.emulator import EmulatorServer
 from tpucared.emulator.errors import ApiError
-from tpucared.emulator.fields import apply, parse
+from tpucared.emulator.fields import PartialMemo, apply, parse
 from tpucared.gcp.observe import NODE_LIST_FIELDS
 
 P, Z = "fields-proj", "us-central2-b"
@@ -99,3 +100,45 @@ async def test_a_bad_selector_fails_before_the_request_acts(http: Http) -> None:
     assert body["error"]["status"] == "INVALID_ARGUMENT"
     status, _ = await http("GET", f"{NODES}/never")
     assert status == 404
+
+
+def test_the_memo_selects_each_resource_once_and_never_serves_a_replaced_one() -> None:
+    memo = PartialMemo(limit=3)
+    selection = parse("items(a),next")
+    first, second = {"a": 1, "b": 2}, {"a": 3, "b": 4}
+    page = {"items": [first, second], "next": "t"}
+    once = memo.apply(page, selection, "items(a),next")
+    assert once == {"items": [{"a": 1}, {"a": 3}], "next": "t"}
+    again = memo.apply(page, selection, "items(a),next")
+    assert again == once
+    assert again["items"][0] is once["items"][0]  # remembered, not selected afresh
+    # A resource rendered again is a new object: selected afresh, whatever the old one was.
+    replaced = {"a": 9, "b": 2}
+    assert memo.apply({"items": [replaced, second]}, selection, "items(a),next") == {
+        "items": [{"a": 9}, {"a": 3}]
+    }
+    # Another selection of the same resources is its own.
+    assert memo.apply(page, parse("items(b)"), "items(b)") == {"items": [{"b": 2}, {"b": 4}]}
+    # Past the limit the memo starts over, and still answers right.
+    assert memo.apply(page, selection, "items(a),next") == once
+    assert memo.apply(page, parse("*"), "*") is page
+
+
+async def test_a_listed_node_shows_its_new_state_under_the_same_fields(
+    http: Http, emulator: EmulatorServer
+) -> None:
+    await http.ok("POST", NODES, SPEC, nodeId="f-0")
+    creating = await http.ok("GET", NODES, fields=NODE_LIST_FIELDS)
+    assert [n["state"] for n in creating["nodes"]] == ["CREATING"]
+    states = ["CREATING"]
+    for _ in range(200):
+        states = [
+            n["state"] for n in (await http.ok("GET", NODES, fields=NODE_LIST_FIELDS))["nodes"]
+        ]
+        if states != ["CREATING"]:
+            break
+        await asyncio.sleep(0.05)
+    assert states == ["READY"]
+    await http.ok("POST", f"/_emulator/v1/projects/{P}/locations/{Z}/nodes/f-0:preempt")
+    after = await http.ok("GET", NODES, fields=NODE_LIST_FIELDS)
+    assert [n["state"] for n in after["nodes"]] == ["PREEMPTED"]

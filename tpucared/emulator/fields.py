@@ -13,6 +13,11 @@ system-parameters and the partial-response guide of Google's REST APIs):
 `a/b` selects field b inside a; `a(b,c)` selects b and c inside a; `*` selects every field;
 a selection inside a list applies to each element; a selected field that is absent is left
 out. Whitespace is ignored. Anything else is INVALID_ARGUMENT, as Google answers it.
+
+`PartialMemo` is the server's: a list's resources are the nodes' own rendered dicts, replaced
+(never changed in place) when something they show changes (resources.py), so the partial
+form of one is remembered by its identity. At 10,000 nodes listed every poll, selecting the
+fields afresh was most of the emulator's work (the scale benchmark, issue 17).
 """
 
 from __future__ import annotations
@@ -39,13 +44,54 @@ def parse(text: str) -> Selection:
 
 def apply(data: Any, selection: Selection | None) -> Any:
     """`data` (a JSON value) with only the selected fields."""
-    if selection is None or ("*" in selection and selection["*"] is None):
+    if selection is None or _whole(selection):
         return data
     if isinstance(data, list):
         return [apply(item, selection) for item in data]
     if not isinstance(data, dict):
         return data  # a selection below a scalar selects the scalar
     return {key: apply(data[key], sub) for key, sub in selection.items() if key in data}
+
+
+class PartialMemo:
+    """`apply` for whole responses, remembering what it made of each resource in a list.
+
+    An entry holds the resource itself, so its identity cannot be reused by another object
+    while the entry lives; entries of resources since re-rendered are dropped wholesale once
+    there are more than `limit` (the next list selects afresh)."""
+
+    def __init__(self, limit: int = 50_000) -> None:
+        self._limit = limit
+        self._seen: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+    def apply(self, data: Any, selection: Selection | None, text: str) -> Any:
+        """`apply(data, selection)`; `text` is the `fields` value `selection` was parsed from."""
+        if not isinstance(data, dict) or selection is None or _whole(selection):
+            return apply(data, selection)
+        if len(self._seen) > self._limit:
+            self._seen.clear()
+        out: dict[str, Any] = {}
+        for key, sub in selection.items():
+            if key not in data:
+                continue
+            value = data[key]
+            if isinstance(value, list) and sub is not None and not _whole(sub):
+                out[key] = [self._element(item, sub, (text, key, id(item))) for item in value]
+            else:
+                out[key] = apply(value, sub)
+        return out
+
+    def _element(self, item: Any, selection: Selection, key: tuple[str, str, int]) -> Any:
+        seen = self._seen.get(key)
+        if seen is not None and seen[0] is item:
+            return seen[1]
+        partial = apply(item, selection)
+        self._seen[key] = (item, partial)
+        return partial
+
+
+def _whole(selection: Selection) -> bool:
+    return "*" in selection and selection["*"] is None
 
 
 def _tokens(text: str) -> list[str]:

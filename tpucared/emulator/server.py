@@ -75,12 +75,15 @@ class EmulatorServer:
     def build_app(self) -> web.Application:
         app = web.Application(middlewares=[make_middleware(self.state, self.faults, self.requests)])
         api = V2Api(self.state)
+        partials = fields.PartialMemo()
 
         async def v2(request: web.Request) -> web.Response:
             # A partial response (`fields`, fields.py): checked before the request acts.
             raw = request.query.get("fields")
-            selection = fields.parse(raw) if raw else None
-            return web.json_response(fields.apply(await api.dispatch(request), selection))
+            if not raw:
+                return web.json_response(await api.dispatch(request))
+            selection = fields.parse(raw)
+            return web.json_response(partials.apply(await api.dispatch(request), selection, raw))
 
         app.router.add_route("*", "/v2/{tail:.*}", v2)
         ControlApi(self.state, self.faults, self.requests, self.worker_hosts).add_routes(app)

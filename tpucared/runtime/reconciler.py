@@ -79,6 +79,10 @@ class Tick:
     # By (project, zone), the project as the core names it (DEFAULT_PROJECT: gcp.project).
     zone_health: Mapping[Location, ZoneHealth] = field(default_factory=lambda: MappingProxyType({}))
     lists_reused: bool = False  # planned on the previous tick's lists (module docstring)
+    # Where `seconds` went: listing (waiting for the API included), planning (the snapshot
+    # read and the pure plan), carrying the plan out. Logged, so a slow tick says why.
+    list_seconds: float = 0.0
+    plan_seconds: float = 0.0
 
     @property
     def next_hold_lifts(self) -> datetime | None:
@@ -147,6 +151,7 @@ class Reconciler:
             observations = await self._observer.observe(zones, self._clock.now())
             await self._record_zone_health(observations)
             self._listed = (zones, observations, started)
+        listed = self._clock.monotonic()
         snapshot = await self._store.load_snapshot()
         self._live = tuple(snapshot.nodes.values())
         self._watcher.adopt(self._live)
@@ -166,6 +171,7 @@ class Reconciler:
             plan = self._filter(plan)
         self.reported = plan.standing
         node_plan, workload_actions = WorkloadRunner.split(plan)
+        planned = self._clock.monotonic()
         if self._guard is not None:
             self._guard()
         execution = await self._executor.execute(node_plan, {i.id: i for i in self._live})
@@ -188,6 +194,8 @@ class Reconciler:
             workloads=dispatch,
             zone_health=MappingProxyType(dict(self.zone_health or {})),
             lists_reused=reused,
+            list_seconds=round(listed - started, 4),
+            plan_seconds=round(planned - listed, 4),
         )
         self.last = tick
         _log_tick(tick)
@@ -259,6 +267,8 @@ def _log_tick(tick: Tick) -> None:
         "skipped": tick.execution.skipped,
         "holds": len(tick.plan.holds),
         "seconds": tick.seconds,
+        "list_seconds": tick.list_seconds,
+        "plan_seconds": tick.plan_seconds,
     }
     if tick.workloads is not None:
         fields.update(tick.workloads.fields())
