@@ -27,6 +27,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from types import TracebackType
 from typing import Any, overload
 
@@ -45,7 +46,7 @@ from tpucared.gcp.errors import (
 )
 from tpucared.gcp.operation import Operation
 from tpucared.gcp.queued import QueuedResourceCalls
-from tpucared.gcp.responses import check_page, read_body
+from tpucared.gcp.responses import PageMemo, check_page, read_body
 from tpucared.gcp.retry import RetryPolicy, Rng, Sleep, call_with_retry
 
 JSON = dict[str, Any]
@@ -148,10 +149,12 @@ class TpuClient(QueuedResourceCalls):
         *,
         params: Mapping[str, str] | None = None,
         body: Mapping[str, Any] | None = None,
+        read: Callable[..., JSON] = read_body,
     ) -> JSON:
+        """`read`: how the answer is read (`read_body`, or a list page's `PageMemo.read`)."""
         payload = json.dumps(body).encode() if body is not None else None
         return await call_with_retry(
-            lambda: self._send(call, method, url, params, payload),
+            lambda: self._send(call, method, url, params, payload, read),
             policy=self._retry,
             sleep=self._sleep,
             rng=self._rng,
@@ -179,6 +182,7 @@ class TpuClient(QueuedResourceCalls):
         url: str,
         params: Mapping[str, str] | None,
         payload: bytes | None,
+        read: Callable[..., JSON] = read_body,
     ) -> JSON:
         session = self._get_session()
         for round_ in (1, 2):
@@ -211,7 +215,7 @@ class TpuClient(QueuedResourceCalls):
                 log.info("tpu api answered 401, refreshing the token", call=call)
                 await self._tokens.invalidate(authorization)
                 continue
-            return read_body(status, text, response_headers, method=method, url=url)
+            return read(status, text, response_headers, method=method, url=url)
         raise AssertionError("unreachable: the second round always returns or raises")
 
     async def _operation(
@@ -237,6 +241,7 @@ class TpuClient(QueuedResourceCalls):
         *,
         page_size: int | None,
         fields: str | None = None,
+        memo: PageMemo | None = None,
     ) -> list[JSON]:
         url = self._url(f"{parent}/{collection}")
         items: list[JSON] = []
@@ -262,7 +267,8 @@ class TpuClient(QueuedResourceCalls):
                 params["fields"] = fields
             if token:
                 params["pageToken"] = token
-            page = await self._call(call, "GET", url, params=params)
+            read = read_body if memo is None else partial(memo.read, len(seen))
+            page = await self._call(call, "GET", url, params=params, read=read)
             check_page(page, collection, method="GET", url=url)
             unreachable = page.get("unreachable")
             if unreachable:
@@ -275,6 +281,8 @@ class TpuClient(QueuedResourceCalls):
             items.extend(page.get(collection, []))
             token = page.get("nextPageToken") or None
             if token is None:
+                if memo is not None:
+                    memo.ended(len(seen) + 1)
                 return items
             if token in seen:
                 # A server that hands out the same token again would keep us here forever.
@@ -292,16 +300,20 @@ class TpuClient(QueuedResourceCalls):
         *,
         page_size: int | None = None,
         fields: str | None = None,
+        memo: PageMemo | None = None,
     ) -> list[JSON]:
         """Every node of the zone, across all pages. `fields`: a partial response (the system
         parameter), e.g. "nextPageToken,unreachable,nodes(name,state)"; a selection must keep
-        `nextPageToken` and `unreachable`, which the paging relies on."""
+        `nextPageToken` and `unreachable`, which the paging relies on. `memo`: this list's
+        pages as last read (responses.py); the nodes of a page unchanged since are the very
+        objects returned then, and must not be changed."""
         return await self._list(
             "nodes.list",
             names.location(project, zone),
             "nodes",
             page_size=page_size,
             fields=fields,
+            memo=memo,
         )
 
     @overload

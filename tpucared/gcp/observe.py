@@ -23,7 +23,9 @@ part of observing.
 With a `NodeCache` (the runtime keeps one per zone), a node listed exactly as in the previous
 successful list of the zone keeps its `ObservedNode`: at 10,000 nodes, converting every node
 every tick cost more than the planning. Comparing the two JSON objects is cheap, and the
-conversion is a pure function of them, so the result is the same either way.
+conversion is a pure function of them, so the result is the same either way. With a
+`PageMemo` as well, a page listed byte for byte as last time is not even parsed: its nodes
+are the very objects of the last list, found in the cache by identity.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from tpucared.core.model.observed import ObservedNode, ObservedQueuedResource, Z
 from tpucared.core.model.specs import ErrorKind
 from tpucared.gcp.convert import MalformedResource, node_from_json, queued_resource_from_json
 from tpucared.gcp.errors import ApiError
+from tpucared.gcp.responses import PageMemo
 
 if TYPE_CHECKING:
     from tpucared.gcp.client import TpuClient
@@ -66,12 +69,14 @@ async def observe_zone(
     *,
     queued_resources: bool = False,
     cache: NodeCache | None = None,
+    pages: PageMemo | None = None,
 ) -> ZoneObservation:
     """List the zone's nodes (and its queued resources if `queued_resources`). `cache`: this
-    zone's nodes as converted at its previous successful list (updated here)."""
+    zone's nodes as converted at its previous successful list (updated here); `pages`: the
+    node list's pages as last read (updated by the client)."""
     try:
         raw_nodes = await client.list_nodes(
-            project, zone, page_size=LIST_PAGE_SIZE, fields=NODE_LIST_FIELDS
+            project, zone, page_size=LIST_PAGE_SIZE, fields=NODE_LIST_FIELDS, memo=pages
         )
         fresh: dict[str, tuple[Mapping[str, Any], ObservedNode]] = {}
         nodes = tuple(_convert(zone, item, cache, fresh) for item in raw_nodes)
@@ -127,6 +132,8 @@ def _convert(
     if cache is None or not isinstance(name, str):
         return node_from_json(zone, item)
     seen = cache.get(name)
-    node = seen[1] if seen is not None and seen[0] == item else node_from_json(zone, item)
+    # `is` first: an unchanged page's items are the last list's own objects (PageMemo).
+    same = seen is not None and (seen[0] is item or seen[0] == item)
+    node = seen[1] if same and seen is not None else node_from_json(zone, item)
     fresh[name] = (item, node)
     return node

@@ -7,6 +7,11 @@ object, an empty body for a GET, a list page with fields a list does not have, s
 error envelope sent with 200) and for any redirect (the API never redirects, and another
 host is not the API); the usual classification for every other non-2xx. A malformed answer is
 never read as "nothing there": an empty zone and an unreadable zone must not look alike.
+
+A `PageMemo` (one per list the caller repeats, e.g. a zone's node list every poll) keeps the
+last body of each page and what it parsed to: a page that comes back byte for byte as last
+time is not parsed again, and the caller gets the very objects it got then. At 10,000 nodes in
+a steady fleet, parsing 4 MB of unchanged pages was the largest part of a tick's own CPU.
 """
 
 from __future__ import annotations
@@ -44,6 +49,39 @@ def read_body(status: int, text: str, headers: Mapping[str, str], *, method: str
     if not isinstance(data, dict):
         raise malformed_response(status, text, method=method, url=url)
     return data
+
+
+class PageMemo:
+    """The last body of each page of one list (by position), and its parse. Whatever `read`
+    returns is shared with the next identical answer: callers must not change it."""
+
+    def __init__(self) -> None:
+        self._pages: dict[int, tuple[str, JSON]] = {}
+        self.reused = 0  # pages answered from the memo, ever (tests and diagnostics)
+
+    def read(
+        self,
+        index: int,
+        status: int,
+        text: str,
+        headers: Mapping[str, str],
+        *,
+        method: str,
+        url: str,
+    ) -> JSON:
+        """`read_body` for the list's page `index`."""
+        last = self._pages.get(index)
+        if last is not None and 200 <= status < 300 and last[0] == text:
+            self.reused += 1
+            return last[1]
+        data = read_body(status, text, headers, method=method, url=url)
+        self._pages[index] = (text, data)
+        return data
+
+    def ended(self, pages: int) -> None:
+        """The list ended after `pages` pages: pages past the end are forgotten."""
+        for index in [i for i in self._pages if i >= pages]:
+            del self._pages[index]
 
 
 # The fields a list page may carry (List*Response in the v2 discovery document).

@@ -7,7 +7,8 @@ a zone are two lists. Queued resources are listed only where they can matter: zo
 that provision through queued resources and zones of live incarnations that have one. The
 zones are listed concurrently, so a tick costs one round trip however many zones there are.
 Failures come back as data (`ZoneObservation.error`, see gcp/observe.py), never as exceptions.
-The observer keeps each zone's `NodeCache`, so unchanged nodes are not converted again.
+The observer keeps each zone's `NodeCache` and `PageMemo`, so unchanged pages are not parsed
+and unchanged nodes are not converted again.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tpucared.core.model.records import IncarnationRecord
 from tpucared.core.model.specs import DEFAULT_PROJECT, FleetSpec, Provisioning, location_name
 from tpucared.gcp import TpuClient, observe_zone
 from tpucared.gcp.observe import NodeCache
+from tpucared.gcp.responses import PageMemo
 
 Location = tuple[str, str]  # (project, zone); core DEFAULT_PROJECT for `gcp.project`
 
@@ -52,6 +54,7 @@ class Observer:
         self._client = client
         self._project = project  # what DEFAULT_PROJECT means: `gcp.project`
         self._caches: dict[Location, NodeCache] = {}  # its nodes at the last list
+        self._pages: dict[Location, PageMemo] = {}  # its node list's pages as last read
 
     def project_of(self, project: str) -> str:
         return project or self._project
@@ -61,6 +64,7 @@ class Observer:
         zone), each carrying the project as the core knows it."""
         ordered = sorted(zones.nodes)
         self._caches = {z: c for z, c in self._caches.items() if z in zones.nodes}
+        self._pages = {z: m for z, m in self._pages.items() if z in zones.nodes}
 
         async def one(where: Location) -> ZoneObservation:
             project, zone = where
@@ -71,6 +75,7 @@ class Observer:
                 now,
                 queued_resources=where in zones.queued,
                 cache=self._caches.setdefault(where, {}),
+                pages=self._pages.setdefault(where, PageMemo()),
             )
             return obs if project == DEFAULT_PROJECT else replace(obs, project=project)
 
