@@ -4,6 +4,7 @@ applying it to real v2 responses, lists included, the way the daemon's observer 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -122,6 +123,25 @@ def test_the_memo_selects_each_resource_once_and_never_serves_a_replaced_one() -
     # Past the limit the memo starts over, and still answers right.
     assert memo.apply(page, selection, "items(a),next") == once
     assert memo.apply(page, parse("*"), "*") is page
+
+
+def test_a_page_of_the_same_resources_is_encoded_once() -> None:
+    memo = PartialMemo()
+    text = "items(a),next"
+    selection = parse(text)
+    first, second = {"a": 1, "b": 2}, {"a": 3, "b": 4}
+    body = memo.body({"items": [first, second], "next": "t"}, selection, text)
+    assert json.loads(body) == {"items": [{"a": 1}, {"a": 3}], "next": "t"}
+    assert memo.body({"items": [first, second], "next": "t"}, selection, text) is body
+    # Another token, another resource, one fewer: each encoded afresh, and right.
+    assert json.loads(memo.body({"items": [first, second]}, selection, text)) == {
+        "items": [{"a": 1}, {"a": 3}]
+    }
+    replaced = {"a": 9, "b": 2}
+    assert json.loads(memo.body({"items": [first, replaced]}, selection, text)) == {
+        "items": [{"a": 1}, {"a": 9}]
+    }
+    assert json.loads(memo.body({"items": [first]}, selection, text)) == {"items": [{"a": 1}]}
 
 
 async def test_a_listed_node_shows_its_new_state_under_the_same_fields(

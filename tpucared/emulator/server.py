@@ -83,7 +83,8 @@ class EmulatorServer:
             if not raw:
                 return web.json_response(await api.dispatch(request))
             selection = fields.parse(raw)
-            return web.json_response(partials.apply(await api.dispatch(request), selection, raw))
+            body = partials.body(await api.dispatch(request), selection, raw)
+            return web.Response(body=body, content_type="application/json", charset="utf-8")
 
         app.router.add_route("*", "/v2/{tail:.*}", v2)
         ControlApi(self.state, self.faults, self.requests, self.worker_hosts).add_routes(app)
