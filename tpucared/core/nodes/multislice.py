@@ -103,12 +103,14 @@ def _release(inc: IncarnationRecord, why: str) -> DeleteNode:
 def count_once(view: View, actions: Iterable[Action]) -> list[Action]:
     """`actions` with each multislice slot's preemptions counted at most once (rule "once"):
     idempotent, so the node plan and the merged tick plan may both pass through it."""
-    whole = _whole_slots(view)
+    whole: set[tuple[str, int]] | None = None  # found when first needed: rarely, at scale
     counted: set[tuple[str, int]] = set()
     out: list[Action] = []
     for a in actions:
         u = a.slot_update if isinstance(a, Transition) else None
         if u is not None and u.add_preemptions and _multislice(view, u.fleet):
+            if whole is None:
+                whole = _whole_slots(view)
             key = (u.fleet, u.slot)
             if key in counted or key not in whole:
                 assert isinstance(a, Transition)
@@ -136,6 +138,8 @@ def _whole_slots(view: View) -> set[tuple[str, int]]:
 
 def _slices_by_slot(view: View) -> dict[tuple[str, int], list[IncarnationRecord]]:
     out: dict[tuple[str, int], list[IncarnationRecord]] = {}
+    if not any(spec.multislice for spec in view.specs.values()):
+        return out  # no pass over every live node for fleets of single slices
     for inc in view.live:
         spec = view.specs.get(inc.fleet)
         if spec is not None and spec.multislice:

@@ -174,17 +174,15 @@ def _notices(view: View) -> list[Notice]:
                     "unknown and left as they are until it works",
                 )
             )
+    # Accelerator types serving in each fleet other than the one it asks for: one pass.
+    drifted: dict[str, set[str]] = {}
+    for i in view.live:
+        asked = view.specs.get(i.fleet)
+        kind = i.accelerator_type
+        if asked is not None and kind and kind != asked.accelerator_type and i.phase in SERVING:
+            drifted.setdefault(i.fleet, set()).add(kind)
     for spec in view.specs.values():
-        other = sorted(
-            {
-                i.accelerator_type
-                for i in view.live
-                if i.fleet == spec.name
-                and i.phase in SERVING
-                and i.accelerator_type
-                and i.accelerator_type != spec.accelerator_type
-            }
-        )
+        other = sorted(drifted.get(spec.name, ()))
         if other:
             out.append(
                 Notice(

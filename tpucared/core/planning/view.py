@@ -162,6 +162,9 @@ class View:
         self._listed = listed
         self._nodes = nodes
         self._queued = queued
+        # Where nothing failed: the node lists, and the queued lists too (zone_known).
+        self._known = listed - self._failed
+        self._known_queued = self._known & self._queued_listed
         self._matched: set[tuple[str, str, str]] = set()
         self._sightings: dict[int, Sighting] = {}
         for inc in self.live:
@@ -172,18 +175,16 @@ class View:
     def zone_known(self, project: str, zone: str, *, queued: bool = False) -> bool:
         """True when the zone's node list in `project` succeeded (and its queued list, if
         `queued`)."""
-        where = (project, zone)
-        if where in self._failed or where not in self._listed:
-            return False
-        return not queued or where in self._queued_listed
+        return (project, zone) in (self._known_queued if queued else self._known)
 
     # -- incarnations --------------------------------------------------------------------
 
     def _sight(self, inc: IncarnationRecord) -> Sighting:
         needs_queued = inc.queued_resource is not None
-        if not self.zone_known(inc.project, inc.zone, queued=needs_queued):
+        if (inc.project, inc.zone) not in (self._known_queued if needs_queued else self._known):
             return Sighting(known=False)
-        node = self._nodes.get((inc.project, inc.zone, inc.node_name))
+        key = (inc.project, inc.zone, inc.node_name)
+        node = self._nodes.get(key)
         # A node with the same name but another id is a different node: ours is gone.
         if (
             node is not None
@@ -196,7 +197,7 @@ class View:
         if inc.queued_resource is not None:
             qr = self._queued.get((inc.project, inc.zone, inc.queued_resource))
         if node is not None:
-            self._matched.add((inc.project, inc.zone, inc.node_name))
+            self._matched.add(key)
         if qr is not None:
             self._matched.add((inc.project, inc.zone, qr.name))
         return Sighting(known=True, node=node, queued=qr)
@@ -209,7 +210,12 @@ class View:
     def strays(self) -> Iterator[Resource]:
         """Resources of successfully listed locations that no live incarnation accounts
         for, sorted by (project, zone, name)."""
-        names = sorted((set(self._nodes) | set(self._queued)) - self._matched)
+        matched = self._matched
+        # Nearly every listed resource is matched: pick out the rest before sorting.
+        names = sorted(
+            {k for k in self._nodes if k not in matched}
+            | {k for k in self._queued if k not in matched}
+        )
         for key in names:
             project, zone, name = key
             if (project, zone) in self._failed:
@@ -247,8 +253,10 @@ class View:
 
     def managed(self, fleet: str) -> bool:
         """Fleets whose nodes the planner acts on: configured, or marked down."""
+        if fleet in self.specs:
+            return True
         rec = self.fleet_records.get(fleet)
-        return fleet in self.specs or (rec is not None and rec.down)
+        return rec is not None and rec.down
 
     def unwanted(self, fleet: str, index: int, slice_index: int = 0) -> str | None:
         """Why (fleet, slot, slice) should have no node, or None while it should have one."""
