@@ -48,7 +48,6 @@ from __future__ import annotations
 import random
 import sys
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -130,37 +129,18 @@ def measure_poll(
     log: Callable[[str], None],
     root: Path = ROOT,
 ) -> dict[str, Any]:
-    samples = settings.samples[poll]
     cloud.reset(settings.create_seconds)
     results = scratch / f"results-{poll:g}"
     results.mkdir(parents=True)
     daemon = DaemonProcess(
         scratch / f"daemon-{poll:g}", cloud, poll=poll, results=results, root=root
     )
-    rows: list[dict[str, float]] = []
-    woken: list[str] = []
     try:
         common.wait_until(lambda: running_everywhere(results, 1), 120, "attempt 1 on every worker")
-        strata = list(range(samples))
-        rng.shuffle(strata)
-        for i in range(samples):
-            attempt = newest_attempt(results)
-            # Let the launch's follow-ups settle, then preempt at a stratified moment of the
-            # poll cycle (the daemon ticked around the launch; polls come `poll` apart).
-            time.sleep(1.0 + poll * (strata[i] + rng.random()) / samples)
-            stated = settings.create_seconds + rng.uniform(0, settings.create_spread) * poll
-            cloud.set_create_seconds(stated)
-            preempted = cloud.preempt(NODE)
-            row, why = measure(cloud, daemon, results, attempt, preempted)
-            row["create_stated"] = stated
-            rows.append(row)
-            woken.append(why)
-            log(
-                f"recovery poll={poll:g}s sample {i + 1}/{samples}: total {row['total']:.2f} s, "
-                f"overhead {row['overhead']:.2f} s ("
-                + ", ".join(f"{k} {row[k]:.2f}" for k in COMPONENTS)
-                + f"; the delete's tick: {why})"
-            )
+        rows, woken = rig.sample_poll(
+            cloud, daemon, results, poll=poll, settings=settings, rng=rng, node=NODE,
+            newest=newest_attempt, measure=measure, label="recovery", shown=COMPONENTS, log=log,
+        )  # fmt: skip
     finally:
         daemon.stop()
     components = [*COMPONENTS, "total", "overhead", *DETAIL]

@@ -35,7 +35,6 @@ daemon's `dropped`, its launches and stops on a node the plan takes away).
 from __future__ import annotations
 
 import random
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -176,7 +175,6 @@ def measure_poll(
     root: Path = rig.ROOT,
 ) -> dict[str, Any]:
     """Every sample of the 2-slice slot at one poll interval (its own daemon)."""
-    samples = settings.samples[poll]
     cloud.reset(settings.create_seconds)
     results = scratch / f"multislice-results-{poll:g}"
     results.mkdir(parents=True)
@@ -189,29 +187,13 @@ def measure_poll(
         run=RUN,
         slices=SLICES,
     )
-    rows: list[dict[str, Any]] = []
-    woken: list[str] = []
     try:
         common.wait_until(lambda: newest_attempt(results) >= 1, 120, "attempt 1 on all 8")
-        strata = list(range(samples))
-        rng.shuffle(strata)
-        for i in range(samples):
-            attempt = newest_attempt(results)
-            # As recovery.measure_poll: settle, then a stratified moment of the poll cycle.
-            time.sleep(1.0 + poll * (strata[i] + rng.random()) / samples)
-            stated = settings.create_seconds + rng.uniform(0, settings.create_spread) * poll
-            cloud.set_create_seconds(stated)
-            preempted = cloud.preempt(PREEMPTED)
-            row, why = measure(cloud, daemon, results, attempt, preempted)
-            row["create_stated"] = stated
-            rows.append(row)
-            woken.append(why)
-            log(
-                f"recovery 2 slices poll={poll:g}s sample {i + 1}/{samples}: "
-                f"total {row['total']:.2f} s, overhead {row['overhead']:.2f} s ("
-                + ", ".join(f"{k} {row[k]:.2f}" for k in (*rig.COMPONENTS, *EXTRA) if k in row)
-                + f"; the delete's tick: {why})"
-            )
+        rows, woken = rig.sample_poll(
+            cloud, daemon, results, poll=poll, settings=settings, rng=rng, node=PREEMPTED,
+            newest=newest_attempt, measure=measure, label="recovery 2 slices",
+            shown=(*rig.COMPONENTS, *EXTRA), log=log,
+        )  # fmt: skip
     finally:
         daemon.stop()
     names = [*rig.COMPONENTS, "total", "overhead", *rig.DETAIL, *EXTRA]

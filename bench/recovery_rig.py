@@ -6,9 +6,11 @@ emulator's request log and operations and of the daemon's JSON log.
 from __future__ import annotations
 
 import json
+import random
 import textwrap
+import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -170,6 +172,53 @@ class DaemonProcess:
             if t.timestamp() >= since:
                 out.append({**event, "t": t.timestamp()})
         return out
+
+
+# measure(cloud, daemon, results, attempt, preempted) -> (sample, what woke the delete's tick)
+Measure = Callable[["Cloud", "DaemonProcess", Path, int, float], tuple[dict[str, Any], str]]
+
+
+def sample_poll(
+    cloud: Cloud,
+    daemon: DaemonProcess,
+    results: Path,
+    *,
+    poll: float,
+    settings: Settings,
+    rng: random.Random,
+    node: str,
+    newest: Callable[[Path], int],
+    measure: Measure,
+    label: str,
+    shown: Sequence[str],
+    log: Callable[[str], None],
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every sample at one poll interval, for recovery.py and recovery_multi.py alike: let
+    the launch's follow-ups settle, preempt `node` at a stratified moment of the poll cycle
+    (the daemon ticked around the launch; polls come `poll` apart) with a stated create time,
+    measure, log. Returns the samples and what woke each delete's tick."""
+    samples = settings.samples[poll]
+    strata = list(range(samples))
+    rng.shuffle(strata)
+    rows: list[dict[str, Any]] = []
+    woken: list[str] = []
+    for i in range(samples):
+        attempt = newest(results)
+        time.sleep(1.0 + poll * (strata[i] + rng.random()) / samples)
+        stated = settings.create_seconds + rng.uniform(0, settings.create_spread) * poll
+        cloud.set_create_seconds(stated)
+        preempted = cloud.preempt(node)
+        row, why = measure(cloud, daemon, results, attempt, preempted)
+        row["create_stated"] = stated
+        rows.append(row)
+        woken.append(why)
+        log(
+            f"{label} poll={poll:g}s sample {i + 1}/{samples}: total {row['total']:.2f} s, "
+            f"overhead {row['overhead']:.2f} s ("
+            + ", ".join(f"{k} {row[k]:.2f}" for k in shown if k in row)
+            + f"; the delete's tick: {why})"
+        )
+    return rows, woken
 
 
 def starts(results: Path) -> dict[int, dict[int, float]]:
