@@ -116,8 +116,11 @@ class OldGoodputTracker:
         fleet = snapshot.fleets.get(key[0])
         if fleet is None or _has_workload(fleet):
             return False
-        node = snapshot.nodes.get((*key, 0))
-        return node is not None and node.phase is NodePhase.READY
+        slices = _slices(fleet)  # a multislice slot: every slice READY
+        return all(
+            (node := snapshot.nodes.get((*key, i))) is not None and node.phase is NodePhase.READY
+            for i in range(slices)
+        )
 
 
 def _has_workload(fleet: FleetRecord) -> bool:
@@ -126,6 +129,14 @@ def _has_workload(fleet: FleetRecord) -> bool:
         return not isinstance(spec, dict) or spec.get("workload") is not None
     except ValueError:
         return True
+
+
+def _slices(fleet: FleetRecord) -> int:
+    try:
+        spec = json.loads(fleet.spec_json)
+    except ValueError:
+        return 1
+    return int(spec.get("slices", 1)) if isinstance(spec, dict) else 1
 
 
 def _down(fleet: FleetRecord | None) -> bool:

@@ -3,6 +3,7 @@ turn events and snapshots into metric facts."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -10,7 +11,13 @@ from pathlib import Path
 import pytest
 from inspect_support import T0, populate, snapshot
 
-from tpucared.core.model.records import EventRecord, NodePhase
+from tpucared.core.model.records import (
+    EventRecord,
+    FleetRecord,
+    IncarnationRecord,
+    NodePhase,
+    SlotRecord,
+)
 from tpucared.inspect.events import event_line
 from tpucared.inspect.fmt import duration, table, truncate
 from tpucared.inspect.goodput import GoodputTracker
@@ -23,7 +30,7 @@ from tpucared.inspect.lifecycle import (
 )
 from tpucared.inspect.status import status_lines
 from tpucared.store import Store
-from tpucared.store.snapshot import frozen_mapping
+from tpucared.store.snapshot import Snapshot, frozen_mapping
 
 P = NodePhase
 
@@ -184,6 +191,34 @@ def test_goodput_without_a_workload_is_ready_time_and_done_slots_stop() -> None:
     still = g.get(("f", 0))
     assert still is not None
     assert still.wall_s == 20.0
+
+
+def test_goodput_of_a_multislice_slot_without_a_workload_needs_every_slice_ready() -> None:
+    spec = json.dumps({"name": "f", "workload": None, "slices": 2})
+    fleet = FleetRecord("f", "h3", spec, T0)
+
+    def two_slices(*phases: P) -> Snapshot:
+        nodes = {
+            ("f", 0, i): replace(
+                IncarnationRecord(i + 1, "f", 0, f"f-0-{i}", "z", "v4-8", phase, T0, T0), slice=i
+            )
+            for i, phase in enumerate(phases)
+        }
+        return Snapshot(
+            fleets=frozen_mapping({"f": fleet}),
+            slots=frozen_mapping({("f", 0): SlotRecord("f", 0, "run")}),
+            nodes=frozen_mapping(nodes),
+        )
+
+    g = GoodputTracker()
+    g.update(two_slices(P.READY, P.READY), T0)  # 10 s productive
+    g.update(two_slices(P.READY, P.DEAD), T0 + timedelta(seconds=10))  # 10 s: one slice lost
+    g.update(two_slices(P.READY), T0 + timedelta(seconds=20))  # 10 s: slice 1 missing
+    g.update(two_slices(P.READY, P.READY), T0 + timedelta(seconds=30))  # 10 s productive
+    g.update(two_slices(P.READY, P.READY), T0 + timedelta(seconds=40))
+    t = g.get(("f", 0))
+    assert t is not None
+    assert (t.wall_s, t.productive_s) == (40.0, 20.0)
 
 
 def test_goodput_forgets_slots_that_left() -> None:

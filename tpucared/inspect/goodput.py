@@ -1,7 +1,8 @@
 """Goodput per slot: the share of wall time the slot was doing useful work.
 
 Productive time is time with a workload attempt running on the slot; for a fleet without a
-workload (nodes kept for people to use), time with a READY node. The tracker samples the
+workload (nodes kept for people to use), time with a READY node (for a multislice fleet,
+every slice READY: its slices serve only together). The tracker samples the
 store's snapshot once per tick and credits the time since the previous sample according to
 the state seen at the previous sample, so its resolution is one tick. It counts from the
 daemon's start; the database view `v_slot_goodput` (docs/inspecting.md) has the lifetime
@@ -82,7 +83,8 @@ class GoodputTracker:
         # their series in that order); a slot that left is forgotten, so long runs do not
         # accumulate them, and one that comes back starts from zero.
         self._accounts: dict[SlotKey, _Account] = {}
-        self._has_workload: dict[tuple[str, str], bool] = {}  # (fleet, spec_hash) -> parsed
+        # (fleet, spec_hash) -> (has a workload, slices per slot), parsed once.
+        self._shapes: dict[tuple[str, str], tuple[bool, int]] = {}
 
     def update(self, snapshot: Snapshot, now: datetime) -> set[SlotKey]:
         """Credit the time since the last update; afterwards `times` has every slot of the
@@ -111,6 +113,7 @@ class GoodputTracker:
         touched: set[SlotKey] = set()
         accounts = self._accounts
         kinds = {name: self._kind(fleet) for name, fleet in snapshot.fleets.items()}
+        slices = {name: self._shape(fleet)[1] for name, fleet in snapshot.fleets.items()}
         running, nodes, ready = snapshot.running, snapshot.nodes, NodePhase.READY
         for key, slot in snapshot.slots.items():
             kind = _STOPPED if slot.done else kinds.get(key[0], _STOPPED)
@@ -119,8 +122,12 @@ class GoodputTracker:
             elif key in running:
                 counted = productive = True
             elif kind is _READY_COUNTS:
-                node = nodes.get((*key, 0))  # a multislice slot: its slice 0
-                counted, productive = True, node is not None and node.phase is ready
+                counted, productive = True, True
+                for index in range(slices[key[0]]):  # every slice READY
+                    node = nodes.get((*key, index))
+                    if node is None or node.phase is not ready:
+                        productive = False
+                        break
             else:
                 counted, productive = True, False
             acc = accounts.get(key)
@@ -155,19 +162,28 @@ class GoodputTracker:
         """How the slots of a fleet accrue (a slot that is done accrues nothing either)."""
         if fleet.down:
             return _STOPPED
-        return _RUNNING_COUNTS if self._fleet_has_workload(fleet) else _READY_COUNTS
+        return _RUNNING_COUNTS if self._shape(fleet)[0] else _READY_COUNTS
 
-    def _fleet_has_workload(self, fleet: FleetRecord) -> bool:
+    def _shape(self, fleet: FleetRecord) -> tuple[bool, int]:
+        """(has a workload, slices per slot) of the fleet's stored spec."""
         cache_key = (fleet.name, fleet.spec_hash)
-        if cache_key not in self._has_workload:
-            try:
-                spec = json.loads(fleet.spec_json)
-                # spec_json is the FleetSpec as a dict (core.slots.spec_json).
-                has = not isinstance(spec, dict) or spec.get("workload") is not None
-            except ValueError:
-                has = True  # unknown: do not call an idle node productive
-            self._has_workload[cache_key] = has
-        return self._has_workload[cache_key]
+        if cache_key not in self._shapes:
+            self._shapes[cache_key] = fleet_shape(fleet.spec_json)
+        return self._shapes[cache_key]
+
+
+def fleet_shape(spec_json: str) -> tuple[bool, int]:
+    """(has a workload, slices per slot) from a fleet's stored spec (core.slots.spec_json,
+    the FleetSpec as a dict); unreadable: a workload (an idle node is never called
+    productive), one slice."""
+    try:
+        spec = json.loads(spec_json)
+    except ValueError:
+        return True, 1
+    if not isinstance(spec, dict):
+        return True, 1
+    slices = spec.get("slices", 1)
+    return spec.get("workload") is not None, slices if isinstance(slices, int) and slices > 0 else 1
 
 
 def _slot_time(acc: _Account, at: datetime) -> SlotTime:
