@@ -70,6 +70,7 @@ from bench.scale_procs import (
     daemon_config,
     db_size_mb,
     fleet_layout,
+    probe_design,
     proc_cpu_seconds,
     proc_memory_mb,
     serve_emulator,
@@ -377,13 +378,6 @@ def measure(
         "db": {**db, "events": stats},
         **({"profile_top": profile} if profile is not None else {}),
     }
-
-
-def probe_design(root: Path = ROOT) -> str:
-    """Which probe scheduling the daemon under test has: "inline" when Reconciler.tick still
-    awaits the workload probe, else "background" (per-slot tasks outside the tick)."""
-    source = (root / "tpucared" / "runtime" / "reconciler.py").read_text()
-    return "inline" if "await self._workloads.probe" in source else "background"
 
 
 def run(

@@ -379,3 +379,10 @@ def count_rows(db: Path, sql: str) -> int:
         return 0  # still migrating
     finally:
         conn.close()
+
+
+def probe_design(root: Path = ROOT) -> str:
+    """Which probe scheduling the daemon under test has: "inline" when Reconciler.tick still
+    awaits the workload probe, else "background" (per-slot tasks outside the tick)."""
+    source = (root / "tpucared" / "runtime" / "reconciler.py").read_text()
+    return "inline" if "await self._workloads.probe" in source else "background"

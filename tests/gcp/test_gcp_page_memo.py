@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from gcp_fakes import FakeApi, Reply
 
+from tpucared.gcp.auth import NoAuth
 from tpucared.gcp.client import TpuClient
 from tpucared.gcp.errors import ApiError
 from tpucared.gcp.observe import NodeCache, observe_zone
@@ -34,25 +35,12 @@ FIRST = {"nodes": [node("a"), node("b")], "nextPageToken": "p2"}
 SECOND = {"nodes": [node("c")]}
 
 
-class NoToken:
-    """A TokenSource that sends no Authorization header (the protocol, not a stand-in)."""
-
-    async def authorization(self) -> str | None:
-        return None
-
-    async def invalidate(self, rejected: str | None = None) -> None:
-        return None
-
-    async def aclose(self) -> None:
-        return None
-
-
 @pytest.fixture
 async def client(fake_api: FakeApi) -> AsyncIterator[TpuClient]:
     async def no_sleep(_: float) -> None:
         return None
 
-    client = TpuClient(fake_api.url, token_source=NoToken(), sleep=no_sleep, retry=RetryPolicy())
+    client = TpuClient(fake_api.url, token_source=NoAuth(), sleep=no_sleep, retry=RetryPolicy())
     yield client
     await client.aclose()
 
