@@ -34,6 +34,7 @@ from runtime_support import (
 )
 
 from tpucared.config import load_config
+from tpucared.core.planning.actions import DeleteNode
 from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload
 from tpucared.emulator import EmulatorServer
 from tpucared.emulator.hosts import SshWorkerHosts
@@ -44,6 +45,7 @@ from tpucared.runtime.startup import node_template
 from tpucared.runtime.workload.hosts import guest_attribute_host_keys
 from tpucared.runtime.workload.jobs import WorkloadJobs
 from tpucared.runtime.workload.runner import WorkloadRunner
+from tpucared.ssh import Target
 from tpucared.store import Store
 from tpucared.store.migrate import upgrade_to_head
 
@@ -297,6 +299,36 @@ async def test_a_worker_that_drops_its_connection_wakes_the_loop_before_the_poll
             assert time.monotonic() - preempted_at < 10.0, "the delete waited for the poll"
             await asyncio.sleep(0.05)
         assert any("ssh connection lost" in t.reason for t in h.ticks)
+        h.daemon.stop.set()
+        await loop
+
+
+async def test_the_loss_of_a_connection_to_a_node_already_going_wakes_nothing(
+    tmp_path: Path, emulator: EmulatorServer, control: Control
+) -> None:
+    """Once a plan deletes a node (or finds it DEAD), its VM going down is no news: the loss
+    of its connections does not wake the loop. Any other node's still does."""
+    async with inprocess(tmp_path, emulator, kind="v4-8", poll="30s") as h:
+        loop = asyncio.create_task(h.daemon.loop.run(h.daemon.stop))
+        await eventually(lambda: _ready(h, 1) and h.attempts_on(0, 0) == [1], "attempt 1 runs")
+        await control.node_action(f"{FLEET}-0", "preempt")
+
+        def deleted() -> list[int]:
+            return [a.incarnation_id for t in h.ticks for a in t.plan.of(DeleteNode)]
+
+        await eventually(lambda: deleted() != [], "the tick that deletes the node")
+        await asyncio.sleep(0.5)  # the preempted VM's own connection losses are behind us
+        lost = h.jobs.runner.on_connection_lost
+        assert lost is not None
+        before = len(h.ticks)
+        lost(Target(worker=0, host="10.9.9.9", incarnation=str(deleted()[0])))
+        await asyncio.sleep(1.5)  # past the loop's minimum gap between ticks (1 s)
+        assert not any("ssh connection lost" in t.reason for t in h.ticks[before:])
+        lost(Target(worker=0, host="10.9.9.9", incarnation=str(deleted()[0] + 1000)))
+        await eventually(
+            lambda: any("ssh connection lost" in t.reason for t in h.ticks[before:]),
+            "the wake for a node not known to be going",
+        )
         h.daemon.stop.set()
         await loop
 

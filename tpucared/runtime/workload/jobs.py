@@ -79,6 +79,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from tpucared.core.model.records import NodePhase
 from tpucared.core.planning.actions import Action
 from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.snapshot import SlotKey
@@ -108,6 +109,8 @@ from tpucared.runtime.workload.runner import ProbeJob, WorkloadRunner, chains_by
 from tpucared.ssh import NO_RETRY, RetryPolicy, Target
 
 log = structlog.get_logger(__name__)
+
+_NOT_SERVING = frozenset({NodePhase.DEAD, NodePhase.DELETING})
 
 # The first probe of a node: ~20 s of retrying a connection that fails before the command
 # starts (refused: sshd not up; keys still propagating), 0.5 s doubling up to 5 s.
@@ -187,6 +190,9 @@ class WorkloadJobs:
         self._probed: dict[SlotKey, Probed] = {}  # each slot's newest probe
         self._stopping = False
         self._pruned: set[int] = set()  # the live incarnations at the last prune
+        # Incarnations the last plan took away or found DEAD / DELETING: the loss of their
+        # connections (their VM going down) is no news, and wakes nothing.
+        self._not_serving: set[int] = set()
         self._deferred: set[SlotKey] = set()  # slots whose actions wait for their job to end
         self.failures = SlotFailures(runner.store, clock)  # slots whose last job failed
         # Slots to probe at the next dispatch, due or not: their preemption notice (notices.py).
@@ -247,6 +253,9 @@ class WorkloadJobs:
             return report
         away = leaving(plan.actions)
         live = {inc.id for inc in snapshot.nodes.values()}
+        self._not_serving = away | {
+            inc.id for inc in snapshot.nodes.values() if inc.phase in _NOT_SERVING
+        }
         for job in list(self._jobs.values()):
             if job.incarnation_id is None or job.cancelled is not None:
                 continue
@@ -447,12 +456,16 @@ class WorkloadJobs:
         """A worker closed its pooled connection (its VM is shutting down: preempted,
         terminated, rebooting) or the network dropped it: plan now, do not wait for the
         poll. The list then shows what the API says; if the node still reads READY, nothing
-        happens and the next poll looks again."""
+        happens and the next poll looks again. A node the daemon already knows is going
+        wakes nothing (a notice's delete, then its VM going down)."""
         if self._stopping:
             return
+        known = target.incarnation  # str(IncarnationRecord.id), runtime/workload/hosts.py
+        news = not (known and known.isdigit() and int(known) in self._not_serving)
         log.debug("workload.connection_lost", host=target.host, worker=target.worker,
-                  incarnation=target.incarnation)  # fmt: skip
-        self._wakeup.set("ssh connection lost")
+                  incarnation=target.incarnation, wakes=news)  # fmt: skip
+        if news:
+            self._wakeup.set("ssh connection lost")
 
     # -----------------------------------------------------------------------------------------
     # Shutdown
