@@ -190,9 +190,10 @@ class WorkloadJobs:
         self._probed: dict[SlotKey, Probed] = {}  # each slot's newest probe
         self._stopping = False
         self._pruned: set[int] = set()  # the live incarnations at the last prune
-        # Incarnations the last plan took away or found DEAD / DELETING: the loss of their
-        # connections (their VM going down) is no news, and wakes nothing.
-        self._not_serving: set[int] = set()
+        # The last dispatch's leaving nodes and snapshot; `_going` (nodes whose connections
+        # going is no news) is worked out from them at a loss, not on every tick.
+        self._seen_last: tuple[set[int], TickSnapshot] | None = None
+        self._not_serving: set[int] | None = None
         self._deferred: set[SlotKey] = set()  # slots whose actions wait for their job to end
         self.failures = SlotFailures(runner.store, clock)  # slots whose last job failed
         # Slots to probe at the next dispatch, due or not: their preemption notice (notices.py).
@@ -253,9 +254,7 @@ class WorkloadJobs:
             return report
         away = leaving(plan.actions)
         live = {inc.id for inc in snapshot.nodes.values()}
-        self._not_serving = away | {
-            inc.id for inc in snapshot.nodes.values() if inc.phase in _NOT_SERVING
-        }
+        self._seen_last, self._not_serving = (away, snapshot), None
         for job in list(self._jobs.values()):
             if job.incarnation_id is None or job.cancelled is not None:
                 continue
@@ -456,16 +455,23 @@ class WorkloadJobs:
         """A worker closed its pooled connection (its VM is shutting down: preempted,
         terminated, rebooting) or the network dropped it: plan now, do not wait for the
         poll. The list then shows what the API says; if the node still reads READY, nothing
-        happens and the next poll looks again. A node the daemon already knows is going
-        wakes nothing (a notice's delete, then its VM going down)."""
+        happens. A node already known to be going wakes nothing (`_going`)."""
         if self._stopping:
             return
         known = target.incarnation  # str(IncarnationRecord.id), runtime/workload/hosts.py
-        news = not (known and known.isdigit() and int(known) in self._not_serving)
+        news = not (known and known.isdigit() and int(known) in self._going())
         log.debug("workload.connection_lost", host=target.host, worker=target.worker,
                   incarnation=target.incarnation, wakes=news)  # fmt: skip
         if news:
             self._wakeup.set("ssh connection lost")
+
+    def _going(self) -> set[int]:
+        """Incarnations the last plan took away, or DEAD / DELETING in its snapshot."""
+        if self._not_serving is None:
+            away, snapshot = self._seen_last or (set(), None)
+            nodes = snapshot.nodes.values() if snapshot is not None else ()
+            self._not_serving = away | {i.id for i in nodes if i.phase in _NOT_SERVING}
+        return self._not_serving
 
     # -----------------------------------------------------------------------------------------
     # Shutdown
