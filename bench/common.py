@@ -219,6 +219,13 @@ def format_seconds(value: float | None) -> str:
     return f"{value:.3f}" if value < 10 else f"{value:.2f}"
 
 
+def summary_cells(
+    summary: Mapping[str, Any], stats: Sequence[str] = ("median", "p99", "min", "max")
+) -> list[str]:
+    """A `summarize` result as table cells: its n, then the statistics asked for, in seconds."""
+    return [str(summary["n"]), *(format_seconds(summary[k]) for k in stats)]
+
+
 def format_ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 

@@ -299,10 +299,7 @@ def render(result: Mapping[str, Any]) -> str:
             [
                 "preempt -> DELETE issued",
                 f"poll {d['poll_interval_s']:g}s, {d['fleet_size']} slots",
-                str(s["n"]),
-                common.format_seconds(s["median"]),
-                common.format_seconds(s["p99"]),
-                common.format_seconds(s["max"]),
+                *common.summary_cells(s, ("median", "p99", "max")),
             ]
         )
     headers = ["latency", "settings", "n", "median s", "p99 s", "max s"]

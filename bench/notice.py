@@ -186,10 +186,7 @@ def render(result: Mapping[str, Any]) -> str:
                 [
                     path,
                     name,
-                    str(s["n"]),
-                    common.format_seconds(s["median"]),
-                    common.format_seconds(s["p99"]),
-                    common.format_seconds(s["max"]),
+                    *common.summary_cells(s, ("median", "p99", "max")),
                 ]
             )
     params = result["parameters"]

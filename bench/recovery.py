@@ -223,11 +223,7 @@ def _table(components: Mapping[str, Mapping[str, Any]]) -> str:
         rows.append(
             [
                 name,
-                str(s["n"]),
-                common.format_seconds(s["median"]),
-                common.format_seconds(s["p99"]),
-                common.format_seconds(s["min"]),
-                common.format_seconds(s["max"]),
+                *common.summary_cells(s),
             ]
         )
     return common.table(["component", "n", "median s", "p99 s", "min s", "max s"], rows)

@@ -415,11 +415,7 @@ def render(result: Mapping[str, Any]) -> str:
                     f"{r['lease_s']:g}s",
                     f"{r['bound_s']:g}s",
                     label,
-                    str(s["n"]),
-                    common.format_seconds(s["median"]),
-                    common.format_seconds(s["p99"]),
-                    common.format_seconds(s["min"]),
-                    common.format_seconds(s["max"]),
+                    *common.summary_cells(s),
                 ]
             )
     head = ["lease", "bound", "interval", "n", "median s", "p99 s", "min s", "max s"]

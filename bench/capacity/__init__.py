@@ -194,11 +194,7 @@ def render(result: Mapping[str, Any]) -> str:
             [
                 g["label"],
                 str(g["slots"]),
-                str(s["n"]),
-                common.format_seconds(s["median"]),
-                common.format_seconds(s["p99"]),
-                common.format_seconds(s["min"]),
-                common.format_seconds(s["max"]),
+                *common.summary_cells(s),
                 common.format_seconds(ready["median"]),
                 common.format_seconds(ready["p99"]),
                 f"{g['requests_per_minute_per_slot']:.1f}",
