@@ -106,15 +106,7 @@ def measure(
     ]  # fmt: skip
     created_at = min(creates)
     ready = rig.operation_end(operations, "create", created_at)
-    sample = {
-        "detection": deleted_at - preempted,
-        "delete": delete_done - deleted_at,
-        "wait_create": created_at - delete_done,
-        "create": ready - created_at,
-        "ready_to_run": running - ready,
-        "total": running - preempted,
-    }
-    sample["overhead"] = sample["total"] - sample["create"]
+    sample = rig.components(preempted, deleted_at, delete_done, created_at, ready, running)
     events = daemon.events(preempted - 1.0)
     sample.update(rig.ready_to_run_detail([e for e in events if e["t"] >= ready], ready, running))
     return sample, rig.woken_by(events, preempted)

@@ -112,15 +112,9 @@ def measure(
     ready = rig.operation_end(operations, "create", created_at, PREEMPTED)
     started, stopped = stamps(results), stamps(results, "stops")
     survivors = last_of(stopped, attempt, range(1))
-    sample: dict[str, Any] = {
-        "detection": deleted_at - preempted,
-        "delete": delete_done - deleted_at,
-        "wait_create": created_at - delete_done,
-        "create": ready - created_at,
-        "ready_to_run": running - ready,
-        "total": running - preempted,
-    }
-    sample["overhead"] = sample["total"] - sample["create"]
+    sample: dict[str, Any] = rig.components(
+        preempted, deleted_at, delete_done, created_at, ready, running
+    )
     events = daemon.events(preempted - 1.0)
     detail = rig.ready_to_run_detail([e for e in events if e["t"] >= ready], ready, running)
     sample.update(detail)

@@ -178,6 +178,28 @@ class DaemonProcess:
 Measure = Callable[["Cloud", "DaemonProcess", Path, int, float], tuple[dict[str, Any], str]]
 
 
+def components(
+    preempted: float,
+    deleted_at: float,
+    delete_done: float,
+    created_at: float,
+    ready: float,
+    running: float,
+) -> dict[str, float]:
+    """A sample's COMPONENTS from its instants (one clock), with their total and the
+    overhead: the total less the cloud's create."""
+    sample = {
+        "detection": deleted_at - preempted,
+        "delete": delete_done - deleted_at,
+        "wait_create": created_at - delete_done,
+        "create": ready - created_at,
+        "ready_to_run": running - ready,
+        "total": running - preempted,
+    }
+    sample["overhead"] = sample["total"] - sample["create"]
+    return sample
+
+
 def sample_poll(
     cloud: Cloud,
     daemon: DaemonProcess,

@@ -56,19 +56,9 @@ def test_the_recovery_benchmark_runs_end_to_end_in_quick_mode(tmp_path: Path) ->
         samples = measured["raw"]
         assert len(samples) == measured["samples"] >= 1
         for s in samples:
-            parts = [s[k] for k in recovery.COMPONENTS]
-            assert all(p > 0 for p in parts), s
-            assert math.isclose(sum(parts), s["total"], abs_tol=1e-6), s
-            assert math.isclose(s["overhead"], s["total"] - s["create"], abs_tol=1e-6)
-            # The cloud's parts are what the emulator was told (its timers are exact).
-            poll = measured["poll_interval_s"]
-            assert create <= s["create_stated"] <= create + spread * poll
-            assert s["create"] == pytest.approx(s["create_stated"], abs=0.2)
-            assert s["delete"] == pytest.approx(delete, abs=0.2)
-            # READY -> running, split by the daemon's log, adds up too.
-            detail = [s[k] for k in recovery.DETAIL]
-            assert all(d >= 0 for d in detail), s
-            assert math.isclose(sum(detail), s["ready_to_run"], abs_tol=1e-6), s
+            check_components(
+                s, poll=measured["poll_interval_s"], create=create, delete=delete, spread=spread
+            )
         components = measured["components_s"]
         for name in (*recovery.COMPONENTS, "total", "overhead"):
             summary = components[name]
@@ -98,6 +88,24 @@ def test_the_recovery_benchmark_runs_end_to_end_in_quick_mode(tmp_path: Path) ->
     assert "2 slices / 1 slice" in rendered
 
 
+def check_components(
+    s: dict[str, Any], *, poll: float, create: float, delete: float, spread: float
+) -> None:
+    """One sample of either variant: its parts are positive and add up to the total; the
+    cloud's parts are what the emulator was told (its timers are exact); READY -> running,
+    split by the daemon's log, adds up too."""
+    parts = [s[k] for k in recovery.COMPONENTS]
+    assert all(p > 0 for p in parts), s
+    assert math.isclose(sum(parts), s["total"], abs_tol=1e-6), s
+    assert math.isclose(s["overhead"], s["total"] - s["create"], abs_tol=1e-6)
+    assert create <= s["create_stated"] <= create + spread * poll
+    assert s["create"] == pytest.approx(s["create_stated"], abs=0.2)
+    assert s["delete"] == pytest.approx(delete, abs=0.2)
+    detail = [s[k] for k in recovery.DETAIL]
+    assert all(d >= 0 for d in detail), s
+    assert math.isclose(sum(detail), s["ready_to_run"], abs_tol=1e-6), s
+
+
 def check_multislice(
     measured: dict[str, Any], *, create: float, delete: float, spread: float
 ) -> None:
@@ -125,16 +133,7 @@ def check_multislice(
         assert 0 < s["survivors_stop"] == pytest.approx(max(s["kept_stops_s"]), abs=1e-3)
         assert s["survivors_stop"] < min(starts["0"])
         assert s["delete_tick_dropped"] >= 0  # the tick of the delete was found in the log
-        parts = [s[k] for k in recovery.COMPONENTS]
-        assert all(p > 0 for p in parts), s
-        assert math.isclose(sum(parts), s["total"], abs_tol=1e-6), s
-        assert math.isclose(s["overhead"], s["total"] - s["create"], abs_tol=1e-6)
-        assert create <= s["create_stated"] <= create + spread * poll
-        assert s["create"] == pytest.approx(s["create_stated"], abs=0.2)
-        assert s["delete"] == pytest.approx(delete, abs=0.2)
-        detail = [s[k] for k in recovery.DETAIL]
-        assert all(d >= 0 for d in detail), s
-        assert math.isclose(sum(detail), s["ready_to_run"], abs_tol=1e-6), s
+        check_components(s, poll=poll, create=create, delete=delete, spread=spread)
         # The launch per slice: its last one is the launch; the cleanup came first.
         assert max(s[k] for k in multi.PER_SLICE) == pytest.approx(s["launch"], abs=1e-6)
         assert 0 < s["launch_cleanup"] < min(s[k] for k in multi.PER_SLICE)
