@@ -263,65 +263,74 @@ def _fleets(
         if raw.name in seen:
             problems.add(f"{at}: name", f"also used by fleet #{seen[raw.name] + 1}; must be unique")
         seen.setdefault(raw.name, i)
-        longest = f"{raw.name}-{max(raw.size - 1, 0)}"
-        pattern = f"{raw.name}-<slot>"
-        if raw.slices > 1:
-            longest, pattern = f"{longest}-{raw.slices - 1}", f"{pattern}-<slice>"
-        if len(longest) > MAX_NODE_NAME:
-            problems.add(
-                f"{at}: name",
-                f"node names are {pattern}, at most {MAX_NODE_NAME} characters, "
-                f"but {longest} has {len(longest)}: shorten the name",
-            )
-        if "multislice_hold" in raw.model_fields_set and raw.slices == 1:
-            problems.add(f"{at}: multislice_hold", "needs slices > 1 (a multislice fleet)")
-        if raw.multislice_hold < timedelta(0):
-            problems.add(f"{at}: multislice_hold", "expected zero or more")
-        if raw.provisioning is Provisioning.QUEUED and raw.capacity is CapacityKind.PREEMPTIBLE:
-            problems.add(
-                f"{at}: capacity",
-                '"preemptible" cannot be queued (queued resources offer spot, on-demand and '
-                'reserved capacity): use "spot", or provisioning = "direct"',
-            )
-        for reserved in RESERVED_LABELS:
-            if reserved in raw.labels:
-                problems.add(f"{at}: labels.{reserved}", "reserved: tpucared sets it itself")
-        workload = _workload(raw.workload, at, base, problems) if raw.workload else None
-        node = node_options(
-            at,
-            zones=raw.zones,
-            capacity=raw.capacity,
-            provisioning=raw.provisioning,
-            network=raw.network,
-            subnetwork=raw.subnetwork,
-            service_account=raw.service_account,
-            service_account_scopes=raw.service_account_scopes,
-            tags=raw.tags,
-            metadata=raw.metadata,
-            data_disks=[(d.source, d.mode) for d in raw.data_disks],
-            reservation=raw.reservation,
-            problems=problems,
-        )
-        specs.append(
-            FleetSpec(
-                name=raw.name,
-                zones=tuple(raw.zones),
-                accelerator_type=raw.accelerator_type,
-                runtime_version=raw.runtime_version,
-                size=raw.size,
-                capacity=raw.capacity,
-                provisioning=raw.provisioning,
-                labels=dict(raw.labels),
-                workload=workload,
-                node=node,
-                # The daemon's own project is the core's DEFAULT_PROJECT however it is spelled:
-                # naming it changes neither the spec hash nor where the nodes are recorded.
-                project=DEFAULT_PROJECT if raw.project in (None, own_project) else str(raw.project),
-                slices=raw.slices,
-                multislice_hold=raw.multislice_hold.total_seconds(),
-            )
-        )
+        _check_fleet(raw, at, problems)
+        specs.append(_fleet_spec(raw, at, base, problems, own_project=own_project))
     return tuple(specs)
+
+
+def _check_fleet(raw: FleetTable, at: str, problems: Problems) -> None:
+    """The rules between a fleet's keys that no single key's type can say."""
+    longest = f"{raw.name}-{max(raw.size - 1, 0)}"
+    pattern = f"{raw.name}-<slot>"
+    if raw.slices > 1:
+        longest, pattern = f"{longest}-{raw.slices - 1}", f"{pattern}-<slice>"
+    if len(longest) > MAX_NODE_NAME:
+        problems.add(
+            f"{at}: name",
+            f"node names are {pattern}, at most {MAX_NODE_NAME} characters, "
+            f"but {longest} has {len(longest)}: shorten the name",
+        )
+    if "multislice_hold" in raw.model_fields_set and raw.slices == 1:
+        problems.add(f"{at}: multislice_hold", "needs slices > 1 (a multislice fleet)")
+    if raw.multislice_hold < timedelta(0):
+        problems.add(f"{at}: multislice_hold", "expected zero or more")
+    if raw.provisioning is Provisioning.QUEUED and raw.capacity is CapacityKind.PREEMPTIBLE:
+        problems.add(
+            f"{at}: capacity",
+            '"preemptible" cannot be queued (queued resources offer spot, on-demand and '
+            'reserved capacity): use "spot", or provisioning = "direct"',
+        )
+    for reserved in RESERVED_LABELS:
+        if reserved in raw.labels:
+            problems.add(f"{at}: labels.{reserved}", "reserved: tpucared sets it itself")
+
+
+def _fleet_spec(
+    raw: FleetTable, at: str, base: Path, problems: Problems, *, own_project: str
+) -> FleetSpec:
+    workload = _workload(raw.workload, at, base, problems) if raw.workload else None
+    node = node_options(
+        at,
+        zones=raw.zones,
+        capacity=raw.capacity,
+        provisioning=raw.provisioning,
+        network=raw.network,
+        subnetwork=raw.subnetwork,
+        service_account=raw.service_account,
+        service_account_scopes=raw.service_account_scopes,
+        tags=raw.tags,
+        metadata=raw.metadata,
+        data_disks=[(d.source, d.mode) for d in raw.data_disks],
+        reservation=raw.reservation,
+        problems=problems,
+    )
+    return FleetSpec(
+        name=raw.name,
+        zones=tuple(raw.zones),
+        accelerator_type=raw.accelerator_type,
+        runtime_version=raw.runtime_version,
+        size=raw.size,
+        capacity=raw.capacity,
+        provisioning=raw.provisioning,
+        labels=dict(raw.labels),
+        workload=workload,
+        node=node,
+        # The daemon's own project is the core's DEFAULT_PROJECT however it is spelled:
+        # naming it changes neither the spec hash nor where the nodes are recorded.
+        project=DEFAULT_PROJECT if raw.project in (None, own_project) else str(raw.project),
+        slices=raw.slices,
+        multislice_hold=raw.multislice_hold.total_seconds(),
+    )
 
 
 def _workload(raw: WorkloadTable, at: str, base: Path, problems: Problems) -> WorkloadSpec:
