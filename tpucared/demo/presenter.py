@@ -5,7 +5,7 @@ like `tpucared status` and `tpucared events`, rendered by the same functions) an
 workload's checkpoints (progress.py). Two forms:
 
 - `LiveView`, on a TTY: one screen refreshed in place every second: the status table
-  (`tpucared.inspect.status_lines`), each slot's training progress, what the scenario
+  (`tpucared.inspect.status.status_lines`), each slot's training progress, what the scenario
   injected, and the latest events.
 - `PlainView`, otherwise (a pipe, a log, a test): lines that only append: what the scenario
   injects, every event (`tpucared.inspect.events.event_line`), and a line whenever a slot's

@@ -10,7 +10,7 @@ pause (SIGSTOP, a frozen VM) the deadline has passed, so nothing goes out before
 has asked the database again, and by then another epoch leads.
 
 Losing the lease (taken by another, the deadline passed without a successful renewal, a
-fenced write or call) sets the term's `lost` event: the daemon stops its term (runtime/term.py)
+fenced write or call) sets the term's `lost` event: the daemon stops its term (runtime/terms.py)
 and stands by. On SQLite the single-writer lock already makes this process the only daemon:
 it takes the lease at its first attempt, and the row only serves `status` and the events.
 """

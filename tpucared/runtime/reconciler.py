@@ -6,11 +6,11 @@ like "not listed yet" (which the planner waits out), never like an unknown node 
 The zones to list come from the config and the previous tick's live incarnations (a new
 incarnation is always in a configured zone, or in a zone just listed).
 
-The plan is computed by the pure `core.workload_tick.plan_tick` (the node planner plus the
+The plan is computed by the pure `core.planning.tick.plan_tick` (the node planner plus the
 workload planner, fed the probes of READY slices that ended since the last tick and are still
 valid) with the notice keys reported by the previous plan (`reported`), so each condition is
 told once per run. Node actions go to the executor; then the workload actions (launch, stop,
-finish, done) go to the slots' background jobs (workload_jobs.py), which also start the
+finish, done) go to the slots' background jobs (workload/jobs.py), which also start the
 probes that are due. The tick never waits for SSH: a slow or hung worker delays only its own
 slot, and a job that ends wakes the loop. Without workloads (`tpucared down`) only the node
 planner runs. Operations recorded in the snapshot that nobody polls yet are handed to the
@@ -178,7 +178,7 @@ class Reconciler:
         dispatch = None
         if self._workloads is not None:
             # After the node actions are recorded, so a slot's launch cannot race its own
-            # node's replacement (the launch re-reads its node; see workload_jobs.py).
+            # node's replacement (the launch re-reads its node; see workload/jobs.py).
             if self._guard is not None:
                 self._guard()  # no SSH action from a process that stopped leading meanwhile
             dispatch = self._workloads.dispatch(snapshot, plan, workload_actions)

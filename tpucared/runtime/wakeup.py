@@ -2,7 +2,7 @@
 
 The loop sleeps until its next poll or the earliest instant a hold lifts (daemon.py), but
 some facts deserve a plan at once: an operation finished (operations.py), a create or delete
-call failed (calls.py), a workload job ended (workload_jobs.py). Those call
+call failed (calls.py), a workload job ended (workload/jobs.py). Those call
 `Wakeup.set(reason)`; a wake that arrives while the loop is busy is kept, so the next wait
 returns at once and no wake is ever lost. An `urgent` wake (a fresh probe that a launch
 waits for) also lets the loop skip most of its minimum gap between ticks (loop.py). A `quiet`

@@ -41,7 +41,7 @@ def frozen_mapping(items: Mapping[K, V] | None = None) -> Mapping[K, V]:
 class Snapshot:
     """What the store knows, at one instant.
 
-    `nodes` holds only live incarnations (phases in `core.lifecycle.LIVE_PHASES`), at most one
+    `nodes` holds only live incarnations (phases in `core.nodes.lifecycle.LIVE_PHASES`), at most one
     per slot (a unique index guarantees it); `workers` only theirs.
     """
 

@@ -2,7 +2,7 @@
 
 Every phase change is a compare-and-set on the phase the planner saw
 (`UPDATE nodes ... WHERE id = :id AND phase = :expected`, row count checked), checked against
-`core.lifecycle` first, and stamped into `<phase>_at` / `phase_since`; each write appends its
+`core.nodes.lifecycle` first, and stamped into `<phase>_at` / `phase_since`; each write appends its
 event in the same transaction. A lost race raises `StaleWrite` and writes nothing, which the
 executor treats as "skip this stale action".
 
