@@ -6,8 +6,9 @@ command starts (sshd not up yet, keys still propagating, connection storms), and
 always comes back, as data: exit status, the tails of stdout and stderr, or the kind of error.
 Commands are never re-run once started, so a retry cannot launch a workload twice.
 
-The runtime calls this with the scripts from `scripts.py` / `provision.py` wrapped by
-`shell.sh_command`, and `tpucared exec` with the user's command.
+The SSH launcher (tpucared/launch/) calls this with its scripts wrapped by
+`shell.sh_command`, `upload.py` with its write script, and `tpucared exec` with the user's
+command.
 """
 
 from __future__ import annotations
