@@ -51,7 +51,7 @@ from tpucared.ports.launcher import (
 )
 from tpucared.runtime.workload.executor import WorkloadExecutor, chains_by_slot, launch_blocked
 from tpucared.runtime.workload.hosts import HostKeyFetcher
-from tpucared.runtime.workload.launchers import ssh_launcher
+from tpucared.runtime.workload.launchers import ssh_launcher_for
 from tpucared.runtime.workload.probe_jobs import Answer, ProbeJob, numbered
 from tpucared.store import Store
 
@@ -102,10 +102,7 @@ class WorkloadRunner:
         daemon's SSH key (made if missing). Blocking (reads the key file): call it at
         start-up."""
         if launcher is None:
-            from tpucared.ssh.keys import ensure_client_key  # the SSH launcher's key only
-
-            key = ensure_client_key(config.ssh.key)
-            launcher = ssh_launcher(store, config.ssh, key, fetch_host_keys=fetch_host_keys)
+            launcher = ssh_launcher_for(config, store, fetch_host_keys=fetch_host_keys)
         return cls(store, config.fleets, launcher, clock=clock)
 
     async def close(self) -> None:
