@@ -1,7 +1,7 @@
 """The workload runner: probes the workers of a slice, and hands workload actions to its executor.
 
 Where it sits: the daemon's tick never calls it directly. The slots' background jobs
-(runtime/workload/jobs.py) call `probe_slot(job)` (one SSH command per worker of one slot, jobs
+(runtime/workload/jobs.py) call `probe_slot(job)` (the launcher probes each worker of one slot, jobs
 from `probe_jobs(snapshot)`) and `execute_chain(actions)` (one slot's workload actions, in
 order), and hand the probes, tracked (`track`), to the next `plan_tick`; node replacements are
 DeleteNode, the executor's business (`split`). `probe(snapshot)` and `execute_all(actions)`
