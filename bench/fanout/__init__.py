@@ -16,7 +16,7 @@ Two fleets of workers, both on loopback addresses of this machine, each worker i
 Commands:
 
     true      connection cost: handshake, auth, one session, nothing else
-    launch    the daemon's detached launch (`tpucared.ssh.launch_script`) of `sleep 30` into a
+    launch    the daemon's detached launch (`tpucared.launch.launch_script`) of `sleep 30` into a
               fresh run directory per worker and measurement; timed until every worker has
               answered `TPUCARED_LAUNCH state=started`. The workloads are killed afterwards by
               an environment tag (all workers are on this machine), outside the timing.

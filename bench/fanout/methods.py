@@ -24,16 +24,14 @@ from bench.fanout.settings import (
     WORKLOAD,
     Settings,
 )
+from tpucared.launch import LaunchState, launch_script, parse_launch
 from tpucared.ssh import (
     DEFAULT_RETRY,
     ConnectionPool,
-    LaunchState,
     ScriptOutputError,
     Target,
     client_options,
-    launch_script,
     open_connection,
-    parse_launch,
     run_on_all,
     sh_command,
 )

@@ -19,17 +19,19 @@ from emulator_http import Http
 
 from tpucared.emulator import EmulatorServer
 from tpucared.emulator.hosts import SshWorkerHosts
-from tpucared.ssh import (
+from tpucared.launch import (
     LaunchState,
-    RetryPolicy,
     RunState,
-    Target,
-    WorkerResult,
-    host_keys_from_guest_attributes,
     launch_script,
     parse_launch,
     parse_probe,
     probe_script,
+)
+from tpucared.ssh import (
+    RetryPolicy,
+    Target,
+    WorkerResult,
+    host_keys_from_guest_attributes,
     run_on_all,
     sh_command,
     ssh_keys_metadata_entry,

@@ -37,17 +37,19 @@ from hosts_support import (
 
 from tpucared.emulator import EmulatorServer, running_emulator
 from tpucared.emulator.hosts import TAG_HOSTS, find_tagged
-from tpucared.ssh import (
-    NO_RETRY,
+from tpucared.launch import (
     CleanupState,
-    FileUpload,
     RunState,
-    SshErrorKind,
-    Target,
     cleanup_script,
     parse_cleanup,
     parse_probe,
     probe_script,
+)
+from tpucared.ssh import (
+    NO_RETRY,
+    FileUpload,
+    SshErrorKind,
+    Target,
     sh_command,
     ssh_keys_metadata_entry,
     upload,

@@ -14,7 +14,7 @@ import pytest
 from hosts_support import NODES, Cloud, cloud_of, eventually, group_members, hosts_options
 
 from tpucared.emulator import EmulatorServer
-from tpucared.ssh import (
+from tpucared.launch import (
     NoticeState,
     RunState,
     launch_script,
@@ -22,8 +22,8 @@ from tpucared.ssh import (
     parse_notice_wait,
     parse_probe,
     probe_script,
-    sh_command,
 )
+from tpucared.ssh import sh_command
 
 
 @pytest.fixture(scope="module")

@@ -39,13 +39,13 @@ from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload
 from tpucared.emulator import EmulatorServer
 from tpucared.emulator.hosts import SshWorkerHosts
 from tpucared.gcp import NoAuth, TpuClient
+from tpucared.ports.launcher import WorkerLost
 from tpucared.runtime.daemon import Daemon
 from tpucared.runtime.reconciler import Tick
 from tpucared.runtime.startup import node_template
 from tpucared.runtime.workload.hosts import guest_attribute_host_keys
 from tpucared.runtime.workload.jobs import WorkloadJobs
 from tpucared.runtime.workload.runner import WorkloadRunner
-from tpucared.ssh import Target
 from tpucared.store import Store
 from tpucared.store.migrate import upgrade_to_head
 
@@ -321,10 +321,10 @@ async def test_the_loss_of_a_connection_to_a_node_already_going_wakes_nothing(
         lost = h.jobs.runner.on_connection_lost
         assert lost is not None
         before = len(h.ticks)
-        lost(Target(worker=0, host="10.9.9.9", incarnation=str(deleted()[0])))
+        lost(WorkerLost(deleted()[0], worker=0, host="10.9.9.9"))
         await asyncio.sleep(1.5)  # past the loop's minimum gap between ticks (1 s)
         assert not any("ssh connection lost" in t.reason for t in h.ticks[before:])
-        lost(Target(worker=0, host="10.9.9.9", incarnation=str(deleted()[0] + 1000)))
+        lost(WorkerLost(deleted()[0] + 1000, worker=0, host="10.9.9.9"))
         await eventually(
             lambda: any("ssh connection lost" in t.reason for t in h.ticks[before:]),
             "the wake for a node not known to be going",

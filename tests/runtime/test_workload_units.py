@@ -17,9 +17,9 @@ from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.policy import Policy
 from tpucared.core.workload.actions import FinishAttempt, MarkSlotDone
 from tpucared.core.workload.inputs import WorkloadSnapshot
-from tpucared.runtime.workload import layout
+from tpucared.launch import layout, pool_size
 from tpucared.runtime.workload.hosts import parse_guest_attributes
-from tpucared.runtime.workload.runner import WorkloadRunner, pool_size
+from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.store import Store
 from tpucared.store.migrate import upgrade_to_head
 

@@ -55,6 +55,7 @@ from tpucared.gcp.bodies import NodeShape
 from tpucared.gcp.convert import node_from_json
 from tpucared.gcp.errors import ApiError
 from tpucared.runtime.workload.hosts import HostKeyFetcher, guest_attribute_host_keys
+from tpucared.runtime.workload.launchers import ssh_launcher
 from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.ssh import ssh_keys_metadata_entry
 from tpucared.store import KEEP, Store, Tx
@@ -129,8 +130,8 @@ class Harness:
 
     def new_runner(self, *, fetch: HostKeyFetcher | None = None,
                    environ: Mapping[str, str] | None = None) -> WorkloadRunner:  # fmt: skip
-        return WorkloadRunner(self.store, self.specs, self.ssh, self.key,
-                              fetch_host_keys=fetch, environ=environ or {})  # fmt: skip
+        launcher = ssh_launcher(self.store, self.ssh, self.key, fetch_host_keys=fetch)
+        return WorkloadRunner(self.store, self.specs, launcher, environ=environ or {})
 
     # -- the cloud ------------------------------------------------------------------------------
 

@@ -19,20 +19,22 @@ from ssh_localhost import LocalWorkerHost
 from ssh_targets import targets_of
 from structlog.testing import capture_logs
 
+from tpucared.launch import (
+    RunState,
+    launch_script,
+    parse_launch,
+    parse_probe,
+    probe_script,
+    secrets_file_contents,
+)
 from tpucared.ssh import (
     NO_RETRY,
     ConnectionPool,
     FileUpload,
     RetryPolicy,
-    RunState,
     SshErrorKind,
     Target,
-    launch_script,
-    parse_launch,
-    parse_probe,
-    probe_script,
     run_on_all,
-    secrets_file_contents,
     sh_command,
     upload,
 )

@@ -19,15 +19,11 @@ from typing import IO
 import asyncssh
 import pytest
 
-from tpucared.ssh import (
+from tpucared.launch import (
     CleanupState,
-    ConnectionPool,
-    FileUpload,
     LaunchState,
     ProbeResult,
     RunState,
-    Target,
-    WorkerResult,
     cleanup_script,
     launch_script,
     log_tail_command,
@@ -35,12 +31,18 @@ from tpucared.ssh import (
     parse_launch,
     parse_probe,
     probe_script,
-    run_on_all,
     secrets_file_contents,
     setup_script,
+    workload_environment,
+)
+from tpucared.ssh import (
+    ConnectionPool,
+    FileUpload,
+    Target,
+    WorkerResult,
+    run_on_all,
     sh_command,
     upload,
-    workload_environment,
 )
 
 RunDirs = Callable[[str], Path]

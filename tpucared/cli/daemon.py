@@ -32,7 +32,7 @@ GC_THRESHOLD = 100_000
 def raise_open_files_limit() -> None:
     """The soft limit on open files up to the hard one (systemd's default soft limit is 1024,
     its hard one 524288): the SSH pool keeps one connection per worker it probes, and sizes
-    itself from this limit (runtime/workload/runner.py `pool_size`)."""
+    itself from this limit (launch/launcher.py `pool_size`)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         with contextlib.suppress(ValueError, OSError):

@@ -8,9 +8,11 @@ never names an implementation. Each sits between the runtime and the adapters th
               delete one, follow an operation to its outcome, a node's workers and host keys,
               and the OS Login calls where the cloud has them. The TPU API implements it in
               `tpucared/gcp/tpu/`; a new cloud implements it in a package of its own.
-- `launcher`  the **Launcher** port: launch the workload on every worker, probe it, signal and
-              stop it, clean a worker's TPU up, watch for the preemption notice. The SSH
-              implementation lives in `tpucared/launch/`, over `tpucared/ssh/` as transport.
+- `launcher`  the **Launcher** port (`Launcher`): locate a slice's workers, probe the run on
+              them, install its files and secrets, launch it, signal it, clean a worker's TPU
+              up (stop), wait for the preemption notice; every answer per worker, as data
+              (`Reply`). The SSH implementation lives in `tpucared/launch/` (`SshLauncher`),
+              over `tpucared/ssh/` as transport.
 
 Only types live here (protocols and the plain values they exchange): no I/O, no clients. The
 adapters satisfy the protocols structurally and may import the value types from here.

@@ -1,4 +1,4 @@
-"""The daemon: the only layer that wires gcp, store, ssh and core together.
+"""The daemon: the only layer that wires gcp, store, the launcher and core together.
 
 It never decides: each tick it observes, reads the store, asks `core.planning.tick.plan_tick`,
 records intent, calls the cloud or the workers, records outcomes (docs/daemon.md).
@@ -9,9 +9,10 @@ records intent, calls the cloud or the workers, records outcomes (docs/daemon.md
 - `nodes/`      the cloud side: `observer` (one list per zone), `executor` (each node action in
                 plan order, intent before calls), `calls` (creates and deletes in the
                 background), `operations` (polls long-running operations, records their end).
-- `workload/`   the worker side over SSH: `runner` (probes and workload actions), `jobs` (one
-                background job per slot, started and cancelled), `hosts`, `layout`, and
-                `by_hand` (what `tpucared logs` / `exec` / `cp` do).
+- `workload/`   the worker side, through the Launcher port (tpucared/ports/launcher.py; the
+                SSH one is tpucared/launch/): `runner` (probes and workload actions), `jobs`
+                (one background job per slot, started and cancelled), `notices`, `hosts`,
+                `launchers`, and `by_hand` (what `tpucared logs` / `exec` / `cp` do over SSH).
 - `telemetry/`  what the daemon shows of itself: `server` (/healthz /metrics /v1/status),
                 `metrics` (Prometheus families), `endpoints` (the wiring).
 - `sdnotify`    what systemd hears (READY=1, WATCHDOG=1 per tick, STATUS=, STOPPING=1).

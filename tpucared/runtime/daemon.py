@@ -42,6 +42,7 @@ from tpucared.core.model.specs import FleetSpec
 from tpucared.gcp import TpuClient
 from tpucared.notify import WebhookSender, resolve_webhooks
 from tpucared.notify.sender import WebhookConfigError
+from tpucared.ports.launcher import Launcher
 from tpucared.runtime.clock import Clock, SystemClock
 from tpucared.runtime.errors import StartupError
 from tpucared.runtime.leader import LeaseKeeper
@@ -222,13 +223,15 @@ async def run_daemon(
     serve_http: bool = True,
     handle_signals: bool = True,
     drain_timeout: float = DRAIN_TIMEOUT_S,
+    launcher: Launcher | None = None,
 ) -> int:
     """`tpucared run`: returns the exit status. StartupError and the store's DatabaseError
     (a broken or foreign database, or another daemon holding the single-writer lock, which is
     taken before anything touches the database) propagate.
 
     Embedders (`tpucared demo`, `babysit`) stop it themselves: `stop` ends it when set,
-    `until(tick)` when true, and `handle_signals=False` leaves SIGINT/SIGTERM to them."""
+    `until(tick)` when true, and `handle_signals=False` leaves SIGINT/SIGTERM to them.
+    `launcher`: what runs the workloads (the Launcher port), by default the SSH launcher."""
     # Signals are handled before the first line is logged: a TERM during start-up (systemd
     # stopping a unit that is still migrating, say) is the same clean stop as one in a tick.
     stopping = asyncio.Event()
@@ -250,6 +253,7 @@ async def run_daemon(
             until=until,
             serve_http=serve_http,
             drain_timeout=drain_timeout,
+            launcher=launcher,
         )
     log.info("tpucared stopped", exit_code=code)
     return code
@@ -264,6 +268,7 @@ async def _started_and_run(
     until: Callable[[Tick], bool] | None,
     serve_http: bool,
     drain_timeout: float,
+    launcher: Launcher | None = None,
 ) -> int:
     """run_daemon's body: open everything, run the loop until `stopping` (signals) or `stop`
     (embedders) is set."""
@@ -291,6 +296,7 @@ async def _started_and_run(
             res.store,
             fetch_host_keys=guest_attribute_host_keys(client, config.gcp.project),
             clock=res.clock.now,
+            launcher=launcher,
         )
         res.stack.push_async_callback(workloads.close)  # workloads keep running; re-attached
         notifier = Notifier()

@@ -6,8 +6,9 @@ command starts (sshd not up yet, keys still propagating, connection storms), and
 always comes back, as data: exit status, the tails of stdout and stderr, or the kind of error.
 Commands are never re-run once started, so a retry cannot launch a workload twice.
 
-The runtime calls this with the scripts from `scripts.py` / `provision.py` wrapped by
-`shell.sh_command`, and `tpucared exec` with the user's command.
+The SSH launcher (tpucared/launch/) calls this with its scripts wrapped by
+`shell.sh_command`, `upload.py` with its write script, and `tpucared exec` with the user's
+command.
 """
 
 from __future__ import annotations
@@ -130,6 +131,11 @@ async def run_on_all(
     `limit` only to connect and start, not for its whole run, or a few dozen watches would
     hold every slot of the bound and starve every other command of the daemon.
     """
+
+    def runner_on(p: ConnectionPool) -> _Runner:
+        return _Runner(p, command, stdin, command_timeout, retry, tail_bytes, sleep,
+                       rng or random.Random(), label, waits)  # fmt: skip
+
     if pool is None:
         if key is None:
             raise TypeError("run_on_all needs a pool or a key")
@@ -138,34 +144,16 @@ async def run_on_all(
             concurrency=concurrency or 64,
             connect_timeout=10.0 if connect_timeout is None else connect_timeout,
         ) as own_pool:
-            return await run_on_all(
-                targets,
-                command,
-                pool=own_pool,
-                stdin=stdin,
-                command_timeout=command_timeout,
-                retry=retry,
-                tail_bytes=tail_bytes,
-                sleep=sleep,
-                rng=rng,
-                label=label,
-                quiet=quiet,
-                waits=waits,
-            )
+            return await _fan_out(runner_on(own_pool), targets, label, quiet)
     if key is not None or concurrency is not None or connect_timeout is not None:
         raise TypeError("key, concurrency and connect_timeout are settings of the pool")
-    runner = _Runner(
-        pool,
-        command,
-        stdin,
-        command_timeout,
-        retry,
-        tail_bytes,
-        sleep,
-        rng or random.Random(),
-        label,
-        waits,
-    )
+    return await _fan_out(runner_on(pool), targets, label, quiet)
+
+
+async def _fan_out(
+    runner: _Runner, targets: Sequence[Target], label: str, quiet: bool
+) -> list[WorkerResult]:
+    """Every target at once, each on its own (`_Runner.run`); one summary line."""
     started = time.monotonic()
     async with asyncio.TaskGroup() as group:
         tasks = [group.create_task(runner.run(t)) for t in targets]

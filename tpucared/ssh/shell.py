@@ -2,9 +2,10 @@
 
 Owns quoting (`ShellWord`: a value made safe as one shell word, for paths, environment
 values and script parameters), the `sh -c` wrapping of a script into one SSH command, and the
-parsing of the single marker line each script prints. The scripts themselves are the .sh files
-of tpucared/ssh/sh/ (`shfiles.py`); `scripts.py` and `provision.py` give them their values
-with these helpers. Nothing here does I/O.
+parsing of the single marker line each script prints. The scripts themselves are .sh files
+read by `shfiles.py`: tpucared/ssh/sh/write_file.sh (`upload.py`) and the launcher's
+(tpucared/launch/sh/, given their values by tpucared/launch/scripts.py and provision.py with
+these helpers). Nothing here does I/O.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Copying files to every worker: `tpucared cp`, the workload's `files`, the secrets file.
 
-Owns `FileUpload` and `upload()`. Content travels on the SSH channel's stdin into
-`provision.write_file_script` (atomic, size-checked, created under umask 077), so it needs only
-an exec-capable server (no SFTP subsystem: the emulator's simulated hosts qualify) and a secret
-never appears in a command line.
+Owns `FileUpload`, `upload()` and `write_file_script` (sh/write_file.sh, the one script of
+the transport's own). Content travels on the SSH channel's stdin into that script (atomic,
+size-checked, created under umask 077), so it needs only an exec-capable server (no SFTP
+subsystem: the emulator's simulated hosts qualify) and a secret never appears in a command
+line.
 """
 
 from __future__ import annotations
@@ -17,12 +18,27 @@ from pathlib import Path
 
 import asyncssh
 
+from tpucared.ssh import shfiles
 from tpucared.ssh.fanout import Sleep, WorkerResult, run_on_all
 from tpucared.ssh.pool import ConnectionPool
-from tpucared.ssh.provision import write_file_script
 from tpucared.ssh.retry import DEFAULT_RETRY, RetryPolicy
-from tpucared.ssh.shell import sh_command
+from tpucared.ssh.shell import path_expr, quote, sh_command
 from tpucared.ssh.target import Target
+
+
+def write_file_script(remote_path: str, *, mode: int, size: int) -> str:
+    """A script (sh/write_file.sh) that writes its stdin to `remote_path` atomically with
+    `mode`.
+
+    Created under umask 077 (a secret is never readable by others, not even between write and
+    chmod), size-checked against `size` so a connection dropped mid-transfer cannot install a
+    truncated file, then renamed into place. Missing parent directories are created 0700.
+    Prints `TPUCARED_WRITE state=ok bytes=N`.
+    """
+    if not 0 <= mode <= 0o7777:
+        raise ValueError(f"invalid file mode {mode:o}")
+    args = [path_expr(remote_path), quote(str(int(size))), quote(f"{mode:04o}")]
+    return shfiles.script("write_file", args)
 
 
 @dataclass(frozen=True)

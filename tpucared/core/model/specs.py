@@ -93,7 +93,7 @@ class WorkloadSpec:
     max_failures: int = 10
     hang_timeout: float | None = None  # seconds without log growth before a run counts as hung
     on_success: OnSuccess = OnSuccess.DELETE
-    # The preemption notice (ssh/sh/run.sh): the signal the workload gets at once, and how
+    # The preemption notice (launch/sh/run.sh): the signal the workload gets at once, and how
     # long it may take to exit before the node is given up as preempted.
     stop_signal: str = "TERM"
     stop_grace: float = 25.0  # seconds

@@ -1,7 +1,7 @@
 """Finding and killing every process of a simulated worker, detached ones included.
 
 Commands on a simulated host are ordinary local processes. A workload launched the way
-tpucared launches it (`setsid -f`, see tpucared/ssh/sh/launch.sh) leaves the SSH server's process
+tpucared launches it (`setsid -f`, see tpucared/launch/sh/launch.sh) leaves the SSH server's process
 tree at once: it is reparented to init, in its own session, so neither the tree nor a process
 group leads to it later. Instead every command starts with tag variables in its environment,
 which every descendant inherits:

@@ -1,4 +1,7 @@
-"""The daemon's worker side: the workload on every worker of a slice, over SSH.
+"""The daemon's worker side: the workload on every worker of a slice, through the Launcher port.
+
+Every remote step goes through a `Launcher` (tpucared/ports/launcher.py); the daemon's is the
+SSH launcher (tpucared/launch/, made in `launchers`), a test may give the runner another.
 
 - `runner`   probes a slot's workers (every slice's), and hands workload actions to its
              executor; `probe_jobs` holds what one probe is of.
@@ -9,7 +12,9 @@
              cancels, the decisions are core's.
 - `failures` a slot's job that failed unexpectedly: logged, recorded, held back for the
              backoff, retried; never the daemon's end.
-- `hosts`    SSH targets of an incarnation's workers, host keys pinned.
-- `layout`   where a slot's workload lives on its workers, and each attempt's command.
-- `by_hand`  `tpucared logs`, `exec`, `cp`: reaching a fleet's workers by hand.
+- `hosts`    SSH targets of an incarnation's workers, host keys pinned (the SSH launcher's
+             `Pins`, given to it by `launchers`).
+- `launchers` which launcher the daemon runs workloads with: the SSH one (`ssh_launcher`).
+- `by_hand`  `tpucared logs`, `exec`, `cp`: reaching a fleet's workers by hand, over SSH
+             (the run layout from tpucared/launch/layout.py).
 """

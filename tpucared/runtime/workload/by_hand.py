@@ -32,7 +32,7 @@ from tpucared.config import Config
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.workload.gang import slot_node
-from tpucared.runtime.workload import layout
+from tpucared.launch import layout, log_tail_command
 from tpucared.ssh import (
     ConnectionPool,
     FileUpload,
@@ -40,7 +40,6 @@ from tpucared.ssh import (
     Target,
     WorkerResult,
     ensure_client_key,
-    log_tail_command,
     run_on_all,
     targets_for_node,
     upload,

@@ -5,22 +5,21 @@ time: FinishAttempt and MarkSlotDone are store writes; StopWorkload frees the TP
 on every worker (`_cleanup`); LaunchWorkload checks its preconditions, frees the TPU of the
 previous attempt on the node, records the new one (intent before the launch) and starts it
 detached on every worker: the workload is (re)launched here, in `_launch`. Secret values are
-read from the daemon's environment at launch, registered for log redaction, and reach the
-workers only as a 0600 file written through SSH stdin: never the database, node metadata,
-logs, or a command line. What the planner must know of a cleanup (workers whose TPU stays
-held) waits in `busy` for the next probe. The SSH pool, host key pins and options are the
-runner's (runtime/workload/runner.py), which makes one executor and hands it every workload
-action.
+read from the daemon's environment at launch, registered for log redaction, and handed to the
+launcher (`Launcher.install`; the SSH launcher writes them to a 0600 file through SSH stdin):
+never the database, node metadata, logs, or a command line. What the planner must know of a
+cleanup (workers whose TPU stays held) waits in `busy` for the next probe. Every remote step
+goes through the runner's `Launcher` (tpucared/ports/launcher.py); the runner
+(runtime/workload/runner.py) makes one executor and hands it every workload action.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import structlog
 
@@ -34,42 +33,30 @@ from tpucared.core.workload.actions import (
     StopWorkload,
 )
 from tpucared.logsetup import register_secret
-from tpucared.runtime.workload import layout
-from tpucared.runtime.workload.hosts import WorkerHosts
-from tpucared.ssh import (
+from tpucared.ports.launcher import (
     CleanupState,
-    ConnectionPool,
-    FileUpload,
+    Launch,
+    Launcher,
+    LaunchResult,
     LaunchState,
-    ScriptOutputError,
+    Place,
+    Reply,
+    Run,
     SliceOf,
-    Target,
-    WorkerResult,
-    cleanup_script,
-    launch_script,
-    parse_cleanup,
-    parse_launch,
-    run_on_all,
-    secrets_file_contents,
-    sh_command,
-    upload,
-    workload_environment,
+    WorkerFile,
 )
 from tpucared.store import NotFound, StaleWrite, Store
-
-if TYPE_CHECKING:
-    from tpucared.runtime.workload.runner import RunnerOptions
 
 log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
 class _Slice:
-    """A slot's READY incarnation as stored when an action runs, with its SSH targets."""
+    """A slot's READY incarnation as stored when an action runs, where its workers are."""
 
     inc: IncarnationRecord
     slot: SlotRecord
-    targets: list[Target]
+    place: Place
     inc_workers: tuple[WorkerRecord, ...] = ()  # as recorded: the coordinator's address
 
 
@@ -80,18 +67,14 @@ class WorkloadExecutor:
         self,
         store: Store,
         workloads: Mapping[str, WorkloadSpec],
-        hosts: WorkerHosts,
-        pool: ConnectionPool,
-        options: RunnerOptions,
+        launcher: Launcher,
         environ: Mapping[str, str],
         slice_counts: Mapping[str, int] | None = None,
     ) -> None:
         self._store = store
         self._slice_counts = dict(slice_counts or {})  # fleet -> slices per slot, if > 1
         self._workloads = workloads
-        self._hosts = hosts
-        self._pool = pool
-        self._options = options
+        self._launcher = launcher
         self._environ = environ
         # Incarnation -> workers whose TPU the last cleanup left held: the next probe says so.
         self.busy: dict[int, tuple[int, ...]] = {}
@@ -162,11 +145,9 @@ class WorkloadExecutor:
         if slot is None:
             bound.info("workload.launch_skipped", why="the attempt is not running any more")
             return
-        if secrets:
-            # Overwritten at every launch: the values are the daemon's current ones.
-            contents = secrets_file_contents(secrets)
-            files.append(FileUpload(layout.secrets_path(slot.run_id), contents, 0o600))
-        if files and not all(await asyncio.gather(*(self._upload(s, files) for s in gang))):
+        if (files or secrets) and not all(
+            await asyncio.gather(*(self._install(s, files, secrets) for s in gang))
+        ):
             return
         states = await self._start_runs(a, gang, spec, slot, with_secrets=bool(secrets))
         failed = {w: why for w, why in states.items() if why not in ("started", "running")}
@@ -204,51 +185,30 @@ class WorkloadExecutor:
     ) -> dict[int, str]:  # fmt: skip
         """Launch the attempt detached on every worker of every slice; each worker's launch
         state, by gang worker (slice by slice)."""
-        run_dir = layout.attempt_dir(slot.run_id, a.attempt)
-        command = layout.workload_command(spec)
-        secrets_file = layout.secrets_path(slot.run_id) if with_secrets else None
         coordinator = gang[0].inc_workers[0].internal_ip if gang[0].inc_workers else ""
 
-        async def launch_slice(s: _Slice) -> list[WorkerResult]:
+        async def launch_slice(s: _Slice) -> list[Reply[LaunchResult]]:
             where = None
             if len(gang) > 1:
                 where = SliceOf(index=s.inc.slice, count=len(gang), coordinator=coordinator)
-
-            def launch_for(t: Target) -> str:
-                env = workload_environment(
-                    fleet=a.fleet,
-                    slot=a.slot,
-                    node=s.inc.node_name,
-                    worker=t.worker,
-                    num_workers=len(s.targets),
-                    run_id=slot.run_id,
-                    attempt=a.attempt,
-                    preemptions=slot.preemptions,
-                    failures=slot.failures,
-                    env=spec.env,
-                    slice_of=where,
-                )
-                return sh_command(
-                    launch_script(run_dir, command, env, secrets_file, stop_signal=spec.stop_signal)
-                )
-
-            results = await run_on_all(
-                s.targets,
-                launch_for,
-                pool=self._pool,
-                retry=self._options.retry,
-                command_timeout=self._options.command_timeout,
-                label="launch",
+            launch = Launch(
+                fleet=a.fleet,
+                slot=a.slot,
+                run=Run(slot.run_id, a.attempt),
+                spec=spec,
+                preemptions=slot.preemptions,
+                failures=slot.failures,
+                slice_of=where,
+                secrets=with_secrets,
             )
-            await self._hosts.remember(s.inc, s.targets, results)
-            return results
+            return await self._launcher.launch(s.place, launch)
 
         answers = await asyncio.gather(*(launch_slice(s) for s in gang))
         states: dict[int, str] = {}
         offset = 0
-        for s, results in zip(gang, answers, strict=True):
-            states.update({offset + r.worker: _launch_state(r) for r in results})
-            offset += len(s.targets)
+        for s, replies in zip(gang, answers, strict=True):
+            states.update({offset + r.worker: _launch_state(r) for r in replies})
+            offset += s.place.size
         return states
 
     def _read_secrets(self, spec: WorkloadSpec) -> dict[str, str] | None:
@@ -263,16 +223,10 @@ class WorkloadExecutor:
             values[name] = value
         return values
 
-    async def _upload(self, s: _Slice, files: list[FileUpload]) -> bool:
-        results = await upload(
-            s.targets,
-            files,
-            pool=self._pool,
-            retry=self._options.retry,
-            command_timeout=self._options.command_timeout,
-        )
-        await self._hosts.remember(s.inc, s.targets, results)
-        failed = {r.worker: why_failed(r) for r in results if not r.ok}
+    async def _install(
+        self, s: _Slice, files: list[WorkerFile], secrets: Mapping[str, str]
+    ) -> bool:
+        failed = await self._launcher.install(s.place, s.slot.run_id, files, secrets)
         if failed:
             # The attempt stays recorded: the next probe shows it never started and the
             # planner launches it again or fails it.
@@ -289,31 +243,13 @@ class WorkloadExecutor:
     async def _cleanup_slice(self, s: _Slice, attempt: int, now: datetime) -> bool:
         """Free the TPU of `attempt` on every worker; True when every worker is clean.
         Busy workers are remembered for the next probe (the planner replaces the node)."""
-        script = cleanup_script(
-            layout.attempt_dir(s.slot.run_id, attempt),
-            grace_seconds=self._options.cleanup_grace,
-            device_patterns=self._options.device_patterns,
-            lockfile=self._options.lockfile,
-        )
-        results = await run_on_all(
-            s.targets,
-            sh_command(script),
-            pool=self._pool,
-            retry=self._options.retry,
-            command_timeout=self._options.command_timeout,
-            label="cleanup",
-        )
-        await self._hosts.remember(s.inc, s.targets, results)
+        replies = await self._launcher.cleanup(s.place, Run(s.slot.run_id, attempt))
         report: dict[int, str] = {}
         busy: list[int] = []
-        for r in results:
-            if not r.completed or r.exit_status != 0:
-                report[r.worker] = f"not cleaned: {why_failed(r)}"
-                continue
-            try:
-                c = parse_cleanup(r.stdout_tail)
-            except ScriptOutputError as exc:
-                report[r.worker] = f"not cleaned: {exc}"
+        for r in replies:
+            c = r.value
+            if c is None:
+                report[r.worker] = f"not cleaned: {r.why}"
                 continue
             report[r.worker] = f"{c.state.value} (group {c.group}, {c.holders_killed} holders)"
             if c.state is CleanupState.BUSY:
@@ -335,7 +271,7 @@ class WorkloadExecutor:
     async def _slices(
         self, fleet: str, slot_index: int, incarnation_id: int, *, whole: bool
     ) -> list[_Slice]:
-        """The slot's READY slices as stored now, by slice, with their SSH targets: the one
+        """The slot's READY slices as stored now, by slice, located by the launcher: the one
         node `incarnation_id` of a single-slice slot; for a multislice slot (`incarnation_id`
         its stand-in's, core/workload/gang.py) every slice, all READY and still that set when
         `whole` (a launch), else those READY (a stop). Empty when there is nothing to act on."""
@@ -359,13 +295,13 @@ class WorkloadExecutor:
         gang: list[_Slice] = []
         for inc in ready:
             recorded = workers.get(inc.id, ())
-            targets = await targets_or_why(self._hosts, inc, recorded) if recorded else "none"
-            if isinstance(targets, str):
-                log.warning("workload.no_targets", node=inc.node_name, why=targets)
+            place = await self._launcher.locate(inc, recorded) if recorded else "none"
+            if isinstance(place, str):
+                log.warning("workload.no_targets", node=inc.node_name, why=place)
                 if whole:
                     return []
                 continue
-            gang.append(_Slice(inc, slot, targets, tuple(recorded)))
+            gang.append(_Slice(inc, slot, place, tuple(recorded)))
         return gang
 
     async def _event(
@@ -390,33 +326,19 @@ def chains_by_slot(actions: Iterable[Action]) -> dict[tuple[str, int], list[Acti
     return chains
 
 
-def _local_files(spec: WorkloadSpec) -> list[FileUpload]:
-    return [FileUpload.from_local(local, remote) for local, remote in spec.files.items()]
+def _local_files(spec: WorkloadSpec) -> list[WorkerFile]:
+    """`workload.files` read from the daemon's disk, each with its local permission bits."""
+    files = []
+    for local, remote in spec.files.items():
+        path = Path(local)
+        if not path.is_file():
+            raise ValueError(f"{path} is not a regular file (directories are not supported)")
+        files.append(WorkerFile(remote, path.read_bytes(), path.stat().st_mode & 0o777))
+    return files
 
 
 # ---------------------------------------------------------------------------------------------
 # Also used by the probing side (runner.py)
-
-
-def why_failed(r: WorkerResult) -> str:
-    """Why a worker's command did not succeed, in one line: the SSH error, the signal, or the
-    exit status with the last line of stderr."""
-    if r.error is not None:
-        return f"{r.error.value}: {r.error_message}"
-    if r.exit_signal is not None:
-        return f"killed by SIG{r.exit_signal}"
-    tail = r.stderr_tail.strip().splitlines()[-1:] or [""]
-    return f"exit {r.exit_status}" + (f": {tail[0][:200]}" if tail[0] else "")
-
-
-async def targets_or_why(
-    hosts: WorkerHosts, inc: IncarnationRecord, workers: Sequence[WorkerRecord]
-) -> list[Target] | str:
-    """The workers' SSH targets, or why there are none (e.g. no external IP)."""
-    try:
-        return await hosts.targets(inc, workers)
-    except ValueError as exc:
-        return str(exc)
 
 
 def launch_blocked(spec: WorkloadSpec, environ: Mapping[str, str]) -> str | None:
@@ -433,13 +355,10 @@ def launch_blocked(spec: WorkloadSpec, environ: Mapping[str, str]) -> str | None
 # ---------------------------------------------------------------------------------------------
 
 
-def _launch_state(r: WorkerResult) -> str:
-    if not r.completed:
-        return why_failed(r)
-    try:
-        launched = parse_launch(r.stdout_tail)
-    except ScriptOutputError as exc:
-        return f"{why_failed(r)}: {exc}"
+def _launch_state(r: Reply[LaunchResult]) -> str:
+    launched = r.value
+    if launched is None:
+        return r.why or "no answer"
     if launched.state is LaunchState.ERROR:
         return f"error: {launched.reason}"
     if launched.state is LaunchState.EXITED:

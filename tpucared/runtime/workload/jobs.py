@@ -100,21 +100,18 @@ from tpucared.core.workload.probes import (
     probe_interval,
     stale_probe,
 )
+from tpucared.ports.launcher import WorkerLost
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.tasks import TaskSet
 from tpucared.runtime.wakeup import Wakeup
 from tpucared.runtime.workload.failures import SlotFailures
 from tpucared.runtime.workload.notices import NoticeWatches
 from tpucared.runtime.workload.runner import ProbeJob, WorkloadRunner, chains_by_slot
-from tpucared.ssh import NO_RETRY, RetryPolicy, Target
 
 log = structlog.get_logger(__name__)
 
 _NOT_SERVING = frozenset({NodePhase.DEAD, NodePhase.DELETING})
 
-# The first probe of a node: ~20 s of retrying a connection that fails before the command
-# starts (refused: sshd not up; keys still propagating), 0.5 s doubling up to 5 s.
-FIRST_PROBE_RETRY = RetryPolicy(attempts=8, initial_delay=0.5, multiplier=2.0, max_delay=5.0)
 DEFAULT_MAX_PROBES = 64
 
 
@@ -169,7 +166,6 @@ class WorkloadJobs:
         probe_rate: float = float("inf"),
         on_failure: Callable[[BaseException], None],
         max_probes: int = DEFAULT_MAX_PROBES,
-        first_probe_retry: RetryPolicy = FIRST_PROBE_RETRY,
     ) -> None:
         if max_probes < 1:
             raise ValueError("max_probes must be >= 1")
@@ -180,7 +176,6 @@ class WorkloadJobs:
         self.probe_rate = probe_rate
         self.interval = probe_interval  # the interval in force (at the last dispatch)
         self._max_probes = max_probes
-        self._first_retry = first_probe_retry
         self._tasks = TaskSet(on_failure, what="workload jobs")
         self._jobs: dict[SlotKey, _Job] = {}
         self._queue: deque[SlotKey] = deque()  # probes waiting for one of `max_probes`
@@ -363,7 +358,6 @@ class WorkloadJobs:
     async def _run_probe(self, job: _Job) -> None:
         key = job.key
         first = first_probe(self._probed.get(key), job.incarnation_id)
-        retry = self._first_retry if first else NO_RETRY
         started = self._clock.monotonic()
         news = urgent = False
         failure: Exception | None = None
@@ -375,7 +369,7 @@ class WorkloadJobs:
                 if probe is None or probe.key != key:
                     news = True  # not READY any more (or no workers): the planner decides
                     return
-            fresh = await self.runner.probe_slot(probe, retry=retry)
+            fresh = await self.runner.probe_slot(probe, patient=first)
             news = is_news(self.runner.previous(key), fresh)
             urgent = news and is_idle(fresh)  # the planner may launch on this answer
             tracked = self.runner.track(fresh)
@@ -451,17 +445,17 @@ class WorkloadJobs:
                  why=why)  # fmt: skip
         job.task.cancel()
 
-    def _connection_lost(self, target: Target) -> None:
+    def _connection_lost(self, lost: WorkerLost) -> None:
         """A worker closed its pooled connection (its VM is shutting down: preempted,
         terminated, rebooting) or the network dropped it: plan now, do not wait for the
         poll. The list then shows what the API says; if the node still reads READY, nothing
         happens. A node already known to be going wakes nothing (`_going`)."""
         if self._stopping:
             return
-        known = target.incarnation  # str(IncarnationRecord.id), runtime/workload/hosts.py
-        news = not (known and known.isdigit() and int(known) in self._going())
-        log.debug("workload.connection_lost", host=target.host, worker=target.worker,
-                  incarnation=target.incarnation, wakes=news)  # fmt: skip
+        known = lost.incarnation_id
+        news = not (known is not None and known in self._going())
+        log.debug("workload.connection_lost", host=lost.host, worker=lost.worker,
+                  incarnation=known, wakes=news)  # fmt: skip
         if news:
             self._wakeup.set("ssh connection lost")
 

@@ -2,10 +2,10 @@
 
 Where it sits: `WorkloadJobs.dispatch` (jobs.py) calls `sync(snapshot, probe_jobs)` every
 tick. For each slot whose newest attempt runs on its READY node, one background task keeps a
-command waiting on worker 0 (ssh/sh/notice_wait.sh, on the pooled connection: it holds the
-metadata server's `instance/preempted` request as run.sh's watcher does, so it costs the
-worker nothing while it waits) until the run's notice watcher (ssh/sh/run.sh) writes
-`notice`. Then it:
+wait going on worker 0 (`Launcher.wait_notice`; the SSH launcher's is launch/sh/notice_wait.sh
+on the pooled connection: it holds the metadata server's `instance/preempted` request as
+run.sh's watcher does, so it costs the worker nothing while it waits) until the run's notice
+watcher (launch/sh/run.sh) writes `notice`. Then it:
 
 1. records a `preemption.notice` event (the notice's time as the worker saw it);
 2. asks for a probe of the slot now (`on_news`): the planner reads the notice from the probe
@@ -17,12 +17,12 @@ worker nothing while it waits) until the run's notice watcher (ssh/sh/run.sh) wr
 Worker 0 stands for the slice: a notice comes to every worker of a preempted slice, and the
 probe that follows reads them all. A multislice job has one wait per slice; a notice on one
 slice is also sent, as the same signal, to the run on every worker of the other slices
-(ssh/sh/signal.sh), so the whole job checkpoints and stops as one, as a single slice does.
-A wait that fails (SSH dropped, the worker unreachable) is asked again after `RETRY_S`; the
-watcher on the VM does not depend on it, and the poll's probe still finds the notice at the
-latest one poll later. A wait ends by itself after `WAIT_S` and is asked again, so no command
-runs for ever. The tasks are cancelled when the attempt ends or its node goes, and at
-shutdown; they write nothing but the event.
+(`Launcher.signal`, launch/sh/signal.sh), so the whole job checkpoints and stops as one, as a
+single slice does. A wait that fails (the connection dropped, the worker unreachable) is asked
+again after `RETRY_S`; the watcher on the VM does not depend on it, and the poll's probe
+still finds the notice at the latest one poll later. A wait ends by itself after `WAIT_S` and
+is asked again, so no command runs for ever. The tasks are cancelled when the attempt ends or
+its node goes, and at shutdown; they write nothing but the event.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ import structlog
 
 from tpucared.core.planning.snapshot import SlotKey
 from tpucared.core.workload.inputs import TickSnapshot
+from tpucared.ports.launcher import NoticeResult, NoticeState
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.workload.runner import ProbeJob, WorkloadRunner
-from tpucared.ssh import NoticeResult, NoticeState
 from tpucared.store import Store
 
 log = structlog.get_logger(__name__)

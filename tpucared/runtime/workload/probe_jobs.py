@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from tpucared.core.model.records import IncarnationRecord, WorkerRecord
 from tpucared.core.model.specs import WorkloadSpec
 from tpucared.core.planning.snapshot import SlotKey
-from tpucared.ssh import Target, WorkerResult
+from tpucared.ports.launcher import Place, ProbeResult, Reply, Run
 
 
 @dataclass(frozen=True)
@@ -35,9 +35,14 @@ class ProbeJob:
         if not self.parts:  # a single node: itself
             object.__setattr__(self, "parts", ((self.inc, self.workers),))
 
+    @property
+    def run(self) -> Run:
+        """The run probed, as the launcher names it."""
+        return Run(self.run_id, self.attempt)
 
-# One slice's probe: its targets (or why none) and their answers.
-Answer = tuple[list[Target] | str, list[WorkerResult] | None]
+
+# One slice's probe: where its workers are (or why they cannot be reached) and their answers.
+Answer = tuple[Place | str, list[Reply[ProbeResult]] | None]
 
 
 def numbered(

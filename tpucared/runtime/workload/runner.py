@@ -1,7 +1,7 @@
 """The workload runner: probes the workers of a slice, and hands workload actions to its executor.
 
 Where it sits: the daemon's tick never calls it directly. The slots' background jobs
-(runtime/workload/jobs.py) call `probe_slot(job)` (one SSH command per worker of one slot, jobs
+(runtime/workload/jobs.py) call `probe_slot(job)` (the launcher probes each worker of one slot, jobs
 from `probe_jobs(snapshot)`) and `execute_chain(actions)` (one slot's workload actions, in
 order), and hand the probes, tracked (`track`), to the next `plan_tick`; node replacements are
 DeleteNode, the executor's business (`split`). `probe(snapshot)` and `execute_all(actions)`
@@ -11,25 +11,22 @@ It decides nothing (core/workload/planner.py does). The actions are carried out 
 `WorkloadExecutor` (runtime/workload/executor.py: launch, stop, cleanup, finish), which follows
 the contract in core/workload/actions.py; what it finds out that the planner must know (a TPU
 still held after cleanup, a secret missing from the daemon's environment) reaches the planner
-through the next probe. Every remote step, probe or action, goes through tpucared.ssh over one
-long-lived `ConnectionPool` (idle connections capped, least recently used closed first); the
-worker-side paths are in runtime/workload/layout.py, targets and host key pins in
-runtime/workload/hosts.py.
+through the next probe. Every remote step, probe or action, goes through its `Launcher` (the
+port, tpucared/ports/launcher.py): the daemon's is the SSH launcher (tpucared/launch/, made by
+`from_config` through launchers.py), a test may give another.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import resource
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 
-import asyncssh
 import structlog
 
-from tpucared.config import Config, SshConfig
+from tpucared.config import Config
 from tpucared.core.model.records import (
     IncarnationRecord,
     NodePhase,
@@ -43,80 +40,25 @@ from tpucared.core.planning.snapshot import SlotKey
 from tpucared.core.workload.actions import WORKLOAD_ACTIONS
 from tpucared.core.workload.gang import Gang
 from tpucared.core.workload.inputs import SlotProbe, TickSnapshot, WorkerProbe, track
-from tpucared.runtime.workload import layout
-from tpucared.runtime.workload.executor import (
-    WorkloadExecutor,
-    chains_by_slot,
-    launch_blocked,
-    targets_or_why,
-    why_failed,
-)
-from tpucared.runtime.workload.hosts import HostKeyFetcher, WorkerHosts
-from tpucared.runtime.workload.probe_jobs import Answer, ProbeJob, numbered
-from tpucared.ssh import (
-    DEFAULT_DEVICE_PATTERNS,
-    DEFAULT_LIBTPU_LOCKFILE,
-    DEFAULT_RETRY,
-    NO_RETRY,
-    ConnectionPool,
+from tpucared.ports.launcher import (
+    Launcher,
     NoticeResult,
-    RetryPolicy,
+    Place,
+    ProbeResult,
+    Reply,
     RunState,
-    ScriptOutputError,
-    Target,
-    WorkerResult,
-    ensure_client_key,
-    notice_wait_script,
-    parse_notice_wait,
-    parse_probe,
-    probe_script,
-    run_on_all,
-    sh_command,
-    signal_script,
+    WorkerLost,
 )
+from tpucared.runtime.workload.executor import WorkloadExecutor, chains_by_slot, launch_blocked
+from tpucared.runtime.workload.hosts import HostKeyFetcher
+from tpucared.runtime.workload.launchers import ssh_launcher_for
+from tpucared.runtime.workload.probe_jobs import Answer, ProbeJob, numbered
 from tpucared.store import Store
 
 # chains_by_slot lives in executor.py; importable from here as before (runtime/workload/jobs.py).
-__all__ = ["ProbeJob", "RunnerOptions", "WorkloadRunner", "chains_by_slot"]
+__all__ = ["ProbeJob", "WorkloadRunner", "chains_by_slot"]
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True)
-class RunnerOptions:
-    # One short command per worker per tick, never retried (the next tick is the retry).
-    probe_timeout: float = 20.0
-    # Launch waits up to 60 s for a concurrent launch's lock; uploads carry the files.
-    command_timeout: float = 120.0
-    retry: RetryPolicy = DEFAULT_RETRY
-    # Cleanup: how long the run's process group gets after TERM before KILL; what counts as
-    # the TPU (device files and the libtpu lock file) on the workers.
-    cleanup_grace: float = 5.0
-    device_patterns: tuple[str, ...] = DEFAULT_DEVICE_PATTERNS
-    lockfile: str = DEFAULT_LIBTPU_LOCKFILE
-    # Pooled connections kept, least recently used idle ones closed first; None: `pool_size()`.
-    max_idle_connections: int | None = None
-
-
-# File descriptors kept for everything but pooled connections: the commands in flight beyond
-# the pool (ssh.concurrency), the database, the HTTP server and API clients, the logs.
-FD_RESERVE = 1024
-MIN_POOL = 64
-
-
-def pool_size(open_files_limit: int | None = None) -> int:
-    """How many connections the pool keeps: one per worker probed, as far as the open files
-    limit allows (the daemon raises its soft limit to the hard one at start). Every probe
-    visits every worker in turn, so a pool smaller than the workers helps no probe at all
-    (the least recently used connection is always the next one needed) and each pays a
-    handshake (~4 ms of CPU) instead of a channel. A connection costs ~23 KiB of RSS
-    (asyncssh 2.24): 4,000 workers ~90 MB; 40,000 (10,000 v4-32 slices) ~0.9 GB."""
-    if open_files_limit is None:
-        open_files_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if open_files_limit == resource.RLIM_INFINITY:
-        open_files_limit = 1 << 20
-    # Half of a small limit (1024: 512 pooled, as before the limit was raised).
-    return max(MIN_POOL, open_files_limit - min(FD_RESERVE, open_files_limit // 2))
 
 
 class WorkloadRunner:
@@ -124,12 +66,9 @@ class WorkloadRunner:
         self,
         store: Store,
         specs: Iterable[FleetSpec],
-        ssh: SshConfig,
-        key: asyncssh.SSHKey,
+        launcher: Launcher,
         *,
-        fetch_host_keys: HostKeyFetcher | None = None,
         environ: Mapping[str, str] | None = None,
-        options: RunnerOptions | None = None,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         self._store = store
@@ -139,22 +78,15 @@ class WorkloadRunner:
         }
         self._slice_counts = {s.name: s.slices for s in specs if s.multislice}
         self._environ = os.environ if environ is None else environ
-        self._options = options or RunnerOptions()
         self._clock = clock or (lambda: datetime.now(UTC))
-        self._pool = ConnectionPool(
-            key,
-            concurrency=ssh.concurrency,
-            max_connections=self._options.max_idle_connections or pool_size(),
-            on_lost=self._connection_lost,
-        )
-        # Told when a pooled connection to a worker ends by the worker's doing (jobs.py).
-        self.on_connection_lost: Callable[[Target], None] | None = None
-        self._hosts = WorkerHosts(store, ssh, fetch_host_keys)
+        self._launcher = launcher
+        launcher.on_lost = self._connection_lost
+        # Told when a worker ends its connection by the worker's doing (jobs.py).
+        self.on_connection_lost: Callable[[WorkerLost], None] | None = None
         self._last: dict[SlotKey, SlotProbe] = {}  # each slot's previous probe (for `track`)
         self._executor = WorkloadExecutor(
-            store, self._workloads, self._hosts, self._pool, self._options, self._environ,
-            self._slice_counts,
-        )  # fmt: skip
+            store, self._workloads, launcher, self._environ, self._slice_counts
+        )
 
     @classmethod
     def from_config(
@@ -164,23 +96,25 @@ class WorkloadRunner:
         *,
         fetch_host_keys: HostKeyFetcher | None = None,
         clock: Callable[[], datetime] | None = None,
+        launcher: Launcher | None = None,
     ) -> WorkloadRunner:
-        """A runner for the config's fleets with the daemon's SSH key (made if missing).
-        Blocking (reads the key file): call it at start-up."""
-        key = ensure_client_key(config.ssh.key)
-        return cls(store, config.fleets, config.ssh, key, fetch_host_keys=fetch_host_keys,
-                   clock=clock)  # fmt: skip
+        """A runner for the config's fleets with `launcher`, by default the SSH one with the
+        daemon's SSH key (made if missing). Blocking (reads the key file): call it at
+        start-up."""
+        if launcher is None:
+            launcher = ssh_launcher_for(config, store, fetch_host_keys=fetch_host_keys)
+        return cls(store, config.fleets, launcher, clock=clock)
 
     async def close(self) -> None:
-        await self._pool.close()
+        await self._launcher.close()
 
     @property
     def store(self) -> Store:
         return self._store
 
-    def _connection_lost(self, target: Target) -> None:
+    def _connection_lost(self, lost: WorkerLost) -> None:
         if self.on_connection_lost is not None:
-            self.on_connection_lost(target)
+            self.on_connection_lost(lost)
 
     async def __aenter__(self) -> WorkloadRunner:
         return self
@@ -214,33 +148,22 @@ class WorkloadRunner:
         now = now or self._clock()
         jobs = self.probe_jobs(snapshot)
         parts = [(job, inc, workers) for job in jobs for inc, workers in job.parts]
-        targets = await asyncio.gather(*(targets_or_why(self._hosts, i, w) for _, i, w in parts))
-        commands: dict[Target, str] = {}
-        for (job, _, _), found in zip(parts, targets, strict=True):
-            if isinstance(found, list):
-                command = self._probe_command(job)
-                commands.update({t: command for t in found})
-        results = []
-        if commands:
-            results = await run_on_all(
-                list(commands),
-                lambda t: commands[t],
-                pool=self._pool,
-                retry=NO_RETRY,
-                command_timeout=self._options.probe_timeout,
-                label="probe",
-            )
-        by_target = dict(zip(commands, results, strict=True))
+        places = await asyncio.gather(*(self._launcher.locate(i, w) for _, i, w in parts))
+        runs = [
+            (place, job.run)
+            for (job, _, _), place in zip(parts, places, strict=True)
+            if isinstance(place, Place)
+        ]
+        replies = iter(await self._launcher.probe(runs, only=True))
         answered: dict[SlotKey, list[Answer]] = {}
-        for (job, _, _), found in zip(parts, targets, strict=True):
-            answers = None if isinstance(found, str) else [by_target[t] for t in found]
-            answered.setdefault(job.key, []).append((found, answers))
+        for (job, _, _), place in zip(parts, places, strict=True):
+            answers = None if isinstance(place, str) else next(replies)
+            answered.setdefault(job.key, []).append((place, answers))
         probes: dict[SlotKey, SlotProbe] = {}
         for job in jobs:
-            fresh = await self._slot_probe(job, answered[job.key], now)
+            fresh = self._slot_probe(job, answered[job.key], now)
             probes[job.key] = self.track(fresh)
         self.forget({inc.id for inc in snapshot.nodes.values()})
-        await self._pool.prune(commands)
         return probes
 
     def probe_jobs(self, snapshot: TickSnapshot) -> list[ProbeJob]:
@@ -308,29 +231,21 @@ class WorkloadRunner:
         last = newest[0] if newest else None
         return self._job((inc.fleet, inc.slot), incs, workers, last, slot.run_id)
 
-    async def probe_slot(self, job: ProbeJob, *, retry: RetryPolicy = NO_RETRY) -> SlotProbe:
-        """Probe one slot's workers (one fan-out per slice); untracked, stamped when the
-        answers are in (so a timer that starts at this probe never starts early). `retry`
-        covers failures before the command starts (a fresh node's sshd that is not up yet)."""
-        command = self._probe_command(job)
+    async def probe_slot(self, job: ProbeJob, *, patient: bool = False) -> SlotProbe:
+        """Probe one slot's workers (one probe per slice); untracked, stamped when the answers
+        are in (so a timer that starts at this probe never starts early). `patient`: the
+        node's first probe (a fresh node's workers may not answer yet: asked again a while)."""
 
         async def one(inc: IncarnationRecord, workers: Sequence[WorkerRecord]) -> Answer:
-            found = await targets_or_why(self._hosts, inc, workers)
-            if isinstance(found, str):
-                return found, None
-            answers = await run_on_all(
-                found,
-                command,
-                pool=self._pool,
-                retry=retry,
-                command_timeout=self._options.probe_timeout,
-                label="probe",
-                quiet=True,  # one line per slot per poll: at info only when a worker failed
-            )
-            return found, answers
+            place = await self._launcher.locate(inc, workers)
+            if isinstance(place, str):
+                return place, None
+            (answers,) = await self._launcher.probe([(place, job.run)], patient=patient,
+                                                    quiet=True)  # fmt: skip
+            return place, answers
 
         answered = await asyncio.gather(*(one(i, w) for i, w in job.parts))
-        return await self._slot_probe(job, list(answered), self._clock())
+        return self._slot_probe(job, list(answered), self._clock())
 
     def workload_of(self, fleet: str) -> WorkloadSpec | None:
         return self._workloads.get(fleet)
@@ -353,8 +268,8 @@ class WorkloadRunner:
         self._last = {k: p for k, p in self._last.items() if p.incarnation_id in live}
 
     async def prune_connections(self, live: set[int]) -> None:
-        """Close idle pooled connections to workers of incarnations that are not live."""
-        await self._pool.prune_incarnations({str(i) for i in live})
+        """Let the launcher go of what it holds for incarnations that are not live."""
+        await self._launcher.forget(live)
 
     async def wait_notice(
         self, job: ProbeJob, what: str, seconds: float, *, part: int = 0
@@ -362,56 +277,25 @@ class WorkloadRunner:
         """One wait on worker 0 of the slot (of its slice `part`) for its run's preemption
         notice (`what` = "notice") or for the run to stop ("stopped"), at most `seconds`; or
         why it could not be asked (the runtime's notices.py asks again)."""
-        inc, workers = job.parts[part]
-        found = await targets_or_why(self._hosts, inc, workers)
-        if isinstance(found, str):
-            return found
-        run_dir = layout.attempt_dir(job.run_id, job.attempt)
-        (result,) = await run_on_all(
-            found[:1],
-            sh_command(notice_wait_script(run_dir, what, seconds)),
-            pool=self._pool,
-            retry=NO_RETRY,
-            command_timeout=seconds + 30,
-            label="notice",
-            quiet=True,
-            waits=True,  # minutes long, one per running slice: must not hold the pool's bound
-        )
-        if not result.completed or result.exit_status != 0:
-            return why_failed(result)
-        try:
-            return parse_notice_wait(result.stdout_tail)
-        except ScriptOutputError as exc:
-            return str(exc)
+        place = await self._launcher.locate(*job.parts[part])
+        if isinstance(place, str):
+            return place
+        return await self._launcher.wait_notice(place, job.run, what, seconds)
 
     async def signal_slices(self, job: ProbeJob, parts: Sequence[int], signal: str) -> int:
         """Send the run on every worker of these slices `signal` (a notice heard on another
         slice of the job); how many runs got it."""
-        script = sh_command(signal_script(layout.attempt_dir(job.run_id, job.attempt), signal))
 
         async def one(inc: IncarnationRecord, workers: Sequence[WorkerRecord]) -> int:
-            found = await targets_or_why(self._hosts, inc, workers)
-            if isinstance(found, str):
+            place = await self._launcher.locate(inc, workers)
+            if isinstance(place, str):
                 return 0
-            done = await run_on_all(
-                found,
-                script,
-                pool=self._pool,
-                retry=self._options.retry,
-                command_timeout=self._options.probe_timeout,
-                label="signal",
-            )
-            return sum(1 for r in done if r.completed and "state=sent" in r.stdout_tail)
+            return await self._launcher.signal(place, job.run, signal)
 
         counts = await asyncio.gather(*(one(*job.parts[i]) for i in parts))
         return sum(counts)
 
-    def _probe_command(self, job: ProbeJob) -> str:
-        return sh_command(probe_script(layout.attempt_dir(job.run_id, job.attempt)))
-
-    async def _slot_probe(
-        self, job: ProbeJob, answered: Sequence[Answer], now: datetime
-    ) -> SlotProbe:
+    def _slot_probe(self, job: ProbeJob, answered: Sequence[Answer], now: datetime) -> SlotProbe:
         """One SlotProbe from each slice's answers (`job.parts` order), workers numbered
         slice by slice as the gang's (core/workload/gang.py)."""
         workers: list[WorkerProbe] = []
@@ -423,7 +307,6 @@ class WorkloadRunner:
                 why = found if isinstance(found, str) else "no targets"
                 mine = [WorkerProbe.unreachable(w.index, why) for w in recorded]
             else:
-                await self._hosts.remember(inc, found, answers)
                 mine = [_worker_probe(r) for r in answers]
             workers += [replace(w, worker=w.worker + offset) for w in mine]
             busy += [offset + w for w in self._executor.busy.get(inc.id, ())]
@@ -465,14 +348,11 @@ class WorkloadRunner:
         await self._executor.execute(action, now or self._clock())
 
 
-def _worker_probe(r: WorkerResult) -> WorkerProbe:
+def _worker_probe(r: Reply[ProbeResult]) -> WorkerProbe:
     """One worker's probe answer; anything but a well-formed answer is 'unreachable'."""
-    if not r.completed or r.exit_status != 0:
-        return WorkerProbe.unreachable(r.worker, why_failed(r))
-    try:
-        p = parse_probe(r.stdout_tail)
-    except ScriptOutputError as exc:
-        return WorkerProbe.unreachable(r.worker, str(exc))
+    p = r.value
+    if p is None:
+        return WorkerProbe.unreachable(r.worker, r.why or "no answer")
     if p.state is RunState.RUNNING:
         probe = WorkerProbe.running(r.worker, p.log_bytes)
     elif p.state is RunState.EXITED:

@@ -1,8 +1,8 @@
 """Where a slot's workload lives on its workers, and the command each attempt runs.
 
 Owns the worker-side layout (see core/workload/actions.py) and `workload_command`, the shell
-text that `ssh.launch_script` runs detached in an attempt's run directory. Pure string
-building; the runner (runtime/workload/runner.py) and the CLI commands (runtime/workload/by_hand.py)
+text that `scripts.launch_script` runs detached in an attempt's run directory. Pure string
+building; the SSH launcher (`launcher.py`) and the CLI commands (runtime/workload/by_hand.py)
 share it so they agree on every path.
 
 Setup runs inside the first attempt on each disk, guarded by a marker file named by a digest
@@ -21,7 +21,8 @@ import re
 from shlex import quote
 
 from tpucared.core.model.specs import WorkloadSpec
-from tpucared.ssh import path_expr, setup_script
+from tpucared.launch.provision import setup_script
+from tpucared.ssh.shell import path_expr
 
 RUNS = "~/.tpucared/runs"
 _SETUP_MARKERS = "~/.tpucared"

@@ -1,6 +1,6 @@
 # lib.sh: shell functions shared by launch.sh, run.sh, probe.sh and cleanup.sh.
 #
-# When: never alone. The loader (tpucared/ssh/shfiles.py) puts it between a script's
+# When: never alone. The loader (tpucared/launch/shfiles.py) puts it between a script's
 #   positional parameters and its body, so the functions exist before the body runs.
 # Expects: nothing at definition time; run_alive reads $rd, the run directory.
 # Defines (they read /proc with the `read` builtin only, so scanning every process costs no

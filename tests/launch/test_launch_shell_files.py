@@ -1,5 +1,6 @@
-"""The worker scripts as files: tpucared/ssh/sh/*.sh parse, pass shellcheck, are documented,
-are all used, ship in the wheel, and get their values exactly (positional parameters).
+"""The worker scripts as files: tpucared/launch/sh/*.sh (the launcher's) and
+tpucared/ssh/sh/write_file.sh (the upload's) parse, pass shellcheck, are documented, are all
+used, ship in the wheel, and get their values exactly (positional parameters).
 
 shellcheck is a hard requirement (.ci/run installs it): these tests fail without it.
 """
@@ -17,22 +18,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpucared.ssh import (
+from tpucared.launch import (
     cleanup_script,
     launch_script,
     notice_wait_script,
     probe_script,
     setup_script,
-    shfiles,
     signal_script,
-    write_file_script,
 )
-from tpucared.ssh.scripts import wrapper_script
+from tpucared.launch.scripts import wrapper_script
+from tpucared.ssh import shfiles, write_file_script
 from tpucared.ssh.shell import env_words, path_expr, quote
 
 REPO = Path(__file__).resolve().parents[2]
-SH_DIR = Path(shfiles.__file__).parent / shfiles.FOLDER
-NAMES = shfiles.names()
+PACKAGES = {"tpucared.launch": "launch", "tpucared.ssh": "ssh"}  # package -> its folder
+WHERE = {name: package for package in PACKAGES for name in shfiles.names(package)}
+NAMES = sorted(WHERE)
 SHELLS = [s for s in ("dash", "bash") if shutil.which(s)]
 NASTY = 'it\'s "quoted" $HOME `id` $(id) \\ back\nnew line; rm -rf / # * ? [a] ~'
 VALUES = st.text(st.characters(codec="utf-8", exclude_characters="\0"), max_size=30)
@@ -45,9 +46,17 @@ def shellcheck() -> str:
     return path
 
 
+def sh_dir(name: str) -> Path:
+    return REPO / "tpucared" / PACKAGES[WHERE[name]] / shfiles.FOLDER
+
+
+def body(name: str) -> str:
+    return shfiles.body(name, WHERE[name])
+
+
 def header(name: str) -> str:
-    text = shfiles.read(name)
-    return text[: len(text) - len(shfiles.body(name))]
+    text = shfiles.read(name, WHERE[name])
+    return text[: len(text) - len(body(name))]
 
 
 def built_scripts() -> dict[str, str]:
@@ -71,14 +80,17 @@ def built_scripts() -> dict[str, str]:
 
 
 def test_the_package_ships_the_scripts() -> None:
-    assert sorted(p.stem for p in SH_DIR.glob("*.sh")) == NAMES
+    dirs = {sh_dir(name) for name in NAMES}
+    assert sorted(p.stem for d in dirs for p in d.glob("*.sh")) == NAMES
     assert {"cleanup", "launch", "lib", "probe", "run", "setup", "write_file"} <= set(NAMES)
 
 
 @pytest.mark.parametrize("shell", SHELLS)
 @pytest.mark.parametrize("name", NAMES)
 def test_every_file_parses(shell: str, name: str) -> None:
-    done = subprocess.run([shell, "-n", SH_DIR / f"{name}.sh"], capture_output=True, check=False)
+    done = subprocess.run(
+        [shell, "-n", sh_dir(name) / f"{name}.sh"], capture_output=True, check=False
+    )
     assert done.returncode == 0, done.stderr.decode()
 
 
@@ -86,7 +98,7 @@ def test_every_file_parses(shell: str, name: str) -> None:
 def test_every_file_passes_shellcheck(name: str) -> None:
     done = subprocess.run(
         [shellcheck(), "--norc", f"{name}.sh"],
-        cwd=SH_DIR,
+        cwd=sh_dir(name),
         capture_output=True,
         text=True,
         check=False,
@@ -115,13 +127,13 @@ def test_every_file_opens_with_its_documentation(name: str) -> None:
     assert "\n# When: " in block
     assert "\n# Expects: " in block
     assert "# shellcheck shell=sh\n" in block  # the dialect the workers run: POSIX sh
-    assert not shfiles.body(name).startswith("#")
+    assert not body(name).startswith("#")
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_no_file_is_an_orphan(name: str) -> None:
     # Each file's body reaches a worker through some builder.
-    assert any(shfiles.body(name) in script for script in built_scripts().values())
+    assert any(body(name) in script for script in built_scripts().values())
 
 
 def test_scripts_are_read_once() -> None:
@@ -138,13 +150,13 @@ def test_wheel_carries_every_file() -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     globs = pyproject["tool"]["setuptools"]["package-data"]["tpucared"]
     for name in NAMES:
-        path = f"ssh/sh/{name}.sh"
+        path = f"{PACKAGES[WHERE[name]]}/sh/{name}.sh"
         assert any(fnmatch.fnmatch(path, g) for g in globs), (path, globs)
 
 
 def test_script_is_parameters_then_lib_then_body() -> None:
     script = probe_script("/r")
-    assert script == "set -- \\\n  /r\n" + shfiles.body("lib") + shfiles.body("probe")
+    assert script == "set -- \\\n  /r\n" + body("lib") + body("probe")
     assert shfiles.set_args([]) == "set --\n"
 
 

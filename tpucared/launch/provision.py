@@ -1,34 +1,19 @@
-"""Preparing a worker once per node incarnation: files, secrets, code, setup.
+"""Preparing a worker for the workload: the secrets file, and the code and its setup.
 
-Owns `write_file_script` (sh/write_file.sh: how any file, the secrets file included, reaches
-a worker: content on stdin, never on a command line), `secrets_file_contents`, and
+Owns `secrets_file_contents` (what the secrets file on a worker holds; it travels as any file
+does, through `tpucared.ssh.upload`: content on stdin, never on a command line) and
 `setup_script` (sh/setup.sh: clone or update the repository, then run the user's setup
-command). The functions check and quote the values and hand them to the scripts as positional
-parameters (`shfiles.script`); they are pure, and `upload.py` and the runtime send the scripts
-with the fan-out.
+command), which `layout.workload_command` runs inside an attempt. The functions check and
+quote the values and hand them to the scripts as positional parameters (`shfiles.script`);
+they are pure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tpucared.ssh import shfiles
+from tpucared.launch import shfiles
 from tpucared.ssh.shell import assignment, env_words, path_expr, quote
-
-
-def write_file_script(remote_path: str, *, mode: int, size: int) -> str:
-    """A script (sh/write_file.sh) that writes its stdin to `remote_path` atomically with
-    `mode`.
-
-    Created under umask 077 (a secret is never readable by others, not even between write and
-    chmod), size-checked against `size` so a connection dropped mid-transfer cannot install a
-    truncated file, then renamed into place. Missing parent directories are created 0700.
-    Prints `TPUCARED_WRITE state=ok bytes=N`.
-    """
-    if not 0 <= mode <= 0o7777:
-        raise ValueError(f"invalid file mode {mode:o}")
-    args = [path_expr(remote_path), quote(str(int(size))), quote(f"{mode:04o}")]
-    return shfiles.script("write_file", args)
 
 
 def secrets_file_contents(secrets: Mapping[str, str]) -> bytes:

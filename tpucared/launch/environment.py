@@ -1,41 +1,21 @@
 """The workload environment contract: the TPUCARED_* variables every worker's process gets.
 
 Owns `workload_environment()`, which merges the fleet's `env` with the contract variables for
-one worker of one attempt. The runtime passes the result to `scripts.launch_script`. Pure;
-it would sit equally well in `core` (proposed in the SSH layer's notes).
+one worker of one attempt (`SliceOf`, a worker's place in a multislice job, is a value of the
+Launcher port: tpucared/ports/launcher.py). The SSH launcher passes the result to
+`scripts.launch_script`; another launcher gives its workload the same variables. Pure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
+from tpucared.ports.launcher import MEGASCALE_PORT, SliceOf
 from tpucared.ssh.shell import check_env_name, check_env_value
 
 CONTRACT_PREFIX = "TPUCARED_"
 
-# The port the MEGASCALE coordinator listens on: what Levanter's and Ray's TPU launchers set
-# (MEGASCALE_PORT=8081), with MEGASCALE_COORDINATOR_ADDRESS the first worker of slice 0.
-MEGASCALE_PORT = 8081
-
-
-@dataclass(frozen=True)
-class SliceOf:
-    """Where one worker's slice sits in a multislice job."""
-
-    index: int  # TPUCARED_SLICE, MEGASCALE_SLICE_ID
-    count: int  # TPUCARED_NUM_SLICES, MEGASCALE_NUM_SLICES
-    coordinator: str  # slice 0 worker 0's address: MEGASCALE_COORDINATOR_ADDRESS
-
-    def variables(self) -> dict[str, str]:
-        return {
-            "TPUCARED_SLICE": str(self.index),
-            "TPUCARED_NUM_SLICES": str(self.count),
-            "MEGASCALE_COORDINATOR_ADDRESS": self.coordinator,
-            "MEGASCALE_NUM_SLICES": str(self.count),
-            "MEGASCALE_SLICE_ID": str(self.index),
-            "MEGASCALE_PORT": str(MEGASCALE_PORT),
-        }
+__all__ = ["CONTRACT_PREFIX", "MEGASCALE_PORT", "SliceOf", "workload_environment"]
 
 
 def workload_environment(

@@ -8,7 +8,7 @@
 # the working directory is just created. Safe to run again after a crash.
 #
 # When: once per node incarnation, before the workload: in the foreground as one `sh -c`
-#   command, or inside the workload's command (runtime/workload/layout.py) for long setups.
+#   command, or inside the workload's command (tpucared/launch/layout.py) for long setups.
 #   Built by `provision.setup_script`.
 # Expects: $1 the repository URL or '' for none, $2 the ref or '', $3 the setup command or ''
 #   (run by bash when the worker has it, else sh), $4 the working directory, then NAME=value

@@ -15,24 +15,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tpucared.ssh import (
+from tpucared.launch import (
     CleanupState,
     LaunchState,
     RunState,
-    ScriptOutputError,
     SliceOf,
     cleanup_script,
     launch_script,
     parse_cleanup,
     parse_launch,
     parse_probe,
-    path_expr,
     probe_script,
     secrets_file_contents,
     setup_script,
     workload_environment,
-    write_file_script,
 )
+from tpucared.ssh import ScriptOutputError, path_expr, write_file_script
 from tpucared.ssh.shell import export_lines, parse_marker
 
 NASTY = 'it\'s "quoted" $HOME `id` $(id) \\ back\nnew line; rm -rf / # * ? [a] ~'

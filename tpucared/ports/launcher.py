@@ -1,0 +1,249 @@
+"""The Launcher port: everything the runtime needs from whatever runs a workload on the workers.
+
+Where it sits: runtime/workload/ (the runner's probes, the executor's launches, stops and
+cleanups, the notice watches) calls a `Launcher`; the SSH implementation is
+tpucared/launch/ (`SshLauncher`, over tpucared/ssh/ as transport), and a new kind of launcher
+(a container instead of a shell command) implements this protocol in a package of its own.
+The runtime decides nothing from how a launcher works: it gets the plain values below back
+and the core's rules decide (core/workload/).
+
+The runtime first asks where a slice's workers are (`locate`: a `Place`, or why they cannot be
+reached), then acts on that place: every operation answers per worker, as data (`Reply`: the
+worker's parsed answer, or why there is none), never by raising for a worker that failed. A
+run is named by the slot's run id and the attempt number (`Run`); where a run lives on a
+worker, how it is started, how the TPUCARED_* environment reaches it (the contract in
+README.md, "Workload environment") and how its preemption notice is heard are the launcher's.
+
+Only types live here: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Generic, Protocol, TypeVar
+
+from tpucared.core.model.records import IncarnationRecord, WorkerRecord
+from tpucared.core.model.specs import WorkloadSpec
+
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------------------------------
+# Where and what
+
+
+@dataclass(frozen=True)
+class Place:
+    """One slice's workers as a launcher reaches them (`Launcher.locate`). `handle` is the
+    launcher's own (the SSH launcher: its targets, host keys pinned); the runtime only
+    carries it back."""
+
+    inc: IncarnationRecord
+    size: int  # how many workers
+    handle: object = None
+
+
+@dataclass(frozen=True)
+class Run:
+    """One attempt's run of a slot: `attempt` None names a run that never exists (attempt
+    numbers start at 1), which a probe reports as gone: how idle slots are probed."""
+
+    run_id: str
+    attempt: int | None
+
+
+@dataclass(frozen=True)
+class SliceOf:
+    """Where one worker's slice sits in a multislice job."""
+
+    index: int  # TPUCARED_SLICE, MEGASCALE_SLICE_ID
+    count: int  # TPUCARED_NUM_SLICES, MEGASCALE_NUM_SLICES
+    coordinator: str  # slice 0 worker 0's address: MEGASCALE_COORDINATOR_ADDRESS
+
+    def variables(self) -> dict[str, str]:
+        return {
+            "TPUCARED_SLICE": str(self.index),
+            "TPUCARED_NUM_SLICES": str(self.count),
+            "MEGASCALE_COORDINATOR_ADDRESS": self.coordinator,
+            "MEGASCALE_NUM_SLICES": str(self.count),
+            "MEGASCALE_SLICE_ID": str(self.index),
+            "MEGASCALE_PORT": str(MEGASCALE_PORT),
+        }
+
+
+# The port the MEGASCALE coordinator listens on: what Levanter's and Ray's TPU launchers set
+# (MEGASCALE_PORT=8081), with MEGASCALE_COORDINATOR_ADDRESS the first worker of slice 0.
+MEGASCALE_PORT = 8081
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One attempt to start on every worker of a slice, with what the environment contract
+    needs (the node and each worker's index come from the `Place`)."""
+
+    fleet: str
+    slot: int
+    run: Run
+    spec: WorkloadSpec
+    preemptions: int
+    failures: int
+    slice_of: SliceOf | None = None  # a slice of a multislice job
+    secrets: bool = False  # the slot's secrets were installed (`Launcher.install`)
+
+
+@dataclass(frozen=True)
+class WorkerFile:
+    """A file the workload gets on every worker (`workload.files`)."""
+
+    remote: str  # absolute, relative to the login home, or "~/..."
+    content: bytes
+    mode: int = 0o644
+
+    def __repr__(self) -> str:
+        return f"WorkerFile(remote={self.remote!r}, bytes={len(self.content)})"
+
+
+@dataclass(frozen=True)
+class WorkerLost:
+    """A worker ended the launcher's connection to it (its VM going down, say)."""
+
+    incarnation_id: int | None
+    worker: int
+    host: str
+
+
+@dataclass(frozen=True)
+class Reply(Generic[T]):
+    """One worker's answer: `value`, or `why` there is none (unreachable, failed, unreadable)."""
+
+    worker: int
+    value: T | None = None
+    why: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# The answers
+
+
+class LaunchState(StrEnum):
+    STARTED = "started"  # a new run was started by this call
+    RUNNING = "running"  # a run in this directory was already alive: nothing started
+    EXITED = "exited"  # the run in this directory already finished: nothing started
+    ERROR = "error"  # could not start; `reason` says why
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    state: LaunchState
+    pid: int | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+
+
+class RunState(StrEnum):
+    RUNNING = "running"
+    EXITED = "exited"
+    GONE = "gone"  # never started here, or died without an exit code (killed, node rebooted)
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    state: RunState
+    pid: int | None = None
+    exit_code: int | None = None
+    log_bytes: int | None = None  # None when there is no log file
+    reason: str | None = None  # for GONE: no-run | died | rebooted
+    notice_at: float | None = None  # epoch seconds of the preemption notice the run got
+
+
+class CleanupState(StrEnum):
+    CLEAN = "clean"  # nothing holds the TPU: safe to relaunch
+    BUSY = "busy"  # something survived SIGKILL or still holds the TPU: replace the node
+
+
+@dataclass(frozen=True)
+class CleanupResult:
+    state: CleanupState
+    group: str  # none | terminated (exited on TERM) | killed (needed KILL) | stuck
+    holders_killed: int
+    lockfile: str  # removed | absent | failed
+    busy_pids: tuple[int, ...] = ()
+    # False when neither root nor passwordless sudo was available: other users' processes were
+    # invisible, so `clean` only speaks for the SSH user's own processes.
+    sees_all_processes: bool = True
+
+
+class NoticeState(StrEnum):
+    NOTICED = "noticed"  # the run's watcher wrote `notice`; `at` is its epoch seconds
+    ENDED = "ended"  # waiting for a notice, the run ended without one
+    STOPPED = "stopped"  # the run recorded its exit code, or its wrapper is gone
+    TIMEOUT = "timeout"  # nothing within the wait: ask again
+
+
+@dataclass(frozen=True)
+class NoticeResult:
+    state: NoticeState
+    at: float | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# The port
+
+
+class Launcher(Protocol):
+    """Runs a slot's workload on its workers. Every method answers as data; none raises for a
+    worker it could not reach."""
+
+    # Told when a worker ends its connection by its own doing (its VM shutting down): a hint
+    # for the daemon to plan now. Set by the runtime (runtime/workload/jobs.py).
+    on_lost: Callable[[WorkerLost], None] | None
+
+    async def locate(self, inc: IncarnationRecord, workers: Sequence[WorkerRecord]) -> Place | str:
+        """Where a slice's workers (as recorded) are reached, or why they cannot be."""
+        ...
+
+    async def probe(
+        self, runs: Sequence[tuple[Place, Run]], *, patient: bool = False, quiet: bool = False,
+        only: bool = False,
+    ) -> list[list[Reply[ProbeResult]]]:  # fmt: skip
+        """The state of each run on every worker of its place, one list per place. `patient`:
+        the place's first probe (keep trying a worker that is not up yet, for a while);
+        `quiet`: a routine probe (log only failures); `only`: these are every worker the
+        daemon knows of (let go of anything held for others)."""
+        ...
+
+    async def install(
+        self, place: Place, run_id: str, files: Sequence[WorkerFile], secrets: Mapping[str, str]
+    ) -> dict[int, str]:
+        """Put `files` and the slot's `secrets` on every worker; the workers where it failed,
+        and why. The secrets reach the workload's environment at the next `launch`."""
+        ...
+
+    async def launch(self, place: Place, launch: Launch) -> list[Reply[LaunchResult]]:
+        """Start the attempt on every worker, detached, once per run (a launch into a run that
+        exists reports it instead)."""
+        ...
+
+    async def cleanup(self, place: Place, run: Run) -> list[Reply[CleanupResult]]:
+        """Stop `run` on every worker and free the TPU for a relaunch."""
+        ...
+
+    async def wait_notice(
+        self, place: Place, run: Run, what: str, seconds: float
+    ) -> NoticeResult | str:
+        """Wait on the place's first worker until its run got its preemption notice (`what` =
+        "notice") or stopped ("stopped"), at most `seconds`; or why it could not be asked."""
+        ...
+
+    async def signal(self, place: Place, run: Run, signal: str) -> int:
+        """Send the run on every worker `signal` (a notice heard on another slice of the job);
+        how many runs got it."""
+        ...
+
+    async def forget(self, live: set[int]) -> None:
+        """Let go of what is held for incarnations not in `live` (pooled connections)."""
+        ...
+
+    async def close(self) -> None: ...
