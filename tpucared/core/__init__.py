@@ -6,7 +6,8 @@ package performs I/O, reads a clock or draws a random number; the import-linter 
 pyproject.toml and tests/core/test_purity.py enforce it. The rooms, in the order a tick uses them:
 
 - `model/`     the values every layer shares: specs (what the user asked for), observations
-               (what the cloud lists), records (what the store remembers), durations, backoff.
+               (what the cloud lists), records (what the store remembers), durations, backoff,
+               the adapters' retry rule.
 - `planning/`  one tick's plan: the read-only view and snapshot, the action types and the
                executor's contract for each, the planner's tunables, and the entry points
                `planner.plan` (nodes) and `tick.plan_tick` (nodes, then workloads).
