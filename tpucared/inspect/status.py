@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from tpucared.core.leadership.lease import Lease, Role
+from tpucared.core.model.lifecycle import LIVE_PHASES, PENDING_PHASES
 from tpucared.core.model.records import (
     EventRecord,
     IncarnationRecord,
@@ -30,7 +31,6 @@ from tpucared.core.model.records import (
 )
 from tpucared.core.model.specs import location_name
 from tpucared.core.nodes import create_backoff
-from tpucared.core.nodes.lifecycle import LIVE_PHASES, PENDING_PHASES
 from tpucared.inspect.fmt import NONE, duration, iso, table, truncate
 from tpucared.inspect.leader import leader_doc, leader_lines
 from tpucared.store.snapshot import FleetStatus, SliceStatus, SlotStatus, ZoneHealth

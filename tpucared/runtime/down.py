@@ -24,7 +24,7 @@ import structlog
 
 from tpucared.config import Config
 from tpucared.core.nodes.slots import spec_json
-from tpucared.core.planning.actions import DeleteNode, Notice
+from tpucared.core.vocab.actions import DeleteNode, Notice
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.daemon import Daemon
 from tpucared.runtime.errors import StartupError

@@ -18,8 +18,8 @@ from datetime import datetime
 
 import structlog
 
+from tpucared.core.model.lifecycle import PENDING_PHASES
 from tpucared.core.nodes.create_backoff import waiting_for_capacity
-from tpucared.core.nodes.lifecycle import PENDING_PHASES
 from tpucared.core.notify import news as rules
 from tpucared.core.notify.news import News, RateLimit
 from tpucared.notify import Webhook, WebhookSender

@@ -25,8 +25,8 @@ from tpucared.core.model.records import (
 )
 from tpucared.core.model.records import ZoneHealth as ZoneHealth  # re-exported
 from tpucared.core.model.specs import error_text as error_text  # re-exported
-from tpucared.core.planning.snapshot import NodeKey as NodeKey  # one definition, re-exported
-from tpucared.core.planning.snapshot import SlotKey as SlotKey
+from tpucared.core.vocab.snapshot import NodeKey as NodeKey  # one definition, re-exported
+from tpucared.core.vocab.snapshot import SlotKey as SlotKey
 
 K = TypeVar("K")
 V = TypeVar("V")

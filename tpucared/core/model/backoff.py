@@ -8,7 +8,7 @@ reads a clock or sleeps: those stay with the callers, which are:
 - the planner, whose rules hold `timedelta`s (`BackoffRule`): when a slot may create again
   (`SlotRecord.next_create_at`, core/nodes/create_backoff.py), when a failing delete is issued
   again, when a crashed workload is relaunched (core/workload/planner.py), with the rule
-  `core/planning/policy.py` picks for the error. Its `u` comes from `jitter()`, derived from
+  `core/vocab/policy.py` picks for the error. Its `u` comes from `jitter()`, derived from
   stable facts (fleet, slot, run id, attempt), so a plan is deterministic for the same inputs
   and `tpucared plan` shows exactly what the daemon would do, while different slots still
   spread out their retries;

@@ -1,10 +1,9 @@
 """Planning one tick: from a snapshot of the world to an ordered plan of actions.
 
-- `snapshot`           what the store remembers, as the planner needs it, one value per tick.
-- `view`               the read-only indexes over specs, records and observations for a tick.
-- `policy`             the planner's tunables: budgets, backoffs, graces, stuck timeouts.
-- `actions`            the node actions and the contract the executor honours for each.
-- `plan`               the planner's output: actions, holds, notices.
+The top of the core: it composes the node sub-planners (`core/nodes/`) and the workload
+sub-planner (`core/workload/`), which import neither this package nor each other's inputs
+from here: the words they share (snapshot, view, policy, actions, plan) are `core/vocab/`'s.
+
 - `planner`            `plan`: the node planner's entry point (slots, incarnations, strays).
 - `tick`               `plan_tick`: what the daemon calls each tick; the node plan, then the
                        workload planner on top of it.
