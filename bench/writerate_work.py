@@ -22,7 +22,7 @@ from bench import common
 from bench.scale_procs import ZONES
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, NodePhase
-from tpucared.core.planning.actions import (
+from tpucared.core.vocab.actions import (
     Action,
     Adopt,
     CloudFacts,
@@ -34,7 +34,7 @@ from tpucared.core.planning.actions import (
     SlotUpdate,
     Transition,
 )
-from tpucared.core.planning.plan import Plan
+from tpucared.core.vocab.plan import Plan
 from tpucared.runtime.leader import LeaseKeeper
 from tpucared.runtime.nodes.calls import MAX_DELETES, CloudCalls
 from tpucared.runtime.nodes.executor import Executor

@@ -20,7 +20,7 @@ from tpucared.core.model.records import (
     SlotRecord,
     WorkloadAttemptRecord,
 )
-from tpucared.core.planning.actions import CloudFacts, SlotUpdate
+from tpucared.core.vocab.actions import CloudFacts, SlotUpdate
 from tpucared.store import Snapshot, Store
 from tpucared.store.migrate import upgrade_to_head
 from tpucared.store.snapshot import frozen_mapping

@@ -13,8 +13,8 @@ from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from tpucared.core.model.lifecycle import LIVE_PHASES
 from tpucared.core.model.records import FleetRecord, NodePhase
-from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.runtime.telemetry.metrics import DaemonMetrics
 from tpucared.store.snapshot import SlotKey, Snapshot
 

@@ -11,7 +11,7 @@ from config_support import MINIMAL, daemon, load
 
 from tpucared.config import ENV_VAR, ConfigError, load_config, resolve_config_path
 from tpucared.core.model.specs import CapacityKind, OnSuccess, Provisioning, RestartPolicy
-from tpucared.core.planning.policy import Policy
+from tpucared.core.vocab.policy import Policy
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "deploy" / "examples"
 

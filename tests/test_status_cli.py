@@ -21,7 +21,7 @@ from inspect_support import CAPACITY_ERROR, Scenario, cli, cli_env, populate, ru
 
 from tpucared.cli.main import main
 from tpucared.core.model.records import CreateAttemptRecord, NodePhase
-from tpucared.core.planning.actions import SlotUpdate
+from tpucared.core.vocab.actions import SlotUpdate
 from tpucared.inspect.dbpath import DEFAULT_DB, resolve_db
 from tpucared.store import Store
 from tpucared.store.migrate import upgrade_to_head

@@ -9,7 +9,7 @@ from datetime import timedelta
 from bench import replay
 from bench.detection import Settings as EmulatorTiming
 from tpucared.core.model.backoff import BackoffRule
-from tpucared.core.planning.policy import CAPACITY_BACKOFF
+from tpucared.core.vocab.policy import CAPACITY_BACKOFF
 
 POLL = 10.0  # the daemon's default poll interval
 

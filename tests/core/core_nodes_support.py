@@ -11,7 +11,7 @@ from core_support import T0, inc, node, run, seen, snapshot, spec
 
 from tpucared.core.model.observed import CloudState, ObservedNode, ZoneObservation
 from tpucared.core.model.records import IncarnationRecord, NodePhase
-from tpucared.core.planning.plan import Plan
+from tpucared.core.vocab.plan import Plan
 
 P = NodePhase
 C = CloudState

@@ -27,11 +27,11 @@ from tpucared.core.model.specs import (
     FleetSpec,
     Provisioning,
 )
-from tpucared.core.planning.actions import Action, DeleteNode, Transition
-from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.planner import plan
-from tpucared.core.planning.policy import Policy
-from tpucared.core.planning.snapshot import PlainSnapshot
+from tpucared.core.vocab.actions import Action, DeleteNode, Transition
+from tpucared.core.vocab.plan import Plan
+from tpucared.core.vocab.policy import Policy
+from tpucared.core.vocab.snapshot import PlainSnapshot
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 Z1, Z2 = "us-central2-b", "europe-west4-a"

@@ -23,7 +23,7 @@ from tpucared.core.model.records import (
     WorkloadAttemptRecord,
 )
 from tpucared.core.model.specs import WorkloadSpec
-from tpucared.core.planning.actions import Action, DeleteNode, Notice
+from tpucared.core.vocab.actions import Action, DeleteNode, Notice
 from tpucared.core.workload.actions import (
     CHARGED_OUTCOMES,
     FinishAttempt,

@@ -1,4 +1,4 @@
-"""The node-incarnation lifecycle table (core/nodes/lifecycle.py): complete, commented, sound."""
+"""The node-incarnation lifecycle table (core/model/lifecycle.py): complete, commented, sound."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import re
 
 import pytest
 
-from tpucared.core.model.records import NodePhase
-from tpucared.core.nodes import lifecycle
-from tpucared.core.nodes.lifecycle import (
+from tpucared.core.model import lifecycle
+from tpucared.core.model.lifecycle import (
     LIVE_PHASES,
     TRANSITIONS,
     IllegalTransition,
@@ -18,6 +17,7 @@ from tpucared.core.nodes.lifecycle import (
     check_transition,
     is_terminal,
 )
+from tpucared.core.model.records import NodePhase
 
 P = NodePhase
 ALL_PAIRS = list(itertools.product(P, P))

@@ -45,16 +45,16 @@ from tpucared.core.model.specs import (
     WorkloadSpec,
 )
 from tpucared.core.nodes.multislice import RELEASED
-from tpucared.core.planning.actions import (
+from tpucared.core.planning.tick import plan_tick
+from tpucared.core.vocab.actions import (
     Adopt,
     CreateNode,
     DeleteNode,
     HoldSlices,
     Transition,
 )
-from tpucared.core.planning.plan import Plan
-from tpucared.core.planning.policy import Policy
-from tpucared.core.planning.tick import plan_tick
+from tpucared.core.vocab.plan import Plan
+from tpucared.core.vocab.policy import Policy
 from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload, StopWorkload
 from tpucared.core.workload.inputs import SlotProbe, WorkerProbe, WorkloadSnapshot
 from tpucared.core.workload.probes import keep_chain, leaving

@@ -14,7 +14,7 @@ from core_support import Z1, Z2, ago, deletes, edges, failed, inc, listed, node,
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import IncarnationRecord
 from tpucared.core.model.specs import ErrorKind
-from tpucared.core.planning.actions import DeleteNode, Notice
+from tpucared.core.vocab.actions import DeleteNode, Notice
 
 
 def deleting(**kw: object) -> IncarnationRecord:

@@ -31,7 +31,7 @@ from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import IncarnationRecord
 from tpucared.core.model.specs import ErrorKind
 from tpucared.core.nodes.cloud import ABSENT
-from tpucared.core.planning.actions import CreateNode, Notice, Transition
+from tpucared.core.vocab.actions import CreateNode, Notice, Transition
 
 M = timedelta(minutes=1)
 

@@ -33,7 +33,7 @@ from core_support import (
 from tpucared.core.model.observed import QueuedState, ZoneObservation
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import ErrorKind, Provisioning
-from tpucared.core.planning.actions import DeleteNode, Transition
+from tpucared.core.vocab.actions import DeleteNode, Transition
 
 QSPEC = spec(size=1, provisioning=Provisioning.QUEUED)
 

@@ -35,7 +35,7 @@ from core_support import (
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import IncarnationRecord
 from tpucared.core.nodes.cloud import ABSENT
-from tpucared.core.planning.actions import (
+from tpucared.core.vocab.actions import (
     Adopt,
     CreateNode,
     DeleteNode,

@@ -13,7 +13,7 @@ from core_workload_support import NODE_ID, decide, finish_of, kinds, probe, slot
 
 from tpucared.core.model.records import AttemptOutcome, NodePhase
 from tpucared.core.model.specs import WorkloadSpec
-from tpucared.core.planning.actions import DeleteNode, Transition
+from tpucared.core.vocab.actions import DeleteNode, Transition
 from tpucared.core.workload.inputs import SlotProbe
 
 SPEC = WorkloadSpec(run="python3 train.py", stop_grace=25.0)

@@ -1,6 +1,6 @@
 """Probe scheduling (core/workload/probes.py): which slots to probe when, which answers reach
 the planner, which chains to keep; and the plan narrowing of `tpucared down`
-(core/planning/plan.py: `Plan.without_notices_outside`).
+(core/vocab/plan.py: `Plan.without_notices_outside`).
 
 One slot, "sweep"/0, its READY node 7 with attempt 3 running, unless a row says otherwise.
 """
@@ -19,7 +19,7 @@ from tpucared.core.model.records import (
     NodePhase,
     WorkloadAttemptRecord,
 )
-from tpucared.core.planning.actions import (
+from tpucared.core.vocab.actions import (
     Action,
     DeleteNode,
     Notice,
@@ -27,8 +27,8 @@ from tpucared.core.planning.actions import (
     Severity,
     Transition,
 )
-from tpucared.core.planning.plan import Plan
-from tpucared.core.planning.snapshot import SlotKey
+from tpucared.core.vocab.plan import Plan
+from tpucared.core.vocab.snapshot import SlotKey
 from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload, StopWorkload
 from tpucared.core.workload.gang import by_slot, slot_node
 from tpucared.core.workload.inputs import SlotProbe, WorkloadSnapshot

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from core_support import FLEET, Z1, inc, listed, node, run, seen, snapshot, spec
 
-from tpucared.core.planning.actions import Adopt, CreateNode, DeleteNode, RecordCloud
+from tpucared.core.vocab.actions import Adopt, CreateNode, DeleteNode, RecordCloud
 
 GRANT = "second-grant"
 

@@ -22,6 +22,7 @@ from core_support import OWNER, T0, Z1, Z2, ours, run, spec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tpucared.core.model.lifecycle import LIVE_PHASES
 from tpucared.core.model.observed import (
     CloudState,
     ObservedNode,
@@ -41,11 +42,10 @@ from tpucared.core.model.specs import (
 )
 from tpucared.core.nodes.cloud import ABSENT, DEAD_STATES
 from tpucared.core.nodes.incarnations import SERVING
-from tpucared.core.nodes.lifecycle import LIVE_PHASES
-from tpucared.core.planning.actions import Adopt, CreateNode, DeleteNode, RecordCloud, Transition
 from tpucared.core.planning.executor_contract import apply_intent
-from tpucared.core.planning.plan import Plan
-from tpucared.core.planning.snapshot import PlainSnapshot
+from tpucared.core.vocab.actions import Adopt, CreateNode, DeleteNode, RecordCloud, Transition
+from tpucared.core.vocab.plan import Plan
+from tpucared.core.vocab.snapshot import PlainSnapshot
 
 P = NodePhase
 FLEETS = ("a", "b", "c")

@@ -18,12 +18,12 @@ from core_support import OWNER, T0, Z1, Z2, ours, spec
 
 from tpucared.core.model.observed import CloudState, ObservedNode, ZoneObservation
 from tpucared.core.model.specs import ErrorKind, FleetSpec
-from tpucared.core.planning.actions import CreateNode, DeleteNode, Notice
 from tpucared.core.planning.executor_contract import apply_intent, record_outcome
-from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.planner import plan
-from tpucared.core.planning.policy import Policy
-from tpucared.core.planning.snapshot import PlainSnapshot
+from tpucared.core.vocab.actions import CreateNode, DeleteNode, Notice
+from tpucared.core.vocab.plan import Plan
+from tpucared.core.vocab.policy import Policy
+from tpucared.core.vocab.snapshot import PlainSnapshot
 
 TICK = timedelta(seconds=10)
 

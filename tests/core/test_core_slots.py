@@ -38,7 +38,7 @@ from tpucared.core.model.specs import (
     Provisioning,
     WorkloadSpec,
 )
-from tpucared.core.planning.actions import (
+from tpucared.core.vocab.actions import (
     Adopt,
     CreateNode,
     DeleteNode,
@@ -47,7 +47,7 @@ from tpucared.core.planning.actions import (
     RecordFleet,
     Severity,
 )
-from tpucared.core.planning.policy import Policy
+from tpucared.core.vocab.policy import Policy
 
 P = NodePhase
 C = CloudState

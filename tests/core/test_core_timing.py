@@ -14,7 +14,8 @@ from tpucared.core.model.observed import CloudState, QueuedState
 from tpucared.core.model.records import NodePhase
 from tpucared.core.model.specs import ErrorKind
 from tpucared.core.nodes.cloud import DEAD_STATES, TRANSIENT_STATES
-from tpucared.core.nodes.stuck import (
+from tpucared.core.vocab.policy import CAPACITY_BACKOFF, HARD_ERRORS, Policy
+from tpucared.core.vocab.stuck import (
     CLOUD_RULE,
     DEFAULT_TIMEOUTS,
     PHASE_RULE,
@@ -22,7 +23,6 @@ from tpucared.core.nodes.stuck import (
     STUCK_RULES,
     with_overrides,
 )
-from tpucared.core.planning.policy import CAPACITY_BACKOFF, HARD_ERRORS, Policy
 
 S = timedelta(seconds=1)
 RULE = BackoffRule(base=5 * S, cap=30 * S)

@@ -32,7 +32,7 @@ from core_workload_support import (
 from tpucared.core.model.backoff import BackoffRule
 from tpucared.core.model.records import AttemptOutcome
 from tpucared.core.model.specs import OnSuccess, RestartPolicy, WorkloadSpec
-from tpucared.core.planning.actions import DeleteNode, Notice, Severity
+from tpucared.core.vocab.actions import DeleteNode, Notice, Severity
 from tpucared.core.workload.actions import StopWorkload
 from tpucared.core.workload.inputs import SlotProbe, WorkerProbe, WorkerState, track
 from tpucared.core.workload.planner import CRASH_BACKOFF, WorkloadPolicy

@@ -35,7 +35,7 @@ from tpucared.core.model.records import (
     WorkloadAttemptRecord,
 )
 from tpucared.core.model.specs import RestartPolicy, WorkloadSpec
-from tpucared.core.planning.actions import DeleteNode
+from tpucared.core.vocab.actions import DeleteNode
 from tpucared.core.workload.actions import (
     CHARGED_OUTCOMES,
     FinishAttempt,

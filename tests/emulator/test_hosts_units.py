@@ -14,6 +14,7 @@ import pytest
 from emulator_http import Http
 
 from tpucared.emulator import EmulatorOptions, EmulatorServer
+from tpucared.emulator.host_hook import NoWorkerHosts
 from tpucared.emulator.hosts import (
     TAG_HOSTS,
     TAG_NODE,
@@ -27,7 +28,6 @@ from tpucared.emulator.hosts.processes import kill_tagged
 from tpucared.emulator.server import DEFAULT_SSH_PORT, build_parser
 from tpucared.emulator.state import EmulatorState
 from tpucared.emulator.topology import parse_accelerator_type
-from tpucared.emulator.workers import NoWorkerHosts
 from tpucared.ssh import NO_RETRY, SshErrorKind, Target, run_on_all, ssh_keys_metadata_entry
 
 KEY = asyncssh.generate_private_key("ssh-ed25519")

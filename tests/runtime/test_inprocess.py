@@ -21,9 +21,9 @@ from sqlalchemy import event
 from tpucared.config import load_config
 from tpucared.core.model.records import NodePhase
 from tpucared.core.model.specs import CapacityKind, ErrorKind
-from tpucared.core.planning.actions import Adopt, CreateNode, DeleteNode, OpenSlot, Transition
 from tpucared.core.planning.executor_contract import apply_intent
-from tpucared.core.planning.plan import Plan
+from tpucared.core.vocab.actions import Adopt, CreateNode, DeleteNode, OpenSlot, Transition
+from tpucared.core.vocab.plan import Plan
 from tpucared.gcp import NoAuth, TpuClient
 from tpucared.gcp.bodies import NodeShape
 from tpucared.runtime.daemon import Daemon

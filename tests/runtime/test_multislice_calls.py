@@ -18,7 +18,7 @@ from runtime_support import Control
 from test_inprocess import harness
 
 from tpucared.core.model.records import NodePhase
-from tpucared.core.planning.actions import CreateNode, DeleteNode
+from tpucared.core.vocab.actions import CreateNode, DeleteNode
 from tpucared.runtime.nodes.executor import POSTPONED
 
 pytestmark = pytest.mark.timeout(120)

@@ -195,7 +195,7 @@ def test_a_retry_in_flight_does_not_end_the_stockout(
         IncarnationRecord,
         SlotRecord,
     )
-    from tpucared.runtime.notifications import _waiting
+    from tpucared.core.planning.stockout import slots_in_stockout as _waiting
     from tpucared.store.snapshot import Snapshot
 
     at = datetime(2026, 11, 25, tzinfo=UTC)

@@ -26,7 +26,7 @@ from runtime_support import (
 )
 
 from tpucared.core.model.records import NodePhase as P
-from tpucared.core.planning.actions import SlotUpdate
+from tpucared.core.vocab.actions import SlotUpdate
 from tpucared.inspect.status import status_document
 from tpucared.store import Store
 from tpucared.store.migrate import upgrade_to_head

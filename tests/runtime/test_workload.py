@@ -38,7 +38,7 @@ from workload_harness import (
 )
 
 from tpucared.core.model.records import AttemptOutcome, NodePhase
-from tpucared.core.planning.actions import DeleteNode, Notice
+from tpucared.core.vocab.actions import DeleteNode, Notice
 from tpucared.core.workload.actions import CHARGED_OUTCOMES, FinishAttempt, LaunchWorkload
 from tpucared.core.workload.inputs import WorkerState
 from tpucared.emulator import EmulatorServer

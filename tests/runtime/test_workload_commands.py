@@ -29,7 +29,7 @@ from workload_harness import (
 )
 
 from tpucared.config import Config, DaemonConfig, GcpConfig
-from tpucared.core.planning.policy import Policy
+from tpucared.core.vocab.policy import Policy
 from tpucared.core.workload.actions import LaunchWorkload
 from tpucared.emulator import EmulatorServer
 from tpucared.runtime.workload.by_hand import (

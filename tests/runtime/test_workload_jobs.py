@@ -34,7 +34,7 @@ from runtime_support import (
 )
 
 from tpucared.config import load_config
-from tpucared.core.planning.actions import DeleteNode
+from tpucared.core.vocab.actions import DeleteNode
 from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload
 from tpucared.emulator import EmulatorServer
 from tpucared.emulator.hosts import SshWorkerHosts

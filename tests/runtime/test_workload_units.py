@@ -12,9 +12,9 @@ import pytest
 from tpucared.config import Config, DaemonConfig, GcpConfig, SshConfig
 from tpucared.core.model.records import AttemptOutcome, NodePhase
 from tpucared.core.model.specs import WorkloadSpec
-from tpucared.core.planning.actions import DeleteNode, Notice, Severity
-from tpucared.core.planning.plan import Plan
-from tpucared.core.planning.policy import Policy
+from tpucared.core.vocab.actions import DeleteNode, Notice, Severity
+from tpucared.core.vocab.plan import Plan
+from tpucared.core.vocab.policy import Policy
 from tpucared.core.workload.actions import FinishAttempt, MarkSlotDone
 from tpucared.core.workload.inputs import WorkloadSnapshot
 from tpucared.launch import layout, pool_size

@@ -32,7 +32,8 @@ from tpucared.core.model.specs import (
     FleetSpec,
     WorkloadSpec,
 )
-from tpucared.core.planning.actions import (
+from tpucared.core.planning.tick import plan_tick
+from tpucared.core.vocab.actions import (
     Action,
     Adopt,
     CreateNode,
@@ -43,9 +44,8 @@ from tpucared.core.planning.actions import (
     RecordFleet,
     Transition,
 )
-from tpucared.core.planning.plan import Plan
-from tpucared.core.planning.policy import Policy
-from tpucared.core.planning.tick import plan_tick
+from tpucared.core.vocab.plan import Plan
+from tpucared.core.vocab.policy import Policy
 from tpucared.core.workload.planner import WorkloadPolicy
 from tpucared.emulator import EmulatorServer
 from tpucared.emulator.hosts import SshWorkerHosts
@@ -281,7 +281,7 @@ async def make_client(emulator: EmulatorServer) -> TpuClient:
 async def apply_node_actions(
     store: Store, client: TpuClient, actions: Iterable[Action], now: datetime
 ) -> None:
-    """The node actions of core/planning/actions.py that these tests meet, as the executor's
+    """The node actions of core/vocab/actions.py that these tests meet, as the executor's
     contract says; creates are left out (the tests create nodes themselves)."""
     for a in actions:
         if isinstance(a, Notice | CreateNode):

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tpucared.core.model.lifecycle import LIVE_PHASES, TRANSITIONS
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import NodePhase
-from tpucared.core.nodes.lifecycle import LIVE_PHASES, TRANSITIONS
-from tpucared.core.planning.actions import CloudFacts, SlotUpdate
+from tpucared.core.vocab.actions import CloudFacts, SlotUpdate
 from tpucared.store import Store
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from store_support import T0, facts, seed, slot_update
 
+from tpucared.core.model.lifecycle import TRANSITIONS
 from tpucared.core.model.records import AttemptOutcome, CreateAttemptRecord, NodePhase
-from tpucared.core.nodes.lifecycle import TRANSITIONS
 from tpucared.store import (
     AttemptRunning,
     LiveIncarnationExists,

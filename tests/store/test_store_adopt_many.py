@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from store_support import T0, facts, open_raw, seed
 
+from tpucared.core.model.lifecycle import TRANSITIONS, IllegalTransition
 from tpucared.core.model.records import NodePhase
-from tpucared.core.nodes.lifecycle import TRANSITIONS, IllegalTransition
-from tpucared.core.planning.actions import Adopt, OpenSlot
+from tpucared.core.vocab.actions import Adopt, OpenSlot
 from tpucared.store import StaleWrite, Store
 from tpucared.store.migrate import upgrade_to_head
 

@@ -9,11 +9,11 @@ from datetime import timedelta
 import pytest
 from store_support import ENGINES, SQLITE_ONLY, T0, facts, open_raw, seed, slot_update
 
+from tpucared.core.model.lifecycle import TRANSITIONS
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import ErrorKind
-from tpucared.core.nodes.lifecycle import TRANSITIONS
-from tpucared.core.planning.actions import CloudFacts, RecordCloud
+from tpucared.core.vocab.actions import CloudFacts, RecordCloud
 from tpucared.store import (
     IllegalTransition,
     LiveIncarnationExists,

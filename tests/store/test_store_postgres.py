@@ -20,7 +20,7 @@ from sqlalchemy.exc import DBAPIError, StatementError
 from store_support import T0, facts, seed
 
 from tpucared.core.model.records import NodePhase
-from tpucared.core.planning.actions import Adopt
+from tpucared.core.vocab.actions import Adopt
 from tpucared.store import StaleWrite, Store
 from tpucared.store.engine import database_url, make_engine, shown
 from tpucared.store.errors import DatabaseError

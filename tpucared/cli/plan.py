@@ -22,10 +22,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from tpucared.cli.config_arg import load
 from tpucared.config import Config
 from tpucared.core.model.observed import ZoneObservation
-from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.planner import plan as make_plan
-from tpucared.core.planning.snapshot import PlainSnapshot as EmptySnapshot
-from tpucared.core.planning.snapshot import PlannerSnapshot
+from tpucared.core.vocab.plan import Plan
+from tpucared.core.vocab.snapshot import PlainSnapshot as EmptySnapshot
+from tpucared.core.vocab.snapshot import PlannerSnapshot
 from tpucared.errors import UsageError
 from tpucared.gcp import TpuClient
 from tpucared.inspect.fmt import one_line

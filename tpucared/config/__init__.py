@@ -10,7 +10,9 @@ Modules, in the order a file goes through them:
 - `load.py`: finding and reading the file, the two validation passes, `ConfigError`;
 - `schema.py`: pass one, the shape: one pydantic model per TOML table, with defaults;
 - `syntax.py`: values with their own syntax (durations, names, zones, labels, ...);
-- `messages.py`: pydantic's problems as one-line `KEY: message`s, and `Problems`;
+- `node_options.py`: the `[fleet.node_options]` values and their rules across keys;
+- `messages.py`: pydantic's problems as one-line `KEY: message`s;
+- `problems.py`: `Problems`, the rules across keys' (KEY, message) pairs;
 - `build.py`: pass two, rules across keys, turning the schema into the frozen values;
 - `guard.py`: the `[guard]` budget the fleets must stay within;
 - `values.py`: the frozen values handed out: `Config` and its parts.

@@ -34,8 +34,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from tpucared.config.guard import build_guard
-from tpucared.config.messages import Problems, dotted
+from tpucared.config.messages import dotted
 from tpucared.config.node_options import node_options
+from tpucared.config.problems import Problems
 from tpucared.config.schema import (
     DEFAULT_ENDPOINT,
     ConfigFile,
@@ -60,9 +61,9 @@ from tpucared.core.model.specs import (
     Provisioning,
     WorkloadSpec,
 )
-from tpucared.core.nodes.stuck import DEFAULT_TIMEOUTS, with_overrides
 from tpucared.core.notify.spec import NotifySpec
-from tpucared.core.planning.policy import Policy
+from tpucared.core.vocab.policy import Policy
+from tpucared.core.vocab.stuck import DEFAULT_TIMEOUTS, with_overrides
 
 MIN_EVENTS_RETENTION = timedelta(days=1)
 MIN_NOTIFY_INTERVAL = timedelta(seconds=10)

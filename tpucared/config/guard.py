@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from tpucared.config.messages import Problems
+from tpucared.config.problems import Problems
 from tpucared.config.schema import ConfigFile, GuardTable
 from tpucared.config.syntax import as_written
 from tpucared.config.values import GuardConfig

@@ -18,7 +18,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from tpucared.config.build import build_config
-from tpucared.config.messages import Problems, shape_problems
+from tpucared.config.messages import shape_problems
+from tpucared.config.problems import Problems
 from tpucared.config.schema import ConfigFile
 from tpucared.config.values import Config
 

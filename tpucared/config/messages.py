@@ -1,7 +1,8 @@
 """Problems with a config, worded as the one-line messages it reports.
 
 Pydantic's problems with the shape become `KEY: what is expected` (`shape_problems`); the
-rules across keys (`build.py`, `guard.py`) add theirs, as (KEY, message), to a `Problems`.
+rules across keys (`build.py`, `guard.py`, `node_options.py`) add theirs, as (KEY, message),
+to a `Problems` (`problems.py`).
 KEY is a dotted TOML path and an item of `[[fleet]]` is named by its name
 (`fleet "sweep": workload.max_failures`); `load.py` puts the file in front. An unknown key
 gets a "did you mean" from the keys `schema.py` allows there, and whatever was written
@@ -21,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from tpucared.config.schema import ConfigFile
 from tpucared.config.syntax import as_written
-from tpucared.core.nodes.stuck import DEFAULT_TIMEOUTS
+from tpucared.core.vocab.stuck import DEFAULT_TIMEOUTS
 
 
 def shape_problems(exc: ValidationError, data: Mapping[str, Any]) -> list[str]:
@@ -148,16 +149,3 @@ def _unwrap(tp: Any) -> Any:
             tp = options[0] if len(options) == 1 else None
         else:
             return tp
-
-
-class Problems:
-    """The (KEY, message) pairs found so far; true when there is any."""
-
-    def __init__(self) -> None:
-        self.items: list[tuple[str, str]] = []
-
-    def add(self, key: str, message: str) -> None:
-        self.items.append((key, message))
-
-    def __bool__(self) -> bool:
-        return bool(self.items)

@@ -17,7 +17,7 @@ from tpucared.config.syntax import pattern
 from tpucared.core.model.specs import CapacityKind, DataDisk, DiskMode, NodeOptions, Provisioning
 
 if TYPE_CHECKING:  # messages imports the schema, which imports this module's types
-    from tpucared.config.messages import Problems
+    from tpucared.config.problems import Problems
 
 _NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"  # RFC 1035: networks, disks, tags, reservations
 _PROJECT = r"[a-z][-a-z0-9]{4,28}[a-z0-9]"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tpucared.core.model.specs import CapacityKind, FleetSpec
 from tpucared.core.notify.spec import NotifySpec
-from tpucared.core.planning.policy import Policy
+from tpucared.core.vocab.policy import Policy
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,16 @@ package performs I/O, reads a clock or draws a random number; the import-linter 
 pyproject.toml and tests/core/test_purity.py enforce it. The rooms, in the order a tick uses them:
 
 - `model/`     the values every layer shares: specs (what the user asked for), observations
-               (what the cloud lists), records (what the store remembers), durations, backoff.
-- `planning/`  one tick's plan: the read-only view and snapshot, the action types and the
-               executor's contract for each, the planner's tunables, and the entry points
-               `planner.plan` (nodes) and `tick.plan_tick` (nodes, then workloads).
-- `nodes/`     node decisions: the incarnation lifecycle table, stuck-state timeouts, what a
-               cloud state means, one incarnation's next step (a preempted node's delete is
-               decided in `nodes/incarnations.py`), strays, slots and their create backoff.
+               (what the cloud lists), records (what the store remembers) and their phase
+               table, durations, backoff, the adapters' retry rule.
+- `vocab/`     the words the planners share: the read-only view and snapshot, the action
+               types and the executor's contract for each, the plan, the planner's tunables
+               and stuck timeouts.
+- `planning/`  one tick's plan: the entry points `planner.plan` (nodes) and `tick.plan_tick`
+               (nodes, then workloads), the executor's contract as a pure function.
+- `nodes/`     node decisions: what a cloud state means, one incarnation's next step (a
+               preempted node's delete is decided in `nodes/incarnations.py`), strays, slots
+               and their create backoff.
 - `workload/`  workload decisions: the attempt lifecycle, judging a probe of the workers, the
                next step (launch, stop, relaunch: `workload/planner.py`), the runner's actions.
 - `notify/`    the `[[notify]]` webhooks: what they ask for, and which news a person must hear.

@@ -42,10 +42,10 @@ from aiohttp import web
 
 from tpucared.emulator import errors
 from tpucared.emulator.faults import FaultInjector
+from tpucared.emulator.host_hook import NoWorkerHosts, WorkerHosts
 from tpucared.emulator.hosts import SshWorkerHosts
 from tpucared.emulator.requestlog import RequestLog
 from tpucared.emulator.state import EmulatorState
-from tpucared.emulator.workers import NoWorkerHosts, WorkerHosts
 
 PREFIX = "/_emulator/v1"
 

@@ -13,8 +13,8 @@ import contextlib
 
 import structlog
 
+from tpucared.emulator.host_hook import WorkerHosts
 from tpucared.emulator.state import EmulatorState, HostEvent
-from tpucared.emulator.workers import WorkerHosts
 
 log = structlog.get_logger(__name__)
 

@@ -31,7 +31,7 @@ import secrets
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import structlog
 
@@ -43,9 +43,6 @@ from tpucared.emulator.paging import SortedNames
 from tpucared.emulator.resources import TYPE_URL, Node, Operation
 from tpucared.emulator.topology import AcceleratorShape
 from tpucared.emulator.workers import LoopbackAllocator, Worker
-
-if TYPE_CHECKING:
-    from tpucared.emulator.queued import QueuedResources
 
 log = structlog.get_logger(__name__)
 
@@ -92,12 +89,27 @@ class HostEvent:
     node: Node
 
 
+class QueuedBook(Protocol):
+    """What the transitions tell the queued resources (queued.py's `QueuedResources`, which
+    builds on this module's primitives): the book is seen only through these calls."""
+
+    def provision_waiting(self, now: float) -> None: ...
+
+    def tick(self, name: str, generation: int, now: float) -> None: ...
+
+    def node_ready(self, node: Node) -> None: ...
+
+    def node_lost(self, node: Node) -> None: ...
+
+    def node_removed(self, node: Node, now: float, initiator: str | None) -> None: ...
+
+
 class CloudLifecycle:
     """The records of one emulated cloud and the transitions between them; `EmulatorState`
     (state.py) is the whole of it, with the requests on top."""
 
     # Made by `EmulatorState._init_data`: queued resources take the whole state.
-    queued: QueuedResources
+    queued: QueuedBook
 
     def __init__(self, options: EmulatorOptions | None = None, clock: Clock | None = None):
         self.options = options or EmulatorOptions()

@@ -1,6 +1,7 @@
 """Queued resources (queuedResources.*): requests for slices that wait for capacity.
 
-Owned by `EmulatorState` (as `state.queued`) and built from its node primitives: a queued
+Owned by `EmulatorState` (as `state.queued`) and built from the node primitives of its
+`CloudLifecycle` (lifecycle.py), which sees this book only as its `QueuedBook`: a queued
 resource that gets capacity spawns its nodes like a create would, and the state tells it when
 one of its nodes becomes READY, is lost (preempted, terminated) or is removed.
 
@@ -37,7 +38,7 @@ from tpucared.emulator.resources import TYPE_URL, Node, NodeRequest, Operation, 
 from tpucared.emulator.schema import normalize
 
 if TYPE_CHECKING:
-    from tpucared.emulator.state import EmulatorState
+    from tpucared.emulator.lifecycle import CloudLifecycle
 
 log = structlog.get_logger(__name__)
 
@@ -46,7 +47,7 @@ _HOLDING = frozenset({"PROVISIONING", "ACTIVE"})
 
 
 class QueuedResources:
-    def __init__(self, state: EmulatorState) -> None:
+    def __init__(self, state: CloudLifecycle) -> None:
         self.state = state
         self._qrs: dict[str, QueuedResource] = {}
         self._index: dict[str, SortedNames] = {}  # parent -> queued resource ids

@@ -31,6 +31,7 @@ from tpucared.emulator.clock import Clock
 from tpucared.emulator.control import ControlApi
 from tpucared.emulator.driver import Driver
 from tpucared.emulator.faults import FaultInjector
+from tpucared.emulator.host_hook import NoWorkerHosts, WorkerHosts
 from tpucared.emulator.hosts import SshWorkerHosts
 from tpucared.emulator.middleware import make_middleware
 from tpucared.emulator.options import EmulatorOptions
@@ -38,7 +39,6 @@ from tpucared.emulator.oslogin import OsLoginApi, OsLoginRegistry
 from tpucared.emulator.persistence import load_state, save_state
 from tpucared.emulator.requestlog import RequestLog
 from tpucared.emulator.state import EmulatorState
-from tpucared.emulator.workers import NoWorkerHosts, WorkerHosts
 
 log = structlog.get_logger(__name__)
 

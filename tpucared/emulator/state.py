@@ -35,6 +35,9 @@ _UPDATABLE = frozenset({"READY", "STOPPED"})
 class EmulatorState(CloudLifecycle):
     """One emulated cloud: every project and zone, shared by the v2 and control APIs."""
 
+    # The whole book, for the API; the transitions below see only its `QueuedBook` calls.
+    queued: QueuedResources
+
     def _init_data(self) -> None:
         super()._init_data()
         self.queued = QueuedResources(self)

@@ -19,10 +19,10 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
+from tpucared.emulator.host_hook import WorkerHosts
 from tpucared.emulator.options import EmulatorOptions
 from tpucared.emulator.server import EmulatorServer
 from tpucared.emulator.state import EmulatorState
-from tpucared.emulator.workers import WorkerHosts
 
 T = TypeVar("T")
 START_TIMEOUT_S = 30.0

@@ -6,20 +6,12 @@ clients see one host per worker exactly as on GCP. A worker's ed25519 host key i
 first use (creating 10,000 nodes must stay cheap) and published through getGuestAttributes
 (`hostkeys/ssh-ed25519`), which is how clients pin host keys per node incarnation.
 
-`WorkerHosts` is the seam for the simulated SSH hosts: the state calls `start(node)` when a node
-becomes READY and `stop(node)` when it stops being usable (preempted, terminated, vanished,
-deleted, stopped). `NoWorkerHosts` does nothing and is the default; `hosts.SshWorkerHosts`
-runs a real SSH server per worker (`EmulatorOptions.ssh_hosts`).
+The hook that brings the workers' simulated hosts up and down is `host_hook.py`'s.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
-
 import asyncssh
-
-if TYPE_CHECKING:
-    from tpucared.emulator.resources import Node
 
 TPU_RUNTIME_PORT = 8470  # NetworkEndpoint.port is the TPU runtime port, not SSH
 HOST_KEY_TYPE = "ssh-ed25519"
@@ -90,39 +82,3 @@ class LoopbackAllocator:
     def reserve(self, address: str) -> None:
         """Mark an address taken (restoring persisted state)."""
         self._in_use.add(address)
-
-
-class WorkerHosts(Protocol):
-    """Simulated worker machines. Called from the emulator's driver task, in order per node."""
-
-    async def start(self, node: Node) -> None:
-        """The node became READY: bring up one host per worker at `worker.ip`."""
-        ...
-
-    async def notice(self, node: Node) -> None:
-        """`node` got its preemption notice (it stays READY until it is preempted)."""
-        ...
-
-    async def stop(self, node: Node) -> None:
-        """The node is no longer usable: kill its processes and close its hosts."""
-        ...
-
-    async def close(self) -> None:
-        """The emulator is shutting down: stop every host."""
-        ...
-
-
-class NoWorkerHosts:
-    """The API-only emulator: nodes have addresses and host keys but nothing listens."""
-
-    async def start(self, node: Node) -> None:
-        return None
-
-    async def notice(self, node: Node) -> None:
-        return None
-
-    async def stop(self, node: Node) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None

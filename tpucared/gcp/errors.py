@@ -39,12 +39,12 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
 
 import aiohttp
 import google.auth.exceptions
 
+from tpucared.core.model.retry import retry_after_seconds
 from tpucared.core.model.specs import ErrorKind
 
 # google.rpc.Code by number (the order is the numbering).
@@ -325,21 +325,8 @@ def _duration_seconds(value: object) -> float | None:
 
 
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
-    """Retry-After as seconds: either delta-seconds or an HTTP date (RFC 9110 10.2.3)."""
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+    """Retry-After as seconds (core/model/retry.py reads it), against the clock by default."""
+    return retry_after_seconds(value, now or datetime.now(UTC))
 
 
 def _retry_delay(

@@ -18,12 +18,12 @@ CAPACITY, QUOTA, PERMISSION, NOT_FOUND, ALREADY_EXISTS and INVALID never clear w
 request's lifetime, so they surface at once. Only the request is retried, never a failed
 long-running operation: whether to create again is the planner's call.
 
-The delay before retry n (1-based) is "full jitter": `rng() * min(cap, base * 2**(n-1))`, the
-daemon's one backoff rule (core/model/backoff.py) with full jitter, fed with `u = rng()`;
-raised to the server's Retry-After when it asked for longer. A Retry-After beyond
-`max_retry_after` is not slept through here: the error surfaces with `retry_after` set, so
-the daemon's loop, not a request, does the long wait. `sleep` and `rng` are injected so tests
-run the whole schedule without sleeping.
+`RetryPolicy` is the adapters' one retry rule (`RetryRule`, core/model/retry.py) in this
+client's knobs; the loop below only asks it. The delay before retry n (1-based) is "full
+jitter": `rng() * min(cap, base * 2**(n-1))`, raised to the server's Retry-After when it asked
+for longer. A Retry-After beyond `max_retry_after` is not slept through here: the error
+surfaces with `retry_after` set, so the daemon's loop, not a request, does the long wait.
+`sleep` and `rng` are injected so tests run the whole schedule without sleeping.
 
 Note: a retried POST may have reached the server the first time, so a create may answer
 ALREADY_EXISTS for a node our own earlier attempt made; the planner adopts it by its labels.
@@ -34,12 +34,12 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import TypeVar
 
 import structlog
 
-from tpucared.core.model.backoff import Backoff, in_seconds
+from tpucared.core.model.backoff import in_seconds
+from tpucared.core.model.retry import RetryRule
 from tpucared.core.model.specs import ErrorKind
 from tpucared.gcp.errors import ApiError
 
@@ -55,39 +55,46 @@ RETRYABLE_KINDS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    max_attempts: int = 6  # total requests, the first one included
-    base: float = 0.5  # seconds; the ceiling of the first delay
-    cap: float = 30.0  # seconds; the ceiling of any jittered delay
-    max_retry_after: float = 120.0  # a longer server-requested wait surfaces instead
-    retry_kinds: frozenset[ErrorKind] = field(default=RETRYABLE_KINDS)
+class RetryPolicy(RetryRule[ErrorKind]):
+    """The one retry rule (core/model/retry.py), spelt in the REST client's knobs: up to
+    `max_attempts` requests, full-jitter backoff doubling from `base` up to `cap` seconds, a
+    Retry-After beyond `max_retry_after` surfacing at once, `retry_kinds` retried."""
 
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
+    def __init__(
+        self,
+        max_attempts: int = 6,  # total requests, the first one included
+        base: float = 0.5,  # seconds; the ceiling of the first delay
+        cap: float = 30.0,  # seconds; the ceiling of any jittered delay
+        max_retry_after: float = 120.0,  # a longer server-requested wait surfaces instead
+        retry_kinds: frozenset[ErrorKind] = RETRYABLE_KINDS,
+    ) -> None:
+        if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
-        if self.base < 0 or self.cap < 0 or self.max_retry_after < 0:
+        if base < 0 or cap < 0 or max_retry_after < 0:
             raise ValueError("base, cap and max_retry_after must not be negative")
+        super().__init__(
+            attempts=max_attempts,
+            waits=in_seconds(base, cap),
+            retry_on=retry_kinds,
+            max_retry_after=max_retry_after,
+        )
 
     @property
-    def rule(self) -> Backoff[float]:
-        """The backoff between attempts: doubling from `base` up to `cap`, full jitter."""
-        return in_seconds(self.base, self.cap)
+    def max_attempts(self) -> int:
+        assert self.attempts is not None
+        return self.attempts
+
+    @property
+    def retry_kinds(self) -> frozenset[ErrorKind]:
+        return self.retry_on
 
     def backoff(self, retry: int, rng: Rng) -> float:
-        """Full-jitter delay before retry number `retry` (1-based)."""
-        return self.rule.delay(retry, rng())
+        """Full-jitter delay before retry number `retry` (1-based), Retry-After aside."""
+        return self.waits.delay(retry, rng())
 
     def delay(self, retry: int, error: ApiError, rng: Rng) -> float | None:
         """Seconds to wait before retry `retry` after `error`, or None to give up now."""
-        if error.kind not in self.retry_kinds or retry >= self.max_attempts:
-            return None
-        jittered = self.backoff(retry, rng)
-        if error.retry_after is None:
-            return jittered
-        if error.retry_after > self.max_retry_after:
-            return None
-        return max(jittered, error.retry_after)
+        return self.pause(error.kind, retry, rng, retry_after=error.retry_after)
 
 
 NO_RETRY = RetryPolicy(max_attempts=1)

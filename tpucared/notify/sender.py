@@ -2,9 +2,10 @@
 
 `WebhookSender.send` only enqueues (the tick never waits for a receiver); a full queue drops
 its oldest post, counted in one warning. Each post is retried on connection errors, 5xx and
-429 (Retry-After honoured, capped) with capped exponential backoff and full jitter, for at
-most `GIVE_UP_S`; redirects are not followed (a webhook that moved is a config change, and
-a redirect must not carry the body elsewhere). The URL is a secret, Slack's path being the
+429 with capped exponential backoff and full jitter, a Retry-After as the least wait, for at
+most `GIVE_UP_S`: the adapters' one retry rule (`RETRY`, core/model/retry.py). Redirects are
+not followed (a webhook that moved is a config change, and a redirect must not carry the body
+elsewhere). The URL is a secret, Slack's path being the
 credential: log lines and errors name the webhook by its `name`, never by its URL.
 """
 
@@ -16,11 +17,15 @@ import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import Enum
 from urllib.parse import urlsplit
 
 import aiohttp
 import structlog
 
+from tpucared.core.model.backoff import in_seconds
+from tpucared.core.model.retry import RetryRule, retry_after_seconds
 from tpucared.core.notify.news import News
 from tpucared.core.notify.spec import NotifyFormat, NotifySpec
 
@@ -32,6 +37,24 @@ GIVE_UP_S = 60.0  # per post, retries included
 FIRST_RETRY_S = 1.0
 MAX_RETRY_S = 15.0
 FLUSH_S = 3.0  # at shutdown, for what is still queued
+
+
+class Failure(Enum):
+    """Why one post was not delivered, as far as retrying it goes."""
+
+    NO_ANSWER = "no answer"  # connection error or timeout
+    BUSY = "busy"  # 429 or 5xx
+    REFUSED = "refused"  # 3xx or another 4xx: retrying will not help
+
+
+# The adapters' one retry rule (core/model/retry.py): full-jitter backoff doubling from
+# FIRST_RETRY_S up to MAX_RETRY_S, a Retry-After as its floor, no retry after GIVE_UP_S.
+RETRY: RetryRule[Failure] = RetryRule(
+    attempts=None,
+    waits=in_seconds(FIRST_RETRY_S, MAX_RETRY_S),
+    retry_on=frozenset({Failure.NO_ANSWER, Failure.BUSY}),
+    within=GIVE_UP_S,
+)
 
 
 class WebhookConfigError(ValueError):
@@ -149,26 +172,27 @@ class WebhookSender:
         assert self._session is not None
         payload = json.dumps(body(hook.spec.format, post))
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + GIVE_UP_S
-        wait = FIRST_RETRY_S
+        started = loop.time()
         tries = 0
         while True:
             tries += 1
-            why, retry_after = await self._post(hook, payload)
-            if why is None:
+            failed, why, retry_after = await self._post(hook, payload)
+            if failed is None:
                 self.sent += 1
                 log.info("notify: sent", webhook=hook.name, kind=post[0].kind.value,
                          news=len(post), tries=tries)  # fmt: skip
                 return
-            pause = retry_after if retry_after is not None else random.uniform(0, wait)
-            if why.startswith("refused") or loop.time() + pause > deadline:
+            pause = RETRY.pause(
+                failed, tries, random.random, retry_after=retry_after, elapsed=loop.time() - started
+            )
+            if pause is None:
                 log.warning("notify: not delivered", webhook=hook.name, reason=why, tries=tries)
                 return
             await asyncio.sleep(pause)
-            wait = min(wait * 2, MAX_RETRY_S)
 
-    async def _post(self, hook: Webhook, payload: str) -> tuple[str | None, float | None]:
-        """(None, _) when delivered; else (why, Retry-After). `why` never holds the URL."""
+    async def _post(self, hook: Webhook, payload: str) -> tuple[Failure | None, str, float | None]:
+        """(None, "", None) when delivered; else (kind, why, Retry-After). `why` never holds
+        the URL."""
         assert self._session is not None
         try:
             async with self._session.post(
@@ -178,20 +202,12 @@ class WebhookSender:
                 allow_redirects=False,
             ) as response:
                 status = response.status
-                retry_after = _seconds(response.headers.get("Retry-After"))
+                header = response.headers.get("Retry-After")
         except (aiohttp.ClientError, TimeoutError) as exc:
-            return f"no answer ({type(exc).__name__})", None
+            return Failure.NO_ANSWER, f"no answer ({type(exc).__name__})", None
         if 200 <= status < 300:
-            return None, None
+            return None, "", None
         if status == 429 or status >= 500:
-            return f"HTTP {status}", retry_after
-        return f"refused: HTTP {status}", None  # 3xx, 4xx: retrying will not help
-
-
-def _seconds(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return min(max(float(value), 0.0), MAX_RETRY_S)
-    except ValueError:
-        return None
+            retry_after = retry_after_seconds(header, datetime.now(UTC))
+            return Failure.BUSY, f"HTTP {status}", retry_after
+        return Failure.REFUSED, f"refused: HTTP {status}", None  # 3xx, 4xx: retrying will not help

@@ -24,7 +24,8 @@ import structlog
 
 from tpucared.config import Config
 from tpucared.core.nodes.slots import spec_json
-from tpucared.core.planning.actions import DeleteNode, Notice
+from tpucared.core.planning.down import down_finished
+from tpucared.core.vocab.actions import DeleteNode
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.daemon import Daemon
 from tpucared.runtime.errors import StartupError
@@ -87,7 +88,8 @@ def _watch(
     report: Callable[[str], None],
     res: Resources,
 ) -> Callable[[Tick], bool]:
-    """The loop's `until`: report each delete, stop when done or at the deadline."""
+    """The loop's `until`: report each delete, stop when done (core/planning/down.py) or at
+    the deadline."""
     zones = {(f.project, z) for f in config.fleets if f.name in names for z in f.zones}
 
     def until(tick: Tick) -> bool:
@@ -98,7 +100,7 @@ def _watch(
                     f"deleting {action.node_name} in {action.zone} "
                     f"({action.fleet}/{action.slot}): {action.reason}"
                 )
-        if _finished(tick, names, zones):
+        if down_finished(tick.plan, tick.snapshot, tick.observations, names, zones):
             result.finished = True
             return True
         if res.clock.monotonic() >= deadline:
@@ -132,16 +134,6 @@ async def _mark_down(
                 name, True, now, reason=f"tpucared down: deleting every node of fleet {name}"
             )
             log.info("fleet marked down", fleet=name)
-
-
-def _finished(tick: Tick, names: Sequence[str], zones: set[tuple[str, str]]) -> bool:
-    """Nothing left to do for these fleets: no live incarnation, no action planned, and every
-    zone of theirs listed successfully (a failed list hides nodes)."""
-    if any(not isinstance(a, Notice) for a in tick.plan.actions):
-        return False
-    if any(i.fleet in names for i in tick.snapshot.nodes.values()):
-        return False
-    return all(o.ok for o in tick.observations if (o.project, o.zone) in zones)
 
 
 async def up(config: Config, fleets: Sequence[str], *, clock: Clock | None = None) -> list[str]:

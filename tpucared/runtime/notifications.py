@@ -3,10 +3,11 @@
 After every tick (a tick hook of `tpucared run`, daemon.py) it reads the events since the last
 tick (new warning and error notices, a slot out of its failure budget, a zone that became
 unreachable), works out which slots have waited for capacity longer than each webhook's
-`stockout_after` (the rule `status` uses), and, every few seconds from its own task, whether
-/healthz changed its verdict (telemetry's rule: a hung loop is news too). core/notify decides
-what is news and the rate limits; notify/sender.py posts it. Nothing here can fail a tick:
-an error is logged and the next tick tries again. History from before the start is not sent.
+`stockout_after` (core/planning/stockout.py: the rule `status` uses), and, every few seconds
+from its own task, whether /healthz changed its verdict (telemetry's rule: a hung loop is news
+too). core/notify decides what is news and the rate limits; notify/sender.py posts it. Nothing
+here can fail a tick: an error is logged and the next tick tries again. History from before
+the start is not sent.
 """
 
 from __future__ import annotations
@@ -18,15 +19,13 @@ from datetime import datetime
 
 import structlog
 
-from tpucared.core.nodes.create_backoff import waiting_for_capacity
-from tpucared.core.nodes.lifecycle import PENDING_PHASES
 from tpucared.core.notify import news as rules
 from tpucared.core.notify.news import News, RateLimit
+from tpucared.core.planning.stockout import slots_in_stockout
 from tpucared.notify import Webhook, WebhookSender
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.reconciler import Tick
 from tpucared.store import Store
-from tpucared.store.snapshot import Snapshot
 
 log = structlog.get_logger(__name__)
 
@@ -56,7 +55,8 @@ class Notifications:
         try:
             found = await self._new_events()
             now = self._clock.now()
-            self._waiting = rules.waiting_since(self._waiting, _waiting(tick.snapshot), now)
+            stockouts = slots_in_stockout(tick.snapshot)
+            self._waiting = rules.waiting_since(self._waiting, stockouts, now)
             for hook in self._sender.webhooks:
                 stock = rules.stockout_news(self._waiting, hook.spec.stockout_after, now)
                 self._dispatch(hook, [*found, *stock], now)
@@ -94,24 +94,3 @@ class Notifications:
                     self._last_event = page[-1].id
                 if len(page) < EVENT_PAGE:
                     return found
-
-
-def _waiting(snapshot: Snapshot) -> list[tuple[str, int]]:
-    """The slots in a stockout. A retry's create in flight (its node REQUESTED or CREATING)
-    does not end the stockout: the streak, and so the news's subject, lasts until a node
-    serves (a success resets `create_failures`); otherwise every hunting cycle would start a
-    new stockout and tell it again."""
-    out: list[tuple[str, int]] = []
-    for key, slot in snapshot.slots.items():
-        fleet = snapshot.fleets.get(slot.fleet)
-        last = snapshot.last_creates.get(key)
-        node = snapshot.nodes.get((*key, 0))  # a multislice slot: its slice 0 stands for it
-        if waiting_for_capacity(
-            slot.create_failures,
-            None if last is None else last.outcome,
-            live=node is not None and node.phase not in PENDING_PHASES,
-            done=slot.done,
-            down=fleet is None or fleet.down,
-        ):
-            out.append(key)
-    return out

@@ -40,12 +40,12 @@ import structlog
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import IncarnationRecord, ZoneHealth
 from tpucared.core.model.specs import DEFAULT_PROJECT, FleetSpec
-from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.planner import plan as make_plan
-from tpucared.core.planning.policy import Policy
 from tpucared.core.planning.quiet import may_plan_on_last_lists
 from tpucared.core.planning.tick import plan_tick
 from tpucared.core.planning.zone_health import UNREACHABLE_AFTER, health_details, next_zone_health
+from tpucared.core.vocab.plan import Plan
+from tpucared.core.vocab.policy import Policy
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.nodes.executor import Execution, Executor
 from tpucared.runtime.nodes.observer import (

@@ -213,7 +213,8 @@ class _Runner:
                 "error": tried.kind.value,
                 "message": tried.message,
             }
-            if not self.retry.should_retry(tried.kind, attempt):
+            delay = self.retry.pause(tried.kind, attempt, self.rng.random)
+            if delay is None:
                 log.debug("ssh.worker_failed", attempts=attempt, **fields)
                 return WorkerResult(
                     worker=target.worker,
@@ -224,7 +225,6 @@ class _Runner:
                     attempts=attempt,
                     elapsed=time.monotonic() - started,
                 )
-            delay = self.retry.delay(attempt, self.rng)
             log.debug(
                 "ssh.retry",
                 attempt=f"{attempt}/{self.retry.attempts}",

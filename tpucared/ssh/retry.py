@@ -6,7 +6,9 @@ reconnect in lock-step (sshd's MaxStartups drops bursts: "kex_exchange_identific
 Connection closed by remote host"). Only failures that happened before the command started
 are ever retried; budgets across ticks belong to the planner, not here.
 
-The delays are the daemon's one backoff rule (core/model/backoff.py), centred: each is
+`RetryPolicy` is the adapters' one retry rule (`RetryRule`, core/model/retry.py) in the
+fan-out's knobs, with one SSH fact added: a command that started is never run again. The
+delays are the daemon's one backoff rule (core/model/backoff.py), centred: each is
 `min(max_delay, initial_delay * multiplier**(attempt-1))` scaled by a uniform factor in
 [1 - jitter, 1 + jitter], with `u` drawn here from the fan-out's `random.Random`.
 """
@@ -14,47 +16,52 @@ The delays are the daemon's one backoff rule (core/model/backoff.py), centred: e
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 
-from tpucared.core.model.backoff import Backoff, in_seconds
+from tpucared.core.model.backoff import in_seconds
+from tpucared.core.model.retry import RetryRule
 from tpucared.ssh.errors import TRANSIENT_KINDS, SshErrorKind
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    attempts: int = 6  # total tries per worker, the first one included
-    initial_delay: float = 1.0  # seconds before the second try
-    multiplier: float = 2.0
-    max_delay: float = 10.0
-    jitter: float = 0.2  # each delay is scaled by a uniform factor in [1 - jitter, 1 + jitter]
-    retry_on: frozenset[SshErrorKind] = TRANSIENT_KINDS
+class RetryPolicy(RetryRule[SshErrorKind]):
+    """The one retry rule (core/model/retry.py), spelt in the fan-out's knobs: `attempts`
+    tries per worker, delays growing by `multiplier` from `initial_delay` up to `max_delay`,
+    each scaled by a uniform factor in [1 - jitter, 1 + jitter]; `retry_on` retried, and
+    then only when the command never started."""
 
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError(f"attempts must be >= 1, got {self.attempts}")
-        if self.initial_delay < 0 or self.max_delay < 0 or self.multiplier < 1:
+    def __init__(
+        self,
+        attempts: int = 6,  # total tries per worker, the first one included
+        initial_delay: float = 1.0,  # seconds before the second try
+        multiplier: float = 2.0,
+        max_delay: float = 10.0,
+        jitter: float = 0.2,  # each delay is scaled by a uniform factor in [1 - jitter, 1 + jitter]
+        retry_on: frozenset[SshErrorKind] = TRANSIENT_KINDS,
+    ) -> None:
+        if attempts < 1:
+            raise ValueError(f"attempts must be >= 1, got {attempts}")
+        if initial_delay < 0 or max_delay < 0 or multiplier < 1:
             raise ValueError("delays must be >= 0 and multiplier >= 1")
-        if not 0 <= self.jitter < 1:
-            raise ValueError(f"jitter must be in [0, 1), got {self.jitter}")
+        if not 0 <= jitter < 1:
+            raise ValueError(f"jitter must be in [0, 1), got {jitter}")
+        super().__init__(
+            attempts=attempts,
+            waits=in_seconds(
+                initial_delay, max_delay, factor=multiplier, jitter=jitter, centred=True
+            ),
+            retry_on=retry_on,
+        )
+
+    def retries(self, kind: SshErrorKind, attempt: int) -> bool:
+        # A command that started may have done its work: running it again is not a retry.
+        return kind.before_command and super().retries(kind, attempt)
 
     def should_retry(self, kind: SshErrorKind, attempt: int) -> bool:
         """Whether to try again after `attempt` (1-based) failed with `kind`."""
-        return attempt < self.attempts and kind.before_command and kind in self.retry_on
-
-    @property
-    def rule(self) -> Backoff[float]:
-        """The backoff between tries: growing by `multiplier`, jittered around its ceiling."""
-        return in_seconds(
-            self.initial_delay,
-            self.max_delay,
-            factor=self.multiplier,
-            jitter=self.jitter,
-            centred=True,
-        )
+        return self.retries(kind, attempt)
 
     def delay(self, attempt: int, rng: random.Random) -> float:
         """Seconds to wait after failed attempt number `attempt` (1-based)."""
-        return self.rule.delay(attempt, rng.random())
+        return self.waits.delay(attempt, rng.random())
 
 
 # One try: for per-tick probes, where the next tick is the retry.

@@ -2,7 +2,7 @@
 
 - `StaleWrite` (alias `CasConflict`): a compare-and-set found a different state than the caller
   read. Nothing was written; re-read (`Store.load_snapshot`) and decide again.
-- `IllegalTransition` (re-exported from `tpucared.core.nodes.lifecycle`): the edge is not in the
+- `IllegalTransition` (re-exported from `tpucared.core.model.lifecycle`): the edge is not in the
   lifecycle table at all. A bug in the caller, never retried.
 - `LeaseLost`: this process no longer leads (store/lease.py): nothing was written, and the
   daemon stands by. Never retried by the caller.
@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from tpucared.core.nodes.lifecycle import IllegalTransition
+from tpucared.core.model.lifecycle import IllegalTransition
 
 __all__ = [
     "AttemptRunning",

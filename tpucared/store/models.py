@@ -36,9 +36,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from tpucared.core.model.lifecycle import LIVE_PHASES
 from tpucared.core.model.records import AttemptOutcome, NodePhase
 from tpucared.core.model.specs import ErrorKind
-from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.store.types import JSONText, StrEnumType, UTCDateTime
 
 NAMING_CONVENTION = {

@@ -20,6 +20,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tpucared.core.leadership.lease import Holder, Lease
+from tpucared.core.model.lifecycle import LIVE_PHASES
 from tpucared.core.model.records import (
     CreateAttemptRecord,
     EventRecord,
@@ -29,7 +30,6 @@ from tpucared.core.model.records import (
     WorkerRecord,
     WorkloadAttemptRecord,
 )
-from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.core.workload.job_failures import JOB_FAILED, JOB_RECOVERED
 from tpucared.store import convert
 from tpucared.store.cache import RecordCache

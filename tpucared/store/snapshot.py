@@ -25,8 +25,8 @@ from tpucared.core.model.records import (
 )
 from tpucared.core.model.records import ZoneHealth as ZoneHealth  # re-exported
 from tpucared.core.model.specs import error_text as error_text  # re-exported
-from tpucared.core.planning.snapshot import NodeKey as NodeKey  # one definition, re-exported
-from tpucared.core.planning.snapshot import SlotKey as SlotKey
+from tpucared.core.vocab.snapshot import NodeKey as NodeKey  # one definition, re-exported
+from tpucared.core.vocab.snapshot import SlotKey as SlotKey
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -41,7 +41,7 @@ def frozen_mapping(items: Mapping[K, V] | None = None) -> Mapping[K, V]:
 class Snapshot:
     """What the store knows, at one instant.
 
-    `nodes` holds only live incarnations (phases in `core.nodes.lifecycle.LIVE_PHASES`), at most one
+    `nodes` holds only live incarnations (phases in `core.model.lifecycle.LIVE_PHASES`), at most one
     per slot (a unique index guarantees it); `workers` only theirs.
     """
 

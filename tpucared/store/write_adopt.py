@@ -24,9 +24,9 @@ from typing import Any
 
 from sqlalchemy import insert, or_, select, text, tuple_
 
+from tpucared.core.model.lifecycle import LIVE_PHASES, IllegalTransition, check_transition
 from tpucared.core.model.records import IncarnationRecord, NodePhase
-from tpucared.core.nodes.lifecycle import LIVE_PHASES, IllegalTransition, check_transition
-from tpucared.core.planning.actions import Adopt, OpenSlot
+from tpucared.core.vocab.actions import Adopt, OpenSlot
 from tpucared.store.errors import LiveIncarnationExists
 from tpucared.store.models import LIVE_NODE_SQL, EventRow, NodeRow, SlotRow, WorkerRow
 from tpucared.store.write_base import WriterBase, event_row, new_run_id

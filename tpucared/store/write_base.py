@@ -28,7 +28,7 @@ from tpucared.core.model.records import (
     IncarnationRecord,
     SlotRecord,
 )
-from tpucared.core.planning.actions import SlotUpdate
+from tpucared.core.vocab.actions import SlotUpdate
 from tpucared.store import convert
 from tpucared.store.errors import NotFound
 from tpucared.store.models import CreateAttemptRow, EventRow, FleetRow, SlotRow, ZoneHealthRow

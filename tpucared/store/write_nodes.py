@@ -1,12 +1,12 @@
-"""Writes to node incarnations and their workers: the executor's half of core/planning/actions.py.
+"""Writes to node incarnations and their workers: the executor's half of core/vocab/actions.py.
 
 Every phase change is a compare-and-set on the phase the planner saw
 (`UPDATE nodes ... WHERE id = :id AND phase = :expected`, row count checked), checked against
-`core.nodes.lifecycle` first, and stamped into `<phase>_at` / `phase_since`; each write appends its
+`core.model.lifecycle` first, and stamped into `<phase>_at` / `phase_since`; each write appends its
 event in the same transaction. A lost race raises `StaleWrite` and writes nothing, which the
 executor treats as "skip this stale action".
 
-Which method carries out which action (see core/planning/actions.py for the contract):
+Which method carries out which action (see core/vocab/actions.py for the contract):
   CreateNode  request_node (intent), then transition REQUESTED->CREATING or record_outcome
   DeleteNode  begin_delete (intent), then record_outcome
   Transition  transition (with CloudFacts and SlotUpdate)
@@ -24,11 +24,11 @@ from typing import Any, Final
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from tpucared.core.model.lifecycle import check_transition, is_terminal
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, NodePhase, WorkerRecord
 from tpucared.core.model.specs import DEFAULT_PROJECT, ErrorKind
-from tpucared.core.nodes.lifecycle import check_transition, is_terminal
-from tpucared.core.planning.actions import CloudFacts, RecordCloud, SlotUpdate
+from tpucared.core.vocab.actions import CloudFacts, RecordCloud, SlotUpdate
 from tpucared.store import convert
 from tpucared.store.errors import LiveIncarnationExists, NotFound, StaleWrite
 from tpucared.store.models import NodeRow, WorkerRow

@@ -8,15 +8,16 @@ reads a clock or sleeps: those stay with the callers, which are:
 - the planner, whose rules hold `timedelta`s (`BackoffRule`): when a slot may create again
   (`SlotRecord.next_create_at`, core/nodes/create_backoff.py), when a failing delete is issued
   again, when a crashed workload is relaunched (core/workload/planner.py), with the rule
-  `core/planning/policy.py` picks for the error. Its `u` comes from `jitter()`, derived from
+  `core/vocab/policy.py` picks for the error. Its `u` comes from `jitter()`, derived from
   stable facts (fleet, slot, run id, attempt), so a plan is deterministic for the same inputs
   and `tpucared plan` shows exactly what the daemon would do, while different slots still
   spread out their retries;
 - the adapters, whose rules hold seconds as floats (`Backoff[float]`, built with
   `in_seconds()`): the REST client's retries of one request (gcp/retry.py), the SSH fan-out's
   retries on one worker (ssh/retry.py), and how often an operation in flight is polled
-  (runtime/nodes/operations.py). They draw `u` from `random` themselves, and keep their own
-  loops, sleeping and Retry-After handling.
+  (runtime/nodes/operations.py). They draw `u` from `random` themselves and keep their own
+  loops and sleeping; the retries of one request (REST, SSH, webhook posts) decide through
+  the one retry rule built on this one, `RetryRule` (core/model/retry.py).
 
 How much of a wait is random is the rule's `jitter`, a share of the ceiling. By default the
 random share lies below the ceiling: 1.0 is full jitter (uniform in [0, ceiling]: best at

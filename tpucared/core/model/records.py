@@ -14,7 +14,7 @@ from tpucared.core.model.specs import DEFAULT_PROJECT, ErrorKind, error_text
 
 
 class NodePhase(StrEnum):
-    """Our lifecycle of one node incarnation. Allowed edges live in core/nodes/lifecycle.py."""
+    """Our lifecycle of one node incarnation. Allowed edges live in core/model/lifecycle.py."""
 
     REQUESTED = "requested"  # intent recorded, create call not yet confirmed by the API
     CREATING = "creating"  # create accepted; waiting for the node to become READY
@@ -89,7 +89,7 @@ class IncarnationRecord:
     cloud_state_since: datetime | None = None  # when cloud_state took its current value
     unhealthy_since: datetime | None = None  # start of the current unhealthy health streak
     # Outcome of the last create/delete call or operation on this incarnation, recorded by
-    # the executor and decided on by the planner at the next tick (see core/planning/actions.py).
+    # the executor and decided on by the planner at the next tick (see core/vocab/actions.py).
     error: ErrorKind | None = None
     delete_calls: int = 0  # delete calls issued so far (bounded retries of a stuck delete)
     last_delete_at: datetime | None = None
@@ -98,7 +98,7 @@ class IncarnationRecord:
 
     @property
     def key(self) -> tuple[str, int, int]:
-        """(fleet, slot, slice): at most one live incarnation each (core/planning/snapshot)."""
+        """(fleet, slot, slice): at most one live incarnation each (core/vocab/snapshot)."""
         return (self.fleet, self.slot, self.slice)
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from datetime import datetime, timedelta
 
+from tpucared.core.model.lifecycle import LIVE_PHASES
 from tpucared.core.model.records import NodePhase
-from tpucared.core.nodes.lifecycle import LIVE_PHASES
 
 # Phases whose incarnation is over: its workers will never be reached again, so their pinned
 # host keys only hold a dead VM's identity.

@@ -1,11 +1,10 @@
 """Node decisions: one incarnation's lifecycle, and what the planner does about each node.
 
-Called by `core/planning/planner.py` for every live incarnation and every listed resource.
+Called by `core/planning/planner.py` for every live incarnation and every listed resource;
+reads and returns the words of `core/vocab/` (view, policy, actions, plan), walks the phase
+table of `core/model/lifecycle.py`, never imports `core/planning/`.
 
-- `lifecycle`       the incarnation lifecycle (`NodePhase`) as a transition table, checked by
-                    the store on every write; the LIVE / PENDING / SERVING phase sets.
 - `cloud`           what a cloud state means: alive, transient, dead.
-- `stuck`           timeouts for states that should end by themselves, as one table.
 - `incarnations`    one live incarnation + what the list shows of it -> its next steps, one
                     rule per phase (a PREEMPTED node's delete is decided here).
 - `step`            what those rules share: the `Step` accumulating the actions, the moves

@@ -5,13 +5,13 @@ The TPU API reports a `Node.State`, a `Node.Health` and, for queued provisioning
 (usable, dead, being deleted, transient, waiting), and names the pseudo states the planner
 stores in `IncarnationRecord.cloud_state` when there is no node to show a state. The node
 and strays sub-planners (core/nodes/incarnations.py, core/nodes/strays.py) decide with these
-classes; core/nodes/stuck.py holds the timeouts of the transient ones.
+classes; core/vocab/stuck.py holds the timeouts of the transient ones.
 """
 
 from __future__ import annotations
 
 from tpucared.core.model.observed import CloudState, ObservedNode, QueuedState
-from tpucared.core.planning.actions import Notice, Severity
+from tpucared.core.vocab.actions import Notice, Severity
 
 C = CloudState
 Q = QueuedState
@@ -22,7 +22,7 @@ Q = QueuedState
 DEAD_STATES: frozenset[CloudState] = frozenset({C.PREEMPTED, C.TERMINATED, C.STOPPED})
 
 # States a node passes through and should leave by itself; each has a timeout in
-# core/nodes/stuck.py, after which the node counts as dead. STATE_UNSPECIFIED is a blip, not a
+# core/vocab/stuck.py, after which the node counts as dead. STATE_UNSPECIFIED is a blip, not a
 # verdict; UNKNOWN is the API not knowing for now: dead only after its grace ("unknown").
 # UNRECOGNIZED is in no class: a state we cannot read is never acted on (`unrecognized_notice`).
 TRANSIENT_STATES: frozenset[CloudState] = frozenset(

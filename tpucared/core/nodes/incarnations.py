@@ -1,8 +1,8 @@
 """The node sub-planner: one live incarnation, what the lists show of it -> its next steps.
 
 For each incarnation in a LIVE phase of a managed fleet, `plan_incarnation` reads the
-incarnation's `Sighting` (core/planning/view.py) and its recorded call outcome (`error`,
-`operation`) and returns the actions that move it along its lifecycle (core/nodes/lifecycle.py),
+incarnation's `Sighting` (core/vocab/view.py) and its recorded call outcome (`error`,
+`operation`) and returns the actions that move it along its lifecycle (core/model/lifecycle.py),
 plus the phase it will be in once they are applied. Rules, by phase:
 
 REQUESTED/CREATING  the node (or queued resource) is listed with our labels -> the phase its
@@ -32,6 +32,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from tpucared.core.model.durations import fmt as _fmt
+from tpucared.core.model.lifecycle import PENDING_PHASES, SERVING_PHASES
 from tpucared.core.model.observed import CloudState, QueuedState
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, ErrorKind
@@ -43,7 +44,6 @@ from tpucared.core.nodes.cloud import (
     is_unhealthy,
     unrecognized_notice,
 )
-from tpucared.core.nodes.lifecycle import PENDING_PHASES, SERVING_PHASES
 from tpucared.core.nodes.step import (
     Step,
     cloud_facts,
@@ -54,9 +54,9 @@ from tpucared.core.nodes.step import (
     ours,
     stuck_reason,
 )
-from tpucared.core.nodes.stuck import CLOUD_RULE, QUEUED_RULE
-from tpucared.core.planning.actions import Action, CloudFacts, Severity
-from tpucared.core.planning.view import Sighting, View
+from tpucared.core.vocab.actions import Action, CloudFacts, Severity
+from tpucared.core.vocab.stuck import CLOUD_RULE, QUEUED_RULE
+from tpucared.core.vocab.view import Sighting, View
 
 P = NodePhase
 C = CloudState

@@ -5,7 +5,7 @@ on its incarnation. A create or delete reaches the cloud in two steps, each endi
 planner keeps going: the call (runtime/nodes/calls.py), which the API accepts with a
 long-running operation or refuses with an error, then that operation
 (runtime/nodes/operations.py), which ends in success or an error. The planner recorded the
-intent first (REQUESTED for a create, DELETING for a delete: core/planning/actions.py) and may
+intent first (REQUESTED for a create, DELETING for a delete: core/vocab/actions.py) and may
 have moved the incarnation on by the time an outcome arrives (the node was listed, found dead,
 deleted). The runtime reads the incarnation, asks here with its current phase, and writes what
 fits in the same transaction; the planner decides on what was recorded at its next tick.
@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
+from tpucared.core.model.lifecycle import PENDING_PHASES
 from tpucared.core.model.records import NodePhase
 from tpucared.core.model.specs import ErrorKind
-from tpucared.core.nodes.lifecycle import PENDING_PHASES
 
 Verb = Literal["create", "delete"]
 

@@ -41,10 +41,10 @@ from tpucared.core.model.specs import (
     FleetSpec,
     Provisioning,
 )
-from tpucared.core.planning.actions import Action, CreateNode, OpenSlot, RecordFleet, Transition
-from tpucared.core.planning.plan import Hold
-from tpucared.core.planning.snapshot import NodeKey
-from tpucared.core.planning.view import View
+from tpucared.core.vocab.actions import Action, CreateNode, OpenSlot, RecordFleet, Transition
+from tpucared.core.vocab.plan import Hold
+from tpucared.core.vocab.snapshot import NodeKey
+from tpucared.core.vocab.view import View
 
 
 def fleet_records(view: View) -> list[Action]:

@@ -7,7 +7,7 @@ holds the name, and ends a failed create with the slot's backoff (core/nodes/cre
 Also here: the moves that end a node (`die`, `fail_dead`, `external_delete`), and the helpers
 about facts (`cloud_facts`: what the list shows, against what is recorded), ownership (`ours`,
 `labels_pending`, a name held by another) and expiry (`stuck_reason`, by the timeouts of
-core/nodes/stuck.py).
+core/vocab/stuck.py).
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from __future__ import annotations
 from datetime import datetime
 
 from tpucared.core.model.durations import fmt as _fmt
+from tpucared.core.model.lifecycle import PENDING_PHASES
 from tpucared.core.model.observed import CloudState
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, ErrorKind
 from tpucared.core.nodes import create_backoff as budget
 from tpucared.core.nodes.cloud import ABSENT, is_unhealthy, queued_pseudo_state
-from tpucared.core.nodes.lifecycle import PENDING_PHASES
-from tpucared.core.planning.actions import (
+from tpucared.core.vocab.actions import (
     Action,
     CloudFacts,
     DeleteNode,
@@ -31,8 +31,8 @@ from tpucared.core.planning.actions import (
     SlotUpdate,
     Transition,
 )
-from tpucared.core.planning.policy import HARD_ERRORS
-from tpucared.core.planning.view import Sighting, View
+from tpucared.core.vocab.policy import HARD_ERRORS
+from tpucared.core.vocab.view import Sighting, View
 
 P = NodePhase
 PENDING = PENDING_PHASES
@@ -277,7 +277,7 @@ def _differs(inc: IncarnationRecord, f: CloudFacts) -> bool:
 
 def stuck_reason(step: Step, rule: str, start: datetime | None, what: str) -> str | None:
     """Why `what`, lasting since `start`, counts as stuck by the timeout `rule`
-    (core/nodes/stuck.py); None while it has not timed out or has no timeout."""
+    (core/vocab/stuck.py); None while it has not timed out or has no timeout."""
     timeout = step.view.policy.timeout(rule)
     if timeout is None or start is None:
         return None

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from tpucared.core.model.lifecycle import SERVING_PHASES
 from tpucared.core.model.observed import CloudState, QueuedState
 from tpucared.core.model.records import NodePhase
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL
@@ -34,10 +35,9 @@ from tpucared.core.nodes.cloud import (
     queued_pseudo_state,
     unrecognized_notice,
 )
-from tpucared.core.nodes.lifecycle import SERVING_PHASES
-from tpucared.core.planning.actions import Action, Adopt, CloudFacts, Notice, Severity
-from tpucared.core.planning.snapshot import NodeKey
-from tpucared.core.planning.view import Resource, View, slice_of, slot_of
+from tpucared.core.vocab.actions import Action, Adopt, CloudFacts, Notice, Severity
+from tpucared.core.vocab.snapshot import NodeKey
+from tpucared.core.vocab.view import Resource, View, slice_of, slot_of
 
 P = NodePhase
 SERVING = SERVING_PHASES

@@ -1,10 +1,9 @@
 """Planning one tick: from a snapshot of the world to an ordered plan of actions.
 
-- `snapshot`           what the store remembers, as the planner needs it, one value per tick.
-- `view`               the read-only indexes over specs, records and observations for a tick.
-- `policy`             the planner's tunables: budgets, backoffs, graces, stuck timeouts.
-- `actions`            the node actions and the contract the executor honours for each.
-- `plan`               the planner's output: actions, holds, notices.
+The top of the core: it composes the node sub-planners (`core/nodes/`) and the workload
+sub-planner (`core/workload/`), which never import this package: the words they share
+(snapshot, view, policy, actions, plan) are `core/vocab/`'s.
+
 - `planner`            `plan`: the node planner's entry point (slots, incarnations, strays).
 - `tick`               `plan_tick`: what the daemon calls each tick; the node plan, then the
                        workload planner on top of it.
@@ -14,4 +13,8 @@
                        which fleets /healthz reports.
 - `executor_contract`  the record-level effect of a plan as a pure function: the executor's
                        contract, executable (the tests check the real executor against it).
+- `drift`              nodes made otherwise than their fleet's spec asks now.
+- `stockout`           which slots wait for capacity: the rule of `status` and of the
+                       stockout news.
+- `down`               when `tpucared down` is done: the rule its loop stops on.
 """

@@ -1,7 +1,7 @@
 """The record-level effect of a plan, as a pure function: the executor contract, executable.
 
 `apply_intent(snapshot, plan, now)` returns the snapshot the store would hold after the
-executor recorded every action of `plan` (core/planning/actions.py) and before any cloud call
+executor recorded every action of `plan` (core/vocab/actions.py) and before any cloud call
 returned: creates are REQUESTED, deletes are DELETING, transitions, cloud facts, adopts and
 slot updates are written. `record_outcome` adds what a call
 returned. Tests use both to check that planning converges and that every write the planner
@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
+from tpucared.core.model.lifecycle import LIVE_PHASES, check_transition, is_terminal
 from tpucared.core.model.records import FleetRecord, IncarnationRecord, NodePhase, SlotRecord
 from tpucared.core.model.specs import ErrorKind
-from tpucared.core.nodes.lifecycle import LIVE_PHASES, check_transition, is_terminal
-from tpucared.core.planning.actions import (
+from tpucared.core.vocab.actions import (
     Action,
     Adopt,
     CloudFacts,
@@ -30,8 +30,8 @@ from tpucared.core.planning.actions import (
     SlotUpdate,
     Transition,
 )
-from tpucared.core.planning.plan import Plan
-from tpucared.core.planning.snapshot import PlainSnapshot, PlannerSnapshot
+from tpucared.core.vocab.plan import Plan
+from tpucared.core.vocab.snapshot import PlainSnapshot, PlannerSnapshot
 
 
 class StaleAction(RuntimeError):

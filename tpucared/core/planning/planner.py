@@ -2,10 +2,10 @@
 
 A pure function, the heart of tpucared. The runtime calls it once per tick after observing
 every zone (one paginated list per project and zone) and loading the store snapshot; it
-executes the returned actions in order (core/planning/actions.py has the executor's contract).
+executes the returned actions in order (core/vocab/actions.py has the executor's contract).
 `tpucared plan` calls it too and prints `Plan.render()`, changing nothing.
 
-It composes sub-planners over one shared `View` (core/planning/view.py), each seeing what the
+It composes sub-planners over one shared `View` (core/vocab/view.py), each seeing what the
 previous ones decided:
 1. core/nodes/slots.py `fleet_records`: fleet and slot records for the config;
 2. core/nodes/incarnations.py: each live incarnation of a managed fleet along its lifecycle;
@@ -26,21 +26,21 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from tpucared.core.model.lifecycle import LIVE_PHASES
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import NodePhase
 from tpucared.core.model.specs import ErrorKind, FleetSpec, NodeOptions, error_text
 from tpucared.core.model.specs import location_name as where
 from tpucared.core.nodes import multislice
 from tpucared.core.nodes.incarnations import SERVING, plan_incarnation
-from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.core.nodes.slots import fleet_records, plan_creates, updated_slots
 from tpucared.core.nodes.strays import plan_strays
 from tpucared.core.planning import drift
-from tpucared.core.planning.actions import Action, Adopt, Notice, Severity, Transition
-from tpucared.core.planning.plan import Plan
-from tpucared.core.planning.policy import HARD_ERRORS, Policy
-from tpucared.core.planning.snapshot import NodeKey, PlannerSnapshot
-from tpucared.core.planning.view import View
+from tpucared.core.vocab.actions import Action, Adopt, Notice, Severity, Transition
+from tpucared.core.vocab.plan import Plan
+from tpucared.core.vocab.policy import HARD_ERRORS, Policy
+from tpucared.core.vocab.snapshot import NodeKey, PlannerSnapshot
+from tpucared.core.vocab.view import View
 
 P = NodePhase
 NO_OPTIONS = NodeOptions()

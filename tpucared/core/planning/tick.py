@@ -22,15 +22,16 @@ from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import FleetSpec
 from tpucared.core.nodes import multislice
-from tpucared.core.planning.actions import Action, Adopt, DeleteNode, Notice, Transition
-from tpucared.core.planning.plan import Hold, Plan
 from tpucared.core.planning.planner import NodesOutcome, plan_view
-from tpucared.core.planning.policy import Policy
-from tpucared.core.planning.snapshot import SlotKey
-from tpucared.core.planning.view import View
+from tpucared.core.vocab.actions import Action, Adopt, DeleteNode, Notice, Transition
+from tpucared.core.vocab.plan import Hold, Plan
+from tpucared.core.vocab.policy import Policy
+from tpucared.core.vocab.snapshot import SlotKey
+from tpucared.core.vocab.view import View
 from tpucared.core.workload.gang import Gang
 from tpucared.core.workload.inputs import SlotProbe, TickSnapshot, WorkloadRecords
-from tpucared.core.workload.planner import SlotPlan, SlotWork, WorkloadPolicy, plan_slot
+from tpucared.core.workload.planner import SlotPlan, plan_slot
+from tpucared.core.workload.slot_work import SlotWork, WorkloadPolicy
 
 
 def plan_tick(

@@ -3,8 +3,10 @@
 Called by `core/planning/tick.py` for every slot, after the node planner.
 
 - `inputs`    what the workload planner reads: fresh probes of the workers, stored attempts.
+- `slot_work` what the rules see of one slot at one tick (`SlotWork`), and their tunables
+              (`WorkloadPolicy`, the crash backoff).
 - `planner`   one slot's attempt + this tick's probe -> next steps (launch, cleanup, relaunch,
-              give up, replace the node); the crash backoff.
+              give up, replace the node).
 - `judge`     the running attempt + this tick's probe -> its verdict (ends how, resumes, or
               runs on), for the planner.
 - `gang`      a multislice slot's slices as one stand-in node for the planner and judge; the

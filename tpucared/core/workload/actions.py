@@ -2,7 +2,7 @@
 
 The workload planner (core/workload/planner.py) returns these among a tick's plan; the runtime's
 `WorkloadRunner` (runtime/workload/runner.py) carries them out, in plan order per slot, after the
-node actions. Like the node actions (core/planning/actions.py) they are idempotent and safe to
+node actions. Like the node actions (core/vocab/actions.py) they are idempotent and safe to
 re-run after a crash: intent is recorded before the remote step, each store write is a
 compare-and-set, and every remote step is idempotent on the worker (a run directory holds
 exactly one run: launching into it again reports the run instead of starting another).
@@ -47,7 +47,7 @@ FinishAttempt   T: finish_attempt(attempt_id, outcome, exit_codes, detail): comp
 MarkSlotDone    T: update_slot(done=True). The node planner then deletes the slot's node
                 unless on_success = keep, and never creates one for it again.
 Replacing a node whose TPU stays busy or whose workers stopped answering is a plain
-`DeleteNode` (core/planning/actions.py) with `expected` READY: the daemon's executor carries it out.
+`DeleteNode` (core/vocab/actions.py) with `expected` READY: the daemon's executor carries it out.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Final
 
 from tpucared.core.model.records import AttemptOutcome
-from tpucared.core.planning.actions import Action
+from tpucared.core.vocab.actions import Action
 
 # Outcomes charged to the slot's crash budget (must match tpucared.store.write_workloads).
 CHARGED_OUTCOMES: Final = frozenset({AttemptOutcome.FAILED, AttemptOutcome.HUNG})

@@ -30,7 +30,7 @@ from tpucared.core.model.records import (
     WorkerRecord,
     WorkloadAttemptRecord,
 )
-from tpucared.core.planning.snapshot import PlainSnapshot, PlannerSnapshot, SlotKey
+from tpucared.core.vocab.snapshot import PlainSnapshot, PlannerSnapshot, SlotKey
 
 
 class WorkerState(StrEnum):

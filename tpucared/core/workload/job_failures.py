@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from tpucared.core.model.backoff import Backoff, jitter
-from tpucared.core.planning.snapshot import SlotKey
+from tpucared.core.vocab.snapshot import SlotKey
 
 # 5 s, doubling, up to 5 min: a transient fault (a locked database, a dropped connection the
 # library raised instead of reporting) is over by the first retries; a bug that fails every

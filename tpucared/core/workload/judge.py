@@ -39,7 +39,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from tpucared.core.model.durations import fmt
 from tpucared.core.model.records import AttemptOutcome, NodePhase, WorkloadAttemptRecord
@@ -50,9 +49,7 @@ from tpucared.core.workload.inputs import (
     WorkerProbe,
     WorkerState,
 )
-
-if TYPE_CHECKING:
-    from tpucared.core.workload.planner import SlotWork, WorkloadPolicy
+from tpucared.core.workload.slot_work import SlotWork, WorkloadPolicy
 
 P = NodePhase
 Out = AttemptOutcome

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from tpucared.core.model.records import IncarnationRecord, NodePhase
-from tpucared.core.planning.actions import Action, DeleteNode, Transition
-from tpucared.core.planning.snapshot import SlotKey
+from tpucared.core.vocab.actions import Action, DeleteNode, Transition
+from tpucared.core.vocab.snapshot import SlotKey
 from tpucared.core.workload.actions import LaunchWorkload, StopWorkload
 from tpucared.core.workload.inputs import SlotProbe, TickSnapshot, WorkerProbe, WorkerState
 

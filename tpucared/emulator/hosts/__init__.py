@@ -1,6 +1,6 @@
 """Simulated worker hosts: each worker of a READY node is a real SSH server on its own address.
 
-The emulator's `WorkerHosts` implementation (see workers.py for the hook). The DESIGN contract:
+The emulator's `WorkerHosts` implementation (see host_hook.py for the hook). The DESIGN contract:
 "Each worker of a READY node is a real SSH server on its own loopback address (127.x.y.z, the
 port from the emulator's options) that runs commands as local processes; preemption kills those
 processes and closes the server." Modules:

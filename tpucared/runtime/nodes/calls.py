@@ -1,5 +1,5 @@
 """The cloud half of CreateNode and DeleteNode: one call each, in the background, then its
-outcome recorded (the second transaction of core/planning/actions.py).
+outcome recorded (the second transaction of core/vocab/actions.py).
 
 The executor (executor.py) has already recorded the intent when it hands an action here, so
 the record is safe whatever happens to the call: a crash, a hang, a cancel at shutdown. Each
@@ -40,7 +40,7 @@ import structlog
 from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord
 from tpucared.core.model.specs import ErrorKind, NodeOptions
 from tpucared.core.nodes import outcomes
-from tpucared.core.planning.actions import CreateNode, DeleteNode
+from tpucared.core.vocab.actions import CreateNode, DeleteNode
 from tpucared.gcp import ApiError, NodeShape, Operation, TpuClient
 from tpucared.gcp.bodies import DEFAULT_SA_SCOPES
 from tpucared.runtime.clock import Clock

@@ -1,4 +1,4 @@
-"""The executor: carries out a plan's actions in order, exactly as core/planning/actions.py says.
+"""The executor: carries out a plan's actions in order, exactly as core/vocab/actions.py says.
 
 Every write is the compare-and-set the planner asked for; a write that loses its race
 (`StaleWrite`) is skipped with a log line, never forced. For the two actions that call the
@@ -31,9 +31,9 @@ from typing import Any
 
 import structlog
 
+from tpucared.core.model.lifecycle import IllegalTransition
 from tpucared.core.model.records import IncarnationRecord, NodePhase
-from tpucared.core.nodes.lifecycle import IllegalTransition
-from tpucared.core.planning.actions import (
+from tpucared.core.vocab.actions import (
     Action,
     Adopt,
     CreateNode,
@@ -46,7 +46,7 @@ from tpucared.core.planning.actions import (
     Severity,
     Transition,
 )
-from tpucared.core.planning.plan import Plan
+from tpucared.core.vocab.plan import Plan
 from tpucared.runtime.nodes.calls import CloudCalls
 from tpucared.store import KEEP, NotFound, StaleWrite, Store, Tx
 

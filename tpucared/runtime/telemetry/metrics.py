@@ -33,9 +33,9 @@ from prometheus_client import (
 )
 
 from tpucared import __version__
+from tpucared.core.model.lifecycle import LIVE_PHASES
 from tpucared.core.model.records import CreateAttemptRecord, EventRecord, ZoneHealth
 from tpucared.core.model.specs import location_name
-from tpucared.core.nodes.lifecycle import LIVE_PHASES
 from tpucared.inspect.lifecycle import (
     AttemptEnded,
     Latency,

@@ -25,7 +25,7 @@ import structlog
 
 from tpucared.core.model.records import IncarnationRecord, NodePhase, SlotRecord, WorkerRecord
 from tpucared.core.model.specs import WorkloadSpec
-from tpucared.core.planning.actions import Action
+from tpucared.core.vocab.actions import Action
 from tpucared.core.workload.actions import (
     FinishAttempt,
     LaunchWorkload,

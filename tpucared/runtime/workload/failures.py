@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import structlog
 
-from tpucared.core.planning.snapshot import SlotKey
+from tpucared.core.vocab.snapshot import SlotKey
 from tpucared.core.workload.job_failures import (
     JOB_FAILED,
     JOB_RECOVERED,

@@ -80,9 +80,9 @@ from dataclasses import dataclass, field
 import structlog
 
 from tpucared.core.model.records import NodePhase
-from tpucared.core.planning.actions import Action
-from tpucared.core.planning.plan import Plan
-from tpucared.core.planning.snapshot import SlotKey
+from tpucared.core.vocab.actions import Action
+from tpucared.core.vocab.plan import Plan
+from tpucared.core.vocab.snapshot import SlotKey
 from tpucared.core.workload.gang import by_slot, slot_node
 from tpucared.core.workload.inputs import SlotProbe, TickSnapshot
 from tpucared.core.workload.probes import (

@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 
 import structlog
 
-from tpucared.core.planning.snapshot import SlotKey
+from tpucared.core.vocab.snapshot import SlotKey
 from tpucared.core.workload.inputs import TickSnapshot
 from tpucared.ports.launcher import NoticeResult, NoticeState
 from tpucared.runtime.clock import Clock

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from tpucared.core.model.records import IncarnationRecord, WorkerRecord
 from tpucared.core.model.specs import WorkloadSpec
-from tpucared.core.planning.snapshot import SlotKey
+from tpucared.core.vocab.snapshot import SlotKey
 from tpucared.ports.launcher import Place, ProbeResult, Reply, Run
 
 

@@ -34,9 +34,9 @@ from tpucared.core.model.records import (
     WorkloadAttemptRecord,
 )
 from tpucared.core.model.specs import FleetSpec, WorkloadSpec
-from tpucared.core.planning.actions import Action
-from tpucared.core.planning.plan import Plan
-from tpucared.core.planning.snapshot import SlotKey
+from tpucared.core.vocab.actions import Action
+from tpucared.core.vocab.plan import Plan
+from tpucared.core.vocab.snapshot import SlotKey
 from tpucared.core.workload.actions import WORKLOAD_ACTIONS
 from tpucared.core.workload.gang import Gang
 from tpucared.core.workload.inputs import SlotProbe, TickSnapshot, WorkerProbe, track

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from tpucared.core.model.lifecycle import LIVE_PHASES
 from tpucared.core.model.observed import ObservedNode, ObservedQueuedResource, ZoneObservation
 from tpucared.core.model.records import FleetRecord, IncarnationRecord, SlotRecord
 from tpucared.core.model.specs import (
@@ -23,9 +24,8 @@ from tpucared.core.model.specs import (
     FleetSpec,
     OnSuccess,
 )
-from tpucared.core.nodes.lifecycle import LIVE_PHASES
-from tpucared.core.planning.policy import Policy
-from tpucared.core.planning.snapshot import PlannerSnapshot
+from tpucared.core.vocab.policy import Policy
+from tpucared.core.vocab.snapshot import PlannerSnapshot
 
 Location = tuple[str, str]  # (project, zone); DEFAULT_PROJECT for the daemon's own
 

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from tpucared.core.model.backoff import BackoffRule
 from tpucared.core.model.specs import ErrorKind
-from tpucared.core.nodes.stuck import DEFAULT_TIMEOUTS
+from tpucared.core.vocab.stuck import DEFAULT_TIMEOUTS
 
 _S = timedelta(seconds=1)
 _M = timedelta(minutes=1)
@@ -63,7 +63,7 @@ class Policy:
     unhealthy_grace: timedelta = 10 * _M
     # Delete calls for one incarnation before a person is told (retries continue).
     max_delete_calls: int = 5
-    # Stuck-state timeouts by rule name (core/nodes/stuck.py); None waits forever.
+    # Stuck-state timeouts by rule name (core/vocab/stuck.py); None waits forever.
     timeouts: Mapping[str, timedelta | None] = field(default_factory=lambda: DEFAULT_TIMEOUTS)
 
     def __post_init__(self) -> None:

@@ -1,6 +1,6 @@
 """The planner's output: ordered actions, informational holds, and the standing notices.
 
-`Plan.actions` is what the executor carries out, in order (see core/planning/actions.py for the
+`Plan.actions` is what the executor carries out, in order (see core/vocab/actions.py for the
 contract). `Plan.holds` explains slots that want a node but get no create this tick
 (backoff, create limits, a zone that failed to list, a name someone else holds): they are
 for people (`tpucared plan`, /v1/status) and are never executed. `Plan.standing` is the set
@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
-from tpucared.core.planning.actions import Action, Notice
+from tpucared.core.vocab.actions import Action, Notice
 
 A = TypeVar("A", bound=Action)
 

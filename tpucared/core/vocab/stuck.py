@@ -4,7 +4,7 @@ Each rule names a transient situation (one of our phases, a cloud state of the n
 queued resource state), how long it may last, and what the planner does once it lasted
 longer. The clock for a phase is `IncarnationRecord.phase_since`; for a cloud or queued state
 it is `cloud_state_since`; for a repeated delete it is `last_delete_at`. Config can override
-any timeout by rule name in `[policy.timeouts]` ("never" disables one); `core/planning/policy.py`
+any timeout by rule name in `[policy.timeouts]` ("never" disables one); `core/vocab/policy.py`
 holds the effective values. The planner never sleeps: it compares these against `now`.
 """
 

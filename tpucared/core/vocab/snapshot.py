@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from tpucared.core.model.lifecycle import LIVE_PHASES
 from tpucared.core.model.records import FleetRecord, IncarnationRecord, SlotRecord
-from tpucared.core.nodes.lifecycle import LIVE_PHASES
 
 SlotKey = tuple[str, int]  # (fleet name, slot index)
 NodeKey = tuple[str, int, int]  # (fleet name, slot index, slice index)
