@@ -32,6 +32,8 @@ from tpucared.core.workload.actions import (
     MarkSlotDone,
     StopWorkload,
 )
+from tpucared.core.workload.gang import newest
+from tpucared.core.workload.gang import whole as gang_whole
 from tpucared.logsetup import register_secret
 from tpucared.ports.launcher import (
     CleanupState,
@@ -273,21 +275,21 @@ class WorkloadExecutor:
     ) -> list[_Slice]:
         """The slot's READY slices as stored now, by slice, located by the launcher: the one
         node `incarnation_id` of a single-slice slot; for a multislice slot (`incarnation_id`
-        its stand-in's, core/workload/gang.py) every slice, all READY and still that set when
-        `whole` (a launch), else those READY (a stop). Empty when there is nothing to act on."""
-        multislice = self._slice_counts.get(fleet, 1) > 1
+        its stand-in's) every slice. When `whole` (a launch): only a whole slot whose stand-in
+        is still `incarnation_id` (core/workload/gang.py `whole`, `newest`); else (a stop)
+        those READY. Empty when there is nothing to act on."""
+        expected = self._slice_counts.get(fleet, 1)
         async with self._store.read() as r:
-            if multislice:
+            if expected > 1:
                 live = await r.incarnations(fleet, slot_index, live_only=True)
             else:
                 inc = await r.incarnation(incarnation_id)
                 live = [inc] if inc is not None else []
             ready = sorted((i for i in live if i.phase is NodePhase.READY), key=lambda i: i.slice)
-            if whole and multislice and (
-                len(ready) != len(live) or len(ready) != self._slice_counts[fleet]
-                or max(i.id for i in ready) != incarnation_id
-            ):  # fmt: skip
-                return []
+            if whole:
+                slices = gang_whole(live, expected)
+                if slices is None or newest(slices).id != incarnation_id:
+                    return []
             workers = await r.workers([i.id for i in ready])
             slot = await r.slot(fleet, slot_index)
         if slot is None:

@@ -38,7 +38,7 @@ from tpucared.core.planning.actions import Action
 from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.snapshot import SlotKey
 from tpucared.core.workload.actions import WORKLOAD_ACTIONS
-from tpucared.core.workload.gang import Gang
+from tpucared.core.workload.gang import Gang, whole
 from tpucared.core.workload.inputs import SlotProbe, TickSnapshot, WorkerProbe, track
 from tpucared.ports.launcher import (
     Launcher,
@@ -193,18 +193,16 @@ class WorkloadRunner:
         last: WorkloadAttemptRecord | None,
         run_id: str,
     ) -> ProbeJob | None:
-        """The slot's probe job when every slice is READY with workers recorded."""
+        """The slot's probe job when it is whole (every slice READY: core/workload/gang.py
+        `whole`) with workers recorded on every slice."""
         spec = self._workloads.get(key[0])
         expected = self._slice_counts.get(key[0], 1)
-        ready = sorted((i for i in incs if i.phase is NodePhase.READY), key=lambda i: i.slice)
-        if spec is None or len(ready) != expected or len(incs) != expected:
-            return None
-        if any(not workers.get(i.id) for i in ready):
+        ready = whole(incs, expected)
+        if spec is None or ready is None or any(not workers.get(i.id) for i in ready):
             return None
         node = ready[0]
         if expected > 1:
-            gang = Gang(f"{key[0]}-{key[1]}", expected, tuple(ready),
-                        {i.id: i.phase for i in ready}, {})  # fmt: skip
+            gang = Gang(f"{key[0]}-{key[1]}", expected, ready, {i.id: i.phase for i in ready}, {})
             node = gang.stand_in() or node
         on_node = last is not None and last.incarnation_id == node.id
         number = last.number if last is not None and on_node else None
