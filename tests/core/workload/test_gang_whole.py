@@ -61,4 +61,5 @@ def test_newest_is_the_stand_ins_id(members: list[IncarnationRecord], stands_for
     if len(members) > 1:
         gang = Gang("ms-0", len(members), tuple(members), {i.id: i.phase for i in members}, {})
         stand_in = gang.stand_in()
-        assert stand_in is not None and stand_in.id == stands_for
+        assert stand_in is not None
+        assert stand_in.id == stands_for

@@ -49,7 +49,7 @@ def test_the_wait_for_the_stop_ends_at_the_grace(grace: float, heard_after: floa
     assert todo.notice_at == T0
     assert todo.stop_by == T0 + timedelta(seconds=grace)
     assert todo.wait_for_stop(T0 + timedelta(seconds=heard_after)) == pytest.approx(wait)
-    assert STOP_SLACK == timedelta(seconds=0.5)
+    assert timedelta(seconds=0.5) == STOP_SLACK
 
 
 @pytest.mark.parametrize(("heard", "slices"), [(-1, 2), (2, 2), (0, 0)])
