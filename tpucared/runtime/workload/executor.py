@@ -7,8 +7,11 @@ previous attempt on the node, records the new one (intent before the launch) and
 detached on every worker: the workload is (re)launched here, in `_launch`. Secret values are
 read from the daemon's environment at launch, registered for log redaction, and handed to the
 launcher (`Launcher.install`; the SSH launcher writes them to a 0600 file through SSH stdin):
-never the database, node metadata, logs, or a command line. What the planner must know of a
-cleanup (workers whose TPU stays held) waits in `busy` for the next probe. Every remote step
+never the database, node metadata, logs, or a command line. A launch that the rules of
+core/workload/launch_gate.py forbid now (a secret's variable gone since the plan; its own
+cleanup left a worker unclean) is refused, with a `workload.launch_refused` event in the
+rule's words. What the planner must know of a cleanup (workers whose TPU stays held, workers
+it left unclean) waits in `busy` and `unclean` for the next probe. Every remote step
 goes through the runner's `Launcher` (tpucared/ports/launcher.py); the runner
 (runtime/workload/runner.py) makes one executor and hands it every workload action.
 """
