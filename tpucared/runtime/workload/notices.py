@@ -24,9 +24,9 @@ Worker 0 stands for the slice: a notice comes to every worker of a preempted sli
 probe that follows reads them all. A multislice job has one wait per slice. A wait that
 fails (the connection dropped, the worker unreachable) is asked again after `RETRY_S`; the
 watcher on the VM does not depend on it, and the poll's probe still finds the notice at the
-latest one poll later. A wait ends by itself after `WAIT_S` and
-is asked again, so no command runs for ever. The tasks are cancelled when the attempt ends or
-its node goes, and at shutdown; they write nothing but the event.
+latest one poll later. A wait ends by itself after `WAIT_S` and is asked again, so no
+command runs for ever. The tasks are cancelled when the attempt ends or its node goes, and at
+shutdown; they write nothing but the event.
 """
 
 from __future__ import annotations
