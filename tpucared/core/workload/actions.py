@@ -20,26 +20,30 @@ Worker layout (per slot, `run_id` = SlotRecord.run_id, stable across recreations
 Per action (T = one store transaction):
 
 LaunchWorkload  New attempt (`attempt_id` None):
-                  1. `clean_after` set (an earlier attempt ran on this node): cleanup of that
+                  1. Secrets read from the daemon's environment (WorkloadSpec.secrets: name ->
+                     variable) and registered for log redaction; one missing (or
+                     `workload.files` unreadable) -> refuse (core/workload/launch_gate.py).
+                  2. `clean_after` set (an earlier attempt ran on this node): cleanup of that
                      attempt on every worker (TERM/KILL its process group, kill holders of the
                      TPU devices, remove the libtpu lock file). Any worker `busy` -> remember
-                     it for SlotProbe.busy and stop; any worker not reached -> stop (the
-                     probe will show it).
-                  2. Secrets read from the daemon's environment (WorkloadSpec.secrets: name ->
-                     variable) and registered for log redaction; one missing -> stop.
+                     it for SlotProbe.busy; any worker busy or not reached -> remember it for
+                     SlotProbe.unclean and refuse.
                   3. T: start_attempt(incarnation_id): its `number` must equal `attempt`
                      (else roll back and stop: the snapshot was stale). Read the slot's
                      counters in the same T for TPUCARED_PREEMPTIONS / TPUCARED_FAILURES.
-                Resume (`attempt_id` set, the running attempt): skip 1 and 3; nothing is
-                killed, since workers that did start this attempt keep it.
+                Refuse = log and append a `workload.launch_refused` event with the rule's
+                words, and stop; the next probe tells the planner.
+                Resume (`attempt_id` set, the running attempt): step 1 only, then on; nothing
+                is killed, since workers that did start this attempt keep it.
                 Then on every worker: upload `files` and the secrets file (content on SSH
                 stdin, never on a command line); then launch detached into
                 attempt-<attempt> with the TPUCARED_* environment plus `env`, running the
                 setup first if this disk has not completed it (output in the run's log).
                 A worker that fails any step is logged; the next probe shows it never
                 started and the planner resumes or fails the attempt.
-StopWorkload    Cleanup of attempt `attempt` on every worker (as LaunchWorkload step 1);
-                `busy` workers are remembered for SlotProbe.busy. No store write but an event.
+StopWorkload    Cleanup of attempt `attempt` on every worker (as LaunchWorkload step 2);
+                `busy` and unclean workers are remembered for SlotProbe.busy / .unclean. No
+                store write but an event.
 FinishAttempt   T: finish_attempt(attempt_id, outcome, exit_codes, detail): compare-and-set on
                 the attempt still running (a repeat is skipped); FAILED and HUNG add one to the
                 slot's `failures` (CHARGED_OUTCOMES). PREEMPTED does not: the node planner

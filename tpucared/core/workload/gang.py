@@ -16,6 +16,10 @@ written for one node (judge.py, planner.py) hold for N slices unchanged:
 
 The actions that must name one real node (a notice's lost node, a replacement for a busy or
 unreachable worker) go to the slices that hold the workers concerned (`slices_of`).
+
+The runtime applies the same rule from the live incarnations alone (`whole`, `newest`): the
+workload is probed (runtime/workload/runner.py) and launched (runtime/workload/executor.py) only
+on a whole slot, and a launch planned for one set of slices is never carried out on another.
 """
 
 from __future__ import annotations
@@ -39,20 +43,19 @@ class Gang:
     @property
     def complete(self) -> bool:
         """Every slice present and READY now and after this tick's node actions."""
-        return len({i.slice for i in self.slices}) == self.expected and all(
-            i.phase is P.READY and self.phases_after.get(i.id) is P.READY for i in self.slices
+        return whole(self.slices, self.expected) is not None and all(
+            self.phases_after.get(i.id) is P.READY for i in self.slices
         )
 
     def stand_in(self) -> IncarnationRecord | None:
         """One record for the whole slot (the module docstring), None with no slice live."""
         if not self.slices:
             return None
-        newest = max(self.slices, key=lambda i: i.id)
         not_ready = [i.phase for i in self.slices if i.phase is not P.READY]
         phase = not_ready[0] if not_ready else P.READY
         if len({i.slice for i in self.slices}) < self.expected and phase is P.READY:
             phase = P.CREATING  # a slice is missing: not usable as a whole
-        return replace(newest, node_name=self.name, phase=phase, slice=0)
+        return replace(newest(self.slices), node_name=self.name, phase=phase, slice=0)
 
     def phase_after(self) -> NodePhase | None:
         """The stand-in's phase after this tick's actions: READY only when `complete`."""
@@ -100,6 +103,26 @@ class Gang:
         )
 
 
+def whole(
+    members: Iterable[IncarnationRecord], expected: int
+) -> tuple[IncarnationRecord, ...] | None:
+    """A slot's live incarnations, by slice, when they make the whole slot: `expected` of
+    them, one per slice, every one READY (the workload runs on all or none). None otherwise:
+    a slice missing, not READY yet, or going."""
+    slices = tuple(sorted(members, key=lambda i: i.slice))
+    if len(slices) != expected or len({i.slice for i in slices}) != expected:
+        return None
+    if any(i.phase is not P.READY for i in slices):
+        return None
+    return slices
+
+
+def newest(slices: Iterable[IncarnationRecord]) -> IncarnationRecord:
+    """The slice whose id the stand-in carries: the newest (ids only grow, so replacing any
+    slice changes it, and an attempt recorded on one set of slices names that set)."""
+    return max(slices, key=lambda i: i.id)
+
+
 def by_slot(nodes: Iterable[IncarnationRecord]) -> dict[tuple[str, int], list[IncarnationRecord]]:
     """Live incarnations grouped by slot, each slot's by slice."""
     out: dict[tuple[str, int], list[IncarnationRecord]] = {}
@@ -114,7 +137,6 @@ def slot_node(members: list[IncarnationRecord]) -> IncarnationRecord | None:
     for a complete gang; the runtime checks probes against it)."""
     if len(members) <= 1:
         return members[0] if members else None
-    newest = max(members, key=lambda i: i.id)
     if all(i.phase is P.READY for i in members):
-        return newest
+        return newest(members)
     return next(i for i in members if i.phase is not P.READY)

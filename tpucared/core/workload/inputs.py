@@ -86,6 +86,18 @@ class WorkerProbe:
 
 
 @dataclass(frozen=True)
+class Unclean:
+    """A cleanup that left workers unclean: the TPU still held, or the worker not reached."""
+
+    attempt: int  # the attempt whose processes it was to end
+    workers: tuple[tuple[int, str], ...]  # (worker, why), by worker
+
+    def __post_init__(self) -> None:
+        if not self.workers:
+            raise ValueError("an unclean cleanup names its workers")
+
+
+@dataclass(frozen=True)
 class SlotProbe:
     """One tick's probe of every worker of a slot's live incarnation."""
 
@@ -96,10 +108,15 @@ class SlotProbe:
     observed_at: datetime
     workers: tuple[WorkerProbe, ...]
     # Daemon-side facts the runner adds: workers whose TPU stayed held after the last cleanup
-    # on this incarnation, and why a launch cannot work now (e.g. a secret's variable is
-    # missing from the daemon's environment).
+    # on this incarnation, and why a launch cannot work that the runner found itself (e.g.
+    # `workload.files` missing on the daemon's disk).
     busy: tuple[int, ...] = ()
     blocked: str | None = None
+    # Which of the workload's secret variables the daemon's environment has (names, never
+    # values; None: not told), and the last cleanup on this incarnation when it left workers
+    # unclean: the launch rules in core/workload/launch_gate.py read both.
+    secrets_present: frozenset[str] | None = None
+    unclean: Unclean | None = None
 
     def worker(self, index: int) -> WorkerProbe | None:
         for w in self.workers:

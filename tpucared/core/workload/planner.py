@@ -25,10 +25,16 @@ slot's READY node (`attempt` = slot.attempts + 1, so numbers only grow):
   no fresh probe of every worker       hold
   TPU busy after the last cleanup      replace the node (a planned delete: no preemption)
   a worker unreachable                 hold; replace the node after `unreachable_grace`
-  a launch cannot work (e.g. secret)   hold and a notice
+  a launch cannot work: a secret's     hold and a notice (launch_gate.py; the runtime
+  variable missing from the daemon's   refuses such a launch all the same, and says so in an
+  environment, workload.files missing  event, should the plan not have known)
   otherwise                            LaunchWorkload; when an earlier attempt ran on this
                                        node, the runner cleans up after it first, so a stop
                                        that a relaunch follows in the same tick is left out.
+                                       After a cleanup that left workers unclean the launch
+                                       cleans up again first and its reason says so; a
+                                       launch whose cleanup leaves a worker unclean is
+                                       refused (an event), never started beside it.
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ from tpucared.core.workload.actions import (
 )
 from tpucared.core.workload.inputs import WorkerState
 from tpucared.core.workload.judge import Verdict, earliest_since, judge, worker_names
+from tpucared.core.workload.launch_gate import cannot_launch, unclean_words
 from tpucared.core.workload.slot_work import CRASH_BACKOFF as CRASH_BACKOFF
 from tpucared.core.workload.slot_work import SlotWork as SlotWork
 from tpucared.core.workload.slot_work import WorkloadPolicy as WorkloadPolicy
@@ -273,17 +280,19 @@ def _launch_held(
         else:
             out.holds.append(_hold(w, f"{detail}: {unreachable[0].describe()}"))
         return True
-    if probe.blocked is not None:
+    assert w.spec is not None
+    blocked = cannot_launch(w.spec, probe.secrets_present, probe.blocked)
+    if blocked is not None:
         out.actions.append(
             Notice(
                 key=f"workload-blocked/{w.fleet}/{w.index}",
                 severity=Severity.ERROR,
                 fleet=w.fleet,
                 node=node.node_name,
-                reason=f"{w.fleet}/{w.index} cannot launch its workload: {probe.blocked}",
+                reason=f"{w.fleet}/{w.index} cannot launch its workload: {blocked}",
             )
         )
-        out.holds.append(_hold(w, f"cannot launch: {probe.blocked}"))
+        out.holds.append(_hold(w, f"cannot launch: {blocked}"))
         return True
     return False
 
@@ -292,7 +301,8 @@ def _launch(
     w: SlotWork, node: IncarnationRecord, slot: SlotRecord, last: WorkloadAttemptRecord | None
 ) -> LaunchWorkload:
     """The next attempt, on the slot's READY node; it cleans up after the last one first when
-    that ran on the same node."""
+    that ran on the same node (again, and saying why, when the last cleanup there left
+    workers unclean: core/workload/launch_gate.py)."""
     number = slot.attempts + 1
     ran_here = last is not None and (
         w.gang.ran(last) if w.gang is not None else last.incarnation_id == node.id
@@ -302,6 +312,9 @@ def _launch(
         reason = f"first attempt on {node.node_name}"
     else:
         reason = f"after attempt {_last_story(last)}"
+    unclean = w.probe.unclean if w.probe is not None else None
+    if clean_after is not None and unclean is not None:
+        reason += f"; {unclean_words(unclean)}: cleaning up again first"
     return LaunchWorkload(
         fleet=w.fleet,
         slot=w.index,

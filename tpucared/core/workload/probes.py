@@ -181,12 +181,7 @@ def is_news(before: SlotProbe | None, fresh: SlotProbe) -> bool:
     answers (states, exit codes, why) from the same run as the previous probe."""
     if before is None:
         return True
-    if (before.incarnation_id, before.attempt, before.busy, before.blocked) != (
-        fresh.incarnation_id,
-        fresh.attempt,
-        fresh.busy,
-        fresh.blocked,
-    ):
+    if _facts(before) != _facts(fresh):
         return True
     return _answers(before.workers) != _answers(fresh.workers)
 
@@ -199,6 +194,11 @@ def is_idle(probe: SlotProbe) -> bool:
 def is_reachable(probe: SlotProbe) -> bool:
     """Some worker answered: the node's sshd is up."""
     return any(w.state is not WorkerState.UNREACHABLE for w in probe.workers)
+
+
+def _facts(p: SlotProbe) -> tuple[object, ...]:
+    """What the probe says besides the workers' answers: its run, and the daemon's facts."""
+    return (p.incarnation_id, p.attempt, p.busy, p.blocked, p.secrets_present, p.unclean)
 
 
 def _answers(workers: Iterable[WorkerProbe]) -> list[tuple[object, ...]]:

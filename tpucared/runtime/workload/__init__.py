@@ -5,9 +5,11 @@ SSH launcher (tpucared/launch/, made in `launchers`), a test may give the runner
 
 - `runner`   probes a slot's workers (every slice's), and hands workload actions to its
              executor; `probe_jobs` holds what one probe is of.
-- `notices`  one wait per running slice for its preemption notice, heard at once.
+- `notices`  one wait per running slice for its preemption notice, heard at once; what
+             follows is core/workload/notices.py's rule, carried out.
 - `executor` carries out workload actions (launch, stop, cleanup, finish): the workload is
-             (re)launched in `WorkloadExecutor._launch`.
+             (re)launched in `WorkloadExecutor._launch`, or refused as
+             core/workload/launch_gate.py says.
 - `jobs`     one background job per slot, a probe or a chain of actions; only starts and
              cancels, the decisions are core's.
 - `failures` a slot's job that failed unexpectedly: logged, recorded, held back for the

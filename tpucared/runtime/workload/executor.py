@@ -7,8 +7,11 @@ previous attempt on the node, records the new one (intent before the launch) and
 detached on every worker: the workload is (re)launched here, in `_launch`. Secret values are
 read from the daemon's environment at launch, registered for log redaction, and handed to the
 launcher (`Launcher.install`; the SSH launcher writes them to a 0600 file through SSH stdin):
-never the database, node metadata, logs, or a command line. What the planner must know of a
-cleanup (workers whose TPU stays held) waits in `busy` for the next probe. Every remote step
+never the database, node metadata, logs, or a command line. A launch that the rules of
+core/workload/launch_gate.py forbid now (a secret's variable gone since the plan; its own
+cleanup left a worker unclean) is refused, with a `workload.launch_refused` event in the
+rule's words. What the planner must know of a cleanup (workers whose TPU stays held, workers
+it left unclean) waits in `busy` and `unclean` for the next probe. Every remote step
 goes through the runner's `Launcher` (tpucared/ports/launcher.py); the runner
 (runtime/workload/runner.py) makes one executor and hands it every workload action.
 """
@@ -32,6 +35,10 @@ from tpucared.core.workload.actions import (
     MarkSlotDone,
     StopWorkload,
 )
+from tpucared.core.workload.gang import newest
+from tpucared.core.workload.gang import whole as gang_whole
+from tpucared.core.workload.inputs import Unclean
+from tpucared.core.workload.launch_gate import refuse_after_cleanup, refuse_secrets
 from tpucared.logsetup import register_secret
 from tpucared.ports.launcher import (
     CleanupState,
@@ -76,12 +83,15 @@ class WorkloadExecutor:
         self._workloads = workloads
         self._launcher = launcher
         self._environ = environ
-        # Incarnation -> workers whose TPU the last cleanup left held: the next probe says so.
+        # Incarnation -> workers whose TPU the last cleanup left held, and -> (attempt, the
+        # workers it left unclean, and why): the next probe says so (SlotProbe.busy, .unclean).
         self.busy: dict[int, tuple[int, ...]] = {}
+        self.unclean: dict[int, tuple[int, tuple[tuple[int, str], ...]]] = {}
 
     def forget(self, live: set[int]) -> None:
         """Drop what is remembered about incarnations that are not live any more."""
         self.busy = {i: w for i, w in self.busy.items() if i in live}
+        self.unclean = {i: u for i, u in self.unclean.items() if i in live}
 
     async def execute(self, action: Action, now: datetime) -> None:
         """One workload action; one whose records moved on since the plan is skipped."""
@@ -131,16 +141,10 @@ class WorkloadExecutor:
         if spec is None or not gang:
             bound.info("workload.launch_skipped", why="no workload or the node is not READY")
             return
-        secrets = self._read_secrets(spec)
-        if secrets is None:
-            bound.warning("workload.launch_blocked", why=launch_blocked(spec, self._environ))
+        ready = await self._ready(a, spec, gang, now)
+        if ready is None:
             return
-        try:
-            files = await asyncio.to_thread(_local_files, spec)
-        except (OSError, ValueError) as exc:
-            # Gone since the probe checked: the next probe reports it (SlotProbe.blocked).
-            bound.warning("workload.launch_blocked", why=f"workload.files: {exc}")
-            return
+        secrets, files = ready
         slot = await self._record_attempt(a, gang, now)
         if slot is None:
             bound.info("workload.launch_skipped", why="the attempt is not running any more")
@@ -158,18 +162,49 @@ class WorkloadExecutor:
             message = f"attempt {a.attempt} did not start on workers {sorted(failed)}: {failed}"
             await self._event(gang[0], "workload.launch_failed", now, message, workers=failed)
 
+    async def _ready(
+        self, a: LaunchWorkload, spec: WorkloadSpec, gang: list[_Slice], now: datetime
+    ) -> tuple[dict[str, str], list[WorkerFile]] | None:
+        """What the launch needs, checked now by the rules the plan applied
+        (core/workload/launch_gate.py): the secrets, the files, and for a new attempt after
+        an earlier one on the node a clean slate. None when the launch is refused (the
+        environment or the node changed since the plan): a `workload.launch_refused` event."""
+        refused = refuse_secrets(spec, a.attempt, self._environ.keys())
+        if refused is not None:
+            await self._refuse(gang[0], now, refused, a.attempt)
+            return None
+        secrets = self._read_secrets(spec)
+        try:
+            files = await asyncio.to_thread(_local_files, spec)
+        except (OSError, ValueError) as exc:
+            # Gone since the probe checked: the next probe reports it (SlotProbe.blocked).
+            why = f"attempt {a.attempt} not launched: workload.files: {exc}"
+            await self._refuse(gang[0], now, why, a.attempt)
+            return None
+        if a.attempt_id is None and a.clean_after is not None:
+            # Free the TPU of the previous attempt on the node first.
+            unclean = await self._cleanup(gang, a.clean_after, now)
+            refused = refuse_after_cleanup(a.attempt, unclean)
+            if refused is not None:
+                await self._refuse(gang[0], now, refused, a.attempt)
+                return None
+        return secrets, files
+
+    async def _refuse(self, s: _Slice, now: datetime, why: str, attempt: int) -> None:
+        log.warning("workload.launch_refused", fleet=s.inc.fleet, slot=s.inc.slot,
+                    attempt=attempt, why=why)  # fmt: skip
+        await self._event(s, "workload.launch_refused", now, why, attempt=attempt)
+
     async def _record_attempt(
         self, a: LaunchWorkload, gang: list[_Slice], now: datetime
     ) -> SlotRecord | None:
-        """A new attempt: free the TPU of the previous one, then record this one (intent
-        before the launch). A resume: check that the attempt still runs. Returns the slot's
-        record as the launch's environment reports it, or None to stop here."""
+        """A new attempt: record it (intent before the launch; the previous one's TPU is free
+        by now). A resume: check that the attempt still runs. Returns the slot's record as
+        the launch's environment reports it, or None to stop here."""
         if a.attempt_id is not None:
             async with self._store.read() as r:
                 recorded = await r.workload_attempt(a.attempt_id)
             return gang[0].slot if recorded is not None and recorded.ended_at is None else None
-        if a.clean_after is not None and not await self._cleanup(gang, a.clean_after, now):
-            return None
         async with self._store.write() as tx:
             # On the gang's stand-in: its newest slice (core/workload/gang.py).
             attempt = await tx.start_attempt(a.incarnation_id, now, reason=a.reason)
@@ -211,14 +246,13 @@ class WorkloadExecutor:
             offset += s.place.size
         return states
 
-    def _read_secrets(self, spec: WorkloadSpec) -> dict[str, str] | None:
-        """Secret name -> value from the daemon's environment (None if one is missing),
-        each value registered for redaction before anything could log it."""
+    def _read_secrets(self, spec: WorkloadSpec) -> dict[str, str]:
+        """Secret name -> value from the daemon's environment (every variable is there:
+        `refuse_secrets` said so), each value registered for redaction before anything could
+        log it."""
         values: dict[str, str] = {}
         for name, var in spec.secrets.items():
-            value = self._environ.get(var)
-            if value is None:
-                return None
+            value = self._environ[var]
             register_secret(value)
             values[name] = value
         return values
@@ -234,15 +268,23 @@ class WorkloadExecutor:
                         node=s.inc.node_name, workers=failed)  # fmt: skip
         return not failed
 
-    async def _cleanup(self, gang: list[_Slice], attempt: int, now: datetime) -> bool:
-        """Free the TPU of `attempt` on every worker of every slice; True when every worker
-        is clean."""
+    async def _cleanup(self, gang: list[_Slice], attempt: int, now: datetime) -> Unclean | None:
+        """Free the TPU of `attempt` on every worker of every slice; the workers left unclean
+        (numbered slice by slice), or None when every worker is clean."""
         done = await asyncio.gather(*(self._cleanup_slice(s, attempt, now) for s in gang))
-        return all(done)
+        unclean: list[tuple[int, str]] = []
+        offset = 0
+        for s, left in zip(gang, done, strict=True):
+            unclean += [(offset + w, why) for w, why in left]
+            offset += s.place.size
+        return Unclean(attempt, tuple(unclean)) if unclean else None
 
-    async def _cleanup_slice(self, s: _Slice, attempt: int, now: datetime) -> bool:
-        """Free the TPU of `attempt` on every worker; True when every worker is clean.
-        Busy workers are remembered for the next probe (the planner replaces the node)."""
+    async def _cleanup_slice(
+        self, s: _Slice, attempt: int, now: datetime
+    ) -> tuple[tuple[int, str], ...]:
+        """Free the TPU of `attempt` on every worker; the workers left unclean, and why.
+        They are remembered for the next probe (busy: the planner replaces the node; all of
+        them: the next launch cleans up again first, and says why)."""
         replies = await self._launcher.cleanup(s.place, Run(s.slot.run_id, attempt))
         report: dict[int, str] = {}
         busy: list[int] = []
@@ -255,39 +297,46 @@ class WorkloadExecutor:
             if c.state is CleanupState.BUSY:
                 busy.append(r.worker)
                 report[r.worker] += f" held by pids {list(c.busy_pids)}"
-        clean = all(v.startswith(CleanupState.CLEAN.value) for v in report.values())
+        left = tuple(
+            (w, why) for w, why in sorted(report.items())
+            if not why.startswith(CleanupState.CLEAN.value)
+        )  # fmt: skip
         if busy:
             self.busy[s.inc.id] = tuple(sorted(busy))
         else:
             self.busy.pop(s.inc.id, None)
-        (log.info if clean else log.warning)(
+        if left:
+            self.unclean[s.inc.id] = (attempt, left)
+        else:
+            self.unclean.pop(s.inc.id, None)
+        (log.warning if left else log.info)(
             "workload.cleanup", fleet=s.inc.fleet, slot=s.inc.slot, attempt=attempt, workers=report
         )
-        if not clean:
+        if left:
             message = f"cleanup of attempt {attempt}: {report}"
             await self._event(s, "workload.cleanup_incomplete", now, message, workers=report)
-        return clean
+        return left
 
     async def _slices(
         self, fleet: str, slot_index: int, incarnation_id: int, *, whole: bool
     ) -> list[_Slice]:
         """The slot's READY slices as stored now, by slice, located by the launcher: the one
         node `incarnation_id` of a single-slice slot; for a multislice slot (`incarnation_id`
-        its stand-in's, core/workload/gang.py) every slice, all READY and still that set when
-        `whole` (a launch), else those READY (a stop). Empty when there is nothing to act on."""
-        multislice = self._slice_counts.get(fleet, 1) > 1
+        its stand-in's) every slice. When `whole` (a launch): only a whole slot whose stand-in
+        is still `incarnation_id` (core/workload/gang.py `whole`, `newest`); else (a stop)
+        those READY. Empty when there is nothing to act on."""
+        expected = self._slice_counts.get(fleet, 1)
         async with self._store.read() as r:
-            if multislice:
+            if expected > 1:
                 live = await r.incarnations(fleet, slot_index, live_only=True)
             else:
                 inc = await r.incarnation(incarnation_id)
                 live = [inc] if inc is not None else []
             ready = sorted((i for i in live if i.phase is NodePhase.READY), key=lambda i: i.slice)
-            if whole and multislice and (
-                len(ready) != len(live) or len(ready) != self._slice_counts[fleet]
-                or max(i.id for i in ready) != incarnation_id
-            ):  # fmt: skip
-                return []
+            if whole:
+                slices = gang_whole(live, expected)
+                if slices is None or newest(slices).id != incarnation_id:
+                    return []
             workers = await r.workers([i.id for i in ready])
             slot = await r.slot(fleet, slot_index)
         if slot is None:
@@ -341,11 +390,9 @@ def _local_files(spec: WorkloadSpec) -> list[WorkerFile]:
 # Also used by the probing side (runner.py)
 
 
-def launch_blocked(spec: WorkloadSpec, environ: Mapping[str, str]) -> str | None:
-    """Why a launch cannot work now, as far as the daemon itself can tell."""
-    missing = sorted(var for var in spec.secrets.values() if var not in environ)
-    if missing:
-        return f"the daemon's environment lacks {', '.join(missing)} (workload.secrets)"
+def files_missing(spec: WorkloadSpec) -> str | None:
+    """Why a launch cannot work now as far as the daemon's disk tells: `workload.files`
+    missing (the secrets are the planner's to check: core/workload/launch_gate.py)."""
     absent = sorted(local for local in spec.files if not Path(local).is_file())
     if absent:
         return f"workload.files: {', '.join(absent)} not found"

@@ -5,24 +5,28 @@ tick. For each slot whose newest attempt runs on its READY node, one background 
 wait going on worker 0 (`Launcher.wait_notice`; the SSH launcher's is launch/sh/notice_wait.sh
 on the pooled connection: it holds the metadata server's `instance/preempted` request as
 run.sh's watcher does, so it costs the worker nothing while it waits) until the run's notice
-watcher (launch/sh/run.sh) writes `notice`. Then it:
+watcher (launch/sh/run.sh) writes `notice`. Then it carries out what the rule
+(core/workload/notices.py `on_notice`: which other slices' runs get the signal, until when the
+workload has to stop) says:
 
-1. records a `preemption.notice` event (the notice's time as the worker saw it);
+1. sends the signal to the run on every worker of the other slices the rule names
+   (`Launcher.signal`, launch/sh/signal.sh: a multislice job checkpoints and stops as one, as a
+   single slice does) and records a `preemption.notice` event (the notice's time as the
+   worker saw it, the rule's `stop_by`, how many other runs got the signal);
 2. asks for a probe of the slot now (`on_news`): the planner reads the notice from the probe
    (core/workload/judge.py) and leaves the workload to checkpoint;
-3. waits on the same worker until the run stopped, at most until `stop_grace` after the
-   notice, and asks for a probe again: the planner then ends the attempt as PREEMPTED and
-   gives the node up (DEAD, deleted at once, replaced) without waiting for the API.
+3. waits on the same worker until the run stopped, at most as long as the rule says
+   (`stop_grace` after the notice, and a little slack), and asks for a probe again: the
+   planner then ends the attempt as PREEMPTED and gives the node up (DEAD, deleted at once,
+   replaced) without waiting for the API.
 
 Worker 0 stands for the slice: a notice comes to every worker of a preempted slice, and the
-probe that follows reads them all. A multislice job has one wait per slice; a notice on one
-slice is also sent, as the same signal, to the run on every worker of the other slices
-(`Launcher.signal`, launch/sh/signal.sh), so the whole job checkpoints and stops as one, as a
-single slice does. A wait that fails (the connection dropped, the worker unreachable) is asked
-again after `RETRY_S`; the watcher on the VM does not depend on it, and the poll's probe
-still finds the notice at the latest one poll later. A wait ends by itself after `WAIT_S` and
-is asked again, so no command runs for ever. The tasks are cancelled when the attempt ends or
-its node goes, and at shutdown; they write nothing but the event.
+probe that follows reads them all. A multislice job has one wait per slice. A wait that
+fails (the connection dropped, the worker unreachable) is asked again after `RETRY_S`; the
+watcher on the VM does not depend on it, and the poll's probe still finds the notice at the
+latest one poll later. A wait ends by itself after `WAIT_S` and is asked again, so no
+command runs for ever. The tasks are cancelled when the attempt ends or its node goes, and at
+shutdown; they write nothing but the event.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import structlog
 
 from tpucared.core.vocab.snapshot import SlotKey
 from tpucared.core.workload.inputs import TickSnapshot
+from tpucared.core.workload.notices import NoticeResponse, on_notice
 from tpucared.ports.launcher import NoticeResult, NoticeState
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.workload.runner import ProbeJob, WorkloadRunner
@@ -109,12 +114,12 @@ class NoticeWatches:
                 return  # the attempt ended without a notice
             assert notice.at is not None
             self.heard += 1
-            others = [i for i in range(len(job.parts)) if i != part]
-            sent = await self._runner.signal_slices(job, others, job.spec.stop_signal)
-            await self._record(job, part, notice.at, sent)
+            at = datetime.fromtimestamp(notice.at, UTC)
+            todo = on_notice(part, len(job.parts), job.spec, at)  # the rule: core/workload
+            sent = await self._runner.signal_slices(job, todo.others, todo.signal)
+            await self._record(job, todo, sent)
             self._on_news(job.key, "a preemption notice")
-            left = job.spec.stop_grace - (self._clock.now().timestamp() - notice.at)
-            await self._wait(job, "stopped", max(left, 0.0) + 0.5, part)
+            await self._wait(job, "stopped", todo.wait_for_stop(self._clock.now()), part)
             self._on_news(job.key, "the workload stopped after its notice")
         except asyncio.CancelledError:
             raise
@@ -142,10 +147,10 @@ class NoticeWatches:
                 continue
             return result
 
-    async def _record(self, job: ProbeJob, part: int, at: float, sent: int) -> None:
-        when = datetime.fromtimestamp(at, UTC)
+    async def _record(self, job: ProbeJob, todo: NoticeResponse, sent: int) -> None:
+        when = todo.notice_at
         fleet, slot = job.key
-        inc = job.parts[part][0]
+        inc = job.parts[todo.heard][0]
         also = ""
         if len(job.parts) > 1:
             also = f", and so did {sent} run(s) on the job's other slices"
@@ -155,12 +160,12 @@ class NoticeWatches:
             await tx.append_event(
                 "preemption.notice",
                 f"{inc.node_name}: preemption notice on {fleet}/{slot} (attempt "
-                f"{job.attempt}); the workload got SIG{job.spec.stop_signal}{also}",
+                f"{job.attempt}); the workload got SIG{todo.signal}{also}",
                 self._clock.now(),
                 fleet=fleet,
                 slot=slot,
                 node=inc.node_name,
                 incarnation_id=inc.id,
                 details={"notice_at": when.isoformat(), "attempt": job.attempt,
-                         "slice": inc.slice},
+                         "slice": inc.slice, "stop_by": todo.stop_by.isoformat()},
             )  # fmt: skip

@@ -10,10 +10,12 @@ are the same for every slot at once, awaited: for tools and tests that tick by h
 It decides nothing (core/workload/planner.py does). The actions are carried out by its
 `WorkloadExecutor` (runtime/workload/executor.py: launch, stop, cleanup, finish), which follows
 the contract in core/workload/actions.py; what it finds out that the planner must know (a TPU
-still held after cleanup, a secret missing from the daemon's environment) reaches the planner
-through the next probe. Every remote step, probe or action, goes through its `Launcher` (the
-port, tpucared/ports/launcher.py): the daemon's is the SSH launcher (tpucared/launch/, made by
-`from_config` through launchers.py), a test may give another.
+still held or a worker not reached by a cleanup, which of the workload's secret variables the
+daemon's environment has: names only) reaches the planner through the next probe, whose
+launch rules are core/workload/launch_gate.py. Every remote step, probe or action, goes
+through its `Launcher` (the port, tpucared/ports/launcher.py): the daemon's is the SSH
+launcher (tpucared/launch/, made by `from_config` through launchers.py), a test may give
+another.
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ from tpucared.core.vocab.actions import Action
 from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.snapshot import SlotKey
 from tpucared.core.workload.actions import WORKLOAD_ACTIONS
-from tpucared.core.workload.gang import Gang
-from tpucared.core.workload.inputs import SlotProbe, TickSnapshot, WorkerProbe, track
+from tpucared.core.workload.gang import Gang, whole
+from tpucared.core.workload.inputs import SlotProbe, TickSnapshot, Unclean, WorkerProbe, track
+from tpucared.core.workload.launch_gate import secrets_present
 from tpucared.ports.launcher import (
     Launcher,
     NoticeResult,
@@ -49,7 +52,7 @@ from tpucared.ports.launcher import (
     RunState,
     WorkerLost,
 )
-from tpucared.runtime.workload.executor import WorkloadExecutor, chains_by_slot, launch_blocked
+from tpucared.runtime.workload.executor import WorkloadExecutor, chains_by_slot, files_missing
 from tpucared.runtime.workload.hosts import HostKeyFetcher
 from tpucared.runtime.workload.launchers import ssh_launcher_for
 from tpucared.runtime.workload.probe_jobs import Answer, ProbeJob, numbered
@@ -193,18 +196,16 @@ class WorkloadRunner:
         last: WorkloadAttemptRecord | None,
         run_id: str,
     ) -> ProbeJob | None:
-        """The slot's probe job when every slice is READY with workers recorded."""
+        """The slot's probe job when it is whole (every slice READY: core/workload/gang.py
+        `whole`) with workers recorded on every slice."""
         spec = self._workloads.get(key[0])
         expected = self._slice_counts.get(key[0], 1)
-        ready = sorted((i for i in incs if i.phase is NodePhase.READY), key=lambda i: i.slice)
-        if spec is None or len(ready) != expected or len(incs) != expected:
-            return None
-        if any(not workers.get(i.id) for i in ready):
+        ready = whole(incs, expected)
+        if spec is None or ready is None or any(not workers.get(i.id) for i in ready):
             return None
         node = ready[0]
         if expected > 1:
-            gang = Gang(f"{key[0]}-{key[1]}", expected, tuple(ready),
-                        {i.id: i.phase for i in ready}, {})  # fmt: skip
+            gang = Gang(f"{key[0]}-{key[1]}", expected, ready, {i.id: i.phase for i in ready}, {})
             node = gang.stand_in() or node
         on_node = last is not None and last.incarnation_id == node.id
         number = last.number if last is not None and on_node else None
@@ -300,6 +301,8 @@ class WorkloadRunner:
         slice by slice as the gang's (core/workload/gang.py)."""
         workers: list[WorkerProbe] = []
         busy: list[int] = []
+        unclean: list[tuple[int, str]] = []
+        cleaned: int | None = None  # the attempt the last unclean cleanup was of
         offset = 0
         for (inc, recorded), (found, answers) in zip(job.parts, answered, strict=True):
             if isinstance(found, str) or answers is None:
@@ -310,6 +313,9 @@ class WorkloadRunner:
                 mine = [_worker_probe(r) for r in answers]
             workers += [replace(w, worker=w.worker + offset) for w in mine]
             busy += [offset + w for w in self._executor.busy.get(inc.id, ())]
+            if inc.id in self._executor.unclean:
+                cleaned, left = self._executor.unclean[inc.id]
+                unclean += [(offset + w, why) for w, why in left]
             offset += len(recorded)
         return SlotProbe(
             fleet=job.key[0],
@@ -319,7 +325,9 @@ class WorkloadRunner:
             observed_at=now,
             workers=tuple(workers),
             busy=tuple(busy),
-            blocked=launch_blocked(job.spec, self._environ),
+            blocked=files_missing(job.spec),
+            secrets_present=secrets_present(job.spec, self._environ.keys()),
+            unclean=Unclean(cleaned, tuple(unclean)) if cleaned is not None else None,
         )
 
     # -----------------------------------------------------------------------------------------
