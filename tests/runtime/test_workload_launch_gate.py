@@ -28,10 +28,10 @@ from workload_harness import (
     workload,
 )
 
-from tpucared.core.planning.actions import Notice
-from tpucared.core.planning.plan import Plan
-from tpucared.core.planning.policy import Policy
 from tpucared.core.planning.tick import plan_tick
+from tpucared.core.vocab.actions import Notice
+from tpucared.core.vocab.plan import Plan
+from tpucared.core.vocab.policy import Policy
 from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload
 from tpucared.emulator import EmulatorServer
 from tpucared.ports.launcher import CleanupResult, Launcher, Place, Reply, Run

@@ -18,7 +18,7 @@ from tpucared.core.model.records import (
     WorkloadAttemptRecord,
 )
 from tpucared.core.model.specs import WorkloadSpec
-from tpucared.core.planning.actions import Notice, Severity
+from tpucared.core.vocab.actions import Notice, Severity
 from tpucared.core.workload.actions import LaunchWorkload
 from tpucared.core.workload.inputs import SlotProbe, Unclean, WorkerProbe
 from tpucared.core.workload.launch_gate import (
