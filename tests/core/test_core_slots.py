@@ -28,7 +28,7 @@ from core_support import (
     world,
 )
 
-from tpucared.core.model.observed import CloudState, QueuedState, ZoneObservation
+from tpucared.core.model.observed import QueuedState, ZoneObservation
 from tpucared.core.model.records import NodePhase
 from tpucared.core.model.specs import (
     FLEET_LABEL,
@@ -48,9 +48,10 @@ from tpucared.core.planning.actions import (
     Severity,
 )
 from tpucared.core.planning.policy import Policy
+from tpucared.gcp.tpu.states import NodeState
 
 P = NodePhase
-C = CloudState
+C = NodeState
 
 
 def creates(p: object) -> list[tuple[str, str]]:

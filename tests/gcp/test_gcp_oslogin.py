@@ -17,8 +17,9 @@ from tpucared.config import load_config
 from tpucared.core.model.specs import ErrorKind
 from tpucared.emulator import EmulatorServer
 from tpucared.emulator.oslogin import posix_username
-from tpucared.gcp import ApiError, NoAuth, RetryPolicy, TpuClient
-from tpucared.gcp.oslogin import OSLOGIN_ENDPOINT, OsLoginClient, endpoint_for
+from tpucared.gcp import ApiError, NoAuth, RetryPolicy
+from tpucared.gcp.tpu import TpuClient
+from tpucared.gcp.tpu.oslogin import OSLOGIN_ENDPOINT, OsLoginClient, endpoint_for
 from tpucared.runtime.clock import SystemClock
 from tpucared.runtime.errors import StartupError
 from tpucared.runtime.oslogin import (

@@ -24,8 +24,9 @@ from tpucared.core.model.specs import CapacityKind, ErrorKind
 from tpucared.core.planning.actions import Adopt, CreateNode, DeleteNode, OpenSlot, Transition
 from tpucared.core.planning.executor_contract import apply_intent
 from tpucared.core.planning.plan import Plan
-from tpucared.gcp import NoAuth, TpuClient
-from tpucared.gcp.bodies import NodeShape
+from tpucared.gcp import NoAuth
+from tpucared.gcp.tpu import TpuClient
+from tpucared.gcp.tpu.bodies import NodeShape
 from tpucared.runtime.daemon import Daemon
 from tpucared.runtime.nodes.calls import NodeTemplate, record_interrupted_calls
 from tpucared.runtime.nodes.executor import RECORD_BATCH, Executor

@@ -38,7 +38,8 @@ from tpucared.core.planning.actions import DeleteNode
 from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload
 from tpucared.emulator import EmulatorServer
 from tpucared.emulator.hosts import SshWorkerHosts
-from tpucared.gcp import NoAuth, TpuClient
+from tpucared.gcp import NoAuth
+from tpucared.gcp.tpu import TpuClient
 from tpucared.runtime.daemon import Daemon
 from tpucared.runtime.reconciler import Tick
 from tpucared.runtime.startup import node_template

@@ -49,11 +49,11 @@ from tpucared.core.planning.tick import plan_tick
 from tpucared.core.workload.planner import WorkloadPolicy
 from tpucared.emulator import EmulatorServer
 from tpucared.emulator.hosts import SshWorkerHosts
-from tpucared.gcp import TpuClient
 from tpucared.gcp.auth import load_token_source
-from tpucared.gcp.bodies import NodeShape
-from tpucared.gcp.convert import node_from_json
 from tpucared.gcp.errors import ApiError
+from tpucared.gcp.tpu import TpuClient
+from tpucared.gcp.tpu.bodies import NodeShape
+from tpucared.gcp.tpu.convert import node_from_json
 from tpucared.runtime.workload.hosts import HostKeyFetcher, guest_attribute_host_keys
 from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.ssh import ssh_keys_metadata_entry

@@ -27,7 +27,7 @@ from tpucared.core.planning.planner import plan as make_plan
 from tpucared.core.planning.snapshot import PlainSnapshot as EmptySnapshot
 from tpucared.core.planning.snapshot import PlannerSnapshot
 from tpucared.errors import UsageError
-from tpucared.gcp import TpuClient
+from tpucared.gcp.tpu import TpuClient
 from tpucared.inspect.fmt import one_line
 from tpucared.runtime.clock import Clock, SystemClock
 from tpucared.runtime.errors import StartupError

@@ -39,7 +39,7 @@ from tpucared.config import Config
 from tpucared.core.leadership.lease import Role
 from tpucared.core.model.records import CreateAttemptRecord
 from tpucared.core.model.specs import FleetSpec
-from tpucared.gcp import TpuClient
+from tpucared.gcp.tpu import TpuClient
 from tpucared.notify import WebhookSender, resolve_webhooks
 from tpucared.notify.sender import WebhookConfigError
 from tpucared.runtime.clock import Clock, SystemClock

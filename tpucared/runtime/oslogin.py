@@ -26,8 +26,9 @@ import structlog
 
 from tpucared.config import Config
 from tpucared.core.model.specs import ErrorKind
-from tpucared.gcp import ApiError, GoogleTokenSource, TokenSource, TpuClient
-from tpucared.gcp.oslogin import LoginProfile, OsLoginClient, endpoint_for
+from tpucared.gcp import ApiError, GoogleTokenSource, TokenSource
+from tpucared.gcp.tpu import TpuClient
+from tpucared.gcp.tpu.oslogin import LoginProfile, OsLoginClient, endpoint_for
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.errors import StartupError
 from tpucared.ssh.keys import KeyFileError, ensure_client_key

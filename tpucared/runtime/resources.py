@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import structlog
 
 from tpucared.config import Config
-from tpucared.gcp import TokenSource, TpuClient
+from tpucared.gcp import TokenSource
+from tpucared.gcp.tpu import TpuClient
 from tpucared.runtime.clock import Clock, SystemClock
 from tpucared.runtime.startup import token_source
 from tpucared.store import Store

@@ -41,8 +41,9 @@ from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord
 from tpucared.core.model.specs import ErrorKind, NodeOptions
 from tpucared.core.nodes import outcomes
 from tpucared.core.planning.actions import CreateNode, DeleteNode
-from tpucared.gcp import ApiError, NodeShape, Operation, TpuClient
-from tpucared.gcp.bodies import DEFAULT_SA_SCOPES
+from tpucared.gcp import ApiError
+from tpucared.gcp.tpu import NodeShape, Operation, TpuClient
+from tpucared.gcp.tpu.bodies import DEFAULT_SA_SCOPES
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.nodes.operations import OperationWatcher
 from tpucared.runtime.tasks import TaskSet

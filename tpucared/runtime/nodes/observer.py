@@ -21,9 +21,9 @@ from datetime import datetime
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import IncarnationRecord
 from tpucared.core.model.specs import DEFAULT_PROJECT, FleetSpec, Provisioning, location_name
-from tpucared.gcp import TpuClient, observe_zone
-from tpucared.gcp.observe import NodeCache
 from tpucared.gcp.responses import PageMemo
+from tpucared.gcp.tpu import TpuClient, observe_zone
+from tpucared.gcp.tpu.observe import NodeCache
 
 Location = tuple[str, str]  # (project, zone); core DEFAULT_PROJECT for `gcp.project`
 

@@ -33,7 +33,8 @@ from tpucared.core.model.specs import ErrorKind
 from tpucared.core.nodes import outcomes
 from tpucared.core.nodes.op_timing import RECENT, first_create_poll
 from tpucared.core.nodes.outcomes import Verb
-from tpucared.gcp import ApiError, Operation, TpuClient
+from tpucared.gcp import ApiError
+from tpucared.gcp.tpu import Operation, TpuClient
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.wakeup import Wakeup
 from tpucared.store import KEEP, Store

@@ -18,8 +18,8 @@ import structlog
 from tpucared.config import SshConfig
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, WorkerRecord
-from tpucared.gcp import names
-from tpucared.gcp.client import TpuClient
+from tpucared.gcp.tpu import names
+from tpucared.gcp.tpu.client import TpuClient
 from tpucared.ssh import Target, WorkerResult, host_keys_from_guest_attributes, targets_for_node
 from tpucared.store import NotFound, StaleWrite, Store
 

@@ -21,8 +21,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
-from tpucared.gcp.client import DEFAULT_ENDPOINT, TpuClient
 from tpucared.gcp.errors import malformed_response
+from tpucared.gcp.tpu.client import DEFAULT_ENDPOINT, TpuClient
 
 OSLOGIN_ENDPOINT = "https://oslogin.googleapis.com"
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tpucared.core.model.specs import CapacityKind, DataDisk, DiskMode
-from tpucared.gcp import names
+from tpucared.gcp.tpu import names
 
 DEFAULT_SA_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 
