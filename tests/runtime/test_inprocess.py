@@ -25,7 +25,7 @@ from tpucared.core.planning.actions import Adopt, CreateNode, DeleteNode, OpenSl
 from tpucared.core.planning.executor_contract import apply_intent
 from tpucared.core.planning.plan import Plan
 from tpucared.gcp import NoAuth
-from tpucared.gcp.tpu import TpuClient
+from tpucared.gcp.tpu import TpuClient, TpuCloud
 from tpucared.gcp.tpu.bodies import NodeShape
 from tpucared.runtime.daemon import Daemon
 from tpucared.runtime.nodes.calls import NodeTemplate, record_interrupted_calls
@@ -65,7 +65,8 @@ async def harness(tmp_path: Path, control: Control, **kwargs: Any) -> AsyncItera
     client = TpuClient(config.gcp.endpoint, token_source=NoAuth())
     template = NodeTemplate(PROJECT, {"ssh-keys": "tpucared:ssh-ed25519 AAAA tpucared"}, True)
     try:
-        yield Harness(Daemon(config, store, client, template), store, tmp_path / "state.db")
+        daemon = Daemon(config, store, {"tpu": TpuCloud(client)}, template)
+        yield Harness(daemon, store, tmp_path / "state.db")
     finally:
         await client.aclose()
         await store.close()

@@ -17,7 +17,8 @@ of tpucared/gcp (auth, retries, error classification, response checks):
 
 from tpucared.gcp.tpu.bodies import NodeShape
 from tpucared.gcp.tpu.client import TpuClient
+from tpucared.gcp.tpu.cloud import TpuCloud
 from tpucared.gcp.tpu.observe import observe_zone
 from tpucared.gcp.tpu.operation import Operation
 
-__all__ = ["NodeShape", "Operation", "TpuClient", "observe_zone"]
+__all__ = ["NodeShape", "Operation", "TpuClient", "TpuCloud", "observe_zone"]

@@ -41,10 +41,9 @@ from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord
 from tpucared.core.model.specs import ErrorKind, NodeOptions
 from tpucared.core.nodes import outcomes
 from tpucared.core.planning.actions import CreateNode, DeleteNode
-from tpucared.gcp import ApiError
-from tpucared.gcp.tpu import NodeShape, Operation, TpuClient
-from tpucared.gcp.tpu.bodies import DEFAULT_SA_SCOPES
+from tpucared.ports.cloud import DEFAULT_SA_SCOPES, CloudError, NodeShape, OperationState
 from tpucared.runtime.clock import Clock
+from tpucared.runtime.clouds import CloudMap
 from tpucared.runtime.nodes.operations import OperationWatcher
 from tpucared.runtime.tasks import TaskSet
 from tpucared.runtime.wakeup import Wakeup
@@ -70,7 +69,7 @@ class NodeTemplate:
     options: Mapping[str, NodeOptions] = field(default_factory=dict)  # by fleet name
 
     def shape(self, a: CreateNode) -> NodeShape:
-        """The node `a` asks for, as the client sends it."""
+        """The node `a` asks for, as its cloud's port takes it."""
         o = self.options.get(a.fleet, NO_OPTIONS)
         return NodeShape(
             accelerator_type=a.accelerator_type,
@@ -99,7 +98,7 @@ class NodeTemplate:
 class CloudCalls:
     def __init__(
         self,
-        client: TpuClient,
+        clouds: CloudMap,
         store: Store,
         clock: Clock,
         template: NodeTemplate,
@@ -112,7 +111,7 @@ class CloudCalls:
         on_attempt: AttemptHook | None = None,
         guard: Callable[[], None] | None = None,
     ) -> None:
-        self._client = client
+        self._clouds = clouds
         # Before every mutating request: raises LeaseLost unless this process leads (the
         # lease keeper's check, runtime/leader.py). The intent stays recorded, uncalled: the
         # next leader records it interrupted and reconciles it. None: not fenced (`down`).
@@ -192,7 +191,7 @@ class CloudCalls:
                     started_at, started = self._clock.now(), self._clock.monotonic()
                     try:
                         op = await self._call_create(action)
-                    except ApiError as error:
+                    except CloudError as error:
                         await self._create_refused(action, inc, error, started_at, started)
                         return
                     await self._create_accepted(action, inc, op, started_at, started)
@@ -201,38 +200,26 @@ class CloudCalls:
             finally:
                 self._release(inc)
 
-    async def _call_create(self, a: CreateNode) -> Operation:
+    async def _call_create(self, a: CreateNode) -> OperationState:
         if self._guard is not None:
             self._guard()
         t = self._template
-        project = t.project_of(a.project)
-        if a.queued_resource is not None and a.slices > 1:
-            # Multislice: nodes `{queued_resource}-0..` (core/nodes/slots.py names them so).
-            return await self._client.create_queued_resource(
-                project,
-                a.zone,
-                a.queued_resource,
-                multislice_count=a.slices,
-                node_id_prefix=a.queued_resource,
-                shape=t.shape(a),
-                reservation_name=t.reservation(a),
-            )
-        if a.queued_resource is not None:
-            return await self._client.create_queued_resource(
-                project,
-                a.zone,
-                a.queued_resource,
-                node_id=a.node_name,
-                shape=t.shape(a),
-                reservation_name=t.reservation(a),
-            )
-        return await self._client.create_node(project, a.zone, a.node_name, t.shape(a))
+        # Multislice: nodes `{queued_resource}-0..` (core/nodes/slots.py names them so).
+        return await self._clouds.for_fleet(a.fleet).create(
+            t.project_of(a.project),
+            a.zone,
+            a.node_name,
+            t.shape(a),
+            queued=a.queued_resource,
+            slices=a.slices,
+            reservation=t.reservation(a),
+        )
 
     async def _create_accepted(
         self,
         action: CreateNode,
         inc: IncarnationRecord,
-        op: Operation,
+        op: OperationState,
         started_at: datetime,
         started: float,
     ) -> None:
@@ -273,7 +260,7 @@ class CloudCalls:
         self,
         action: CreateNode,
         inc: IncarnationRecord,
-        error: ApiError,
+        error: CloudError,
         started_at: datetime,
         started: float,
     ) -> None:
@@ -328,7 +315,7 @@ class CloudCalls:
                     started_at, started = self._clock.now(), self._clock.monotonic()
                     try:
                         op = await self._call_delete(action)
-                    except ApiError as error:
+                    except CloudError as error:
                         await self._delete_outcome(action, inc, None, error, started)
                         return
                     await self._delete_outcome(action, inc, op, None, started)
@@ -338,23 +325,21 @@ class CloudCalls:
             finally:
                 self._release(inc)
 
-    async def _call_delete(self, a: DeleteNode) -> Operation:
+    async def _call_delete(self, a: DeleteNode) -> OperationState:
         if self._guard is not None:
             self._guard()
         project = self._template.project_of(a.project)
-        if a.queued_resource is not None:
-            # force: deletes the node first; a queued resource cannot go while it has one.
-            return await self._client.delete_queued_resource(
-                project, a.zone, a.queued_resource, force=True
-            )
-        return await self._client.delete_node(project, a.zone, a.node_name)
+        # A queued slot goes with its nodes (the port deletes them first).
+        return await self._clouds.for_fleet(a.fleet).delete(
+            project, a.zone, a.node_name, queued=a.queued_resource
+        )
 
     async def _delete_outcome(
         self,
         action: DeleteNode,
         inc: IncarnationRecord,
-        op: Operation | None,
-        error: ApiError | None,
+        op: OperationState | None,
+        error: CloudError | None,
         started: float,
     ) -> None:
         now = self._clock.now()
