@@ -26,6 +26,7 @@ from tpucared.core.model.specs import (
     FleetSpec,
     Provisioning,
 )
+from tpucared.core.nodes.slots import NO_DELETES, DeletesInFlight
 from tpucared.core.planning.actions import Action, DeleteNode, Transition
 from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.planner import plan
@@ -219,6 +220,7 @@ def run(
     now: datetime = T0,
     policy: Policy | None = None,
     reported: frozenset[str] = frozenset(),
+    deleting: DeletesInFlight = NO_DELETES,
 ) -> Plan:
     specs = list(specs)
     return plan(
@@ -229,6 +231,7 @@ def run(
         policy or Policy(),
         OWNER,
         reported=reported,
+        deleting=deleting,
     )
 
 

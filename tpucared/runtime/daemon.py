@@ -104,13 +104,9 @@ class Daemon:
         self.wakeup = Wakeup()
         self.failures: list[BaseException] = []
         self.tasks = TaskSet(self._background_failed)
+        schedule = PollSchedule.for_poll_interval(poll)
         self.watcher = OperationWatcher(
-            self.clouds,
-            store,
-            self.clock,
-            self.wakeup,
-            PollSchedule.for_poll_interval(poll),
-            on_attempt=on_attempt,
+            self.clouds, store, self.clock, self.wakeup, schedule, on_attempt=on_attempt
         )
         self.calls = CloudCalls(
             self.clouds,

@@ -40,6 +40,7 @@ import structlog
 from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord
 from tpucared.core.model.specs import ErrorKind, NodeOptions
 from tpucared.core.nodes import outcomes
+from tpucared.core.nodes.slots import CallTarget, DeletesInFlight, call_target, delete_in_flight
 from tpucared.core.planning.actions import CreateNode, DeleteNode
 from tpucared.ports.cloud import DEFAULT_SA_SCOPES, CloudError, NodeShape, OperationState
 from tpucared.runtime.clock import Clock
@@ -140,21 +141,26 @@ class CloudCalls:
             return True
         return False
 
+    def deletes_in_flight(self) -> DeletesInFlight:
+        """The deletes in flight: their calls here (retries included) and their operations
+        the watcher follows (a delete sent while one runs meets 409 and retries). The planner
+        holds what they may reach (core/nodes/slots.py `delete_in_flight`)."""
+        found: dict[CallTarget, set[int]] = {}
+        for key, holder in self._deleting.items():
+            found.setdefault(key, set()).add(holder)
+        for key, holder in self._watcher.deletes():
+            found.setdefault(key, set()).add(holder)
+        return {key: frozenset(holders) for key, holders in found.items()}
+
+    def wake_when_deletes_end(self) -> None:
+        """The plan held an action for a delete in flight: wake the loop when one ends."""
+        self._name_waited = True
+
     def name_busy(self, action: CreateNode | DeleteNode) -> bool:
-        """A delete of the resource this action would create or delete is in flight (by
-        another incarnation): the action must wait. The slices of a queued multislice slot
-        share their queued resource: the second slice's delete, sent while the first's ran
-        (its call, or its operation), met 409 CONFLICT and retried after the slot's new
-        queued resource, same name, was queued, and deleted it. And no create goes out under
-        a name a delete call may still reach: its retries outlive the list that shows the
-        old resource gone. The loop is woken when the delete ends (its call here, its
-        operation by the watcher)."""
-        key = _target(action)
-        mine = action.incarnation_id if isinstance(action, DeleteNode) else None
-        holder = self._deleting.get(key)
-        calling = holder is not None and holder != mine
-        # ... or accepted and still running: a delete sent then meets 409 and retries.
-        if not calling and not self._watcher.deleting(key, but=mine):
+        """The planner's rule again, right before the call (`delete_in_flight`): a delete
+        started earlier in this very plan's execution is not in the plan's input. The loop is
+        woken when the delete ends (its call here, its operation by the watcher)."""
+        if delete_in_flight(action, self.deletes_in_flight()) is None:
             return False
         self._name_waited = True
         return True
@@ -176,7 +182,7 @@ class CloudCalls:
 
     def start_delete(self, action: DeleteNode, inc: IncarnationRecord) -> None:
         self._busy.add(inc.id)
-        self._deleting[_target(action)] = inc.id
+        self._deleting[call_target(action)] = inc.id
         self._tasks.spawn(self._delete(action, inc), name=f"delete {inc.node_name} #{inc.id}")
 
     # -- create -----------------------------------------------------------------------------
@@ -441,8 +447,3 @@ async def record_interrupted_calls(store: Store, clock: Clock) -> list[Incarnati
         log.info("recorded a call interrupted by the last stop", node=inc.node_name, call=what)
         changed.append(inc)
     return changed
-
-
-def _target(action: CreateNode | DeleteNode) -> tuple[str, str, str]:
-    """What a create or delete call reaches: its queued resource, else its node."""
-    return (action.project, action.zone, action.queued_resource or action.node_name)

@@ -145,13 +145,10 @@ class OperationWatcher:
         )
         self._changed.set("watch")
 
-    def deleting(self, target: tuple[str, str, str], but: int | None = None) -> bool:
-        """A delete operation of this (project, zone, queued resource or node) still runs,
-        other than incarnation `but`'s."""
-        return any(
-            w.verb == "delete" and w.target == target and w.incarnation_id != but
-            for w in self._watched.values()
-        )
+    def deletes(self) -> list[tuple[tuple[str, str, str], int]]:
+        """The delete operations still running: (what each reaches, as (project, zone,
+        queued resource or node), and its incarnation)."""
+        return [(w.target, w.incarnation_id) for w in self._watched.values() if w.verb == "delete"]
 
     def adopt(self, live: Iterable[IncarnationRecord]) -> None:
         """Watch operations recorded on live incarnations that nobody watches (a previous
