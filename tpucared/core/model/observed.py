@@ -1,4 +1,5 @@
-"""What the cloud shows: nodes and queued resources as the gcp layer converts them."""
+"""What the cloud shows: nodes and queued resources as each cloud's adapter converts them
+(behind the Cloud port, tpucared/ports/cloud.py), with `StateClass`, what a state means."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from enum import StrEnum
 from tpucared.core.model.specs import DEFAULT_PROJECT, FLEET_LABEL, OWNER_LABEL, ErrorKind
 
 # ---------------------------------------------------------------------------------------------
-# Observations: what the cloud shows, converted from API JSON by the gcp layer.
+# Observations: what the cloud shows, converted from API JSON by the cloud's adapter.
 
 
 class StateClass(StrEnum):
