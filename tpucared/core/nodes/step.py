@@ -240,7 +240,7 @@ def cloud_facts(step: Step, s: Sighting, *, endpoints: bool = False) -> CloudFac
     health: str | None = None
     cloud_id, create_time = inc.cloud_id, inc.create_time
     if node is not None:
-        state = node.state
+        state = str(node.state)  # a plain string in the record, whatever the adapter's type
         health = node.health
         cloud_id = node.cloud_id or cloud_id
         create_time = node.create_time or create_time

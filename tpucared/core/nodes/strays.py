@@ -212,7 +212,7 @@ def _facts(r: Resource, now: datetime) -> CloudFacts:
     if r.node is not None:
         n = r.node
         return CloudFacts(
-            cloud_state=n.state,
+            cloud_state=str(n.state),
             cloud_state_since=now,
             health=n.health,
             unhealthy_since=now if is_unhealthy(n.health) else None,
