@@ -160,7 +160,11 @@ class CloudCalls:
         """The planner's rule again, right before the call (`delete_in_flight`): a delete
         started earlier in this very plan's execution is not in the plan's input. The loop is
         woken when the delete ends (its call here, its operation by the watcher)."""
-        if delete_in_flight(action, self.deletes_in_flight()) is None:
+        target = call_target(action)
+        holders = self._watcher.deleting(target)
+        if target in self._deleting:
+            holders.add(self._deleting[target])
+        if delete_in_flight(action, {target: frozenset(holders)}) is None:
             return False
         self._name_waited = True
         return True

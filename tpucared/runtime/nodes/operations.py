@@ -145,6 +145,15 @@ class OperationWatcher:
         )
         self._changed.set("watch")
 
+    def deleting(self, target: tuple[str, str, str]) -> set[int]:
+        """The incarnations whose delete operations of this (project, zone, queued resource
+        or node) still run."""
+        return {
+            w.incarnation_id
+            for w in self._watched.values()
+            if w.verb == "delete" and w.target == target
+        }
+
     def deletes(self) -> list[tuple[tuple[str, str, str], int]]:
         """The delete operations still running: (what each reaches, as (project, zone,
         queued resource or node), and its incarnation)."""
