@@ -47,10 +47,10 @@ def _problems(tmp_path: Path, extra: str) -> list[str]:
 def test_no_options_keeps_the_spec_hash_of_before(tmp_path: Path) -> None:
     (spec,) = load_config(_write(tmp_path, "")).fleets
     assert spec.node == NodeOptions()
-    # The hash as it was computed before node options (and fleet projects, and multislice)
-    # existed: a fleet recorded by an older tpucared is not reported as changed after the
-    # upgrade.
-    newer = ("node", "project", "slices", "multislice_hold")
+    # The hash as it was computed before node options (and fleet projects, multislice, and
+    # the fleet's cloud api) existed: a fleet recorded by an older tpucared is not reported
+    # as changed after the upgrade.
+    newer = ("node", "project", "slices", "multislice_hold", "api")
     before = {k: v for k, v in dataclasses.asdict(spec).items() if k not in newer}
     blob = json.dumps(before, sort_keys=True, default=str).encode()
     assert spec.spec_hash() == hashlib.sha256(blob).hexdigest()[:16]

@@ -23,8 +23,9 @@ from tpucared.demo.presenter import PlainView, Reading, SlotSummary, Summary
 from tpucared.demo.progress import Progress, read_progress
 from tpucared.demo.scenario import Injector, Preempt, Stockout, drive, schedule
 from tpucared.emulator import EmulatorServer
-from tpucared.gcp import NoAuth, TpuClient
-from tpucared.gcp.bodies import NodeShape
+from tpucared.gcp import NoAuth
+from tpucared.gcp.tpu import TpuClient
+from tpucared.gcp.tpu.bodies import NodeShape
 
 TOY = EXAMPLES / "toy_train.py"
 PROJECT, ZONE = "tpucared-demo", "us-central2-b"

@@ -26,7 +26,9 @@ MAX_FUNCTION_LINES = 80
 TOP_PACKAGES = "cli|config|core|demo|emulator|gcp|inspect|launch|notify|ports|runtime|ssh|store"
 # `core.planning.tick` or `tpucared.core.planning.tick.plan_tick`, in backticks; config keys
 # such as `ssh.probe_rate` or `gcp.project` are spelled the same way, hence the key list.
-DOTTED = re.compile(rf"`(?:tpucared\.)?((?:{TOP_PACKAGES})(?:\.[a-z_][a-z0-9_]*)+)(?![a-z0-9_])(?<!\.py)(?<!\.sh)")
+DOTTED = re.compile(
+    rf"`(?:tpucared\.)?((?:{TOP_PACKAGES})(?:\.[a-z_][a-z0-9_]*)+)(?![a-z0-9_])(?<!\.py)(?<!\.sh)"
+)
 FILE_NAME = re.compile(r"\b([a-z_][a-z0-9_]*\.(?:py|sh))\b")
 # Config sections whose keys read like module paths (`ssh.probe_rate`, `gcp.project`).
 CONFIG_SECTIONS = ("daemon", "gcp", "ssh", "policy", "guard", "notify")

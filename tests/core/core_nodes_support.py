@@ -9,12 +9,13 @@ from datetime import timedelta
 
 from core_support import T0, inc, node, run, seen, snapshot, spec
 
-from tpucared.core.model.observed import CloudState, ObservedNode, ZoneObservation
+from tpucared.core.model.observed import ObservedNode, ZoneObservation
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.vocab.plan import Plan
+from tpucared.gcp.tpu.states import NodeState
 
 P = NodePhase
-C = CloudState
+C = NodeState
 SPEC = spec(size=1)
 
 

@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tpucared.core.model.observed import (
-    CloudState,
     ObservedNode,
     ObservedQueuedResource,
     QueuedState,
@@ -27,11 +26,13 @@ from tpucared.core.model.specs import (
     FleetSpec,
     Provisioning,
 )
+from tpucared.core.nodes.slots import NO_DELETES, DeletesInFlight
 from tpucared.core.planning.planner import plan
 from tpucared.core.vocab.actions import Action, DeleteNode, Transition
 from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.policy import Policy
 from tpucared.core.vocab.snapshot import PlainSnapshot
+from tpucared.gcp.tpu.states import NodeState, state_fields
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 Z1, Z2 = "us-central2-b", "europe-west4-a"
@@ -71,7 +72,7 @@ def ours(fleet: str = FLEET, owner: str = OWNER) -> dict[str, str]:
 def node(
     name: str = f"{FLEET}-0",
     zone: str = Z1,
-    state: CloudState = CloudState.READY,
+    state: NodeState = NodeState.READY,
     labels: Mapping[str, str] | None = None,
     *,
     health: str | None = None,
@@ -82,7 +83,7 @@ def node(
     return ObservedNode(
         name=name,
         zone=zone,
-        state=state,
+        **state_fields(state),
         accelerator_type="v4-8",
         labels=ours(fleet) if labels is None else dict(labels),
         health=health,
@@ -219,6 +220,7 @@ def run(
     now: datetime = T0,
     policy: Policy | None = None,
     reported: frozenset[str] = frozenset(),
+    deleting: DeletesInFlight = NO_DELETES,
 ) -> Plan:
     specs = list(specs)
     return plan(
@@ -229,6 +231,7 @@ def run(
         policy or Policy(),
         OWNER,
         reported=reported,
+        deleting=deleting,
     )
 
 

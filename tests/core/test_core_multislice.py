@@ -30,7 +30,7 @@ from core_support import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpucared.core.model.observed import CloudState, ObservedNode, QueuedState
+from tpucared.core.model.observed import ObservedNode, QueuedState
 from tpucared.core.model.records import (
     IncarnationRecord,
     NodePhase,
@@ -58,6 +58,7 @@ from tpucared.core.vocab.policy import Policy
 from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload, StopWorkload
 from tpucared.core.workload.inputs import SlotProbe, WorkerProbe, WorkloadSnapshot
 from tpucared.core.workload.probes import keep_chain, leaving
+from tpucared.gcp.tpu.states import NodeState
 
 P = NodePhase
 HOLD = 1800.0
@@ -94,7 +95,7 @@ def piece(
 
 
 def listed_piece(
-    inc: IncarnationRecord, state: CloudState = CloudState.READY, **kw: Any
+    inc: IncarnationRecord, state: NodeState = NodeState.READY, **kw: Any
 ) -> ObservedNode:
     return replace(node(inc.node_name, inc.zone, state, ours(), cloud_id=inc.cloud_id), **kw)
 
@@ -190,8 +191,8 @@ def test_two_slices_preempted_at_once_count_one_preemption() -> None:
     fleet = multi(slices=3)
     pieces = [piece(i + 1, i) for i in range(3)]
     listing = world(
-        listed_piece(pieces[0], CloudState.PREEMPTED),
-        listed_piece(pieces[1], CloudState.PREEMPTED),
+        listed_piece(pieces[0], NodeState.PREEMPTED),
+        listed_piece(pieces[1], NodeState.PREEMPTED),
         listed_piece(pieces[2]),
     )
     p = run([fleet], listing, snapshot(*pieces, specs=[fleet]))
@@ -205,7 +206,7 @@ def test_a_slice_preempted_while_the_slot_is_already_broken_is_not_counted_again
     fleet = multi()
     gone = piece(1, 0, P.DELETING, end_reason="preempted")
     other = piece(2, 1)
-    listing = world(listed_piece(other, CloudState.PREEMPTED))
+    listing = world(listed_piece(other, NodeState.PREEMPTED))
     p = run([fleet], listing, snapshot(gone, other, specs=[fleet]))
     (dead,) = [t for t in p.of(Transition) if t.new is P.DEAD]
     assert dead.slot_update is not None
@@ -226,8 +227,8 @@ def test_a_queued_multislice_slot_adopts_its_other_nodes_as_they_appear() -> Non
     first = piece(1, 0, P.CREATING, queued_resource="sweep-0", cloud_state="QUEUED:PROVISIONING")
     qname = "projects/p/locations/z/queuedResources/sweep-0"
     listing = world(
-        listed_piece(first, CloudState.CREATING, queued_resource=qname),
-        node("sweep-0-1", Z1, CloudState.CREATING, ours(), cloud_id="9", queued_resource=qname),
+        listed_piece(first, NodeState.CREATING, queued_resource=qname),
+        node("sweep-0-1", Z1, NodeState.CREATING, ours(), cloud_id="9", queued_resource=qname),
         queued=True,
     )
     listing = [
@@ -297,7 +298,7 @@ def test_no_launch_until_every_slice_is_ready_then_one_on_the_whole_gang() -> No
     fleet = multi(workload=WORKLOAD)
     a, b = piece(1, 0), piece(2, 1, P.CREATING, cloud_state="CREATING")
     idle = [WorkerProbe.gone(w) for w in range(2 * WORKERS)]
-    p = tick(fleet, [a, b], [listed_piece(a), listed_piece(b, CloudState.CREATING)], None)
+    p = tick(fleet, [a, b], [listed_piece(a), listed_piece(b, NodeState.CREATING)], None)
     assert p.of(LaunchWorkload) == ()
     b = replace(b, phase=P.READY, cloud_state="READY", ready_at=T0 - timedelta(minutes=1))
     p = tick(fleet, [a, b], [listed_piece(a), listed_piece(b)], gang_probe(2, None, idle))
@@ -321,7 +322,7 @@ def test_a_lost_slice_ends_the_attempt_stops_the_others_and_counts_once() -> Non
         id=50, fleet=FLEET, slot=0, incarnation_id=2, number=1, started_at=T0 - timedelta(hours=1)
     )
     running = gang_probe(2, 1, [WorkerProbe.running(w, 100) for w in range(2 * WORKERS)])
-    listing = [listed_piece(a), listed_piece(b, CloudState.PREEMPTED)]
+    listing = [listed_piece(a), listed_piece(b, NodeState.PREEMPTED)]
     p = tick(fleet, [a, b], listing, running, attempt)
     (finish,) = p.of(FinishAttempt)
     assert finish.outcome.value == "preempted"

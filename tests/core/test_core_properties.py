@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 
 from tpucared.core.model.lifecycle import LIVE_PHASES
 from tpucared.core.model.observed import (
-    CloudState,
     ObservedNode,
     ObservedQueuedResource,
     QueuedState,
+    StateClass,
     ZoneObservation,
 )
 from tpucared.core.model.records import FleetRecord, IncarnationRecord, NodePhase, SlotRecord
@@ -40,12 +40,13 @@ from tpucared.core.model.specs import (
     Provisioning,
     WorkloadSpec,
 )
-from tpucared.core.nodes.cloud import ABSENT, DEAD_STATES
+from tpucared.core.nodes.cloud import ABSENT
 from tpucared.core.nodes.incarnations import SERVING
 from tpucared.core.planning.executor_contract import apply_intent
 from tpucared.core.vocab.actions import Adopt, CreateNode, DeleteNode, RecordCloud, Transition
 from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.snapshot import PlainSnapshot
+from tpucared.gcp.tpu.states import NodeState, state_fields
 
 P = NodePhase
 FLEETS = ("a", "b", "c")
@@ -114,7 +115,7 @@ def incarnations(draw: st.DrawFn) -> list[IncarnationRecord]:
                 queued_resource=f"{fleet}-{slot}" if queued else None,
                 cloud_state=draw(
                     st.sampled_from([None, ABSENT, "QUEUED:WAITING_FOR_RESOURCES"])
-                    | st.sampled_from(CloudState).map(lambda c: c.value)
+                    | st.sampled_from(NodeState).map(lambda c: c.value)
                 ),
                 cloud_state_since=draw(maybe_time),
                 health=draw(st.sampled_from([None, "HEALTHY", "TIMEOUT"])),
@@ -144,7 +145,7 @@ def zone_lists(draw: st.DrawFn) -> list[ZoneObservation]:
                 ObservedNode(
                     name=name,
                     zone=zone,
-                    state=draw(st.sampled_from(CloudState)),
+                    **state_fields(draw(st.sampled_from(NodeState))),
                     accelerator_type="v4-8",
                     labels=label_set(draw(labels), name),
                     health=draw(st.sampled_from([None, "HEALTHY", "TIMEOUT"])),
@@ -266,10 +267,10 @@ def test_never_more_serving_nodes_than_size(w: World) -> None:
         # And a node whose state cannot be read is never acted on, not even to scale down
         # (issue "never act on what you don't understand"): it keeps its slot until it reads.
         listed = occupants(observations, inc.zone, inc.node_name)
-        if any(isinstance(n, ObservedNode) and n.state is CloudState.UNRECOGNIZED for n in listed):
+        if any(isinstance(n, ObservedNode) and n.state is NodeState.UNRECOGNIZED for n in listed):
             return True
         return inc.phase in (NodePhase.REQUESTED, NodePhase.CREATING) and any(
-            isinstance(n, ObservedNode) and n.state is CloudState.CREATING and not n.labels
+            isinstance(n, ObservedNode) and n.state is NodeState.CREATING and not n.labels
             for n in listed
         )
 
@@ -310,7 +311,7 @@ def test_dead_nodes_of_ours_are_deleted_at_once(w: World) -> None:
                 n.name == inc.node_name
                 and same
                 and is_ours(n, inc.fleet)
-                and n.state in DEAD_STATES
+                and n.state_class is StateClass.DEAD
             ):
                 assert inc.id in planned, (inc, n, p.render())
 
@@ -420,7 +421,7 @@ def test_a_state_we_cannot_read_is_never_acted_on(w: World) -> None:
         for o in observations
         if o.ok
         for n in o.nodes
-        if n.state is CloudState.UNRECOGNIZED
+        if n.state is NodeState.UNRECOGNIZED
     }
     zone_of = {i.id: i.zone for i in w[2].nodes.values()}
     for a in plan_of(w).actions:

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from core_support import OWNER, T0, Z1, Z2, ours, spec
 
-from tpucared.core.model.observed import CloudState, ObservedNode, ZoneObservation
+from tpucared.core.model.observed import ObservedNode, ZoneObservation
 from tpucared.core.model.specs import ErrorKind, FleetSpec
 from tpucared.core.planning.executor_contract import apply_intent, record_outcome
 from tpucared.core.planning.planner import plan
@@ -24,6 +24,7 @@ from tpucared.core.vocab.actions import CreateNode, DeleteNode, Notice
 from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.policy import Policy
 from tpucared.core.vocab.snapshot import PlainSnapshot
+from tpucared.gcp.tpu.states import NodeState, state_fields
 
 TICK = timedelta(seconds=10)
 
@@ -56,7 +57,7 @@ class Cloud:
         self.nodes[key] = ObservedNode(
             name=a.node_name,
             zone=a.zone,
-            state=CloudState.CREATING,
+            **state_fields(NodeState.CREATING),
             accelerator_type=a.accelerator_type,
             labels=dict(a.labels),
             cloud_id=str(self.next_id),
@@ -67,19 +68,19 @@ class Cloud:
         key = (a.zone, a.node_name)
         if key not in self.nodes:
             return ErrorKind.NOT_FOUND
-        self.nodes[key] = replace(self.nodes[key], state=CloudState.DELETING)
+        self.nodes[key] = replace(self.nodes[key], **state_fields(NodeState.DELETING))
         return None
 
     def advance(self) -> None:
         """One tick of cloud time: creates finish, deletes finish."""
         for key, n in list(self.nodes.items()):
-            if n.state is CloudState.CREATING:
-                self.nodes[key] = replace(n, state=CloudState.READY)
-            elif n.state is CloudState.DELETING:
+            if n.state is NodeState.CREATING:
+                self.nodes[key] = replace(n, **state_fields(NodeState.READY))
+            elif n.state is NodeState.DELETING:
                 del self.nodes[key]
 
-    def set_state(self, zone: str, name: str, state: CloudState) -> None:
-        self.nodes[(zone, name)] = replace(self.nodes[(zone, name)], state=state)
+    def set_state(self, zone: str, name: str, state: NodeState) -> None:
+        self.nodes[(zone, name)] = replace(self.nodes[(zone, name)], **state_fields(state))
 
 
 @dataclass
@@ -156,7 +157,7 @@ def test_keeps_a_fleet_alive_through_preemptions() -> None:
     d.tick()  # READY
     assert d.phases() == {"sweep-0": "ready", "sweep-1": "ready"}
 
-    cloud.set_state(Z1, "sweep-1", CloudState.PREEMPTED)
+    cloud.set_state(Z1, "sweep-1", NodeState.PREEMPTED)
     p = d.tick()
     assert [a.node_name for a in p.of(DeleteNode)] == ["sweep-1"]
     d.tick()  # the delete finished in the cloud: gone, and recreated in the same plan
@@ -268,7 +269,7 @@ def test_scale_down_then_down() -> None:
 def test_someone_elses_node_on_our_name() -> None:
     cloud = Cloud()
     cloud.nodes[(Z1, "sweep-0")] = ObservedNode(
-        name="sweep-0", zone=Z1, state=CloudState.READY, accelerator_type="v4-8", labels={}
+        name="sweep-0", zone=Z1, **state_fields(NodeState.READY), accelerator_type="v4-8", labels={}
     )
     d = Daemon([spec(size=1)], cloud)
     for _ in range(4):

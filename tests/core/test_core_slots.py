@@ -28,7 +28,7 @@ from core_support import (
     world,
 )
 
-from tpucared.core.model.observed import CloudState, QueuedState, ZoneObservation
+from tpucared.core.model.observed import QueuedState, ZoneObservation
 from tpucared.core.model.records import NodePhase
 from tpucared.core.model.specs import (
     FLEET_LABEL,
@@ -48,9 +48,10 @@ from tpucared.core.vocab.actions import (
     Severity,
 )
 from tpucared.core.vocab.policy import Policy
+from tpucared.gcp.tpu.states import NodeState
 
 P = NodePhase
-C = CloudState
+C = NodeState
 
 
 def creates(p: object) -> list[tuple[str, str]]:
@@ -449,3 +450,43 @@ def test_stale_slot_record_does_not_matter_once_adopted() -> None:
     snap = snapshot(specs=[s], slots=[replace(slot(0), create_failures=5, next_zone=Z2)])
     p = run([s], world(node("sweep-0")), snap)
     assert [a.kind for a in p.actions] == ["adopt"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Deletes in flight (the runtime's input): the name is not free yet
+
+WAITS = f"a delete of {FLEET}-0 in {Z1} is still in flight; its name is not free yet"
+
+
+def test_a_create_waits_while_a_delete_of_its_name_is_in_flight() -> None:
+    # The old node is gone from the list and its incarnation ended, but the delete call
+    # (retrying) or its operation may still reach the name: no create goes out under it.
+    s = spec(size=1, zones=(Z1,))
+    deleting = {("", Z1, f"{FLEET}-0"): frozenset({7})}
+    p = run([s], world(zones=(Z1,)), snapshot(specs=[s]), deleting=deleting)
+    assert p.of(CreateNode) == ()
+    (hold,) = p.holds
+    assert (hold.node_name, hold.on_delete) == (f"{FLEET}-0", True)
+    assert (
+        hold.reason == f"a delete of {FLEET}-0 in {Z1} is still in flight; its name is not free yet"
+    )
+    assert hold.reason in p.render()
+    # Once it ended, the create goes out.
+    assert creates(run([s], world(zones=(Z1,)), snapshot(specs=[s]))) == [(f"{FLEET}-0", Z1)]
+
+
+def test_a_delete_waits_for_another_incarnations_delete_of_the_same_name() -> None:
+    s = spec(size=1)
+    dead = node(state=C.PREEMPTED)
+    record = seen(inc(1, 0, P.READY), node())
+    snap = snapshot(record, specs=[s])
+    assert [d.incarnation_id for d in run([s], world(dead), snap).of(DeleteNode)] == [1]
+    theirs = {("", Z1, f"{FLEET}-0"): frozenset({2})}
+    held = run([s], world(dead), snap, deleting=theirs)
+    assert held.of(DeleteNode) == ()
+    assert [h.reason for h in held.holds if h.on_delete] == [WAITS]
+    # Its own delete in flight holds nothing (that is the per-call rule's business).
+    mine = {("", Z1, f"{FLEET}-0"): frozenset({1})}
+    assert [
+        d.incarnation_id for d in run([s], world(dead), snap, deleting=mine).of(DeleteNode)
+    ] == [1]

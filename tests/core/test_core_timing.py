@@ -10,19 +10,18 @@ from hypothesis import strategies as st
 
 from tpucared.core.model import durations
 from tpucared.core.model.backoff import BackoffRule, ceiling, delay, jitter, shortest
-from tpucared.core.model.observed import CloudState, QueuedState
+from tpucared.core.model.observed import QueuedState, StateClass
 from tpucared.core.model.records import NodePhase
 from tpucared.core.model.specs import ErrorKind
-from tpucared.core.nodes.cloud import DEAD_STATES, TRANSIENT_STATES
 from tpucared.core.vocab.policy import CAPACITY_BACKOFF, HARD_ERRORS, Policy
 from tpucared.core.vocab.stuck import (
-    CLOUD_RULE,
     DEFAULT_TIMEOUTS,
     PHASE_RULE,
     QUEUED_RULE,
     STUCK_RULES,
     with_overrides,
 )
+from tpucared.gcp.tpu.states import NODE_STATES, NodeState
 
 S = timedelta(seconds=1)
 RULE = BackoffRule(base=5 * S, cap=30 * S)
@@ -218,12 +217,19 @@ def test_stuck_rules_have_unique_names_and_say_what_happens() -> None:
 
 
 def test_every_transient_cloud_state_is_timed() -> None:
-    assert set(CLOUD_RULE) == TRANSIENT_STATES
-    assert set(CLOUD_RULE.values()) <= set(DEFAULT_TIMEOUTS)
-    assert not TRANSIENT_STATES & DEAD_STATES
-    untimed = set(CloudState) - TRANSIENT_STATES - DEAD_STATES
+    # The TPU API's one state table (gcp/tpu/states.py): every state is in it, each
+    # transient one (being created included) names a rule of [policy.timeouts], no other does.
+    assert set(NODE_STATES) == set(NodeState)
+    transient = {StateClass.CREATING, StateClass.TRANSIENT}
+    timed = {state: rule for state, (cls, rule) in NODE_STATES.items() if rule is not None}
+    transient_states = {state for state, (cls, _) in NODE_STATES.items() if cls in transient}
+    dead_states = {state for state, (cls, _) in NODE_STATES.items() if cls is StateClass.DEAD}
+    assert set(timed) == transient_states
+    assert set(timed.values()) <= set(DEFAULT_TIMEOUTS)
+    assert not transient_states & dead_states
+    untimed = set(NodeState) - transient_states - dead_states
     # UNRECOGNIZED (a state we could not read) is never timed: it is never acted on.
-    assert untimed == {CloudState.READY, CloudState.DELETING, CloudState.UNRECOGNIZED}
+    assert untimed == {NodeState.READY, NodeState.DELETING, NodeState.UNRECOGNIZED}
 
 
 def test_every_waiting_queued_state_is_timed() -> None:

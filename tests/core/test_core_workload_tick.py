@@ -30,7 +30,6 @@ from core_support import (
     world,
 )
 
-from tpucared.core.model.observed import CloudState
 from tpucared.core.model.records import (
     AttemptOutcome,
     IncarnationRecord,
@@ -49,6 +48,7 @@ from tpucared.core.vocab.policy import Policy
 from tpucared.core.vocab.view import View
 from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload, MarkSlotDone
 from tpucared.core.workload.inputs import SlotProbe, WorkerProbe, WorkloadSnapshot
+from tpucared.gcp.tpu.states import NodeState
 
 P = NodePhase
 OWNER = "me"
@@ -116,7 +116,7 @@ def test_node_actions_come_first_then_the_workload_then_notices() -> None:
 def test_a_preempted_node_ends_its_attempt_as_preempted() -> None:
     specs = [fleet()]
     snap = records(specs, ready(), attempts=[running()])
-    preempted = node(f"{FLEET}-0", state=CloudState.PREEMPTED, cloud_id="101")
+    preempted = node(f"{FLEET}-0", state=NodeState.PREEMPTED, cloud_id="101")
     plan = tick(specs, world(preempted), snap, {(FLEET, 0): probe()})
     assert [a.kind for a in plan.actions] == ["transition", "delete", "finish"]
     (t,) = plan.of(Transition)
@@ -239,7 +239,7 @@ def test_nodes_outcome_is_what_the_planner_hands_its_later_sub_planners(
     creating = inc(2, 1, P.CREATING, operation="op")
     snap = records(specs, ready(), creating, ready(3, 2))
     listed = world(
-        node(f"{FLEET}-0", state=CloudState.PREEMPTED, cloud_id="101"),
+        node(f"{FLEET}-0", state=NodeState.PREEMPTED, cloud_id="101"),
         node(f"{FLEET}-1", cloud_id="102"),
         node(f"{FLEET}-2", cloud_id="103"),
         node("sweep-9", zone=Z2, labels=ours()),

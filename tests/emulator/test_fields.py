@@ -15,7 +15,7 @@ from emulator_http import Http
 from tpucared.emulator import EmulatorServer
 from tpucared.emulator.errors import ApiError
 from tpucared.emulator.fields import PartialMemo, apply, parse
-from tpucared.gcp.observe import NODE_LIST_FIELDS
+from tpucared.gcp.tpu.observe import NODE_LIST_FIELDS
 
 P, Z = "fields-proj", "us-central2-b"
 NODES = f"/v2/projects/{P}/locations/{Z}/nodes"

@@ -29,9 +29,9 @@ from tpucared.gcp.auth import (
     load_key_file,
     load_token_source,
 )
-from tpucared.gcp.client import TpuClient
 from tpucared.gcp.errors import ApiError
 from tpucared.gcp.retry import RetryPolicy
+from tpucared.gcp.tpu.client import TpuClient
 
 
 class Clock:

@@ -13,12 +13,12 @@ from gcp_fakes import FakeApi, Reply
 
 from tpucared import __version__
 from tpucared.core.model.specs import CapacityKind, ErrorKind
-from tpucared.gcp import names
-from tpucared.gcp.bodies import NodeShape
-from tpucared.gcp.client import TpuClient
 from tpucared.gcp.errors import ApiError, CapacityError, OperationTimeout
-from tpucared.gcp.operation import Operation
 from tpucared.gcp.retry import RetryPolicy
+from tpucared.gcp.tpu import names
+from tpucared.gcp.tpu.bodies import NodeShape
+from tpucared.gcp.tpu.client import TpuClient
+from tpucared.gcp.tpu.operation import Operation
 
 P, Z = "my-project", "us-central2-b"
 PARENT = f"projects/{P}/locations/{Z}"

@@ -7,17 +7,18 @@ from typing import Any
 
 import pytest
 
-from tpucared.core.model.observed import CloudState, QueuedState, WorkerEndpoint
+from tpucared.core.model.observed import QueuedState, WorkerEndpoint
 from tpucared.core.model.specs import CapacityKind, ErrorKind
-from tpucared.gcp import bodies
-from tpucared.gcp.bodies import NodeShape
-from tpucared.gcp.convert import (
+from tpucared.gcp.tpu import bodies
+from tpucared.gcp.tpu.bodies import NodeShape
+from tpucared.gcp.tpu.convert import (
     node_from_json,
     parse_health,
     parse_state,
     parse_time,
     queued_resource_from_json,
 )
+from tpucared.gcp.tpu.states import NodeState
 
 ZONE = "us-central2-b"
 PARENT = f"projects/my-project/locations/{ZONE}"
@@ -45,7 +46,7 @@ def test_ready_pod() -> None:
     node = node_from_json(ZONE, READY_POD)
     assert node.name == "sweep-3"
     assert node.zone == ZONE
-    assert node.state is CloudState.READY
+    assert node.state is NodeState.READY
     assert node.health == "HEALTHY"
     assert node.accelerator_type == "v4-16"
     assert node.runtime_version == "tpu-ubuntu2204-base"
@@ -63,7 +64,7 @@ def test_ready_pod() -> None:
 
 def test_creating_node_has_nothing_yet() -> None:
     node = node_from_json(ZONE, {"name": f"{PARENT}/nodes/n", "state": "CREATING"})
-    assert node.state is CloudState.CREATING
+    assert node.state is NodeState.CREATING
     assert (node.health, node.create_time, node.cloud_id, node.runtime_version) == (
         None,
         None,
@@ -90,20 +91,20 @@ def test_endpoints_keep_their_worker_index() -> None:
 @pytest.mark.parametrize(
     ("value", "state"),
     [
-        ("PREEMPTED", CloudState.PREEMPTED),
-        ("TERMINATED", CloudState.TERMINATED),
-        (11, CloudState.PREEMPTED),
-        ("11", CloudState.PREEMPTED),
-        (2, CloudState.READY),
-        (8, CloudState.STOPPED),
-        (7, CloudState.UNRECOGNIZED),  # unused number
-        (16, CloudState.UNKNOWN),
-        ("SOMETHING_NEW", CloudState.UNRECOGNIZED),
-        (None, CloudState.STATE_UNSPECIFIED),
-        (True, CloudState.UNRECOGNIZED),
+        ("PREEMPTED", NodeState.PREEMPTED),
+        ("TERMINATED", NodeState.TERMINATED),
+        (11, NodeState.PREEMPTED),
+        ("11", NodeState.PREEMPTED),
+        (2, NodeState.READY),
+        (8, NodeState.STOPPED),
+        (7, NodeState.UNRECOGNIZED),  # unused number
+        (16, NodeState.UNKNOWN),
+        ("SOMETHING_NEW", NodeState.UNRECOGNIZED),
+        (None, NodeState.STATE_UNSPECIFIED),
+        (True, NodeState.UNRECOGNIZED),
     ],
 )
-def test_states_by_name_or_number(value: object, state: CloudState) -> None:
+def test_states_by_name_or_number(value: object, state: NodeState) -> None:
     assert parse_state(value) is state
 
 

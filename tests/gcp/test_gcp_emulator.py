@@ -16,12 +16,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tpucared.core.model.observed import CloudState, QueuedState
+from tpucared.core.model.observed import QueuedState
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind, ErrorKind
-from tpucared.gcp import names
 from tpucared.gcp.auth import NoAuth
-from tpucared.gcp.bodies import NodeShape
-from tpucared.gcp.client import TpuClient
 from tpucared.gcp.errors import (
     AlreadyExistsError,
     ApiError,
@@ -29,8 +26,12 @@ from tpucared.gcp.errors import (
     InvalidRequestError,
     NotFoundError,
 )
-from tpucared.gcp.observe import LIST_PAGE_SIZE, NODE_LIST_FIELDS, observe_zone
-from tpucared.gcp.operation import Operation
+from tpucared.gcp.tpu import names
+from tpucared.gcp.tpu.bodies import NodeShape
+from tpucared.gcp.tpu.client import TpuClient
+from tpucared.gcp.tpu.observe import LIST_PAGE_SIZE, NODE_LIST_FIELDS, observe_zone
+from tpucared.gcp.tpu.operation import Operation
+from tpucared.gcp.tpu.states import NodeState
 
 P = "emu-project"
 ZONE = "us-central2-b"
@@ -210,7 +211,7 @@ async def test_observe_reuses_unchanged_nodes_through_its_cache(
     after = {n.name: n for n in second.nodes}
     assert after["c-0"] is before["c-0"]
     assert after["c-2"] is before["c-2"]
-    assert after["c-1"].state is CloudState.PREEMPTED
+    assert after["c-1"].state is NodeState.PREEMPTED
     assert after == {
         n.name: n for n in (await observe_zone(client, P, ZONE, first.observed_at)).nodes
     }
@@ -379,9 +380,9 @@ async def test_observe_zone_sees_every_node_and_preemption(
     assert observation.queued_resources is None
     by_name = {n.name: n for n in observation.nodes}
     assert sorted(by_name) == [f"obs-{i}" for i in range(7)]
-    assert by_name["obs-3"].state is CloudState.PREEMPTED
+    assert by_name["obs-3"].state is NodeState.PREEMPTED
     ready = by_name["obs-0"]
-    assert ready.state is CloudState.READY
+    assert ready.state is NodeState.READY
     assert ready.owned_by("daemon-1")
     assert ready.zone == ZONE
     assert ready.accelerator_type == TYPE

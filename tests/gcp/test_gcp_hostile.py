@@ -19,14 +19,15 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tpucared.core.model.observed import CloudState, ZoneObservation
+from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind, ErrorKind
 from tpucared.emulator import EmulatorServer
 from tpucared.gcp.auth import NoAuth
-from tpucared.gcp.bodies import NodeShape
-from tpucared.gcp.client import MAX_LIST_PAGES, TpuClient
-from tpucared.gcp.observe import NodeCache, observe_zone
 from tpucared.gcp.retry import RetryPolicy
+from tpucared.gcp.tpu.bodies import NodeShape
+from tpucared.gcp.tpu.client import MAX_LIST_PAGES, TpuClient
+from tpucared.gcp.tpu.observe import NodeCache, observe_zone
+from tpucared.gcp.tpu.states import NodeState
 
 P = "hostile-project"
 ZONE = "us-central2-b"
@@ -97,7 +98,7 @@ async def fleet(client: TpuClient) -> list[str]:
     for operation in operations:
         await client.wait_operation(operation, poll_interval=0.02, timeout=30, sleep=asyncio.sleep)
     observation = await observe(client)
-    assert [n.state for n in observation.nodes] == [CloudState.READY] * SIZE
+    assert [n.state for n in observation.nodes] == [NodeState.READY] * SIZE
     return sorted(n.name for n in observation.nodes)
 
 
@@ -161,7 +162,7 @@ async def test_a_state_nobody_can_read_is_unrecognized_with_what_was_sent(
     assert observation.ok, observation
     assert sorted(n.name for n in observation.nodes) == fleet  # observed, labels and all
     for node in observation.nodes:
-        assert node.state is CloudState.UNRECOGNIZED
+        assert node.state is NodeState.UNRECOGNIZED
         assert node.raw_state == repr(value)
         assert node.labels == LABELS
 

@@ -13,16 +13,17 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tpucared.core.model.observed import CloudState, QueuedState
+from tpucared.core.model.observed import QueuedState
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind
 from tpucared.emulator import EmulatorServer
-from tpucared.gcp import bodies, names
 from tpucared.gcp.auth import NoAuth
-from tpucared.gcp.bodies import NodeShape
-from tpucared.gcp.client import TpuClient
-from tpucared.gcp.convert import MalformedResource, node_from_json, queued_resource_from_json
 from tpucared.gcp.errors import AlreadyExistsError, InvalidRequestError, NotFoundError
-from tpucared.gcp.observe import observe_zone
+from tpucared.gcp.tpu import bodies, names
+from tpucared.gcp.tpu.bodies import NodeShape
+from tpucared.gcp.tpu.client import TpuClient
+from tpucared.gcp.tpu.convert import MalformedResource, node_from_json, queued_resource_from_json
+from tpucared.gcp.tpu.observe import observe_zone
+from tpucared.gcp.tpu.states import NodeState
 
 P, ZONE, TYPE = "ms-project", "us-central2-b", "v4-8"
 PARENT = names.location(P, ZONE)
@@ -222,8 +223,8 @@ async def test_a_two_slice_request_waits_for_both_then_provisions_them_together(
     observed = await observe_zone(client, P, ZONE, datetime.now(UTC), queued_resources=True)
     qr_name = names.queued_resource_name(P, ZONE, "ms")
     assert [(n.name, n.state, n.queued_resource) for n in observed.nodes] == [
-        ("slice-0", CloudState.READY, qr_name),
-        ("slice-1", CloudState.READY, qr_name),
+        ("slice-0", NodeState.READY, qr_name),
+        ("slice-1", NodeState.READY, qr_name),
     ]
     assert all(n.owned_by("daemon-1") for n in observed.nodes)
     assert observed.queued_resources is not None
@@ -243,7 +244,7 @@ async def test_one_slice_preempted_suspends_and_force_delete_removes_everything(
     (qr,) = observed.queued_resources
     assert (qr.state, qr.node_names) == (QueuedState.SUSPENDED, ("pre-0", "pre-1"))
     states = {n.name: n.state for n in observed.nodes}
-    assert states == {"pre-0": CloudState.PREEMPTED, "pre-1": CloudState.READY}
+    assert states == {"pre-0": NodeState.PREEMPTED, "pre-1": NodeState.READY}
 
     name = names.queued_resource_name(P, ZONE, "pre")
     deleted = await client.wait_operation(

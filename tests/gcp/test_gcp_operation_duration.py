@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tpucared.gcp import Operation
+from tpucared.gcp.tpu import Operation
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,9 @@ from tpucared.config import load_config
 from tpucared.core.model.specs import ErrorKind
 from tpucared.emulator import EmulatorServer
 from tpucared.emulator.oslogin import posix_username
-from tpucared.gcp import ApiError, NoAuth, RetryPolicy, TpuClient
-from tpucared.gcp.oslogin import OSLOGIN_ENDPOINT, OsLoginClient, endpoint_for
+from tpucared.gcp import ApiError, NoAuth, RetryPolicy
+from tpucared.gcp.tpu import TpuClient
+from tpucared.gcp.tpu.oslogin import OSLOGIN_ENDPOINT, OsLoginClient, endpoint_for
 from tpucared.runtime.clock import SystemClock
 from tpucared.runtime.errors import StartupError
 from tpucared.runtime.oslogin import (
@@ -152,6 +153,7 @@ async def test_start_refuses_with_one_line_what_a_person_must_fix(
 ) -> None:
     key = _key()
     clock = SystemClock()
+    oslogin = OsLoginClient(client, emulator.url)
     # No account: the emulator's credentials ("none") name none.
     config = _config(tmp_path, emulator.url, "os_login = true")
     with pytest.raises(StartupError, match=r"set ssh\.os_login_account"):
@@ -160,11 +162,11 @@ async def test_start_refuses_with_one_line_what_a_person_must_fix(
     config = _config(tmp_path, emulator.url, f'os_login = true\nos_login_account = "{SA}"')
     await _faults(emulator, {"script": [{"kind": "permission"}]})
     with pytest.raises(StartupError) as refused:
-        await start_os_login(config, client, NoAuth(), key, clock)
+        await start_os_login(config, oslogin, NoAuth(), key, clock)
     message = str(refused.value)
     assert "ssh.os_login" in message
     assert "roles/compute.osAdminLogin" in message
     assert "\n" not in message
 
-    keeper = await start_os_login(config, client, NoAuth(), key, clock)
+    keeper = await start_os_login(config, oslogin, NoAuth(), key, clock)
     assert keeper.username == posix_username(SA)

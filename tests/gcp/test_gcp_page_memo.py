@@ -13,11 +13,11 @@ import pytest
 from gcp_fakes import FakeApi, Reply
 
 from tpucared.gcp.auth import NoAuth
-from tpucared.gcp.client import TpuClient
 from tpucared.gcp.errors import ApiError
-from tpucared.gcp.observe import NodeCache, observe_zone
 from tpucared.gcp.responses import PageMemo
 from tpucared.gcp.retry import RetryPolicy
+from tpucared.gcp.tpu.client import TpuClient
+from tpucared.gcp.tpu.observe import NodeCache, observe_zone
 
 P, Z = "my-project", "us-central2-b"
 

@@ -25,10 +25,11 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tpucared.core.model.observed import CloudState
 from tpucared.core.model.specs import ErrorKind
-from tpucared.gcp import ApiError, NoAuth, RetryPolicy, TpuClient
-from tpucared.gcp.observe import observe_zone
+from tpucared.gcp import ApiError, NoAuth, RetryPolicy
+from tpucared.gcp.tpu import TpuClient
+from tpucared.gcp.tpu.observe import observe_zone
+from tpucared.gcp.tpu.states import NodeState
 
 P, Z = "my-project", "us-central2-b"
 T0 = datetime(2026, 11, 23, tzinfo=UTC)
@@ -158,10 +159,10 @@ def test_an_observation_is_understood_or_unknown_never_guessed(answer: Answer) -
         assert isinstance(entry["name"], str)
         assert all(isinstance(k, str) and isinstance(v, str) for k, v in node.labels.items())
         assert node.labels == entry.get("labels", {}) or entry.get("labels") is None
-        if node.state is CloudState.UNRECOGNIZED:
+        if node.state is NodeState.UNRECOGNIZED:
             assert node.raw_state is not None
         else:
-            assert entry.get("state") in (*CloudState, None, "") or isinstance(entry["state"], int)
+            assert entry.get("state") in (*NodeState, None, "") or isinstance(entry["state"], int)
 
 
 @pytest.mark.parametrize(

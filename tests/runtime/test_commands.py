@@ -34,8 +34,9 @@ from runtime_support import (
 )
 
 from tpucared.core.model.specs import CapacityKind
-from tpucared.gcp import NoAuth, TpuClient
-from tpucared.gcp.bodies import NodeShape
+from tpucared.gcp import NoAuth
+from tpucared.gcp.tpu import TpuClient
+from tpucared.gcp.tpu.bodies import NodeShape
 
 pytestmark = pytest.mark.slow
 

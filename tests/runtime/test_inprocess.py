@@ -24,8 +24,9 @@ from tpucared.core.model.specs import CapacityKind, ErrorKind
 from tpucared.core.planning.executor_contract import apply_intent
 from tpucared.core.vocab.actions import Adopt, CreateNode, DeleteNode, OpenSlot, Transition
 from tpucared.core.vocab.plan import Plan
-from tpucared.gcp import NoAuth, TpuClient
-from tpucared.gcp.bodies import NodeShape
+from tpucared.gcp import NoAuth
+from tpucared.gcp.tpu import TpuClient, TpuCloud
+from tpucared.gcp.tpu.bodies import NodeShape
 from tpucared.runtime.daemon import Daemon
 from tpucared.runtime.nodes.calls import NodeTemplate, record_interrupted_calls
 from tpucared.runtime.nodes.executor import RECORD_BATCH, Executor
@@ -64,7 +65,8 @@ async def harness(tmp_path: Path, control: Control, **kwargs: Any) -> AsyncItera
     client = TpuClient(config.gcp.endpoint, token_source=NoAuth())
     template = NodeTemplate(PROJECT, {"ssh-keys": "tpucared:ssh-ed25519 AAAA tpucared"}, True)
     try:
-        yield Harness(Daemon(config, store, client, template), store, tmp_path / "state.db")
+        daemon = Daemon(config, store, {"tpu": TpuCloud(client)}, template)
+        yield Harness(daemon, store, tmp_path / "state.db")
     finally:
         await client.aclose()
         await store.close()

@@ -38,8 +38,10 @@ from tpucared.core.vocab.actions import DeleteNode
 from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload
 from tpucared.emulator import EmulatorServer
 from tpucared.emulator.hosts import SshWorkerHosts
-from tpucared.gcp import NoAuth, TpuClient
+from tpucared.gcp import NoAuth
+from tpucared.gcp.tpu import TpuClient, TpuCloud
 from tpucared.ports.launcher import WorkerLost
+from tpucared.runtime.clouds import CloudMap
 from tpucared.runtime.daemon import Daemon
 from tpucared.runtime.reconciler import Tick
 from tpucared.runtime.startup import node_template
@@ -167,16 +169,17 @@ async def inprocess(
     await upgrade_to_head(config.daemon.db)
     store = Store.open(config.daemon.db)
     client = TpuClient(config.gcp.endpoint, token_source=NoAuth())
+    clouds = {"tpu": TpuCloud(client)}
     template = node_template(config)
     runner = WorkloadRunner.from_config(
-        config, store, fetch_host_keys=guest_attribute_host_keys(client, PROJECT)
+        config, store, fetch_host_keys=guest_attribute_host_keys(CloudMap(clouds, []), PROJECT)
     )
     ticks: list[Tick] = []
 
     async def record(tick: Tick) -> None:  # the loop's ticks (tests that run it)
         ticks.append(tick)
 
-    daemon = Daemon(config, store, client, template, workloads=runner, on_tick=record)
+    daemon = Daemon(config, store, clouds, template, workloads=runner, on_tick=record)
     h = InProcess(daemon, store, emulator, tmp_path / "state.db", ticks)
     watcher = asyncio.create_task(h.daemon.watcher.run(h.daemon.stop))
     try:

@@ -17,8 +17,9 @@ from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.policy import Policy
 from tpucared.core.workload.actions import FinishAttempt, MarkSlotDone
 from tpucared.core.workload.inputs import WorkloadSnapshot
+from tpucared.gcp.tpu.cloud import guest_attribute_pairs
 from tpucared.launch import layout, pool_size
-from tpucared.runtime.workload.hosts import parse_guest_attributes
+from tpucared.runtime.workload.hosts import pins_from
 from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.store import Store
 from tpucared.store.migrate import upgrade_to_head
@@ -82,11 +83,11 @@ def test_guest_attributes_give_each_workers_pins() -> None:
                 {"namespace": "hostkeys", "key": algorithm, "value": f"{algorithm} {blob} c"}]}},
         ]
     }  # fmt: skip
-    assert parse_guest_attributes(body) == {
+    assert pins_from(guest_attribute_pairs(body)) == {
         0: (f"{algorithm} {blob}",),
         2: (f"{algorithm} {blob}",),
     }
-    assert parse_guest_attributes({}) == {}
+    assert pins_from(guest_attribute_pairs({})) == {}
 
 
 def test_split_hands_node_actions_to_the_executor_and_the_rest_to_the_runner() -> None:

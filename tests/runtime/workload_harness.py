@@ -49,11 +49,12 @@ from tpucared.core.vocab.policy import Policy
 from tpucared.core.workload.planner import WorkloadPolicy
 from tpucared.emulator import EmulatorServer
 from tpucared.emulator.hosts import SshWorkerHosts
-from tpucared.gcp import TpuClient
 from tpucared.gcp.auth import load_token_source
-from tpucared.gcp.bodies import NodeShape
-from tpucared.gcp.convert import node_from_json
 from tpucared.gcp.errors import ApiError
+from tpucared.gcp.tpu import TpuClient, TpuCloud
+from tpucared.gcp.tpu.bodies import NodeShape
+from tpucared.gcp.tpu.convert import node_from_json
+from tpucared.runtime.clouds import CloudMap
 from tpucared.runtime.workload.hosts import HostKeyFetcher, guest_attribute_host_keys
 from tpucared.runtime.workload.launchers import ssh_launcher
 from tpucared.runtime.workload.runner import WorkloadRunner
@@ -255,7 +256,8 @@ async def harnesses(emulator: EmulatorServer, tmp_path: Path) -> AsyncIterator[M
     async def make(
         spec: WorkloadSpec, *, environ: dict[str, str] | None = None, guest_keys: bool = True
     ) -> Harness:
-        fetch = guest_attribute_host_keys(client, PROJECT) if guest_keys else None
+        clouds = CloudMap({"tpu": TpuCloud(client)}, [])
+        fetch = guest_attribute_host_keys(clouds, PROJECT) if guest_keys else None
         h = Harness(emulator, client, store, key, [fleet(spec)])
         h.runner = h.new_runner(fetch=fetch, environ=environ)
         made.append(h)

@@ -24,8 +24,9 @@ from ssh_sshd import OpenSshServer
 from ssh_targets import targets_of
 
 from tpucared.emulator import EmulatorServer
-from tpucared.gcp import NoAuth, TpuClient
-from tpucared.gcp.oslogin import OsLoginClient
+from tpucared.gcp import NoAuth
+from tpucared.gcp.tpu import TpuClient
+from tpucared.gcp.tpu.oslogin import OsLoginClient
 from tpucared.runtime.clock import SystemClock
 from tpucared.runtime.oslogin import OsLoginKeeper, public_key_line
 from tpucared.ssh import RetryPolicy, run_on_all

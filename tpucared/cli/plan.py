@@ -27,9 +27,9 @@ from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.snapshot import PlainSnapshot as EmptySnapshot
 from tpucared.core.vocab.snapshot import PlannerSnapshot
 from tpucared.errors import UsageError
-from tpucared.gcp import TpuClient
 from tpucared.inspect.fmt import one_line
 from tpucared.runtime.clock import Clock, SystemClock
+from tpucared.runtime.clouds import CloudMap, connect_clouds
 from tpucared.runtime.errors import StartupError
 from tpucared.runtime.nodes.observer import Observer, zones_to_observe
 from tpucared.runtime.startup import token_source
@@ -65,9 +65,14 @@ async def observe_and_plan(
     clock = clock or SystemClock()
     snapshot = await read_snapshot(config.daemon.db)
     tokens = await asyncio.to_thread(token_source, config)
-    async with TpuClient(config.gcp.endpoint, token_source=tokens) as client:
+    clouds = connect_clouds(config, tokens)
+    try:
         zones = zones_to_observe(config.fleets, snapshot.nodes.values())
-        observations = await Observer(client, config.gcp.project).observe(zones, clock.now())
+        observer = Observer(CloudMap(clouds, config.fleets), config.gcp.project)
+        observations = await observer.observe(zones, clock.now())
+    finally:
+        for cloud in clouds.values():
+            await cloud.aclose()
     plan = make_plan(
         config.fleets, observations, snapshot, clock.now(), config.policy, config.daemon.owner
     )

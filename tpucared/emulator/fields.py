@@ -3,7 +3,7 @@
 Every Google REST API accepts `fields` ("Selector specifying which fields to include in a
 partial response", a global parameter of the TPU v2 discovery document) and returns only the
 selected fields. The daemon asks for the few node fields it reads when it lists a zone
-(gcp/observe.py), which halves what it parses at every poll; the emulator must honour it or
+(gcp/tpu/observe.py), which halves what it parses at every poll; the emulator must honour it or
 it would hide what the daemon depends on. Syntax (https://cloud.google.com/apis/docs/
 system-parameters and the partial-response guide of Google's REST APIs):
 

@@ -1,16 +1,15 @@
-"""The TPU v2 REST adapter: everything tpucared says to tpu.googleapis.com goes through here.
+"""Google APIs over REST (aiohttp): what every Google cloud adapter of tpucared shares.
 
-- `names`      resource names and the one place URLs' relative paths are spelled.
 - `errors`     the single classification of every failure into an `ErrorKind` (`ApiError`).
 - `retry`      bounded full-jitter retries of one request, honouring Retry-After.
 - `auth`       token sources (none / ADC / key file) refreshed off the event loop.
-- `operation`  the long-running `Operation` value.
-- `bodies`     `NodeShape` (what a node is made of) and the request bodies built from it.
-- `responses`  the response schema at the client's edge: what an answer must look like.
-- `client`     `TpuClient`: one aiohttp session, one method per API call used.
-- `queued`     its queuedResources.* calls (a mixin), one node or a multislice per request.
-- `convert`    API JSON -> `tpucared.core.model` observations.
-- `observe`    `observe_zone`: one paginated list per (project, zone), never raising ApiError.
+- `responses`  the response schema at a client's edge: what an answer must look like, and
+               the list pages as last read (`PageMemo`).
+- `tpu/`       the Cloud TPU API (tpu.googleapis.com v2, and OS Login): `TpuClient` and
+               `TpuCloud`, its implementation of the Cloud port (tpucared/ports/cloud.py).
+
+A second Google API (Compute Engine) gets a package of its own beside `tpu/`, over the same
+auth, retries, classification and response checks.
 """
 
 from tpucared.gcp.auth import (
@@ -20,11 +19,7 @@ from tpucared.gcp.auth import (
     TokenSource,
     load_token_source,
 )
-from tpucared.gcp.bodies import NodeShape
-from tpucared.gcp.client import TpuClient
 from tpucared.gcp.errors import ApiError, OperationTimeout
-from tpucared.gcp.observe import observe_zone
-from tpucared.gcp.operation import Operation
 from tpucared.gcp.retry import RetryPolicy
 
 __all__ = [
@@ -32,12 +27,8 @@ __all__ = [
     "CredentialsError",
     "GoogleTokenSource",
     "NoAuth",
-    "NodeShape",
-    "Operation",
     "OperationTimeout",
     "RetryPolicy",
     "TokenSource",
-    "TpuClient",
     "load_token_source",
-    "observe_zone",
 ]

@@ -46,6 +46,7 @@ import google.auth.exceptions
 
 from tpucared.core.model.retry import retry_after_seconds
 from tpucared.core.model.specs import ErrorKind
+from tpucared.ports.cloud import CloudError
 
 # google.rpc.Code by number (the order is the numbering).
 GRPC_CODES: tuple[str, ...] = (
@@ -125,8 +126,9 @@ _RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
 _SNIPPET = 300
 
 
-class ApiError(Exception):
-    """A classified failure of one TPU API call (or of the operation it started).
+class ApiError(CloudError):
+    """A classified failure of one TPU API call (or of the operation it started): the Cloud
+    port's `CloudError` (tpucared/ports/cloud.py), with what Google's answer said.
 
     `kind` is what callers decide on. The rest is for logs and records: `http_status` (None
     for transport and operation errors), `status` (canonical name, e.g. RESOURCE_EXHAUSTED),

@@ -3,11 +3,14 @@
 The runtime (tpucared/runtime) talks to clouds and to workers only through these `Protocol`s; it
 never names an implementation. Each sits between the runtime and the adapters that implement it:
 
-- `cloud`     the **Cloud** port: list one location's nodes as core observations (a failed list
-              is data, never an exception), create a node / slice / queued slot from a shape,
-              delete one, follow an operation to its outcome, a node's workers and host keys,
-              and the OS Login calls where the cloud has them. The TPU API implements it in
-              `tpucared/gcp/tpu/`; a new cloud implements it in a package of its own.
+- `cloud`     the **Cloud** port (`Cloud`): list one location's nodes as core observations (a
+              failed list is data, never an exception), create a node / queued slot /
+              multislice from a `NodeShape`, delete one, poll an operation (`OperationState`),
+              a node's workers' published host keys, and the OS Login calls where the cloud
+              has them (`OsLogin`); failures are `CloudError`s carrying the core `ErrorKind`.
+              The TPU API implements it in `tpucared/gcp/tpu/` (`TpuCloud`); a new cloud
+              implements it in a package of its own and maps its states into the core's
+              `StateClass` in one table.
 - `launcher`  the **Launcher** port (`Launcher`): locate a slice's workers, probe the run on
               them, install its files and secrets, launch it, signal it, clean a worker's TPU
               up (stop), wait for the preemption notice; every answer per worker, as data

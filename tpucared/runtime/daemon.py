@@ -1,20 +1,21 @@
 """The daemon: `tpucared run`, and the wiring of the reconcile machinery it shares with
 `tpucared down`.
 
-`Daemon` assembles, over one store and one API client: the operation watcher, the cloud
-calls, the executor, the slots' workload jobs (given a runner), the reconciler and the loop,
-sharing one stop event and one wakeup. `Daemon.run()` supervises the root tasks
+`Daemon` assembles, over one store and the clouds' ports (one Cloud port per cloud API,
+tpucared/ports/cloud.py; runtime/clouds.py maps each fleet to its own): the operation watcher,
+the cloud calls, the executor, the slots' workload jobs (given a runner), the reconciler and
+the loop, sharing one stop event and one wakeup. `Daemon.run()` supervises the root tasks
 ("reconcile", "operations", plus any extra ones, e.g. an HTTP server) until stop, then gives
-cloud calls and workload actions in flight `DRAIN_TIMEOUT_S` to finish and record their
-outcome (probes in flight are cancelled). Exit status: 0 after a requested stop, 1 when a
-root task or a background cloud call died (logged). A slot's workload job that fails is
-contained to its slot (runtime/workload/failures.py): logged, recorded, retried after a
-backoff; it never stops the daemon.
+cloud calls and workload actions in flight `DRAIN_TIMEOUT_S` to finish and record their outcome
+(probes in flight are cancelled). Exit status: 0 after a requested stop, 1 when a root task or
+a background cloud call died (logged). A slot's workload job that fails is contained to its
+slot (runtime/workload/failures.py): logged, recorded, retried after a backoff; it never stops
+the daemon.
 
 `run_daemon(config)` is `tpucared run`, in the order the contract gives: build the
 credentials (before anything is created: bad ones leave no database and no key), migrate the
 database and open the store (`resources.open_resources`, one AsyncExitStack that closes
-everything in reverse), make sure the SSH key exists, connect the client, record the
+everything in reverse), make sure the SSH key exists, connect the clouds, record the
 calls the previous run left without an outcome (calls.py), serve /healthz, /metrics and
 /v1/status (telemetry.py), then loop, with two-stage signals (signals.py). Nodes are never
 deleted by stopping. Under systemd (`$NOTIFY_SOCKET`, sdnotify.py) it says READY=1 after the
@@ -28,7 +29,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -39,11 +40,13 @@ from tpucared.config import Config
 from tpucared.core.leadership.lease import Role
 from tpucared.core.model.records import CreateAttemptRecord
 from tpucared.core.model.specs import FleetSpec
-from tpucared.gcp import TpuClient
+from tpucared.gcp import TokenSource
 from tpucared.notify import WebhookSender, resolve_webhooks
-from tpucared.notify.sender import WebhookConfigError
+from tpucared.notify.sender import Webhook, WebhookConfigError
+from tpucared.ports.cloud import Clouds
 from tpucared.ports.launcher import Launcher
 from tpucared.runtime.clock import Clock, SystemClock
+from tpucared.runtime.clouds import CloudMap
 from tpucared.runtime.errors import StartupError
 from tpucared.runtime.leader import LeaseKeeper
 from tpucared.runtime.loop import ReconcileLoop, TickHook
@@ -53,7 +56,7 @@ from tpucared.runtime.nodes.executor import Executor
 from tpucared.runtime.nodes.observer import Observer
 from tpucared.runtime.nodes.operations import OperationWatcher, PollSchedule
 from tpucared.runtime.notifications import Notifications
-from tpucared.runtime.oslogin import start_os_login
+from tpucared.runtime.oslogin import oslogin_of, start_os_login
 from tpucared.runtime.reconciler import PlanFilter, Reconciler, Tick
 from tpucared.runtime.resources import Resources, credentials, open_resources
 from tpucared.runtime.sdnotify import Notifier, TickNotifier
@@ -81,7 +84,7 @@ class Daemon:
         self,
         config: Config,
         store: Store,
-        client: TpuClient,
+        clouds: Clouds,
         template: NodeTemplate,
         *,
         clock: Clock | None = None,
@@ -94,23 +97,20 @@ class Daemon:
     ) -> None:
         self.config = config
         self.store = store
-        self.client = client
+        # Every fleet's cloud, including the fleets `specs` leaves out (`down`).
+        self.clouds = CloudMap(clouds, config.fleets)
         self.clock = clock or SystemClock()
         poll = config.daemon.poll_interval
         self.stop = asyncio.Event()
         self.wakeup = Wakeup()
         self.failures: list[BaseException] = []
         self.tasks = TaskSet(self._background_failed)
+        schedule = PollSchedule.for_poll_interval(poll)
         self.watcher = OperationWatcher(
-            client,
-            store,
-            self.clock,
-            self.wakeup,
-            PollSchedule.for_poll_interval(poll),
-            on_attempt=on_attempt,
+            self.clouds, store, self.clock, self.wakeup, schedule, on_attempt=on_attempt
         )
         self.calls = CloudCalls(
-            client,
+            self.clouds,
             store,
             self.clock,
             template,
@@ -126,7 +126,7 @@ class Daemon:
             specs=config.fleets if specs is None else specs,
             policy=config.policy,
             owner=config.daemon.owner,
-            observer=Observer(client, config.gcp.project),
+            observer=Observer(self.clouds, config.gcp.project),
             store=store,
             executor=Executor(store, self.calls),
             watcher=self.watcher,
@@ -141,12 +141,12 @@ class Daemon:
     @classmethod
     def over(cls, resources: Resources, template: NodeTemplate, **options: Any) -> Daemon:
         """The daemon over a command's open resources (`open_resources`, then `connect`)."""
-        if resources.client is None:
+        if resources.clouds is None:
             raise RuntimeError("Daemon.over needs connected resources")
         return cls(
             resources.config,
             resources.store,
-            resources.client,
+            resources.clouds,
             template,
             clock=resources.clock,
             **options,
@@ -281,76 +281,114 @@ async def _started_and_run(
         log.info("database ready", revision=res.revision)
         telemetry = Telemetry(config, res.store, res.clock)
         res.stack.push_async_callback(telemetry.stop)
-        template = node_template(config)
-        client = await res.connect(on_request=telemetry.api_request, tokens=tokens)
-        roots: dict[str, Callable[[asyncio.Event], Awaitable[None]]] = {}  # given the term's stop
-        if config.ssh.os_login:  # every login is then the profile's user (runtime/oslogin.py)
-            key = await asyncio.to_thread(ensure_client_key, config.ssh.key)
-            login = await start_os_login(config, client, tokens, key, res.clock)
-            config = replace(config, ssh=replace(config.ssh, user=login.username))
-            roots["os_login"] = login.run
-        await _warn_about_unconfigured(res.store, config)
-        workloads = await asyncio.to_thread(
-            WorkloadRunner.from_config,
-            config,
-            res.store,
-            fetch_host_keys=guest_attribute_host_keys(client, config.gcp.project),
-            clock=res.clock.now,
-            launcher=launcher,
-        )
-        res.stack.push_async_callback(workloads.close)  # workloads keep running; re-attached
-        notifier = Notifier()
-        res.stack.callback(notifier.close)
-        systemd = TickNotifier(notifier, config.fleets)
-        sender = WebhookSender(webhooks)
-        await sender.start()
-        res.stack.push_async_callback(sender.close)  # flushes for a few seconds at the end
-        news = Notifications(sender, res.store, res.clock, telemetry.health.check)
-        keeper = LeaseKeeper(
-            res.store,
-            config.daemon.lease,
-            on_role=telemetry.role_changed,
-            on_attempt=lambda role, epoch: _standing_by(role, epoch, telemetry, systemd),
-        )
-        telemetry.role_changed(keeper.role, None)
-
-        async def term(lost: asyncio.Event) -> int:
-            """One term of leadership (runtime/terms.py): a fresh daemon until `lost`."""
-            daemon = Daemon.over(
-                res,
-                template,
-                on_tick=_chained(telemetry.on_tick, systemd.on_tick, news.on_tick),
-                on_attempt=telemetry.create_attempt,
-                workloads=workloads,
-                guard=keeper.check,
-            )
-            async with _relayed(stopped, daemon.stop), _relayed(lost, daemon.stop):
-                try:
-                    await record_interrupted_calls(res.store, res.clock)
-                except LeaseLost:
-                    return 0
-                maintenance = Maintenance(res.store, config, res.clock)
-                return await daemon.run(
-                    until=until,
-                    drain_timeout=lambda: LOST_DRAIN_S if lost.is_set() else drain_timeout,
-                    extra_roots={
-                        "maintenance": lambda: maintenance.run(daemon.stop),
-                        "notifications": lambda: news.watch(daemon.stop),
-                        **{name: partial(root, daemon.stop) for name, root in roots.items()},
-                    },
-                )
-
+        run = await _wired(config, res, tokens, telemetry, webhooks, launcher)
+        run.until, run.drain_timeout = until, drain_timeout
         if serve_http:
             await telemetry.start()
-        stopped = asyncio.Event()
         for source in (stopping, stop):
             if source is not None:
-                await res.stack.enter_async_context(_relayed(source, stopped))
-        async with _told_on_stop(stopped, systemd):
+                await res.stack.enter_async_context(_relayed(source, run.stopped))
+        async with _told_on_stop(run.stopped, run.systemd):
             return await lead_while_elected(
-                keeper, stopped, term, warm=res.store.load_snapshot,
+                run.keeper, run.stopped, run.term, warm=res.store.load_snapshot,
                 every=config.daemon.poll_interval,
             )  # fmt: skip
+
+
+RootFactory = Callable[[asyncio.Event], Awaitable[None]]  # a root task, given the term's stop
+
+
+@dataclass
+class _Run:
+    """What `tpucared run` holds across its terms of leadership (runtime/terms.py)."""
+
+    config: Config
+    res: Resources
+    template: NodeTemplate
+    telemetry: Telemetry
+    workloads: WorkloadRunner
+    systemd: TickNotifier
+    news: Notifications
+    keeper: LeaseKeeper
+    roots: dict[str, RootFactory]
+    until: Callable[[Tick], bool] | None = None
+    drain_timeout: float = DRAIN_TIMEOUT_S
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)  # the run is to stop
+
+    async def term(self, lost: asyncio.Event) -> int:
+        """One term of leadership: a fresh daemon until `lost`."""
+        res, telemetry = self.res, self.telemetry
+        daemon = Daemon.over(
+            res,
+            self.template,
+            on_tick=_chained(telemetry.on_tick, self.systemd.on_tick, self.news.on_tick),
+            on_attempt=telemetry.create_attempt,
+            workloads=self.workloads,
+            guard=self.keeper.check,
+        )
+        async with _relayed(self.stopped, daemon.stop), _relayed(lost, daemon.stop):
+            try:
+                await record_interrupted_calls(res.store, res.clock)
+            except LeaseLost:
+                return 0
+            maintenance = Maintenance(res.store, self.config, res.clock)
+            return await daemon.run(
+                until=self.until,
+                drain_timeout=lambda: LOST_DRAIN_S if lost.is_set() else self.drain_timeout,
+                extra_roots={
+                    "maintenance": lambda: maintenance.run(daemon.stop),
+                    "notifications": lambda: self.news.watch(daemon.stop),
+                    **{name: partial(root, daemon.stop) for name, root in self.roots.items()},
+                },
+            )
+
+
+async def _wired(
+    config: Config,
+    res: Resources,
+    tokens: TokenSource,
+    telemetry: Telemetry,
+    webhooks: Sequence[Webhook],
+    launcher: Launcher | None = None,
+) -> _Run:
+    """Connect the clouds, log in (OS Login), and build what every term shares: the workload
+    runner, systemd's notifier, the webhooks' sender and news, the lease keeper."""
+    template = node_template(config)
+    clouds = await res.connect(on_request=telemetry.api_request, tokens=tokens)
+    roots: dict[str, RootFactory] = {}
+    if config.ssh.os_login:  # every login is then the profile's user (runtime/oslogin.py)
+        key = await asyncio.to_thread(ensure_client_key, config.ssh.key)
+        oslogin = oslogin_of(config, clouds)
+        login = await start_os_login(config, oslogin, tokens, key, res.clock)
+        config = replace(config, ssh=replace(config.ssh, user=login.username))
+        roots["os_login"] = login.run
+    await _warn_about_unconfigured(res.store, config)
+    workloads = await asyncio.to_thread(
+        WorkloadRunner.from_config,
+        config,
+        res.store,
+        fetch_host_keys=guest_attribute_host_keys(
+            CloudMap(clouds, config.fleets), config.gcp.project
+        ),
+        clock=res.clock.now,
+        launcher=launcher,
+    )
+    res.stack.push_async_callback(workloads.close)  # workloads keep running; re-attached
+    notifier = Notifier()
+    res.stack.callback(notifier.close)
+    systemd = TickNotifier(notifier, config.fleets)
+    sender = WebhookSender(webhooks)
+    await sender.start()
+    res.stack.push_async_callback(sender.close)  # flushes for a few seconds at the end
+    news = Notifications(sender, res.store, res.clock, telemetry.health.check)
+    keeper = LeaseKeeper(
+        res.store,
+        config.daemon.lease,
+        on_role=telemetry.role_changed,
+        on_attempt=lambda role, epoch: _standing_by(role, epoch, telemetry, systemd),
+    )
+    telemetry.role_changed(keeper.role, None)
+    return _Run(config, res, template, telemetry, workloads, systemd, news, keeper, roots)
 
 
 def _standing_by(role: Role, epoch: int, telemetry: Telemetry, systemd: TickNotifier) -> None:

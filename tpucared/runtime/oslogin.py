@@ -25,10 +25,11 @@ import asyncssh
 import structlog
 
 from tpucared.config import Config
-from tpucared.core.model.specs import ErrorKind
-from tpucared.gcp import ApiError, GoogleTokenSource, TokenSource, TpuClient
-from tpucared.gcp.oslogin import LoginProfile, OsLoginClient, endpoint_for
+from tpucared.core.model.specs import DEFAULT_API, ErrorKind
+from tpucared.gcp import GoogleTokenSource, TokenSource
+from tpucared.ports.cloud import CloudError, Clouds, LoginProfile, OsLogin
 from tpucared.runtime.clock import Clock
+from tpucared.runtime.clouds import connect_clouds
 from tpucared.runtime.errors import StartupError
 from tpucared.ssh.keys import KeyFileError, ensure_client_key
 
@@ -53,7 +54,7 @@ def marker(owner: str) -> str:
 
 @dataclass
 class OsLoginKeeper:
-    oslogin: OsLoginClient
+    oslogin: OsLogin
     account: str
     key_line: str
     clock: Clock
@@ -78,7 +79,7 @@ class OsLoginKeeper:
                 continue
             try:
                 await self.oslogin.delete_key(self.account, k.fingerprint)
-            except ApiError as exc:  # tried again at the next renewal
+            except CloudError as exc:  # tried again at the next renewal
                 log.warning("os login: stale key not deleted", error=str(exc))
             else:
                 log.info("os login: stale key deleted", fingerprint=k.fingerprint[:16])
@@ -99,7 +100,7 @@ class OsLoginKeeper:
                 return
             try:
                 await self.ensure()
-            except ApiError as exc:
+            except CloudError as exc:
                 left = (self.expires - self.clock.now()).total_seconds() if self.expires else 0
                 log.warning(
                     "os login: key renewal failed", error=str(exc), key_expires_in_s=round(left)
@@ -124,20 +125,29 @@ async def account_of(config: Config, tokens: TokenSource) -> str:
     return found
 
 
+def oslogin_of(config: Config, clouds: Clouds) -> OsLogin:
+    """The OS Login calls of the clouds (the TPU API's, whose credentials the daemon's
+    account is); StartupError when that cloud has none."""
+    found = clouds[DEFAULT_API].oslogin if DEFAULT_API in clouds else None
+    if found is None:
+        raise StartupError(f"{config.path}: ssh.os_login: the cloud offers no OS Login")
+    return found
+
+
 async def start_os_login(
-    config: Config, client: TpuClient, tokens: TokenSource, key: asyncssh.SSHKey, clock: Clock
+    config: Config, oslogin: OsLogin, tokens: TokenSource, key: asyncssh.SSHKey, clock: Clock
 ) -> OsLoginKeeper:
     """Import the key and learn the username (module docstring); StartupError if refused."""
     account = await account_of(config, tokens)
     keeper = OsLoginKeeper(
-        OsLoginClient(client, endpoint_for(config.gcp.endpoint)),
+        oslogin,
         account,
         public_key_line(key, config.daemon.owner),
         clock,
     )
     try:
         user = await keeper.ensure()
-    except ApiError as exc:
+    except CloudError as exc:
         if exc.kind in _FATAL:
             raise StartupError(
                 f"{config.path}: ssh.os_login: importing the SSH key for {account} failed: "
@@ -164,6 +174,10 @@ async def os_login_config(config: Config, clock: Clock) -> Config:
         key = await asyncio.to_thread(ensure_client_key, config.ssh.key)
     except KeyFileError as exc:
         raise StartupError(f"{config.path}: ssh.key: {exc}") from exc
-    async with TpuClient(config.gcp.endpoint, token_source=tokens) as client:
-        keeper = await start_os_login(config, client, tokens, key, clock)
+    clouds = connect_clouds(config, tokens)
+    try:
+        keeper = await start_os_login(config, oslogin_of(config, clouds), tokens, key, clock)
+    finally:
+        for cloud in clouds.values():
+            await cloud.aclose()
     return replace(config, ssh=replace(config.ssh, user=keeper.username))

@@ -159,17 +159,18 @@ class Reconciler:
         if self._workloads is None:
             plan = make_plan(
                 self.specs, observations, snapshot, now, self.policy, self.owner,
-                reported=self.reported,
+                reported=self.reported, deleting=self._executor.deletes_in_flight(),
             )  # fmt: skip
         else:
             probes = self._workloads.collect(snapshot)
             plan = plan_tick(
                 self.specs, observations, snapshot, probes, now, self.policy, self.owner,
-                reported=self.reported,
+                reported=self.reported, deleting=self._executor.deletes_in_flight(),
             )  # fmt: skip
         if self._filter is not None:
             plan = self._filter(plan)
         self.reported = plan.standing
+        self._executor.wake_when_deletes_end(plan)
         node_plan, workload_actions = WorkloadRunner.split(plan)
         planned = self._clock.monotonic()
         if self._guard is not None:

@@ -3,11 +3,11 @@
 `tpucared run`, `tpucared down` and `tpucared up` (and the demo and babysit, through them) all
 open their resources with `open_resources`: for the daemon (`single_writer`) first the
 database's single-writer lock (`tpucared.store.lock`; `down` and `up` take it only for a
-migration, see `migrated_beside_a_daemon`), then the database migrated to head, then
-the store, then, for the commands that talk to the cloud, the credentials and the TPU API client
-(`Resources.connect`). Everything opened is registered on one `contextlib.AsyncExitStack`
-and closed in reverse order on the way out, whatever happened; a command adds its own
-resources (the HTTP server, the workload runner) to the same stack.
+migration, see `migrated_beside_a_daemon`), then the database migrated to head, then the store,
+then, for the commands that talk to the cloud, the credentials and a Cloud port per cloud API
+in use (`Resources.connect`, runtime/clouds.py). Everything opened is registered on one
+`contextlib.AsyncExitStack` and closed in reverse order on the way out, whatever happened; a
+command adds its own resources (the HTTP server, the workload runner) to the same stack.
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from dataclasses import dataclass
 import structlog
 
 from tpucared.config import Config
-from tpucared.gcp import TokenSource, TpuClient
+from tpucared.gcp import TokenSource
+from tpucared.ports.cloud import Cloud
 from tpucared.runtime.clock import Clock, SystemClock
+from tpucared.runtime.clouds import connect_clouds
 from tpucared.runtime.startup import token_source
 from tpucared.store import Store
 from tpucared.store.errors import DatabaseError
@@ -34,27 +36,28 @@ RequestHook = Callable[[str, str, float], None]  # (call, status, seconds), e.g.
 
 @dataclass
 class Resources:
-    """The open store (and, once connected, the API client) of one command's run."""
+    """The open store (and, once connected, the clouds' ports) of one command's run."""
 
     config: Config
     clock: Clock
     store: Store
     stack: AsyncExitStack
     revision: str
-    client: TpuClient | None = None
+    clouds: dict[str, Cloud] | None = None  # by cloud API (`FleetSpec.api`)
 
     async def connect(
         self, *, on_request: RequestHook | None = None, tokens: TokenSource | None = None
-    ) -> TpuClient:
+    ) -> dict[str, Cloud]:
         """Build the credentials (off the loop: ADC may ask the metadata server; `tokens`, if
-        the command built them before opening anything) and the client; a bad
+        the command built them before opening anything) and the clouds' ports; a bad
         `[gcp] credentials` is a StartupError."""
         if tokens is None:
             tokens = await credentials(self.config)
-        client = TpuClient(self.config.gcp.endpoint, token_source=tokens, on_request=on_request)
-        self.stack.push_async_callback(client.aclose)
-        self.client = client
-        return client
+        clouds = connect_clouds(self.config, tokens, on_request=on_request)
+        for cloud in clouds.values():
+            self.stack.push_async_callback(cloud.aclose)
+        self.clouds = clouds
+        return clouds
 
 
 async def credentials(config: Config) -> TokenSource:

@@ -3,7 +3,7 @@
 - `specs`      what the user asked for: `FleetSpec`, `WorkloadSpec`, labels, capacity and
                restart kinds, the error kinds the planner decides on.
 - `observed`   what the cloud shows, as the gcp layer converts it: `ObservedNode`,
-               `ObservedQueuedResource`, `ZoneObservation`, `CloudState`.
+               `ObservedQueuedResource`, `ZoneObservation`, `StateClass`.
 - `records`    what the store remembers: fleets, slots, incarnations (`NodePhase`), workers,
                workload and create attempts, events.
 - `lifecycle`  the incarnation lifecycle (`NodePhase`) as a transition table, checked by the

@@ -1,4 +1,5 @@
-"""What the cloud shows: nodes and queued resources as the gcp layer converts them."""
+"""What the cloud shows: nodes and queued resources as each cloud's adapter converts them
+(behind the Cloud port, tpucared/ports/cloud.py), with `StateClass`, what a state means."""
 
 from __future__ import annotations
 
@@ -10,32 +11,35 @@ from enum import StrEnum
 from tpucared.core.model.specs import DEFAULT_PROJECT, FLEET_LABEL, OWNER_LABEL, ErrorKind
 
 # ---------------------------------------------------------------------------------------------
-# Observations: what the cloud shows, converted from API JSON by the gcp layer.
+# Observations: what the cloud shows, converted from API JSON by the cloud's adapter.
 
 
-class CloudState(StrEnum):
-    """Node.State of the TPU v2 API, by name."""
+class StateClass(StrEnum):
+    """What a node's state means to the planner, whatever the cloud calls it.
 
-    STATE_UNSPECIFIED = "STATE_UNSPECIFIED"
-    CREATING = "CREATING"
-    READY = "READY"
-    RESTARTING = "RESTARTING"
-    REIMAGING = "REIMAGING"
-    DELETING = "DELETING"
-    REPAIRING = "REPAIRING"
-    STOPPED = "STOPPED"
-    STOPPING = "STOPPING"
-    STARTING = "STARTING"
-    PREEMPTED = "PREEMPTED"
-    TERMINATED = "TERMINATED"
-    HIDING = "HIDING"
-    HIDDEN = "HIDDEN"
-    UNHIDING = "UNHIDING"
-    UNKNOWN = "UNKNOWN"
-    # Ours, not the API's: a state value we cannot read (a new enum name, a number we do not
-    # know, an object). The node is never acted on while it shows one; `raw_state` keeps
-    # what was sent, for the notice. The API's own UNKNOWN is a state we understand.
-    UNRECOGNIZED = "UNRECOGNIZED"
+    Each cloud adapter sorts its own states into these in one table (the TPU API's:
+    tpucared/gcp/tpu/states.py) and keeps its own name in `ObservedNode.state`, which is what
+    `IncarnationRecord.cloud_state` stores and the timers compare."""
+
+    # Up and serving: the workload may run on it (TPU READY).
+    USABLE = "usable"
+    # Will not come back by itself and still holds its name and quota: deleted at once
+    # (TPU PREEMPTED, TERMINATED, STOPPED: tpucared never stops nodes).
+    DEAD = "dead"
+    # Going away: someone (we, or someone else) deletes it (TPU DELETING).
+    DELETING = "deleting"
+    # Being made: a pending create's node follows it; its stuck timer starts at the create
+    # (TPU CREATING).
+    CREATING = "creating"
+    # Passing through a state it should leave by itself (maintenance, a blip, the cloud not
+    # knowing for now): timed by the state's stuck rule, dead once that expires.
+    TRANSIENT = "transient"
+    # Waiting for capacity the cloud has promised to find (a flex-start VM): timed by its
+    # stuck rule like a transient state, which may be "never".
+    WAITING = "waiting"
+    # A state the adapter cannot read (a new enum value, a number it does not know): the
+    # node is never acted on while it shows one, and a person is told (`raw_state`).
+    UNREADABLE = "unreadable"
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,8 @@ class NodeMade:
 class ObservedNode:
     name: str  # the short node id, e.g. "sweep-3"
     zone: str
-    state: CloudState
+    state: str  # the cloud's own name for it (TPU: Node.State), as stored in cloud_state
+    state_class: StateClass  # what it means to the planner (the adapter's table)
     accelerator_type: str
     labels: Mapping[str, str] = field(default_factory=dict)
     health: str | None = None  # Node.Health by name, None when absent
@@ -68,8 +73,11 @@ class ObservedNode:
     runtime_version: str | None = None
     endpoints: tuple[WorkerEndpoint, ...] = ()
     queued_resource: str | None = None
-    raw_state: str | None = None  # what the API sent, when `state` is UNRECOGNIZED
+    raw_state: str | None = None  # what the API sent, when the state is UNREADABLE
     made: NodeMade | None = None  # how it was made, for the spec-drift notice
+    # The [policy.timeouts] rule (core/vocab/stuck.py) that times a CREATING, TRANSIENT or
+    # WAITING state; None: the planner's default for where it stands.
+    stuck_rule: str | None = None
 
     @property
     def fleet(self) -> str | None:

@@ -82,8 +82,8 @@ class IncarnationRecord:
     dead_at: datetime | None = None
     deleted_at: datetime | None = None
     end_reason: str | None = None  # why it ended: preempted, terminated, vanished, stuck, ...
-    cloud_state: str | None = None  # last observed Node.state (see core/nodes/cloud.py for the
-    # pseudo states "ABSENT" and "QUEUED:<state>")
+    cloud_state: str | None = None  # last observed `ObservedNode.state` (core/nodes/cloud.py:
+    # the pseudo states "ABSENT" and "QUEUED:<state>")
     health: str | None = None  # last observed Node.health
     # Facts the planner needs to time things (all written as the planner's actions say):
     cloud_state_since: datetime | None = None  # when cloud_state took its current value

@@ -146,6 +146,9 @@ def location_name(project: str, zone: str) -> str:
     return zone if project == DEFAULT_PROJECT else f"{project}/{zone}"
 
 
+DEFAULT_API = "tpu"  # the Cloud TPU API: a fleet's cloud unless it names another
+
+
 @dataclass(frozen=True)
 class FleetSpec:
     name: str
@@ -162,6 +165,9 @@ class FleetSpec:
     # Multislice: a slot is `slices` slices of `accelerator_type` running one job.
     slices: int = 1
     multislice_hold: float = DEFAULT_MULTISLICE_HOLD  # seconds
+    # Which cloud API keeps its nodes: the key of the runtime's map of Cloud ports
+    # (tpucared/ports/cloud.py). Every fleet is a TPU API fleet today; no config key yet.
+    api: str = DEFAULT_API
 
     @property
     def multislice(self) -> bool:
@@ -194,6 +200,8 @@ class FleetSpec:
             del fields["project"]  # ... and from before fleets named a project
         if self.slices == 1 and self.multislice_hold == DEFAULT_MULTISLICE_HOLD:
             del fields["slices"], fields["multislice_hold"]  # ... and before multislice
+        if self.api == DEFAULT_API:
+            del fields["api"]  # ... and before fleets named their cloud
         workload = fields.get("workload")
         for name, default in _NEWER_WORKLOAD_FIELDS.items():
             if workload is not None and workload.get(name) == default:

@@ -4,13 +4,16 @@ Called by `core/planning/planner.py` for every live incarnation and every listed
 reads and returns the words of `core/vocab/` (view, policy, actions, plan), walks the phase
 table of `core/model/lifecycle.py`, never imports `core/planning/`.
 
-- `cloud`           what a cloud state means: alive, transient, dead.
+- `cloud`           the cloud vocabulary the rules read besides `StateClass` (which each
+                    cloud adapter assigns in its own table): health, queued states, the
+                    pseudo states stored in `cloud_state`.
 - `incarnations`    one live incarnation + what the list shows of it -> its next steps, one
                     rule per phase (a PREEMPTED node's delete is decided here).
 - `step`            what those rules share: the `Step` accumulating the actions, the moves
                     that end a node, facts / ownership (labels) / expiry (stuck) helpers.
 - `strays`          listed resources that no live incarnation accounts for.
-- `slots`           fleet and slot records, and which empty slots (and slices) get a create.
+- `slots`           fleet and slot records, and which empty slots (and slices) get a create;
+                    `delete_in_flight`: no create or delete under a name a delete may reach.
 - `multislice`      a multislice slot's READY slices held while one is missing, released
                     after `multislice_hold`; one preemption counted per loss of the slot.
 - `create_backoff`  a slot's backoff after failed creates, zone rotation, counters.

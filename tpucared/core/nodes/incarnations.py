@@ -18,7 +18,9 @@ DELETING  gone from a successful list, or the delete found NOT_FOUND -> DELETED;
     delete again after the error's backoff or the `deleting` timeout.
 Any phase: nothing is concluded from a zone whose list failed (`Sighting.known` False),
 except what a call outcome recorded on the incarnation says by itself; and nothing at all is
-done while the node shows a state we cannot read (`CloudState.UNRECOGNIZED`): one notice.
+done while the node shows a state we cannot read (`StateClass.UNREADABLE`): one notice.
+The rules decide on the classes of the cloud's states (core/model/observed.py `StateClass`),
+which each cloud adapter assigns in one table, never on one cloud's own state names.
 Finally, a slot that is no longer wanted (scaled down, fleet down, workload done) gets its
 still-pending or READY node deleted.
 
@@ -33,13 +35,12 @@ from datetime import datetime
 
 from tpucared.core.model.durations import fmt as _fmt
 from tpucared.core.model.lifecycle import PENDING_PHASES, SERVING_PHASES
-from tpucared.core.model.observed import CloudState, QueuedState
+from tpucared.core.model.observed import QueuedState, StateClass
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, ErrorKind
 from tpucared.core.nodes import create_backoff as budget
 from tpucared.core.nodes.cloud import (
     ABSENT,
-    DEAD_STATES,
     QUEUED_DEAD,
     is_unhealthy,
     unrecognized_notice,
@@ -55,11 +56,11 @@ from tpucared.core.nodes.step import (
     stuck_reason,
 )
 from tpucared.core.vocab.actions import Action, CloudFacts, Severity
-from tpucared.core.vocab.stuck import CLOUD_RULE, QUEUED_RULE
+from tpucared.core.vocab.stuck import QUEUED_RULE
 from tpucared.core.vocab.view import Sighting, View
 
 P = NodePhase
-C = CloudState
+K = StateClass
 PENDING = PENDING_PHASES
 SERVING = SERVING_PHASES
 
@@ -67,7 +68,7 @@ SERVING = SERVING_PHASES
 def plan_incarnation(view: View, inc: IncarnationRecord) -> tuple[list[Action], NodePhase]:
     s = view.sighting(inc)
     listed = s.node or view.listed_node(inc.project, inc.zone, inc.node_name)
-    if listed is not None and listed.state is C.UNRECOGNIZED:
+    if listed is not None and listed.state_class is K.UNREADABLE:
         # Never act on what we cannot read: no delete (not even a scale-down's), no
         # transition, no record; a person is told once (the API grew a state, or something
         # between us and it is broken). Looked up by name: a queued incarnation whose queued
@@ -104,8 +105,8 @@ def _unchanged_ready(view: View, inc: IncarnationRecord, s: Sighting) -> bool:
         and node is not None
         and s.queued is None
         and inc.queued_resource is None
-        and node.state is CloudState.READY
-        and inc.cloud_state == CloudState.READY.value
+        and node.state_class is K.USABLE
+        and inc.cloud_state == node.state
         and inc.cloud_state_since is not None
         and node.health == inc.health
         and not is_unhealthy(node.health)
@@ -136,7 +137,7 @@ def _pending(step: Step, s: Sighting) -> None:
             return  # ALREADY_EXISTS: wait for a list that says whose node it is
         if s.present:
             node = s.node
-            ready = node is not None and node.state is CloudState.READY
+            ready = node is not None and node.state_class is K.USABLE
             if ready or inc.phase is P.REQUESTED or error is ErrorKind.ALREADY_EXISTS:
                 _arrive(step, s, f"the create reported {error.value} but the node is listed")
             else:
@@ -159,7 +160,7 @@ def _arrive(step: Step, s: Sighting, why: str) -> None:
     facts = cloud_facts(step, s, endpoints=True)
     node, qr = s.node, s.queued
     qr_dead = qr is not None and qr.state in QUEUED_DEAD
-    if node is not None and node.state is CloudState.READY and not qr_dead:
+    if node is not None and node.state_class is K.USABLE and not qr_dead:
         step.move(
             P.READY,
             f"{step.inc.node_name} is READY",
@@ -167,9 +168,9 @@ def _arrive(step: Step, s: Sighting, why: str) -> None:
             slot_update=budget.create_succeeded(step.view, step.inc),
         )
         return
-    if node is not None and node.state in DEAD_STATES:
+    if node is not None and node.state_class is K.DEAD:
         # Preempted before it was ever usable: capacity went away; try the next zone.
-        fail_dead(step, f"{node.state.value} before READY", ErrorKind.CAPACITY, facts, s)
+        fail_dead(step, f"{node.state} before READY", ErrorKind.CAPACITY, facts, s)
         return
     if qr_dead:
         assert qr is not None
@@ -177,7 +178,7 @@ def _arrive(step: Step, s: Sighting, why: str) -> None:
         msg = f": {qr.error_message}" if qr.error_message else ""
         fail_dead(step, f"queued resource {qr.state.value}{msg}", kind, facts, s)
         return
-    if (node is not None and node.state is CloudState.DELETING) or (
+    if (node is not None and node.state_class is K.DELETING) or (
         node is None and qr is not None and qr.state is QueuedState.DELETING
     ):
         step.move(
@@ -203,12 +204,12 @@ def _pending_stuck(step: Step, s: Sighting, facts: CloudFacts) -> str | None:
     """Why a listed, still-pending node counts as stuck, or None."""
     node, qr = s.node, s.queued
     if node is not None:
-        state = node.state
-        rule = CLOUD_RULE.get(state, "creating")
+        rule = node.stuck_rule or "creating"
         # The CREATING phase is timed from when the create was accepted; another transient
         # state (e.g. REPAIRING during creation) from when the node entered it.
-        start = step.phase_since if state is CloudState.CREATING else facts.cloud_state_since
-        what = state.value
+        creating = node.state_class is K.CREATING
+        start = step.phase_since if creating else facts.cloud_state_since
+        what = node.state
     else:
         assert qr is not None
         rule = QUEUED_RULE.get(qr.state, "queued")
@@ -276,11 +277,11 @@ def _ready(step: Step, s: Sighting) -> None:
             step.record(facts)
         else:
             die(step, "vanished", facts, s)
-    elif node.state in DEAD_STATES:
-        die(step, node.state.value.lower(), facts, s)
-    elif node.state is CloudState.DELETING:
+    elif node.state_class is K.DEAD:
+        die(step, node.state.lower(), facts, s)
+    elif node.state_class is K.DELETING:
         external_delete(step, facts)
-    elif node.state is CloudState.READY:
+    elif node.state_class is K.USABLE:
         grace = step.view.policy.unhealthy_grace
         since = facts.unhealthy_since
         if is_unhealthy(node.health) and since is not None and now - since >= grace:
@@ -288,8 +289,8 @@ def _ready(step: Step, s: Sighting) -> None:
         else:
             step.record(facts)
     else:
-        rule = CLOUD_RULE.get(node.state, "unspecified")
-        expired = stuck_reason(step, rule, facts.cloud_state_since, node.state.value)
+        rule = node.stuck_rule or "unspecified"
+        expired = stuck_reason(step, rule, facts.cloud_state_since, node.state)
         if expired is not None:
             die(step, expired, facts, s)
         else:

@@ -8,8 +8,9 @@ a node that is found gone this tick is recreated in the same plan. Rules:
   live phase and nothing adopted for it gets one CreateNode, unless: its backoff has not
   passed (`next_create_at`); the old node is still being deleted (its name is not free
   yet); the zone to try was not listed successfully this tick (no creates blind); the name
-  is taken in every zone by something we must not touch; or the create limits are reached
-  (Policy.max_creates, max_creates_per_fleet). Each such case is a Hold, for people;
+  is taken in every zone by something we must not touch; the create limits are reached
+  (Policy.max_creates, max_creates_per_fleet); or a delete of the name it would create is
+  still in flight (`delete_in_flight`). Each such case is a Hold, for people;
 - zones are tried from the slot's `next_zone` (core/nodes/create_backoff.py rotates it on
   stockouts), skipping zones where the name is held by a resource we must not touch;
 - lower slots first, fleets interleaved in config order, so every fleet gets its slot 0
@@ -22,6 +23,12 @@ after `multislice_hold`, and the next creates then start from the slot's `next_z
 multislice slot is one queued resource: one create (slice 0's, with the slice count), whose
 other nodes are adopted as they appear; it waits until every slice of its old one is gone,
 since they share the queued resource's name.
+
+`delete_in_flight` is the rule for the other half of "the name is not free yet": no create or
+delete goes out under a name (a node's, or its queued resource's) while a delete call or
+operation of another incarnation can still reach it. The runtime knows which are in flight
+and passes them in (`DeletesInFlight`); the planner holds such creates and deletes
+(planner.py), and the runtime's executor asks the same rule again right before each call.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, replace
 from datetime import datetime
+from types import MappingProxyType
 
 from tpucared.core.model.records import SlotRecord
 from tpucared.core.model.specs import (
@@ -40,11 +48,46 @@ from tpucared.core.model.specs import (
     SLOT_LABEL,
     FleetSpec,
     Provisioning,
+    location_name,
 )
-from tpucared.core.vocab.actions import Action, CreateNode, OpenSlot, RecordFleet, Transition
+from tpucared.core.vocab.actions import (
+    Action,
+    CreateNode,
+    DeleteNode,
+    OpenSlot,
+    RecordFleet,
+    Transition,
+)
 from tpucared.core.vocab.plan import Hold
 from tpucared.core.vocab.snapshot import NodeKey
 from tpucared.core.vocab.view import View
+
+# What a create or delete call reaches: (project, zone, its queued resource or else its node).
+CallTarget = tuple[str, str, str]
+# Call targets with a delete in flight (its call, retries included, or its operation), and
+# the incarnations whose deletes those are.
+DeletesInFlight = Mapping[CallTarget, frozenset[int]]
+NO_DELETES: DeletesInFlight = MappingProxyType({})
+
+
+def call_target(action: CreateNode | DeleteNode) -> CallTarget:
+    return (action.project, action.zone, action.queued_resource or action.node_name)
+
+
+def delete_in_flight(action: CreateNode | DeleteNode, deleting: DeletesInFlight) -> str | None:
+    """Why `action` must wait, or None: a delete of the resource it would create or delete
+    is in flight (by another incarnation). The slices of a queued multislice slot share their
+    queued resource: a second slice's delete sent while the first's ran met 409 CONFLICT and
+    retried after the slot's new queued resource, same name, was queued, and deleted it. And
+    no create goes out under a name a delete may still reach: its retries outlive the list
+    that shows the old resource gone."""
+    target = call_target(action)
+    mine = action.incarnation_id if isinstance(action, DeleteNode) else None
+    if not deleting.get(target, frozenset()) - {mine}:
+        return None
+    project, zone, name = target
+    where = location_name(project, zone)
+    return f"a delete of {name} in {where} is still in flight; its name is not free yet"
 
 
 def fleet_records(view: View) -> list[Action]:
@@ -90,12 +133,13 @@ def plan_creates(
     busy: Mapping[NodeKey, str],
     in_flight: Counter[str],
     slots: Mapping[tuple[str, int], SlotRecord],
+    deleting: DeletesInFlight = NO_DELETES,
 ) -> tuple[list[Action], list[Hold]]:
     """`claimed`: slices with a serving incarnation (or an adopt) after this plan's actions,
     with its zone; `busy`: slices whose previous node is still DEAD/DELETING, with that phase;
     `in_flight`: creates in flight per fleet (counted towards the limits); `slots`: slot
     records this plan changes (a create failure found this tick moves the zone and sets the
-    backoff)."""
+    backoff); `deleting`: the deletes in flight (`delete_in_flight`)."""
     actions: list[Action] = []
     holds: list[Hold] = []
     total = sum(in_flight.values())
@@ -125,10 +169,17 @@ def plan_creates(
                     )
                 )
                 continue
+            create = _create(view, spec, slot, (index, piece), name, zone, note)
+            waits = delete_in_flight(create, deleting) if deleting else None
+            if waits is not None:
+                holds.append(
+                    Hold(fleet=spec.name, slot=index, node_name=name, reason=waits, on_delete=True)
+                )
+                continue
             # Counted while the call is in flight; a queued resource then waits uncounted.
             in_flight[spec.name] += 1
             total += 1
-            actions.append(_create(view, spec, slot, (index, piece), name, zone, note))
+            actions.append(create)
     return actions, holds
 
 

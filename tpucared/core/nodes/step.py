@@ -16,7 +16,7 @@ from datetime import datetime
 
 from tpucared.core.model.durations import fmt as _fmt
 from tpucared.core.model.lifecycle import PENDING_PHASES
-from tpucared.core.model.observed import CloudState
+from tpucared.core.model.observed import StateClass
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, ErrorKind
 from tpucared.core.nodes import create_backoff as budget
@@ -226,7 +226,7 @@ def labels_pending(inc: IncarnationRecord, s: Sighting) -> bool:
     return (
         inc.phase in PENDING
         and node is not None
-        and node.state is CloudState.CREATING
+        and node.state_class is StateClass.CREATING
         and not node.labels
         and s.queued is None
     )
@@ -240,7 +240,7 @@ def cloud_facts(step: Step, s: Sighting, *, endpoints: bool = False) -> CloudFac
     health: str | None = None
     cloud_id, create_time = inc.cloud_id, inc.create_time
     if node is not None:
-        state = node.state.value
+        state = str(node.state)  # a plain string in the record, whatever the adapter's type
         health = node.health
         cloud_id = node.cloud_id or cloud_id
         create_time = node.create_time or create_time

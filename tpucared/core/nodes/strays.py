@@ -25,11 +25,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from tpucared.core.model.lifecycle import SERVING_PHASES
-from tpucared.core.model.observed import CloudState, QueuedState
+from tpucared.core.model.observed import QueuedState, StateClass
 from tpucared.core.model.records import NodePhase
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL
 from tpucared.core.nodes.cloud import (
-    DEAD_STATES,
     QUEUED_DEAD,
     is_unhealthy,
     queued_pseudo_state,
@@ -104,7 +103,7 @@ def _our_stray(
             f"{fleet} already has a node: left alone until that one is gone",
         )
     occupied.add((fleet, slot, piece))
-    if r.node is not None and r.node.state is CloudState.UNRECOGNIZED:
+    if r.node is not None and r.node.state_class is StateClass.UNREADABLE:
         # Neither adopted nor replaced while its state cannot be read: the slot stays
         # occupied (no second node is created beside it) and a person is told.
         return unrecognized_notice(r.node, fleet)
@@ -195,13 +194,13 @@ def _phase_of(r: Resource) -> tuple[NodePhase, str | None]:
     if qr is not None and qr.state in QUEUED_DEAD:
         return P.DEAD, f"queued resource {qr.state.value}"
     if node is not None:
-        if node.state in DEAD_STATES:
-            return P.DEAD, node.state.value.lower()
-        if node.state is CloudState.DELETING:
+        if node.state_class is StateClass.DEAD:
+            return P.DEAD, node.state.lower()
+        if node.state_class is StateClass.DELETING:
             return P.DELETING, "deleted outside tpucared"
-        if node.state is CloudState.CREATING:
+        if node.state_class is StateClass.CREATING:
             return P.CREATING, None
-        # READY, or a transient state of a node that was usable: timed from now on.
+        # USABLE, or a transient state of a node that was usable: timed from now on.
         return P.READY, None
     assert qr is not None
     if qr.state is QueuedState.DELETING:
@@ -213,7 +212,7 @@ def _facts(r: Resource, now: datetime) -> CloudFacts:
     if r.node is not None:
         n = r.node
         return CloudFacts(
-            cloud_state=n.state.value,
+            cloud_state=str(n.state),
             cloud_state_since=now,
             health=n.health,
             unhealthy_since=now if is_unhealthy(n.health) else None,

@@ -16,7 +16,9 @@ previous ones decided:
    to READY in this plan, or an incarnation READY in the outcome, is its cue to launch);
 6. notices about zones that cannot be listed and fleets whose nodes differ from the spec
    (accelerator type here, node options in `drift.py`).
-Notices whose key is in `reported` were told before and are dropped.
+Notices whose key is in `reported` were told before and are dropped. A create or delete of a
+name a delete still in flight may reach (`deleting`, from the runtime) waits, as a Hold
+(core/nodes/slots.py `delete_in_flight`).
 """
 
 from __future__ import annotations
@@ -33,11 +35,25 @@ from tpucared.core.model.specs import ErrorKind, FleetSpec, NodeOptions, error_t
 from tpucared.core.model.specs import location_name as where
 from tpucared.core.nodes import multislice
 from tpucared.core.nodes.incarnations import SERVING, plan_incarnation
-from tpucared.core.nodes.slots import fleet_records, plan_creates, updated_slots
+from tpucared.core.nodes.slots import (
+    NO_DELETES,
+    DeletesInFlight,
+    delete_in_flight,
+    fleet_records,
+    plan_creates,
+    updated_slots,
+)
 from tpucared.core.nodes.strays import plan_strays
 from tpucared.core.planning import drift
-from tpucared.core.vocab.actions import Action, Adopt, Notice, Severity, Transition
-from tpucared.core.vocab.plan import Plan
+from tpucared.core.vocab.actions import (
+    Action,
+    Adopt,
+    DeleteNode,
+    Notice,
+    Severity,
+    Transition,
+)
+from tpucared.core.vocab.plan import Hold, Plan
 from tpucared.core.vocab.policy import HARD_ERRORS, Policy
 from tpucared.core.vocab.snapshot import NodeKey, PlannerSnapshot
 from tpucared.core.vocab.view import View
@@ -70,13 +86,18 @@ def plan(
     owner: str,
     *,
     reported: frozenset[str] = frozenset(),
+    deleting: DeletesInFlight = NO_DELETES,
 ) -> Plan:
     """Everything to do at `now`. `reported`: notice keys told before (the previous plan's
-    `standing`); their notices are left out."""
-    return plan_view(View(specs, tuple(observations), snapshot, now, policy, owner), reported)
+    `standing`); their notices are left out. `deleting`: the deletes the runtime has in
+    flight (core/nodes/slots.py `DeletesInFlight`)."""
+    view = View(specs, tuple(observations), snapshot, now, policy, owner)
+    return plan_view(view, reported, deleting)
 
 
-def plan_view(view: View, reported: frozenset[str] = frozenset()) -> Plan:
+def plan_view(
+    view: View, reported: frozenset[str] = frozenset(), deleting: DeletesInFlight = NO_DELETES
+) -> Plan:
     """`plan` for a `View` already built: the workload planner reads the same view, and at
     10,000 nodes building it is as costly as the node rules that follow (bench/scale.py)."""
     now = view.now
@@ -101,7 +122,7 @@ def plan_view(view: View, reported: frozenset[str] = frozenset()) -> Plan:
     claimed, busy, in_flight = _slot_states(view, phases, adopts)
     flat_nodes = [a for _, acts in node_actions for a in acts]
     slots = updated_slots(view, flat_nodes)
-    creates, holds = plan_creates(view, claimed, busy, in_flight, slots)
+    creates, holds = plan_creates(view, claimed, busy, in_flight, slots, deleting)
     held, slice_holds = multislice.plan_holds(view, phases)
     holds += slice_holds
 
@@ -125,12 +146,31 @@ def plan_view(view: View, reported: frozenset[str] = frozenset()) -> Plan:
         else:
             actions.append(item)
     fresh = [n for key, n in sorted(notices.items()) if key not in reported]
+    if deleting:
+        actions = _hold_deletes(actions, deleting, holds)
     return Plan(
         now=now,
         actions=(*actions, *fresh),
         holds=tuple(holds),
         standing=frozenset(notices),
     )
+
+
+def _hold_deletes(
+    actions: list[Action], deleting: DeletesInFlight, holds: list[Hold]
+) -> list[Action]:
+    """`actions` without the deletes that must wait for another's (each added to `holds`)."""
+    kept: list[Action] = []
+    for a in actions:
+        waits = delete_in_flight(a, deleting) if isinstance(a, DeleteNode) else None
+        if waits is None:
+            kept.append(a)
+            continue
+        assert isinstance(a, DeleteNode)
+        holds.append(
+            Hold(fleet=a.fleet, slot=a.slot, node_name=a.node_name, reason=waits, on_delete=True)
+        )
+    return kept
 
 
 def _slot_states(

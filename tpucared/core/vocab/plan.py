@@ -29,6 +29,9 @@ class Hold:
     node_name: str
     reason: str
     until: datetime | None = None  # when the hold lifts by itself, if known
+    # It waits for a delete in flight to end (core/nodes/slots.py `delete_in_flight`): the
+    # runtime wakes the loop when one does.
+    on_delete: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {

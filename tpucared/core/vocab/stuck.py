@@ -1,7 +1,8 @@
 """Timeouts for states that should end by themselves, as one table.
 
 Each rule names a transient situation (one of our phases, a cloud state of the node, or a
-queued resource state), how long it may last, and what the planner does once it lasted
+queued resource state: the rule names of cloud states are each adapter's to give, in its
+state table), how long it may last, and what the planner does once it lasted
 longer. The clock for a phase is `IncarnationRecord.phase_since`; for a cloud or queued state
 it is `cloud_state_since`; for a repeated delete it is `last_delete_at`. Config can override
 any timeout by rule name in `[policy.timeouts]` ("never" disables one); `core/vocab/policy.py`
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from tpucared.core.model.observed import CloudState, QueuedState
+from tpucared.core.model.observed import QueuedState
 from tpucared.core.model.records import NodePhase
 
 
@@ -65,20 +66,8 @@ PHASE_RULE: Mapping[NodePhase, str] = {
     NodePhase.DELETING: "deleting",
 }
 
-# Which rule times a transient cloud state of a node (see core/nodes/cloud.py TRANSIENT_STATES).
-CLOUD_RULE: Mapping[CloudState, str] = {
-    CloudState.CREATING: "creating",
-    CloudState.REPAIRING: "repairing",
-    CloudState.RESTARTING: "restarting",
-    CloudState.REIMAGING: "reimaging",
-    CloudState.STARTING: "starting",
-    CloudState.STOPPING: "stopping",
-    CloudState.HIDING: "hiding",
-    CloudState.HIDDEN: "hiding",
-    CloudState.UNHIDING: "hiding",
-    CloudState.STATE_UNSPECIFIED: "unspecified",
-    CloudState.UNKNOWN: "unknown",
-}
+# Which rule times a transient cloud state of a node: the cloud adapter's table says
+# (`ObservedNode.stuck_rule`; the TPU API's in tpucared/gcp/tpu/states.py).
 
 # Which rule times a queued resource that has no node yet.
 QUEUED_RULE: Mapping[QueuedState, str] = {

@@ -1,7 +1,9 @@
-"""The daemon's cloud side: carrying out node actions against the TPU API.
+"""The daemon's cloud side: carrying out node actions through each fleet's Cloud port
+(tpucared/ports/cloud.py, held in runtime/clouds.py); nothing here names a cloud API.
 
-- `observer`    the observe step: one paginated list per (project, zone), all zones at once.
+- `observer`    the observe step: one list per (project, zone), all zones at once.
 - `executor`    each node action in plan order, as core/vocab/actions.py says; intent first.
-- `calls`       the create and delete calls, in the background, and their recorded outcomes.
+- `calls`       the create and delete calls, in the background, and their recorded outcomes;
+                which deletes are in flight (the planner holds what they may reach).
 - `operations`  polls every create/delete operation in flight, records its end, wakes the loop.
 """

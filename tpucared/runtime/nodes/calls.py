@@ -40,10 +40,11 @@ import structlog
 from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord
 from tpucared.core.model.specs import ErrorKind, NodeOptions
 from tpucared.core.nodes import outcomes
+from tpucared.core.nodes.slots import CallTarget, DeletesInFlight, call_target, delete_in_flight
 from tpucared.core.vocab.actions import CreateNode, DeleteNode
-from tpucared.gcp import ApiError, NodeShape, Operation, TpuClient
-from tpucared.gcp.bodies import DEFAULT_SA_SCOPES
+from tpucared.ports.cloud import DEFAULT_SA_SCOPES, CloudError, NodeShape, OperationState
 from tpucared.runtime.clock import Clock
+from tpucared.runtime.clouds import CloudMap
 from tpucared.runtime.nodes.operations import OperationWatcher
 from tpucared.runtime.tasks import TaskSet
 from tpucared.runtime.wakeup import Wakeup
@@ -69,7 +70,7 @@ class NodeTemplate:
     options: Mapping[str, NodeOptions] = field(default_factory=dict)  # by fleet name
 
     def shape(self, a: CreateNode) -> NodeShape:
-        """The node `a` asks for, as the client sends it."""
+        """The node `a` asks for, as its cloud's port takes it."""
         o = self.options.get(a.fleet, NO_OPTIONS)
         return NodeShape(
             accelerator_type=a.accelerator_type,
@@ -98,7 +99,7 @@ class NodeTemplate:
 class CloudCalls:
     def __init__(
         self,
-        client: TpuClient,
+        clouds: CloudMap,
         store: Store,
         clock: Clock,
         template: NodeTemplate,
@@ -111,7 +112,7 @@ class CloudCalls:
         on_attempt: AttemptHook | None = None,
         guard: Callable[[], None] | None = None,
     ) -> None:
-        self._client = client
+        self._clouds = clouds
         # Before every mutating request: raises LeaseLost unless this process leads (the
         # lease keeper's check, runtime/leader.py). The intent stays recorded, uncalled: the
         # next leader records it interrupted and reconciles it. None: not fenced (`down`).
@@ -140,21 +141,30 @@ class CloudCalls:
             return True
         return False
 
+    def deletes_in_flight(self) -> DeletesInFlight:
+        """The deletes in flight: their calls here (retries included) and their operations
+        the watcher follows (a delete sent while one runs meets 409 and retries). The planner
+        holds what they may reach (core/nodes/slots.py `delete_in_flight`)."""
+        found: dict[CallTarget, set[int]] = {}
+        for key, holder in self._deleting.items():
+            found.setdefault(key, set()).add(holder)
+        for key, holder in self._watcher.deletes():
+            found.setdefault(key, set()).add(holder)
+        return {key: frozenset(holders) for key, holders in found.items()}
+
+    def wake_when_deletes_end(self) -> None:
+        """The plan held an action for a delete in flight: wake the loop when one ends."""
+        self._name_waited = True
+
     def name_busy(self, action: CreateNode | DeleteNode) -> bool:
-        """A delete of the resource this action would create or delete is in flight (by
-        another incarnation): the action must wait. The slices of a queued multislice slot
-        share their queued resource: the second slice's delete, sent while the first's ran
-        (its call, or its operation), met 409 CONFLICT and retried after the slot's new
-        queued resource, same name, was queued, and deleted it. And no create goes out under
-        a name a delete call may still reach: its retries outlive the list that shows the
-        old resource gone. The loop is woken when the delete ends (its call here, its
-        operation by the watcher)."""
-        key = _target(action)
-        mine = action.incarnation_id if isinstance(action, DeleteNode) else None
-        holder = self._deleting.get(key)
-        calling = holder is not None and holder != mine
-        # ... or accepted and still running: a delete sent then meets 409 and retries.
-        if not calling and not self._watcher.deleting(key, but=mine):
+        """The planner's rule again, right before the call (`delete_in_flight`): a delete
+        started earlier in this very plan's execution is not in the plan's input. The loop is
+        woken when the delete ends (its call here, its operation by the watcher)."""
+        target = call_target(action)
+        holders = self._watcher.deleting(target)
+        if target in self._deleting:
+            holders.add(self._deleting[target])
+        if delete_in_flight(action, {target: frozenset(holders)}) is None:
             return False
         self._name_waited = True
         return True
@@ -176,7 +186,7 @@ class CloudCalls:
 
     def start_delete(self, action: DeleteNode, inc: IncarnationRecord) -> None:
         self._busy.add(inc.id)
-        self._deleting[_target(action)] = inc.id
+        self._deleting[call_target(action)] = inc.id
         self._tasks.spawn(self._delete(action, inc), name=f"delete {inc.node_name} #{inc.id}")
 
     # -- create -----------------------------------------------------------------------------
@@ -191,7 +201,7 @@ class CloudCalls:
                     started_at, started = self._clock.now(), self._clock.monotonic()
                     try:
                         op = await self._call_create(action)
-                    except ApiError as error:
+                    except CloudError as error:
                         await self._create_refused(action, inc, error, started_at, started)
                         return
                     await self._create_accepted(action, inc, op, started_at, started)
@@ -200,38 +210,26 @@ class CloudCalls:
             finally:
                 self._release(inc)
 
-    async def _call_create(self, a: CreateNode) -> Operation:
+    async def _call_create(self, a: CreateNode) -> OperationState:
         if self._guard is not None:
             self._guard()
         t = self._template
-        project = t.project_of(a.project)
-        if a.queued_resource is not None and a.slices > 1:
-            # Multislice: nodes `{queued_resource}-0..` (core/nodes/slots.py names them so).
-            return await self._client.create_queued_resource(
-                project,
-                a.zone,
-                a.queued_resource,
-                multislice_count=a.slices,
-                node_id_prefix=a.queued_resource,
-                shape=t.shape(a),
-                reservation_name=t.reservation(a),
-            )
-        if a.queued_resource is not None:
-            return await self._client.create_queued_resource(
-                project,
-                a.zone,
-                a.queued_resource,
-                node_id=a.node_name,
-                shape=t.shape(a),
-                reservation_name=t.reservation(a),
-            )
-        return await self._client.create_node(project, a.zone, a.node_name, t.shape(a))
+        # Multislice: nodes `{queued_resource}-0..` (core/nodes/slots.py names them so).
+        return await self._clouds.for_fleet(a.fleet).create(
+            t.project_of(a.project),
+            a.zone,
+            a.node_name,
+            t.shape(a),
+            queued=a.queued_resource,
+            slices=a.slices,
+            reservation=t.reservation(a),
+        )
 
     async def _create_accepted(
         self,
         action: CreateNode,
         inc: IncarnationRecord,
-        op: Operation,
+        op: OperationState,
         started_at: datetime,
         started: float,
     ) -> None:
@@ -272,7 +270,7 @@ class CloudCalls:
         self,
         action: CreateNode,
         inc: IncarnationRecord,
-        error: ApiError,
+        error: CloudError,
         started_at: datetime,
         started: float,
     ) -> None:
@@ -327,7 +325,7 @@ class CloudCalls:
                     started_at, started = self._clock.now(), self._clock.monotonic()
                     try:
                         op = await self._call_delete(action)
-                    except ApiError as error:
+                    except CloudError as error:
                         await self._delete_outcome(action, inc, None, error, started)
                         return
                     await self._delete_outcome(action, inc, op, None, started)
@@ -337,23 +335,21 @@ class CloudCalls:
             finally:
                 self._release(inc)
 
-    async def _call_delete(self, a: DeleteNode) -> Operation:
+    async def _call_delete(self, a: DeleteNode) -> OperationState:
         if self._guard is not None:
             self._guard()
         project = self._template.project_of(a.project)
-        if a.queued_resource is not None:
-            # force: deletes the node first; a queued resource cannot go while it has one.
-            return await self._client.delete_queued_resource(
-                project, a.zone, a.queued_resource, force=True
-            )
-        return await self._client.delete_node(project, a.zone, a.node_name)
+        # A queued slot goes with its nodes (the port deletes them first).
+        return await self._clouds.for_fleet(a.fleet).delete(
+            project, a.zone, a.node_name, queued=a.queued_resource
+        )
 
     async def _delete_outcome(
         self,
         action: DeleteNode,
         inc: IncarnationRecord,
-        op: Operation | None,
-        error: ApiError | None,
+        op: OperationState | None,
+        error: CloudError | None,
         started: float,
     ) -> None:
         now = self._clock.now()
@@ -455,8 +451,3 @@ async def record_interrupted_calls(store: Store, clock: Clock) -> list[Incarnati
         log.info("recorded a call interrupted by the last stop", node=inc.node_name, call=what)
         changed.append(inc)
     return changed
-
-
-def _target(action: CreateNode | DeleteNode) -> tuple[str, str, str]:
-    """What a create or delete call reaches: its queued resource, else its node."""
-    return (action.project, action.zone, action.queued_resource or action.node_name)

@@ -33,6 +33,7 @@ import structlog
 
 from tpucared.core.model.lifecycle import IllegalTransition
 from tpucared.core.model.records import IncarnationRecord, NodePhase
+from tpucared.core.nodes.slots import DeletesInFlight
 from tpucared.core.vocab.actions import (
     Action,
     Adopt,
@@ -84,6 +85,15 @@ class Executor:
     def __init__(self, store: Store, calls: CloudCalls) -> None:
         self._store = store
         self._calls = calls
+
+    def deletes_in_flight(self) -> DeletesInFlight:
+        """What the planner must know of the calls in flight (CloudCalls)."""
+        return self._calls.deletes_in_flight()
+
+    def wake_when_deletes_end(self, plan: Plan) -> None:
+        """If `plan` holds something for a delete in flight, the loop wakes when one ends."""
+        if any(h.on_delete for h in plan.holds):
+            self._calls.wake_when_deletes_end()
 
     async def execute(
         self, plan: Plan, live: Mapping[int, IncarnationRecord] | None = None

@@ -1,8 +1,9 @@
 """The operation watcher: polls every create/delete operation in flight and records its end.
 
-A create or delete call returns a long-running Operation (calls.py records its name on the
-incarnation); whether a create found capacity is only known when that operation ends (error
-code 8). This root task polls each operation with `operations.get` on a short, growing
+A create or delete call returns a long-running operation (calls.py records its name on the
+incarnation); whether a create found capacity is only known when that operation ends (a
+CAPACITY error). This root task polls each operation through its fleet's Cloud port
+(`Cloud.poll`: the TPU API's `operations.get`) on a short, growing
 schedule (`PollSchedule`, the daemon's backoff rule without jitter; a create's first poll
 learnt from its zone's recent failing creates, core/nodes/op_timing.py, by the API's own
 createTime to endTime), and when one is done writes, in one transaction:
@@ -33,8 +34,9 @@ from tpucared.core.model.specs import ErrorKind
 from tpucared.core.nodes import outcomes
 from tpucared.core.nodes.op_timing import RECENT, first_create_poll
 from tpucared.core.nodes.outcomes import Verb
-from tpucared.gcp import ApiError, Operation, TpuClient
+from tpucared.ports.cloud import CloudError, OperationState
 from tpucared.runtime.clock import Clock
+from tpucared.runtime.clouds import CloudMap
 from tpucared.runtime.wakeup import Wakeup
 from tpucared.store import KEEP, Store
 
@@ -91,14 +93,14 @@ class Watched:
 class OperationWatcher:
     def __init__(
         self,
-        client: TpuClient,
+        clouds: CloudMap,
         store: Store,
         clock: Clock,
         wakeup: Wakeup,
         schedule: PollSchedule | None = None,
         on_attempt: Callable[[CreateAttemptRecord], None] | None = None,
     ) -> None:
-        self._client = client
+        self._clouds = clouds
         self._on_attempt = on_attempt
         self._store = store
         self._clock = clock
@@ -116,7 +118,7 @@ class OperationWatcher:
 
     def watch(
         self,
-        operation: Operation,
+        operation: OperationState,
         inc: IncarnationRecord,
         verb: Verb,
         *,
@@ -143,13 +145,19 @@ class OperationWatcher:
         )
         self._changed.set("watch")
 
-    def deleting(self, target: tuple[str, str, str], but: int | None = None) -> bool:
-        """A delete operation of this (project, zone, queued resource or node) still runs,
-        other than incarnation `but`'s."""
-        return any(
-            w.verb == "delete" and w.target == target and w.incarnation_id != but
+    def deleting(self, target: tuple[str, str, str]) -> set[int]:
+        """The incarnations whose delete operations of this (project, zone, queued resource
+        or node) still run."""
+        return {
+            w.incarnation_id
             for w in self._watched.values()
-        )
+            if w.verb == "delete" and w.target == target
+        }
+
+    def deletes(self) -> list[tuple[tuple[str, str, str], int]]:
+        """The delete operations still running: (what each reaches, as (project, zone,
+        queued resource or node), and its incarnation)."""
+        return [(w.target, w.incarnation_id) for w in self._watched.values() if w.verb == "delete"]
 
     def adopt(self, live: Iterable[IncarnationRecord]) -> None:
         """Watch operations recorded on live incarnations that nobody watches (a previous
@@ -166,7 +174,9 @@ class OperationWatcher:
                 operation=name,
                 verb=verb,
             )
-            self.watch(Operation(name=name), inc, verb, started_at=inc.requested_at, started=None)
+            self.watch(
+                OperationState(name=name), inc, verb, started_at=inc.requested_at, started=None
+            )
 
     async def run(self, stop: asyncio.Event) -> None:
         """The root task: poll what is due, sleep until the next is due or a new watch."""
@@ -182,8 +192,8 @@ class OperationWatcher:
 
     async def _poll(self, w: Watched) -> None:
         try:
-            op = await self._client.get_operation(w.name)
-        except ApiError as error:
+            op = await self._clouds.for_fleet(w.fleet).poll(w.name)
+        except CloudError as error:
             if error.kind is ErrorKind.NOT_FOUND:
                 # The API forgot it (operations expire): its outcome is unknowable; the
                 # planner goes by what the lists show.
@@ -209,9 +219,9 @@ class OperationWatcher:
             return
         await self._finish(w, op)
 
-    async def _finish(self, w: Watched, op: Operation | None) -> None:
+    async def _finish(self, w: Watched, op: OperationState | None) -> None:
         """Record the end of `w` (op None: lost) and wake the loop."""
-        error = op.exception() if op is not None else None
+        error = op.error if op is not None else None
         verb = outcomes.ended_verb(w.verb, op.verb if op is not None else None)
         now = self._clock.now()
         latency = (
@@ -267,7 +277,7 @@ class OperationWatcher:
         after_call = first_create_poll(recent, default, self._schedule.rule.cap)
         return max(0.0, after_call - (self._clock.monotonic() - started))
 
-    def _learn(self, w: Watched, error: ApiError | None, op: Operation) -> None:
+    def _learn(self, w: Watched, error: CloudError | None, op: OperationState) -> None:
         """A create's operation ended: a stockout's duration (the API's own createTime to
         endTime, not when a poll happened to see it: that would only ever grow) is what the
         next create of the zone and type most likely takes; a success ends the history."""
@@ -287,7 +297,7 @@ class OperationWatcher:
         self._finished_set.add(name)
 
 
-def _attempt(w: Watched, error: ApiError | None, latency: float) -> CreateAttemptRecord:
+def _attempt(w: Watched, error: CloudError | None, latency: float) -> CreateAttemptRecord:
     """The create attempt a finished create operation (not a lost one) adds to the history."""
     return CreateAttemptRecord(
         fleet=w.fleet,
@@ -302,7 +312,9 @@ def _attempt(w: Watched, error: ApiError | None, latency: float) -> CreateAttemp
     )
 
 
-def _outcome_text(w: Watched, verb: str, error: ApiError | None, op: Operation | None) -> str:
+def _outcome_text(
+    w: Watched, verb: str, error: CloudError | None, op: OperationState | None
+) -> str:
     if op is None:
         return f"{w.node_name}: {verb} operation no longer known to the API"
     if error is None:

@@ -5,7 +5,7 @@ one), so tests and several daemons in one process do not share counters. docs/me
 each metric with its type, labels and meaning. The runtime wires it with a few calls:
 
     metrics = DaemonMetrics()
-    client = TpuClient(..., on_request=metrics.api_request)   # every TPU API request
+    connect_clouds(..., on_request=metrics.api_request)   # every cloud API request
     # each tick, after executing the plan:
     metrics.observe_tick(seconds)              # only for a tick that completed
     await metrics.refresh(store, now)          # node gauges, goodput, event-derived counters
@@ -157,7 +157,7 @@ class DaemonMetrics:
         self.last_tick.set(at.timestamp() if at is not None else self._clock())
 
     def api_request(self, call: str, status: str, seconds: float) -> None:
-        """`TpuClient`'s `on_request` hook: (call, status, seconds)."""
+        """The clouds' `on_request` hook (runtime/clouds.py): (call, status, seconds)."""
         self.api_requests.labels(call, status).inc()
         self.api_seconds.labels(call).observe(seconds)
 

@@ -1,25 +1,25 @@
 """SSH targets for the workers of a node incarnation, with their host keys pinned.
 
-Owns `WorkerHosts` (used by the workload runner) and `guest_attribute_host_keys` (the
-fetcher the daemon passes it). Host keys are pinned per incarnation (a recreated node has new
-keys under the same name): from the node's guest attributes when a fetcher is given (what
-gcloud does), else trust on first use. Either way the pins are stored with the worker records
-(`Tx.pin_host_keys`), so a daemon restart keeps them and a changed key within one incarnation
-is refused.
+Owns `WorkerHosts` (used by the workload runner) and `guest_attribute_host_keys` (the fetcher
+the daemon passes it: what the node's cloud publishes of its workers' host keys,
+`Cloud.host_keys`, the TPU API's guest attributes). Host keys are pinned per incarnation (a
+recreated node has new keys under the same name): from what the cloud publishes when a fetcher
+is given (what gcloud does), else trust on first use. Either way the pins are stored with the
+worker records (`Tx.pin_host_keys`), so a daemon restart keeps them and a changed key within
+one incarnation is refused.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any
 
 import structlog
 
 from tpucared.config import SshConfig
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, WorkerRecord
-from tpucared.gcp import names
-from tpucared.gcp.client import TpuClient
+from tpucared.ports.cloud import PublishedHostKeys
+from tpucared.runtime.clouds import CloudMap
 from tpucared.ssh import Target, WorkerResult, host_keys_from_guest_attributes, targets_for_node
 from tpucared.store import NotFound, StaleWrite, Store
 
@@ -34,25 +34,22 @@ _MAX_FETCHES = 3
 _MAX_REMEMBERED = 4096  # incarnations whose guest-attribute reads are counted
 
 
-def guest_attribute_host_keys(client: TpuClient, project: str) -> HostKeyFetcher:
-    """A fetcher reading each worker's `hostkeys/` guest attributes (worker order = list
-    order, as the API returns them for all workers), in the node's project (`project`, the
-    daemon's own, for a record that names none)."""
+def guest_attribute_host_keys(clouds: CloudMap, project: str) -> HostKeyFetcher:
+    """A fetcher reading what the node's cloud publishes of each worker's host keys
+    (`Cloud.host_keys`), in the node's project (`project`, the daemon's own, for a record
+    that names none)."""
 
     async def fetch(inc: IncarnationRecord) -> Mapping[int, Sequence[str]]:
-        name = names.node_name(inc.project or project, inc.zone, inc.node_name)
-        body = await client.get_guest_attributes(name, query_path="hostkeys/")
-        return parse_guest_attributes(body)
+        cloud = clouds.for_fleet(inc.fleet)
+        return pins_from(await cloud.host_keys(inc.project or project, inc.zone, inc.node_name))
 
     return fetch
 
 
-def parse_guest_attributes(body: Mapping[str, Any]) -> dict[int, tuple[str, ...]]:
-    """{worker: pins} from a getGuestAttributes response; workers without keys are left out."""
+def pins_from(published: PublishedHostKeys) -> dict[int, tuple[str, ...]]:
+    """{worker: pins} from what the cloud publishes; workers without keys are left out."""
     out: dict[int, tuple[str, ...]] = {}
-    for index, worker in enumerate(body.get("guestAttributes") or ()):
-        items = (worker.get("queryValue") or {}).get("items") or ()
-        pairs = [(str(i.get("key", "")), str(i.get("value", ""))) for i in items]
+    for index, pairs in published.items():
         keys = host_keys_from_guest_attributes([(k, v) for k, v in pairs if k and v])
         if keys:
             out[index] = keys

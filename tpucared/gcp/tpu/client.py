@@ -36,7 +36,6 @@ import structlog
 
 from tpucared import __version__
 from tpucared.core.model.specs import ErrorKind
-from tpucared.gcp import bodies, names
 from tpucared.gcp.auth import TokenSource
 from tpucared.gcp.errors import (
     ApiError,
@@ -44,10 +43,11 @@ from tpucared.gcp.errors import (
     classify_transport,
     malformed_response,
 )
-from tpucared.gcp.operation import Operation
-from tpucared.gcp.queued import QueuedResourceCalls
 from tpucared.gcp.responses import PageMemo, check_page, read_body
 from tpucared.gcp.retry import RetryPolicy, Rng, Sleep, call_with_retry
+from tpucared.gcp.tpu import bodies, names
+from tpucared.gcp.tpu.operation import Operation
+from tpucared.gcp.tpu.queued import QueuedResourceCalls
 
 JSON = dict[str, Any]
 RequestHook = Callable[[str, str, float], None]  # (call, status, seconds)

@@ -1,9 +1,10 @@
 """Request bodies for nodes.create and queuedResources.create, as plain JSON dicts.
 
-`NodeShape` is everything a node is created with besides its name and place: one value that
-the runtime builds (runtime/nodes/calls.py, from the action and the daemon's template) and
-that travels unchanged through `TpuClient.create_node` / `create_queued_resource` to
-`node_body`, instead of a dozen keyword arguments threaded through three layers.
+`NodeShape` (the Cloud port's, tpucared/ports/cloud.py) is everything a node is created with
+besides its name and place: one value that the runtime builds (runtime/nodes/calls.py) and
+that travels unchanged through `TpuCloud.create` and `TpuClient.create_node` /
+`create_queued_resource` to `node_body`, instead of a dozen keyword arguments threaded
+through three layers.
 
 Pure functions, so the exact JSON we send is testable without a server. Choices that differ
 from the API's defaults, on purpose:
@@ -25,13 +26,13 @@ from the API's defaults, on purpose:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tpucared.core.model.specs import CapacityKind, DataDisk, DiskMode
-from tpucared.gcp import names
+from tpucared.core.model.specs import CapacityKind, DiskMode
+from tpucared.gcp.tpu import names
+from tpucared.ports.cloud import DEFAULT_SA_SCOPES, NodeShape
 
-DEFAULT_SA_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+__all__ = ["DEFAULT_SA_SCOPES", "NodeShape", "node_body", "queued_resource_body"]
 
 
 def scheduling_config(capacity: CapacityKind) -> dict[str, bool]:
@@ -43,32 +44,6 @@ def scheduling_config(capacity: CapacityKind) -> dict[str, bool]:
     if capacity is CapacityKind.RESERVED:
         return {"reserved": True}
     return {}
-
-
-@dataclass(frozen=True)
-class NodeShape:
-    """What a node is made of: type, software, capacity tier, labels, metadata, network.
-
-    `capacity` None makes the node spec of a queued resource, where the tier belongs to the
-    queued resource itself (`queued_resource_body`), not to the node."""
-
-    accelerator_type: str
-    runtime_version: str
-    capacity: CapacityKind | None = None
-    labels: Mapping[str, str] = field(default_factory=dict)
-    metadata: Mapping[str, str] = field(default_factory=dict)
-    tags: tuple[str, ...] = ()
-    enable_external_ips: bool = True
-    network: str | None = None
-    subnetwork: str | None = None
-    service_account: str | None = None
-    service_account_scopes: tuple[str, ...] = DEFAULT_SA_SCOPES
-    description: str | None = None
-    data_disks: tuple[DataDisk, ...] = ()
-
-    def for_queue(self) -> NodeShape:
-        """The same node as a queued resource's node spec: the tier moves to the resource."""
-        return replace(self, capacity=None)
 
 
 def node_body(shape: NodeShape) -> dict[str, Any]:

@@ -16,13 +16,15 @@ emulator serves both APIs on one port (`endpoint_for`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
-from tpucared.gcp.client import DEFAULT_ENDPOINT, TpuClient
 from tpucared.gcp.errors import malformed_response
+from tpucared.ports.cloud import LoginProfile, ProfileKey
+
+__all__ = ["LoginProfile", "OsLoginClient", "ProfileKey", "endpoint_for"]
+from tpucared.gcp.tpu.client import DEFAULT_ENDPOINT, TpuClient
 
 OSLOGIN_ENDPOINT = "https://oslogin.googleapis.com"
 
@@ -32,30 +34,9 @@ def endpoint_for(tpu_endpoint: str) -> str:
     return OSLOGIN_ENDPOINT if tpu_endpoint.rstrip("/") == DEFAULT_ENDPOINT else tpu_endpoint
 
 
-@dataclass(frozen=True)
-class ProfileKey:
-    fingerprint: str
-    key: str  # "ssh-ed25519 AAAA... comment", as imported
-    expires_usec: int | None
-
-    @property
-    def blob(self) -> str:
-        """The base64 key blob: what says two entries are one key, whatever the comments."""
-        fields = self.key.split()
-        return fields[1] if len(fields) > 1 else ""
-
-    @property
-    def comment(self) -> str:
-        return " ".join(self.key.split()[2:])
-
-
-@dataclass(frozen=True)
-class LoginProfile:
-    username: str  # the primary POSIX account's
-    keys: tuple[ProfileKey, ...]
-
-
 class OsLoginClient:
+    """The Cloud port's `OsLogin` capability for Google clouds (the values are the port's)."""
+
     def __init__(self, client: TpuClient, endpoint: str = OSLOGIN_ENDPOINT) -> None:
         self._client = client
         self._base = endpoint.rstrip("/") + "/v1/users/"

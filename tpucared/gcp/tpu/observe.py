@@ -38,12 +38,12 @@ import structlog
 
 from tpucared.core.model.observed import ObservedNode, ObservedQueuedResource, ZoneObservation
 from tpucared.core.model.specs import ErrorKind
-from tpucared.gcp.convert import MalformedResource, node_from_json, queued_resource_from_json
 from tpucared.gcp.errors import ApiError
 from tpucared.gcp.responses import PageMemo
+from tpucared.gcp.tpu.convert import MalformedResource, node_from_json, queued_resource_from_json
 
 if TYPE_CHECKING:
-    from tpucared.gcp.client import TpuClient
+    from tpucared.gcp.tpu.client import TpuClient
 
 log = structlog.get_logger(__name__)
 

@@ -5,9 +5,10 @@ endpoints yet) and of enums sent as names or as numbers (the official client's i
 encoding), strict about everything else: this is the response schema at the client's edge.
 
 - A `state` we cannot read (a new enum name, an unknown number, a boolean, an object) maps to
-  `CloudState.UNRECOGNIZED` with the value kept in `raw_state`: the zone is still observed,
+  `NodeState.UNRECOGNIZED` with the value kept in `raw_state`: the zone is still observed,
   and the planner never acts on that node (it says so in a notice). It is not the API's own
-  `UNKNOWN`, which is a state we understand.
+  `UNKNOWN`, which is a state we understand. What each state means to the planner (its
+  `StateClass`, its stuck rule) comes from states.py's one table.
 - A field the planner relies on with the wrong type (a name that is not a string, labels
   that are not a map of strings, endpoints that are not a list of objects...) raises
   `MalformedResource` (a ValueError): the caller makes the whole zone unknown for the tick,
@@ -21,7 +22,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tpucared.core.model.observed import (
-    CloudState,
     NodeMade,
     ObservedNode,
     ObservedQueuedResource,
@@ -29,26 +29,27 @@ from tpucared.core.model.observed import (
     WorkerEndpoint,
 )
 from tpucared.gcp.errors import classify_operation_error
-from tpucared.gcp.names import short_name
+from tpucared.gcp.tpu.names import short_name
+from tpucared.gcp.tpu.states import NodeState, state_fields
 
 # Node.State numbers from cloud_tpu.proto (7 is unused there).
-_STATE_BY_NUMBER: dict[int, CloudState] = {
-    0: CloudState.STATE_UNSPECIFIED,
-    1: CloudState.CREATING,
-    2: CloudState.READY,
-    3: CloudState.RESTARTING,
-    4: CloudState.REIMAGING,
-    5: CloudState.DELETING,
-    6: CloudState.REPAIRING,
-    8: CloudState.STOPPED,
-    9: CloudState.STOPPING,
-    10: CloudState.STARTING,
-    11: CloudState.PREEMPTED,
-    12: CloudState.TERMINATED,
-    13: CloudState.HIDING,
-    14: CloudState.HIDDEN,
-    15: CloudState.UNHIDING,
-    16: CloudState.UNKNOWN,
+_STATE_BY_NUMBER: dict[int, NodeState] = {
+    0: NodeState.STATE_UNSPECIFIED,
+    1: NodeState.CREATING,
+    2: NodeState.READY,
+    3: NodeState.RESTARTING,
+    4: NodeState.REIMAGING,
+    5: NodeState.DELETING,
+    6: NodeState.REPAIRING,
+    8: NodeState.STOPPED,
+    9: NodeState.STOPPING,
+    10: NodeState.STARTING,
+    11: NodeState.PREEMPTED,
+    12: NodeState.TERMINATED,
+    13: NodeState.HIDING,
+    14: NodeState.HIDDEN,
+    15: NodeState.UNHIDING,
+    16: NodeState.UNKNOWN,
 }
 
 # QueuedResourceState.State numbers from cloud_tpu.proto.
@@ -86,24 +87,24 @@ def _as_int(value: object) -> int | None:
     return None
 
 
-_STATE_BY_NAME: dict[str, CloudState] = {s.value: s for s in CloudState}
+_STATE_BY_NAME: dict[str, NodeState] = {s.value: s for s in NodeState}
 
 
 class MalformedResource(ValueError):
     """A listed resource whose fields do not have the documented types."""
 
 
-def parse_state(value: object) -> CloudState:
+def parse_state(value: object) -> NodeState:
     """Node.State by name or number; UNRECOGNIZED for anything else (see the docstring)."""
     if isinstance(value, str) and value in _STATE_BY_NAME:
         state = _STATE_BY_NAME[value]  # the usual case, without the enum machinery
-        return CloudState.UNRECOGNIZED if state is CloudState.UNRECOGNIZED else state
+        return NodeState.UNRECOGNIZED if state is NodeState.UNRECOGNIZED else state
     number = _as_int(value)
     if number is not None:
-        return _STATE_BY_NUMBER.get(number, CloudState.UNRECOGNIZED)
+        return _STATE_BY_NUMBER.get(number, NodeState.UNRECOGNIZED)
     if value is None or value == "":
-        return CloudState.STATE_UNSPECIFIED
-    return CloudState.UNRECOGNIZED
+        return NodeState.STATE_UNSPECIFIED
+    return NodeState.UNRECOGNIZED
 
 
 def raw_excerpt(value: object, limit: int = 80) -> str:
@@ -208,7 +209,7 @@ def node_from_json(zone: str, data: Mapping[str, Any]) -> ObservedNode:
     return ObservedNode(
         name=short_name(name),
         zone=zone,
-        state=state,
+        **state_fields(state),
         accelerator_type=_optional_str(data, "acceleratorType", what) or "",
         labels=_str_map(data.get("labels"), f"{what}: labels"),
         health=parse_health(health),
@@ -217,7 +218,7 @@ def node_from_json(zone: str, data: Mapping[str, Any]) -> ObservedNode:
         runtime_version=_optional_str(data, "runtimeVersion", what),
         endpoints=_endpoints(data.get("networkEndpoints")),
         queued_resource=_optional_str(data, "queuedResource", what),
-        raw_state=raw_excerpt(raw) if state is CloudState.UNRECOGNIZED else None,
+        raw_state=raw_excerpt(raw) if state is NodeState.UNRECOGNIZED else None,
         made=_made(data, what),
     )
 

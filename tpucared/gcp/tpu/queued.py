@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, overload
 
-from tpucared.gcp import bodies, names
-from tpucared.gcp.operation import Operation
+from tpucared.gcp.tpu import bodies, names
+from tpucared.gcp.tpu.operation import Operation
 
 JSON = dict[str, Any]
 

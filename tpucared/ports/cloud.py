@@ -1,0 +1,177 @@
+"""The Cloud port: everything the runtime needs from a cloud that keeps nodes.
+
+In the spirit of Ray autoscaler v2's `ICloudInstanceProvider` (list what exists, launch,
+terminate, errors as data), and no more than the runtime calls today:
+
+- `observe`    one (project, zone)'s nodes (and queued resources where the cloud has them) as
+               core observations. Never raises: a failed list is a `ZoneObservation` with
+               `error` set, because "the list failed" and "the zone is empty" must never look
+               the same to the planner. Each node's state comes with its core `StateClass`
+               and stuck rule, from the adapter's one table of its own states.
+- `create`     start making a node, or a queued slot of one node or of `slices` nodes
+               (multislice), from a `NodeShape`; `delete` start removing one. Both answer
+               the cloud's long-running operation as an `OperationState`.
+- `poll`       an operation's state now (`done`, the classified error it ended with).
+- `host_keys`  what a node's workers publish of their SSH host keys, worker by worker.
+- `oslogin`    the OS Login calls where the cloud has them (None where it has not).
+
+Every call but `observe` fails only with a `CloudError` carrying the core `ErrorKind` the
+planner decides on (the gcp adapters' `ApiError` is one). The runtime holds one port per
+cloud API (`FleetSpec.api`, "tpu" today) and never names an implementation; the TPU API's
+is `tpucared/gcp/tpu/cloud.py` `TpuCloud`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Protocol
+
+from tpucared.core.model.observed import ZoneObservation
+from tpucared.core.model.specs import CapacityKind, DataDisk, ErrorKind
+
+DEFAULT_SA_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+
+
+class CloudError(Exception):
+    """A classified failure of one cloud call (or of the operation it started). `kind` is
+    what the planner decides on; `message` is for people; `attempts` counts the requests
+    made before giving up (retries included)."""
+
+    kind: ErrorKind
+    attempts: int = 1
+
+    def __init__(self, message: str, kind: ErrorKind | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if kind is not None:
+            self.kind = kind
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """What a node is made of: type, software, capacity tier, labels, metadata, network.
+
+    The runtime builds one per create (runtime/nodes/calls.py, from the action and the
+    daemon's template) and it travels unchanged to the adapter, which turns it into its
+    request body. `capacity` None makes the node of a queued slot, where the tier belongs to
+    the queued slot itself, not to the node."""
+
+    accelerator_type: str  # the cloud's name for the machine (TPU: the accelerator type)
+    runtime_version: str  # the software it boots (TPU: the runtime version)
+    capacity: CapacityKind | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    enable_external_ips: bool = True
+    network: str | None = None
+    subnetwork: str | None = None
+    service_account: str | None = None
+    service_account_scopes: tuple[str, ...] = DEFAULT_SA_SCOPES
+    description: str | None = None
+    data_disks: tuple[DataDisk, ...] = ()
+
+    def for_queue(self) -> NodeShape:
+        """The same node as a queued slot's node: the tier moves to the queued slot."""
+        return replace(self, capacity=None)
+
+
+@dataclass(frozen=True)
+class OperationState:
+    """A cloud's long-running operation as the runtime follows it. `error`: the classified
+    error of a finished, failed one. `verb`: what the cloud says it did ("create",
+    "delete"), when it says. `duration_s`: how long it ran by the cloud's own clock."""
+
+    name: str
+    done: bool = False
+    error: CloudError | None = None
+    verb: str | None = None
+    duration_s: float | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.done and self.error is not None
+
+
+# A node's workers' published SSH host keys: worker index -> (key type, key) pairs, as the
+# cloud hands them out (the runtime validates them and pins them per incarnation).
+PublishedHostKeys = Mapping[int, Sequence[tuple[str, str]]]
+
+
+@dataclass(frozen=True)
+class ProfileKey:
+    fingerprint: str
+    key: str  # "ssh-ed25519 AAAA... comment", as imported
+    expires_usec: int | None
+
+    @property
+    def blob(self) -> str:
+        """The base64 key blob: what says two entries are one key, whatever the comments."""
+        fields = self.key.split()
+        return fields[1] if len(fields) > 1 else ""
+
+    @property
+    def comment(self) -> str:
+        return " ".join(self.key.split()[2:])
+
+
+@dataclass(frozen=True)
+class LoginProfile:
+    username: str  # the primary POSIX account's
+    keys: tuple[ProfileKey, ...]
+
+
+class OsLogin(Protocol):
+    """The OS Login calls the daemon makes (runtime/oslogin.py); each raises CloudError."""
+
+    async def import_key(
+        self, account: str, public_key: str, *, expires: datetime | None
+    ) -> LoginProfile: ...
+
+    async def login_profile(self, account: str) -> LoginProfile: ...
+
+    async def delete_key(self, account: str, fingerprint: str) -> None: ...
+
+
+class Cloud(Protocol):
+    """One cloud API, as the runtime uses it (see the module docstring). `project` is always
+    a real project here: the runtime resolves the core's DEFAULT_PROJECT before calling."""
+
+    @property
+    def oslogin(self) -> OsLogin | None: ...
+
+    async def observe(
+        self, project: str, zone: str, now: datetime, *, queued_resources: bool
+    ) -> ZoneObservation: ...
+
+    async def create(
+        self,
+        project: str,
+        zone: str,
+        name: str,
+        shape: NodeShape,
+        *,
+        queued: str | None = None,
+        slices: int = 1,
+        reservation: str | None = None,
+    ) -> OperationState:
+        """Start making node `name`, or (`queued`) the queued slot of that name holding it,
+        or (`slices` > 1) the queued slot holding nodes `{queued}-0` .. `{queued}-{slices-1}`."""
+        ...
+
+    async def delete(
+        self, project: str, zone: str, name: str, *, queued: str | None = None
+    ) -> OperationState:
+        """Start removing node `name`, or (`queued`) that queued slot with its nodes.
+        NOT_FOUND means it is gone already."""
+        ...
+
+    async def poll(self, operation: str) -> OperationState: ...
+
+    async def host_keys(self, project: str, zone: str, name: str) -> PublishedHostKeys: ...
+
+    async def aclose(self) -> None: ...
+
+
+Clouds = Mapping[str, Cloud]  # by cloud API name (`FleetSpec.api`)

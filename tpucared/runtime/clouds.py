@@ -1,0 +1,57 @@
+"""The runtime's clouds: one Cloud port (tpucared/ports/cloud.py) per cloud API, and which
+one keeps a fleet's nodes.
+
+`connect_clouds` opens a port for every API the config's fleets use (the TPU API's always:
+`down` and the observer may meet nodes of fleets the config no longer lists). `CloudMap` is
+what the observer, the cloud calls, the operation watcher and the workers' host keys hold: a
+fleet's cloud is the one of its `FleetSpec.api`; a fleet the config does not list (its nodes
+are still accounted for) is a TPU API fleet, as every fleet was before fleets named their
+cloud. A test injects its own ports (`Daemon(clouds=...)`). Nothing else in the runtime
+names an implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from tpucared.config import Config
+from tpucared.core.model.specs import DEFAULT_API, FleetSpec
+from tpucared.gcp import TokenSource
+from tpucared.gcp.tpu.cloud import TpuCloud
+from tpucared.ports.cloud import Cloud, Clouds
+
+RequestHook = Callable[[str, str, float], None]  # (call, status, seconds), e.g. /metrics
+Connector = Callable[[Config, TokenSource, RequestHook | None], Cloud]
+
+
+def _tpu(config: Config, tokens: TokenSource, on_request: RequestHook | None) -> Cloud:
+    return TpuCloud.connect(config.gcp.endpoint, token_source=tokens, on_request=on_request)
+
+
+# Every cloud API tpucared speaks, by `FleetSpec.api`.
+CONNECTORS: Mapping[str, Connector] = {"tpu": _tpu}
+
+
+def connect_clouds(
+    config: Config, tokens: TokenSource, *, on_request: RequestHook | None = None
+) -> dict[str, Cloud]:
+    """A port for every cloud API in use (the caller closes them: `Cloud.aclose`)."""
+    apis = {DEFAULT_API, *(f.api for f in config.fleets)}
+    return {api: CONNECTORS[api](config, tokens, on_request) for api in sorted(apis)}
+
+
+class CloudMap:
+    """The ports by API, and which API each configured fleet uses."""
+
+    def __init__(self, clouds: Clouds, fleets: Iterable[FleetSpec]) -> None:
+        self.clouds = dict(clouds)
+        self._api = {f.name: f.api for f in fleets}
+
+    def api_of(self, fleet: str) -> str:
+        return self._api.get(fleet, DEFAULT_API)
+
+    def of(self, api: str) -> Cloud:
+        return self.clouds[api]
+
+    def for_fleet(self, fleet: str) -> Cloud:
+        return self.clouds[self.api_of(fleet)]
