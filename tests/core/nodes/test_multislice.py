@@ -13,20 +13,6 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from core_support import (
-    FLEET,
-    T0,
-    Z1,
-    Z2,
-    node,
-    ours,
-    qr,
-    run,
-    slot,
-    snapshot,
-    spec,
-    world,
-)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -58,6 +44,21 @@ from tpucared.core.planning.tick import plan_tick
 from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload, StopWorkload
 from tpucared.core.workload.inputs import SlotProbe, WorkerProbe, WorkloadSnapshot
 from tpucared.core.workload.probes import keep_chain, leaving
+
+from ..core_support import (
+    FLEET,
+    T0,
+    Z1,
+    Z2,
+    node,
+    ours,
+    qr,
+    run,
+    slot,
+    snapshot,
+    spec,
+    world,
+)
 
 P = NodePhase
 HOLD = 1800.0

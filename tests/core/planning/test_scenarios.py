@@ -14,8 +14,6 @@ import itertools
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from core_support import OWNER, T0, Z1, Z2, ours, spec
-
 from tpucared.core.model.observed import CloudState, ObservedNode, ZoneObservation
 from tpucared.core.model.specs import ErrorKind, FleetSpec
 from tpucared.core.planning.actions import CreateNode, DeleteNode, Notice
@@ -24,6 +22,8 @@ from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.planner import plan
 from tpucared.core.planning.policy import Policy
 from tpucared.core.planning.snapshot import PlainSnapshot
+
+from ..core_support import OWNER, T0, Z1, Z2, ours, spec
 
 TICK = timedelta(seconds=10)
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from core_support import OWNER, T0, Z1, Z2, ours, run, spec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -46,6 +45,8 @@ from tpucared.core.planning.actions import Adopt, CreateNode, DeleteNode, Record
 from tpucared.core.planning.executor_contract import apply_intent
 from tpucared.core.planning.plan import Plan
 from tpucared.core.planning.snapshot import PlainSnapshot
+
+from ..core_support import OWNER, T0, Z1, Z2, ours, run, spec
 
 P = NodePhase
 FLEETS = ("a", "b", "c")

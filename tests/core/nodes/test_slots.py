@@ -6,27 +6,6 @@ import json
 from dataclasses import replace
 
 import pytest
-from core_support import (
-    FLEET,
-    T0,
-    Z1,
-    Z2,
-    ago,
-    deletes,
-    failed,
-    inc,
-    kinds,
-    listed,
-    node,
-    ours,
-    qr,
-    run,
-    seen,
-    slot,
-    snapshot,
-    spec,
-    world,
-)
 
 from tpucared.core.model.observed import CloudState, QueuedState, ZoneObservation
 from tpucared.core.model.records import NodePhase
@@ -48,6 +27,28 @@ from tpucared.core.planning.actions import (
     Severity,
 )
 from tpucared.core.planning.policy import Policy
+
+from ..core_support import (
+    FLEET,
+    T0,
+    Z1,
+    Z2,
+    ago,
+    deletes,
+    failed,
+    inc,
+    kinds,
+    listed,
+    node,
+    ours,
+    qr,
+    run,
+    seen,
+    slot,
+    snapshot,
+    spec,
+    world,
+)
 
 P = NodePhase
 C = CloudState

@@ -13,22 +13,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from core_support import (
-    FLEET,
-    T0,
-    Z1,
-    Z2,
-    failed,
-    inc,
-    listed,
-    node,
-    ours,
-    seen,
-    slot,
-    snapshot,
-    spec,
-    world,
-)
 
 from tpucared.core.model.observed import CloudState
 from tpucared.core.model.records import (
@@ -49,6 +33,23 @@ from tpucared.core.planning.tick import nodes_outcome, plan_tick
 from tpucared.core.planning.view import View
 from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload, MarkSlotDone
 from tpucared.core.workload.inputs import SlotProbe, WorkerProbe, WorkloadSnapshot
+
+from ..core_support import (
+    FLEET,
+    T0,
+    Z1,
+    Z2,
+    failed,
+    inc,
+    listed,
+    node,
+    ours,
+    seen,
+    slot,
+    snapshot,
+    spec,
+    world,
+)
 
 P = NodePhase
 OWNER = "me"
