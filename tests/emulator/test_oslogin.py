@@ -7,12 +7,10 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import asyncssh
 import pytest
 from emulator_http import Http
@@ -50,12 +48,6 @@ def emulator_options(emulator_options: dict[str, Any], tmp_path: Path) -> dict[s
         "hosts_dir": str(tmp_path / "hosts"),
         "os_login": True,
     }
-
-
-@pytest.fixture
-async def http(emulator: EmulatorServer) -> AsyncIterator[Http]:
-    async with aiohttp.ClientSession() as session:
-        yield Http(emulator.url, session)
 
 
 def public(key: asyncssh.SSHKey, comment: str = "test") -> str:

@@ -1,7 +1,7 @@
 """The emulator's worker hosts as the tests drive them: a `Cloud` (the v2 and control APIs,
 targets with pinned host keys, launch and probe), its fixtures, and /proc checks.
 
-Used by test_hosts.py and test_hosts_notice.py, whose fixtures are one line each over these.
+Used by the test modules of this folder; conftest.py makes their fixtures from these.
 """
 
 from __future__ import annotations
