@@ -5,7 +5,6 @@ past its first expiry, and errors are classified and retried like the TPU API's.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +33,8 @@ QUICK = RetryPolicy(max_attempts=4, base=0.01, cap=0.02)
 
 
 @pytest.fixture
-async def client(emulator: EmulatorServer) -> AsyncIterator[TpuClient]:
-    async with TpuClient(emulator.url, token_source=NoAuth(), retry=QUICK) as c:
-        yield c
+def client_options() -> dict[str, Any]:
+    return {"retry": QUICK}
 
 
 async def _faults(emulator: EmulatorServer, config: dict[str, Any]) -> None:
