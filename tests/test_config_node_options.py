@@ -9,24 +9,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from config_support import MINIMAL
 
 from tpucared.config import ConfigError, load_config
 from tpucared.core.model.specs import DataDisk, DiskMode, FleetSpec, NodeOptions
 
-FLEET = """
-[daemon]
-db = "state.db"
-
-[gcp]
-project = "my-project"
-
-[[fleet]]
-name = "sweep"
-zones = ["us-central2-b"]
-accelerator_type = "v4-8"
-runtime_version = "tpu-ubuntu2204-base"
-size = 2
-"""
+FLEET = MINIMAL  # extra lines written after it are the fleet's
 
 DISK = "projects/my-project/zones/us-central2-b/disks/shards"
 

@@ -13,6 +13,7 @@ import asyncssh
 import pytest
 from emulator_http import Http
 
+from bench.common import free_port
 from tpucared.emulator import EmulatorOptions, EmulatorServer
 from tpucared.emulator.hosts import (
     TAG_HOSTS,
@@ -118,9 +119,7 @@ def _listen(address: str, port: int) -> socket.socket:
 
 
 async def test_a_worker_that_cannot_bind_fails_the_start_but_not_its_peers(tmp_path: Path) -> None:
-    with socket.socket() as probe:
-        probe.bind(("0.0.0.0", 0))
-        port = int(probe.getsockname()[1])
+    port = free_port("0.0.0.0")
     state = EmulatorState()
     spec = {"metadata": {"ssh-keys": ssh_keys_metadata_entry("u", KEY)}}
     node = state.spawn_node("p", "us-central2-b", "n", spec, parse_accelerator_type("v4-16"))

@@ -12,6 +12,7 @@ import aiohttp
 import asyncssh
 import pytest
 
+from bench import daemon_config
 from tpucared.config import load_config
 from tpucared.core.model.specs import ErrorKind
 from tpucared.emulator import EmulatorServer
@@ -128,21 +129,15 @@ async def test_errors_are_retried_or_classified(
 
 
 def _config(tmp_path: Path, endpoint: str, ssh: str) -> Any:
-    path = tmp_path / "c.toml"
-    path.write_text(
-        f"""
-[daemon]
-db = "state.db"
-owner = "{OWNER}"
-[gcp]
-project = "oslogin-proj"
-endpoint = "{endpoint}"
-credentials = "none"
-[ssh]
-{ssh}
-"""
+    config = daemon_config.against_emulator(
+        endpoint,
+        project="oslogin-proj",
+        owner=OWNER,
+        daemon={"poll_interval": None, "http": None},
+        ssh=None,
+        more=f"[ssh]\n{ssh}",
     )
-    return load_config(path)
+    return load_config(daemon_config.write(tmp_path / "c.toml", config))
 
 
 async def test_start_refuses_with_one_line_what_a_person_must_fix(

@@ -21,6 +21,7 @@ from typing import Any
 
 import asyncssh
 
+from bench.common import free_port
 from tpucared.config import SshConfig
 from tpucared.core.model.backoff import BackoffRule
 from tpucared.core.model.observed import ZoneObservation
@@ -66,12 +67,6 @@ FLEET = "sweep"
 FAST = WorkloadPolicy(
     crash_backoff=BackoffRule(timedelta(milliseconds=1), timedelta(milliseconds=1))
 )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("0.0.0.0", 0))
-        return int(probe.getsockname()[1])
 
 
 def listening(host: str, port: int) -> bool:
@@ -232,7 +227,7 @@ def ssh_emulator(tmp_path: Path) -> dict[str, Any]:
         "create_seconds": 0.1,
         "delete_seconds": 0.05,
         "ssh_hosts": True,
-        "ssh_port": free_port(),
+        "ssh_port": free_port("0.0.0.0"),
         "hosts_dir": str(tmp_path / "hosts"),
     }
 

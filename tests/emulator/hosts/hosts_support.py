@@ -17,6 +17,7 @@ import aiohttp
 import asyncssh
 from emulator_http import Http
 
+from bench.common import free_port
 from tpucared.emulator import EmulatorServer
 from tpucared.emulator.hosts import SshWorkerHosts
 from tpucared.ssh import (
@@ -41,13 +42,6 @@ CONTROL = f"/_emulator/v1/projects/{P}/locations/{Z}/nodes"
 USER = "tester"
 # The servers come up just after READY (as sshd does after boot): retry refusals, quickly.
 FAST_RETRY = RetryPolicy(attempts=50, initial_delay=0.02, max_delay=0.1, jitter=0.0)
-
-
-def free_port() -> int:
-    """A port nothing listens on, on any address (a wildcard bind would fail otherwise)."""
-    with socket.socket() as probe:
-        probe.bind(("0.0.0.0", 0))
-        return int(probe.getsockname()[1])
 
 
 def alive(pid: int) -> bool:
@@ -101,7 +95,7 @@ def hosts_options(emulator_options: dict[str, Any], tmp_path: Path) -> dict[str,
         "create_seconds": 0.1,
         "delete_seconds": 0.05,
         "ssh_hosts": True,
-        "ssh_port": free_port(),
+        "ssh_port": free_port("0.0.0.0"),
         "hosts_dir": str(tmp_path / "hosts"),
     }
 

@@ -24,12 +24,12 @@ from hosts_support import (
     Z,
     alive,
     eventually,
-    free_port,
     group_members,
     is_dir,
     read,
 )
 
+from bench.common import free_port
 from tpucared.emulator import running_emulator
 from tpucared.emulator.hosts import TAG_HOSTS, find_tagged
 from tpucared.ssh import (
@@ -208,7 +208,9 @@ async def test_emulator_shutdown_leaves_no_process_and_no_directory(
     client_key: asyncssh.SSHKey,
 ) -> None:
     async with (
-        running_emulator(create_seconds=0.05, ssh_hosts=True, ssh_port=free_port()) as emulator,
+        running_emulator(
+            create_seconds=0.05, ssh_hosts=True, ssh_port=free_port("0.0.0.0")
+        ) as emulator,
         aiohttp.ClientSession() as session,
     ):
         cloud = Cloud(emulator, Http(emulator.url, session), client_key)
