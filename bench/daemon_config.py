@@ -41,7 +41,7 @@ PROJECT = "test-project"
 OWNER = "tests"
 
 Config = dict[str, Any]
-Difference = Mapping[str, Any] | str | None  # a mapping or a TOML fragment; None: nothing
+Difference = Mapping[str, Any] | str | None  # a mapping or a TOML fragment; None: drop it
 
 
 def fleet(name: str = "sweep", **keys: Any) -> Config:

@@ -12,6 +12,7 @@ import aiohttp
 import asyncssh
 import pytest
 from emulator_http import Http
+from proc_support import group_members
 
 from bench.common import free_port
 from tpucared.emulator import EmulatorOptions, EmulatorServer
@@ -95,19 +96,6 @@ async def test_find_tagged_sees_the_exec_environment_of_descendants(tmp_path: Pa
             os.killpg(proc.pid, 9)
             await proc.wait()
     assert find_tagged(tags, proc=str(tmp_path / "no-proc")) == []
-
-
-def group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-                members.append(int(entry.name))
-    return members
 
 
 def _listen(address: str, port: int) -> socket.socket:

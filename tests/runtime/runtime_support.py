@@ -59,7 +59,7 @@ def write_config(
             labels={"team": "tests"},
         ),
         poll=poll,
-        daemon={"http": f"127.0.0.1:{http_port}"} if http_port else None,
+        daemon={"http": f"127.0.0.1:{http_port}"} if http_port else {},
         policy={"vanish_grace": "1s", **(policy or {}), "timeouts": dict(timeouts or {})},
         more=extra_fleets,
     )

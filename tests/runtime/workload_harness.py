@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncssh
+from proc_support import alive, listening  # noqa: F401 (alive: for the tests that import it here)
 
 from bench.common import free_port
 from tpucared.config import SshConfig
@@ -67,19 +67,6 @@ FLEET = "sweep"
 FAST = WorkloadPolicy(
     crash_backoff=BackoffRule(timedelta(milliseconds=1), timedelta(milliseconds=1))
 )
-
-
-def listening(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex((host, port)) == 0
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 async def eventually(check: Callable[[], bool], what: str, seconds: float = 10.0) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import aiohttp
 import asyncssh
 from emulator_http import Http
+from proc_support import alive, group_members, listening  # noqa: F401 (theirs too)
 
 from bench.common import free_port
 from tpucared.emulator import EmulatorServer
@@ -44,39 +44,12 @@ USER = "tester"
 FAST_RETRY = RetryPolicy(attempts=50, initial_delay=0.02, max_delay=0.1, jitter=0.0)
 
 
-def alive(pid: int) -> bool:
-    """Running, not a zombie waiting for init to reap it."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-def listening(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex((host, port)) == 0
-
-
 def is_dir(path: str) -> bool:
     return Path(path).is_dir()
 
 
 def read(path: str) -> bytes:
     return Path(path).read_bytes()
-
-
-def group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-                members.append(int(entry.name))
-    return members
 
 
 async def eventually(check: Callable[[], bool], what: str, seconds: float = 5.0) -> None:
