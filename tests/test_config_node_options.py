@@ -14,14 +14,13 @@ from config_support import MINIMAL
 from tpucared.config import ConfigError, load_config
 from tpucared.core.model.specs import DataDisk, DiskMode, FleetSpec, NodeOptions
 
-FLEET = MINIMAL  # extra lines written after it are the fleet's
-
 DISK = "projects/my-project/zones/us-central2-b/disks/shards"
 
 
 def _write(tmp_path: Path, extra: str) -> Path:
     path = tmp_path / "fleet.toml"
-    path.write_text(FLEET + textwrap.dedent(extra), encoding="utf-8")
+    # MINIMAL ends in its fleet: the extra lines are the fleet's
+    path.write_text(MINIMAL + textwrap.dedent(extra), encoding="utf-8")
     return path
 
 
