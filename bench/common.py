@@ -18,6 +18,7 @@ import platform
 import re
 import resource
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -260,13 +261,26 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, markdown: bo
     return "\n".join(out)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on `host` right now (for a daemon's HTTP endpoint or an emulator)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+def free_port(*addresses: str) -> int:
+    """A TCP port nothing listens on right now at any of `addresses` (default 127.0.0.1), for a
+    daemon's HTTP endpoint, an emulator or an sshd. "0.0.0.0" asks for a port free on every
+    address (the emulator's workers listen on 127.x.y.z); several addresses, one free on each.
+    The one definition for the benchmarks and the tests."""
+    first, *others = addresses or ("127.0.0.1",)
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind((first, 0))
+            port = int(probe.getsockname()[1])
+        try:
+            with contextlib.ExitStack() as stack:
+                for address in others:
+                    sock = stack.enter_context(socket.socket())
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    sock.bind((address, port))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError(f"no port free on every one of {addresses}")
 
 
 def start_daemon(config: Path, log: Any, *, cwd: Path) -> subprocess.Popen[bytes]:

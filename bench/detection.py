@@ -27,7 +27,6 @@ import random
 import sqlite3
 import sys
 import tempfile
-import textwrap
 import time
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -35,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-from bench import common
+from bench import common, daemon_config
 
 if TYPE_CHECKING:
     from tpucared.emulator.state import EmulatorState
@@ -138,34 +137,17 @@ class DaemonProcess:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self.config = directory / "fleet.toml"
-        self.config.write_text(
-            textwrap.dedent(
-                f"""
-                [daemon]
-                db = "state.db"
-                poll_interval = "{poll:g}s"
-                owner = "{owner}"
-                http = "127.0.0.1:{common.free_port()}"
-
-                [gcp]
-                project = "{PROJECT}"
-                endpoint = "{endpoint}"
-                credentials = "none"
-
-                [ssh]
-                key = "id_ed25519"
-
-                [[fleet]]
-                name = "bench"
-                zones = ["{zone}"]
-                accelerator_type = "{TYPE}"
-                runtime_version = "tpu-ubuntu2204-base"
-                size = {size}
-                capacity = "spot"
-                """
-            )
-            + (f"\n[policy]\n{policy}\n" if policy else "")
+        config = daemon_config.against_emulator(
+            endpoint,
+            daemon_config.fleet(
+                "bench", zones=[zone], accelerator_type=TYPE, size=size, capacity="spot"
+            ),
+            project=PROJECT,
+            owner=owner,
+            poll=f"{poll:g}s",
+            policy=policy or None,
         )
+        daemon_config.write(self.config, config)
         self.log = (directory / "daemon.log").open("ab")
         self.process = common.start_daemon(self.config, self.log, cwd=ROOT)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import random
-import textwrap
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
@@ -16,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench import common, detection
+from bench import common, daemon_config, detection
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = detection.PROJECT
@@ -114,40 +113,27 @@ class DaemonProcess:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self.config = directory / "fleet.toml"
-        self.config.write_text(
-            textwrap.dedent(
-                f"""
-                [daemon]
-                db = "state.db"
-                poll_interval = "{poll:g}s"
-                owner = "{OWNER}"
-                http = "127.0.0.1:{common.free_port()}"
-
-                [gcp]
-                project = "{PROJECT}"
-                endpoint = "{cloud.url}"
-                credentials = "none"
-
-                [ssh]
-                key = "id_ed25519"
-                port = {cloud.ssh_port}
-
-                [[fleet]]
-                name = "{FLEET}"
-                zones = ["{ZONE}"]
-                accelerator_type = "{TYPE}"
-                runtime_version = "tpu-ubuntu2204-base"
-                size = 1
-                capacity = "spot"
-                {f"slices = {slices}" if slices > 1 else ""}
-
-                [fleet.workload]
-                run = '''{run}'''
-                env = {{ RESULTS = "{results}" }}
-                {workload}
-                """
-            )
+        fleet = daemon_config.fleet(
+            FLEET,
+            zones=[ZONE],
+            accelerator_type=TYPE,
+            capacity="spot",
+            slices=slices if slices > 1 else None,
+            workload={
+                "run": run,
+                "env": {"RESULTS": str(results)},
+                **daemon_config.parse(workload),
+            },
         )
+        config = daemon_config.against_emulator(
+            cloud.url,
+            fleet,
+            project=PROJECT,
+            owner=OWNER,
+            poll=f"{poll:g}s",
+            ssh={"port": cloud.ssh_port},
+        )
+        daemon_config.write(self.config, config)
         self.log_path = directory / "daemon.log"
         self.log = self.log_path.open("ab")
         # `python -m tpucared` imports the package from `root`

@@ -12,12 +12,12 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import IO, Any
 
 from bench import common
+from bench import daemon_config as configs  # `daemon_config` below is this module's
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "bench-project"
@@ -255,47 +255,27 @@ def daemon_config(
     ssh_port: int,
     accelerator_type: str = TYPE,
 ) -> Path:
-    fleets = []
-    for fleet, zone, slots in fleet_layout(size):
-        fleets.append(
-            textwrap.dedent(
-                f"""
-                [[fleet]]
-                name = "{fleet}"
-                zones = ["{zone}"]
-                accelerator_type = "{accelerator_type}"
-                runtime_version = "{RUNTIME}"
-                size = {slots}
-                capacity = "spot"
-                """
-            )
+    fleets = [
+        configs.fleet(
+            name,
+            zones=[zone],
+            accelerator_type=accelerator_type,
+            runtime_version=RUNTIME,
+            size=slots,
+            capacity="spot",
+            workload={"run": WORKLOAD_RUN} if variant == "probe" else None,
         )
-        if variant == "probe":
-            fleets.append(f'[fleet.workload]\nrun = "{WORKLOAD_RUN}"\n')
-    config = directory / "fleet.toml"
-    config.write_text(
-        textwrap.dedent(
-            f"""
-            [daemon]
-            db = "state.db"
-            poll_interval = "{poll:g}s"
-            owner = "{OWNER}"
-            http = "127.0.0.1:{common.free_port()}"
-
-            [gcp]
-            project = "{PROJECT}"
-            endpoint = "{endpoint}"
-            credentials = "none"
-
-            [ssh]
-            user = "{SSH_USER}"
-            key = "id_ed25519"
-            port = {ssh_port}
-            """
-        )
-        + "".join(fleets)
+        for name, zone, slots in fleet_layout(size)
+    ]
+    config = configs.against_emulator(
+        endpoint,
+        *fleets,
+        project=PROJECT,
+        owner=OWNER,
+        poll=f"{poll:g}s",
+        ssh={"user": SSH_USER, "port": ssh_port},
     )
-    return config
+    return configs.write(directory / "fleet.toml", config)
 
 
 class DaemonProcess:

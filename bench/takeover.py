@@ -36,7 +36,6 @@ import random
 import signal
 import sys
 import tempfile
-import textwrap
 import time
 import urllib.error
 import urllib.request
@@ -45,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import common, detection
+from bench import common, daemon_config, detection
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = detection.PROJECT
@@ -92,35 +91,15 @@ class Candidate:
         directory.mkdir(parents=True, exist_ok=True)
         self.port = common.free_port()
         self.config = directory / "fleet.toml"
-        self.config.write_text(
-            textwrap.dedent(
-                f"""
-                [daemon]
-                db = "{url}"
-                lease = "{lease:g}s"
-                poll_interval = "{poll:g}s"
-                owner = "{OWNER}"
-                http = "127.0.0.1:{self.port}"
-
-                [gcp]
-                project = "{PROJECT}"
-                endpoint = "{cloud.url}"
-                credentials = "none"
-
-                [ssh]
-                key = "id_ed25519"
-
-                [[fleet]]
-                name = "{FLEET}"
-                zones = ["{ZONE}"]
-                accelerator_type = "v4-8"
-                runtime_version = "tpu-ubuntu2204-base"
-                size = {SIZE}
-                capacity = "spot"
-                """
-            ),
-            encoding="utf-8",
+        config = daemon_config.against_emulator(
+            cloud.url,
+            daemon_config.fleet(FLEET, zones=[ZONE], size=SIZE, capacity="spot"),
+            project=PROJECT,
+            owner=OWNER,
+            poll=f"{poll:g}s",
+            daemon={"db": url, "lease": f"{lease:g}s", "http": f"127.0.0.1:{self.port}"},
         )
+        daemon_config.write(self.config, config)
         self.log = (directory / "daemon.log").open("ab")
         self.process = common.start_daemon(self.config, self.log, cwd=ROOT)
         self.stopped = False

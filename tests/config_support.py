@@ -1,6 +1,7 @@
-"""Shared by the config file's tests (test_config_loads.py, test_config_mistakes.py): a
-minimal valid config, builders that add to one of its sections, and loading a text to a
-Config or to the problem lines it is refused with."""
+"""Shared by the config file's tests (test_config_loads.py, test_config_mistakes.py, ...): a
+minimal valid config as text (bench/daemon_config.py's `minimal`), builders that add lines to
+one of its sections, and loading a text to a Config or to the problem lines it is refused
+with."""
 
 from __future__ import annotations
 
@@ -9,22 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from bench import daemon_config
 from tpucared.config import Config, ConfigError, load_config
 
-MINIMAL = """
-[daemon]
-db = "state.db"
-
-[gcp]
-project = "my-project"
-
-[[fleet]]
-name = "sweep"
-zones = ["us-central2-b"]
-accelerator_type = "v4-8"
-runtime_version = "tpu-ubuntu2204-base"
-size = 2
-"""
+MINIMAL = daemon_config.render(daemon_config.minimal())
 
 
 def write(tmp_path: Path, text: str, name: str = "fleet.toml") -> Path:

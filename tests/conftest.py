@@ -32,8 +32,12 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import URL
 
-# The helper modules next to this file are imported by name, whatever pytest's import mode.
+# The helper modules next to this file are imported by name, whatever pytest's import mode;
+# and `bench` (a top-level package of the repository, not installed) by every test that shares
+# its builders (bench/common.py `free_port`, bench/daemon_config.py) or tests a benchmark.
 sys.path.insert(0, str(Path(__file__).parent))
+if str(Path(__file__).parents[1]) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parents[1]))
 
 from postgres_support import PostgresError, PostgresServer
 

@@ -21,12 +21,13 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
 
 from sqlalchemy.engine import URL
+
+from bench.common import free_port
 
 USER = "tpucared-pg"  # the unprivileged system user that runs the server when we are root
 SUPERUSER = "postgres"
@@ -56,12 +57,6 @@ def _version(path: str) -> int:
     return int(name) if name.isdigit() else 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class PostgresServer:
     """`start()` a server, `create_database()` per test, `stop()` at the end."""
 
@@ -71,7 +66,7 @@ class PostgresServer:
         self.data = self.root / "data"
         self.sockets = self.root / "sockets"
         self.log = self.root / "server.log"
-        self.port = _free_port()
+        self.port = free_port()
         self.user = USER if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name
         self._count = 0
 

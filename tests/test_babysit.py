@@ -10,7 +10,6 @@ import asyncio
 import io
 import json
 import signal
-import socket
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -20,6 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from bench.common import free_port
 from tpucared.core.model.records import AttemptOutcome, WorkloadAttemptRecord
 from tpucared.core.model.specs import CapacityKind, OnSuccess, RestartPolicy
 from tpucared.demo.babysit import (
@@ -163,15 +163,9 @@ def test_the_cli_wants_a_command_and_explains_itself() -> None:
 # -- against the emulator ------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("0.0.0.0", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def emulator_options(emulator_options: dict[str, Any]) -> dict[str, Any]:
-    return {**emulator_options, "ssh_hosts": True, "ssh_port": _free_port()}
+    return {**emulator_options, "ssh_hosts": True, "ssh_port": free_port("0.0.0.0")}
 
 
 async def _babysit(

@@ -11,19 +11,14 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `bench` is a top-level package of the repository, not installed
-    sys.path.insert(0, str(ROOT))
-
-from bench import capacity, replay  # noqa: E402
-from bench import run as harness  # noqa: E402
+from bench import capacity, replay
+from bench import run as harness
 
 
 @pytest.mark.slow

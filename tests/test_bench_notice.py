@@ -4,18 +4,13 @@ the right order), so `make bench` cannot rot unnoticed."""
 
 from __future__ import annotations
 
-import sys
 from functools import partial
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `bench` is a top-level package of the repository, not installed
-    sys.path.insert(0, str(ROOT))
-
-from bench import notice  # noqa: E402
-from bench import run as harness  # noqa: E402
+from bench import notice
+from bench import run as harness
 
 pytestmark = pytest.mark.slow
 

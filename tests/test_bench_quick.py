@@ -18,12 +18,10 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `bench` is a top-level package of the repository, not installed
-    sys.path.insert(0, str(ROOT))
+from bench import common, fanout
+from bench import run as harness
 
-from bench import common, fanout  # noqa: E402
-from bench import run as harness  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.slow
 

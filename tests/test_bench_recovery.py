@@ -15,19 +15,14 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `bench` is a top-level package of the repository, not installed
-    sys.path.insert(0, str(ROOT))
-
-from bench import recovery  # noqa: E402
-from bench import recovery_multi as multi  # noqa: E402
-from bench import run as harness  # noqa: E402
+from bench import recovery
+from bench import recovery_multi as multi
+from bench import run as harness
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -12,18 +12,13 @@ unnoticed.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `bench` is a top-level package of the repository, not installed
-    sys.path.insert(0, str(ROOT))
-
-from bench import run as harness  # noqa: E402
-from bench import writerate  # noqa: E402
+from bench import run as harness
+from bench import writerate
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -5,22 +5,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
+from bench.common import free_port
 from tpucared import __version__
 
 TPUCARED = [sys.executable, "-m", "tpucared"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def test_version() -> None:
@@ -35,7 +28,7 @@ def test_unknown_arguments_are_a_usage_error() -> None:
 
 
 def test_emulator_options_reach_the_emulator_and_sigterm_stops_it() -> None:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [*TPUCARED, "--log-format", "json", "emulator", "--port", str(port), "--no-ssh-hosts"],
         stdout=subprocess.PIPE,

@@ -9,31 +9,18 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from config_support import MINIMAL
 
 from tpucared.config import ConfigError, load_config
 from tpucared.core.model.specs import DataDisk, DiskMode, FleetSpec, NodeOptions
-
-FLEET = """
-[daemon]
-db = "state.db"
-
-[gcp]
-project = "my-project"
-
-[[fleet]]
-name = "sweep"
-zones = ["us-central2-b"]
-accelerator_type = "v4-8"
-runtime_version = "tpu-ubuntu2204-base"
-size = 2
-"""
 
 DISK = "projects/my-project/zones/us-central2-b/disks/shards"
 
 
 def _write(tmp_path: Path, extra: str) -> Path:
     path = tmp_path / "fleet.toml"
-    path.write_text(FLEET + textwrap.dedent(extra), encoding="utf-8")
+    # MINIMAL ends in its fleet: the extra lines are the fleet's
+    path.write_text(MINIMAL + textwrap.dedent(extra), encoding="utf-8")
     return path
 
 

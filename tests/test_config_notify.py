@@ -6,33 +6,18 @@ import textwrap
 from datetime import timedelta
 from pathlib import Path
 
+import config_support
 import pytest
 
 from tpucared.config import ConfigError, load_config
 from tpucared.core.notify.spec import NotifyFormat, NotifyOn
-
-BASE = """
-[daemon]
-db = "state.db"
-{daemon}
-
-[gcp]
-project = "my-project"
-
-[[fleet]]
-name = "sweep"
-zones = ["us-central2-b"]
-accelerator_type = "v4-8"
-runtime_version = "tpu-ubuntu2204-base"
-size = 2
-"""
 
 SECRET_URL = "https://hooks.slack.com/services/T000/B000/XXXXsecretXXXX"
 
 
 def _write(tmp_path: Path, extra: str, daemon: str = "") -> Path:
     path = tmp_path / "fleet.toml"
-    path.write_text(BASE.format(daemon=daemon) + textwrap.dedent(extra), encoding="utf-8")
+    path.write_text(config_support.daemon(daemon) + textwrap.dedent(extra), encoding="utf-8")
     return path
 
 

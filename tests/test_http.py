@@ -15,6 +15,8 @@ import pytest
 from inspect_support import T0, cli, populate
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench import daemon_config
+from bench.common import free_port
 from tpucared.core.model.records import CreateAttemptRecord
 from tpucared.runtime.telemetry.metrics import DaemonMetrics
 from tpucared.runtime.telemetry.server import (
@@ -188,15 +190,10 @@ async def test_listening_on_every_interface_is_warned_about(
     from tpucared.runtime.clock import SystemClock
     from tpucared.runtime.telemetry.endpoints import Telemetry
 
-    with socket.socket() as probe:  # a free port: the config refuses port 0
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # the config refuses port 0
     path = tmp_path / "fleet.toml"
-    path.write_text(
-        f'[daemon]\ndb = "state.db"\nhttp = "{host}:{port}"\n[gcp]\nproject = "my-project"\n'
-        '[[fleet]]\nname = "f"\nzones = ["us-central2-b"]\naccelerator_type = "v4-8"\n'
-        'runtime_version = "tpu-ubuntu2204-base"\nsize = 1\n'
-    )
+    minimal = daemon_config.minimal(daemon_config.fleet("f"), daemon={"http": f"{host}:{port}"})
+    daemon_config.write(path, minimal)
     config = load_config(path)
     async with Store.open(tmp_path / "state.db") as store:
         telemetry = Telemetry(config, store, SystemClock())

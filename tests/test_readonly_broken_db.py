@@ -14,12 +14,13 @@ import hashlib
 import sqlite3
 import subprocess
 import sys
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from test_inspect_broken_db import _at_revision, _foreign, _garbage, _ours, _truncated
+
+from bench import daemon_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,34 +58,12 @@ COMMANDS = [
 
 
 def _config(directory: Path, db: Path) -> Path:
-    path = directory / "fleet.toml"
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            [daemon]
-            db = "{db}"
-            owner = "tests"
-
-            [gcp]
-            project = "test-project"
-            endpoint = "http://127.0.0.1:9"
-            credentials = "none"
-
-            [ssh]
-            key = "id_ed25519"
-
-            [[fleet]]
-            name = "sweep"
-            zones = ["us-central2-b"]
-            accelerator_type = "v4-8"
-            runtime_version = "tpu-ubuntu2204-base"
-            size = 1
-            capacity = "spot"
-            """
-        ),
-        encoding="utf-8",
+    config = daemon_config.against_emulator(
+        "http://127.0.0.1:9",
+        daemon_config.fleet(capacity="spot"),
+        daemon={"db": str(db), "poll_interval": None, "http": None},
     )
-    return path
+    return daemon_config.write(directory / "fleet.toml", config)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from inspect_support import CAPACITY_ERROR, Scenario, cli, cli_env, populate, run_cli
 
+from bench import daemon_config
 from tpucared.cli.main import main
 from tpucared.core.model.records import CreateAttemptRecord, NodePhase
 from tpucared.core.vocab.actions import SlotUpdate
@@ -26,20 +27,9 @@ from tpucared.inspect.dbpath import DEFAULT_DB, resolve_db
 from tpucared.store import Store
 from tpucared.store.migrate import upgrade_to_head
 
-CONFIG = """
-[daemon]
-db = "{db}"
 
-[gcp]
-project = "my-project"
-
-[[fleet]]
-name = "sweep"
-zones = ["us-central2-b"]
-accelerator_type = "v4-8"
-runtime_version = "tpu-ubuntu2204-base"
-size = 2
-"""
+def _config(db: str) -> str:
+    return daemon_config.render(daemon_config.minimal(daemon={"db": db}))
 
 
 @pytest.fixture
@@ -189,7 +179,7 @@ def test_a_database_without_our_tables_is_a_usage_error(
 
 def test_database_comes_from_db_then_config_then_env_then_default(tmp_path: Path) -> None:
     config = tmp_path / "fleet.toml"
-    config.write_text(CONFIG.format(db="from-config.db"))
+    config.write_text(_config("from-config.db"))
     env = {"TPUCARED_DB": "/env/state.db"}
     assert resolve_db("/flag.db", str(config), env) == "/flag.db"
     assert resolve_db(None, str(config), env) == str(tmp_path / "from-config.db")
@@ -202,7 +192,7 @@ def test_database_comes_from_db_then_config_then_env_then_default(tmp_path: Path
 
 def test_status_reads_the_database_named_by_the_config(db: Path, tmp_path: Path) -> None:
     config = tmp_path / "fleet.toml"
-    config.write_text(CONFIG.format(db=db.name))  # relative to the config's directory
+    config.write_text(_config(db.name))  # relative to the config's directory
     out = cli("status", "--json", env={"TPUCARED_CONFIG": str(config)})
     assert [f["name"] for f in json.loads(out)["fleets"]] == ["eval", "sweep"]
 

@@ -43,24 +43,6 @@ def _loopback(block: str, index: int) -> str:
     return f"{block}.{index // 250}.{index % 250 + 1}"
 
 
-def free_port(addresses: Sequence[str]) -> int:
-    """A port nothing listens on at any of `addresses` right now."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind((addresses[0], 0))
-            port = int(probe.getsockname()[1])
-        try:
-            with contextlib.ExitStack() as stack:
-                for address in addresses[1:]:
-                    sock = stack.enter_context(socket.socket())
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    sock.bind((address, port))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no port free on every address")
-
-
 def _listening(host: str, port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
@@ -165,7 +147,7 @@ def _start_sshds(
     home = directory / "home"
     home.mkdir(exist_ok=True)
     addresses = [_loopback(SSHD_BLOCK, i) for i in range(workers)]
-    port = free_port(addresses)
+    port = common.free_port(*addresses)
     processes: list[subprocess.Popen[bytes]] = []
     try:
         with (directory / "sshd.log").open("ab") as log:
@@ -243,8 +225,8 @@ def _start_emulator(directory: Path) -> tuple[subprocess.Popen[bytes], int, int]
     """Start `tpucared emulator` in its own process (blocking). Returns (process, API port,
     SSH port)."""
     directory.mkdir(parents=True, exist_ok=True)
-    api_port = free_port(["127.0.0.1"])
-    ssh_port = free_port(["0.0.0.0"])  # free on every address (only probed, never listened)
+    api_port = common.free_port()
+    ssh_port = common.free_port("0.0.0.0")  # free on every address (only probed, never listened)
     argv = [
         sys.executable, "-c",
         "import sys; from tpucared.emulator.server import main; sys.exit(main(sys.argv[1:]))",

@@ -12,28 +12,21 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import textwrap
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from bench import daemon_config
+from bench.common import free_port
 from tpucared.store.migrate import head_revision
 
 REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _run(*cmd: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
@@ -81,28 +74,17 @@ def test_the_installed_wheel_runs_and_carries_its_migrations(
 
 
 def test_a_smoke_run_of_the_installed_emulator_and_daemon(installed: Path, tmp_path: Path) -> None:
-    api_port = _free_port()
-    config = tmp_path / "fleet.toml"
-    config.write_text(
-        textwrap.dedent(
-            f"""
-            [daemon]
-            db = "state.db"
-            poll_interval = "500ms"
-            http = "127.0.0.1:{_free_port()}"
-            owner = "smoke"
-            [gcp]
-            project = "smoke-project"
-            endpoint = "http://127.0.0.1:{api_port}"
-            credentials = "none"
-            [[fleet]]
-            name = "smoke"
-            zones = ["us-central2-b"]
-            accelerator_type = "v4-8"
-            runtime_version = "tpu-ubuntu2204-base"
-            size = 1
-            """
-        )
+    api_port = free_port()
+    config = daemon_config.write(
+        tmp_path / "fleet.toml",
+        daemon_config.against_emulator(
+            f"http://127.0.0.1:{api_port}",
+            daemon_config.fleet("smoke"),
+            project="smoke-project",
+            owner="smoke",
+            poll="500ms",
+            ssh=None,
+        ),
     )
     emulator = subprocess.Popen(
         [installed / "tpucared", "emulator", "--port", str(api_port), "--no-ssh-hosts",

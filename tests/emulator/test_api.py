@@ -7,7 +7,6 @@ strings for int64, enum names, and the Google error envelope.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -20,12 +19,6 @@ from tpucared.emulator.resources import Node
 P, Z = "api-proj", "us-central2-b"
 NODES = f"/v2/projects/{P}/locations/{Z}/nodes"
 SPEC = {"acceleratorType": "v4-8", "runtimeVersion": "tpu-ubuntu2204-base"}
-
-
-@pytest.fixture
-async def http(emulator: EmulatorServer) -> AsyncIterator[Http]:
-    async with aiohttp.ClientSession() as session:
-        yield Http(emulator.url, session)
 
 
 async def wait_done(http: Http, operation: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -17,12 +16,6 @@ P, Z, T = "ctl", "us-central2-b", "v4-8"
 NODES = f"/v2/projects/{P}/locations/{Z}/nodes"
 CONTROL_NODES = f"/_emulator/v1/projects/{P}/locations/{Z}/nodes"
 SPEC = {"acceleratorType": T, "runtimeVersion": "tpu-vm-base", "schedulingConfig": {"spot": True}}
-
-
-@pytest.fixture
-async def http(emulator: EmulatorServer) -> AsyncIterator[Http]:
-    async with aiohttp.ClientSession() as session:
-        yield Http(emulator.url, session)
 
 
 async def ready_node(http: Http, node_id: str) -> None:

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import pytest
 from emulator_http import Http
 
@@ -26,12 +24,6 @@ SPEC = {
     "metadata": {"ssh-keys": "u:ssh-ed25519 AAAA u"},
     "networkConfig": {"enableExternalIps": True},
 }
-
-
-@pytest.fixture
-async def http(emulator: EmulatorServer) -> AsyncIterator[Http]:
-    async with aiohttp.ClientSession() as session:
-        yield Http(emulator.url, session)
 
 
 @pytest.mark.parametrize(

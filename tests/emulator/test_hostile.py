@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -26,17 +25,6 @@ SPEC = {
     "labels": LABELS,
 }
 FAULTS = "/_emulator/v1/faults"
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
-@pytest.fixture
-def http(emulator: EmulatorServer, session: aiohttp.ClientSession) -> Http:
-    return Http(emulator.url, session)
 
 
 @pytest.fixture

@@ -12,7 +12,9 @@ import aiohttp
 import asyncssh
 import pytest
 from emulator_http import Http
+from proc_support import group_members
 
+from bench.common import free_port
 from tpucared.emulator import EmulatorOptions, EmulatorServer
 from tpucared.emulator.host_hook import NoWorkerHosts
 from tpucared.emulator.hosts import (
@@ -96,19 +98,6 @@ async def test_find_tagged_sees_the_exec_environment_of_descendants(tmp_path: Pa
     assert find_tagged(tags, proc=str(tmp_path / "no-proc")) == []
 
 
-def group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-                members.append(int(entry.name))
-    return members
-
-
 def _listen(address: str, port: int) -> socket.socket:
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -118,9 +107,7 @@ def _listen(address: str, port: int) -> socket.socket:
 
 
 async def test_a_worker_that_cannot_bind_fails_the_start_but_not_its_peers(tmp_path: Path) -> None:
-    with socket.socket() as probe:
-        probe.bind(("0.0.0.0", 0))
-        port = int(probe.getsockname()[1])
+    port = free_port("0.0.0.0")
     state = EmulatorState()
     spec = {"metadata": {"ssh-keys": ssh_keys_metadata_entry("u", KEY)}}
     node = state.spawn_node("p", "us-central2-b", "n", spec, parse_accelerator_type("v4-16"))

@@ -7,16 +7,15 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import asyncssh
 import pytest
 from emulator_http import Http
 
+from bench.common import free_port
 from tpucared.emulator import EmulatorServer
 from tpucared.emulator.oslogin import posix_username
 from tpucared.ssh import (
@@ -33,12 +32,6 @@ SA = "trainer@oslogin-proj.iam.gserviceaccount.com"
 FEW_RETRIES = RetryPolicy(attempts=3, initial_delay=0.02, max_delay=0.05, jitter=0.0)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("0.0.0.0", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def emulator_options(emulator_options: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
     return {
@@ -46,16 +39,10 @@ def emulator_options(emulator_options: dict[str, Any], tmp_path: Path) -> dict[s
         "create_seconds": 0.1,
         "delete_seconds": 0.05,
         "ssh_hosts": True,
-        "ssh_port": free_port(),
+        "ssh_port": free_port("0.0.0.0"),
         "hosts_dir": str(tmp_path / "hosts"),
         "os_login": True,
     }
-
-
-@pytest.fixture
-async def http(emulator: EmulatorServer) -> AsyncIterator[Http]:
-    async with aiohttp.ClientSession() as session:
-        yield Http(emulator.url, session)
 
 
 def public(key: asyncssh.SSHKey, comment: str = "test") -> str:

@@ -4,24 +4,14 @@ preemption, FAILED when capacity never comes, force delete, reset, multislice.""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import pytest
 from emulator_http import Http
-
-from tpucared.emulator import EmulatorServer
 
 P, Z, T = "qr", "us-central2-b", "v4-8"
 PARENT = f"projects/{P}/locations/{Z}"
 QRS = f"/v2/{PARENT}/queuedResources"
-
-
-@pytest.fixture
-async def http(emulator: EmulatorServer) -> AsyncIterator[Http]:
-    async with aiohttp.ClientSession() as session:
-        yield Http(emulator.url, session)
 
 
 def request_body(node_id: str = "slice-0", **extra: Any) -> dict[str, Any]:

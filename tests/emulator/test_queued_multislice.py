@@ -5,14 +5,10 @@ together; `nodeId` and `multisliceParams` are a oneof."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import pytest
 from emulator_http import Http
-
-from tpucared.emulator import EmulatorServer
 
 P, Z, T = "ms", "us-central2-b", "v4-8"
 PARENT = f"projects/{P}/locations/{Z}"
@@ -20,12 +16,6 @@ QRS = f"/v2/{PARENT}/queuedResources"
 NODES = f"/v2/{PARENT}/nodes"
 CONTROL = f"/_emulator/v1/{PARENT}/nodes"
 NODE = {"acceleratorType": T, "runtimeVersion": "tpu-vm-base", "labels": {"team": "x"}}
-
-
-@pytest.fixture
-async def http(emulator: EmulatorServer) -> AsyncIterator[Http]:
-    async with aiohttp.ClientSession() as session:
-        yield Http(emulator.url, session)
 
 
 def multislice(count: Any = 2, prefix: str | None = None, **spec: Any) -> dict[str, Any]:

@@ -7,6 +7,7 @@
   the emulator in test_gcp_emulator.py.
 - `TokenServer`: an OAuth 2.0 token endpoint that google-auth's service-account flow talks
   to; it counts grants and can be slowed down or made to fail.
+- `Sleeps`: a client's `sleep` that records the delays it is asked for and only yields.
 """
 
 from __future__ import annotations
@@ -19,6 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+
+class Sleeps:
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)
+        await asyncio.sleep(0)
 
 
 async def serve(app: web.Application) -> tuple[web.AppRunner, str]:

@@ -15,10 +15,10 @@ from typing import Any
 
 import aiohttp
 import pytest
+from gcp_fakes import Sleeps
 
 from tpucared.core.model.observed import QueuedState
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind, ErrorKind
-from tpucared.gcp.auth import NoAuth
 from tpucared.gcp.errors import (
     AlreadyExistsError,
     ApiError,
@@ -82,15 +82,6 @@ class Control:
         await self._send("DELETE", "/requests")
 
 
-class Sleeps:
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.delays.append(seconds)
-        await asyncio.sleep(0)
-
-
 @pytest.fixture
 async def control(emulator: Any) -> AsyncIterator[Control]:
     async with aiohttp.ClientSession() as session:
@@ -101,14 +92,9 @@ async def control(emulator: Any) -> AsyncIterator[Control]:
 
 
 @pytest.fixture
-def sleeps() -> Sleeps:
-    return Sleeps()
-
-
-@pytest.fixture
-async def client(emulator: Any, control: Control, sleeps: Sleeps) -> AsyncIterator[TpuClient]:
-    async with TpuClient(emulator.url, token_source=NoAuth(), sleep=sleeps, rng=lambda: 0.5) as tpu:
-        yield tpu
+def client_options(control: Control, sleeps: Sleeps) -> dict[str, Any]:
+    # `control` first: the client meets a cloud it has reset.
+    return {"sleep": sleeps, "rng": lambda: 0.5}
 
 
 async def create(client: TpuClient, node_id: str, **options: Any) -> Operation:

@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from gcp_fakes import Sleeps
 
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind, ErrorKind
@@ -35,15 +36,6 @@ NODES = f"/v2/projects/{P}/locations/{ZONE}/nodes"
 LABELS = {FLEET_LABEL: "sweep", OWNER_LABEL: "daemon-1"}
 SIZE = 3
 ATTEMPTS = RetryPolicy().max_attempts
-
-
-class Sleeps:
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.delays.append(seconds)
-        await asyncio.sleep(0)
 
 
 class Control:
@@ -75,14 +67,8 @@ async def control(emulator: EmulatorServer) -> AsyncIterator[Control]:
 
 
 @pytest.fixture
-def sleeps() -> Sleeps:
-    return Sleeps()
-
-
-@pytest.fixture
-async def client(emulator: EmulatorServer, sleeps: Sleeps) -> AsyncIterator[TpuClient]:
-    async with TpuClient(emulator.url, token_source=NoAuth(), sleep=sleeps, rng=lambda: 0.5) as tpu:
-        yield tpu
+def client_options(sleeps: Sleeps) -> dict[str, Any]:
+    return {"sleep": sleeps, "rng": lambda: 0.5}
 
 
 @pytest.fixture

@@ -175,12 +175,6 @@ async def control(emulator: EmulatorServer) -> AsyncIterator[Control]:
         yield Control(emulator.url, session)
 
 
-@pytest.fixture
-async def client(emulator: EmulatorServer) -> AsyncIterator[TpuClient]:
-    async with TpuClient(emulator.url, token_source=NoAuth()) as tpu:
-        yield tpu
-
-
 async def qr_states_until(client: TpuClient, qr_id: str, last: str) -> list[str]:
     """Every state the queued resource shows, in order (repeats dropped), up to `last`."""
     seen: list[str] = []

@@ -5,7 +5,6 @@ past its first expiry, and errors are classified and retried like the TPU API's.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import aiohttp
 import asyncssh
 import pytest
 
+from bench import daemon_config
 from tpucared.config import load_config
 from tpucared.core.model.specs import ErrorKind
 from tpucared.emulator import EmulatorServer
@@ -35,9 +35,8 @@ QUICK = RetryPolicy(max_attempts=4, base=0.01, cap=0.02)
 
 
 @pytest.fixture
-async def client(emulator: EmulatorServer) -> AsyncIterator[TpuClient]:
-    async with TpuClient(emulator.url, token_source=NoAuth(), retry=QUICK) as c:
-        yield c
+def client_options() -> dict[str, Any]:
+    return {"retry": QUICK}
 
 
 async def _faults(emulator: EmulatorServer, config: dict[str, Any]) -> None:
@@ -131,21 +130,15 @@ async def test_errors_are_retried_or_classified(
 
 
 def _config(tmp_path: Path, endpoint: str, ssh: str) -> Any:
-    path = tmp_path / "c.toml"
-    path.write_text(
-        f"""
-[daemon]
-db = "state.db"
-owner = "{OWNER}"
-[gcp]
-project = "oslogin-proj"
-endpoint = "{endpoint}"
-credentials = "none"
-[ssh]
-{ssh}
-"""
+    config = daemon_config.against_emulator(
+        endpoint,
+        project="oslogin-proj",
+        owner=OWNER,
+        daemon={"poll_interval": None, "http": None},
+        ssh=None,
+        more=f"[ssh]\n{ssh}",
     )
-    return load_config(path)
+    return load_config(daemon_config.write(tmp_path / "c.toml", config))
 
 
 async def test_start_refuses_with_one_line_what_a_person_must_fix(

@@ -5,14 +5,12 @@ is read afresh."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from gcp_fakes import FakeApi, Reply
 
-from tpucared.gcp.auth import NoAuth
 from tpucared.gcp.errors import ApiError
 from tpucared.gcp.responses import PageMemo
 from tpucared.gcp.retry import RetryPolicy
@@ -36,13 +34,16 @@ SECOND = {"nodes": [node("c")]}
 
 
 @pytest.fixture
-async def client(fake_api: FakeApi) -> AsyncIterator[TpuClient]:
+def api_url(fake_api: FakeApi) -> str:
+    return fake_api.url
+
+
+@pytest.fixture
+def client_options() -> dict[str, Any]:
     async def no_sleep(_: float) -> None:
         return None
 
-    client = TpuClient(fake_api.url, token_source=NoAuth(), sleep=no_sleep, retry=RetryPolicy())
-    yield client
-    await client.aclose()
+    return {"sleep": no_sleep, "retry": RetryPolicy()}
 
 
 async def test_an_unchanged_page_is_the_same_objects_and_a_changed_one_is_read_afresh(

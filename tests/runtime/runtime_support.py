@@ -8,10 +8,8 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sqlite3
 import sys
-import textwrap
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +18,9 @@ from typing import Any
 
 import aiohttp
 
+from bench import daemon_config
+from bench.common import free_port
+from bench.daemon_config import OWNER, PROJECT, ZONE
 from tpucared.emulator import EmulatorServer
 
 # Bound on waits for things that involve starting a daemon or letting it converge. Generous:
@@ -27,17 +28,7 @@ from tpucared.emulator import EmulatorServer
 # take many seconds. Only a failing test ever waits this long; timing claims are asserted
 # separately and explicitly.
 SLOW = 60.0
-PROJECT = "test-project"
-ZONE = "us-central2-b"
-OWNER = "tests"
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on right now (for the daemon's HTTP server)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_config(
@@ -55,46 +46,24 @@ def write_config(
     http_port: int | None = None,
     provisioning: str = "direct",
 ) -> Path:
-    """A config for the daemon against the emulator at `endpoint`; db and key in `directory`."""
-    policy_lines = "\n".join(
-        f'{k} = "{v}"' for k, v in {"vanish_grace": "1s", **(policy or {})}.items()
+    """A config for the daemon against the emulator at `endpoint`; db and key in `directory`;
+    `extra_fleets` is TOML of more tables (more [[fleet]])."""
+    config = daemon_config.against_emulator(
+        endpoint,
+        daemon_config.fleet(
+            fleet,
+            zones=list(zones),
+            size=size,
+            capacity="spot",
+            provisioning=provisioning,
+            labels={"team": "tests"},
+        ),
+        poll=poll,
+        daemon={"http": f"127.0.0.1:{http_port}"} if http_port else {},
+        policy={"vanish_grace": "1s", **(policy or {}), "timeouts": dict(timeouts or {})},
+        more=extra_fleets,
     )
-    zone_list = ", ".join(f'"{z}"' for z in zones)
-    timeout_lines = "\n".join(f'{k} = "{v}"' for k, v in (timeouts or {}).items())
-    text = f"""
-    [daemon]
-    db = "state.db"
-    poll_interval = "{poll}"
-    owner = "{OWNER}"
-    http = "127.0.0.1:{http_port or free_port()}"
-
-    [gcp]
-    project = "{PROJECT}"
-    endpoint = "{endpoint}"
-    credentials = "none"
-
-    [ssh]
-    key = "id_ed25519"
-
-    [policy]
-    {policy_lines}
-
-    [policy.timeouts]
-    {timeout_lines}
-
-    [[fleet]]
-    name = "{fleet}"
-    zones = [{zone_list}]
-    accelerator_type = "v4-8"
-    runtime_version = "tpu-ubuntu2204-base"
-    size = {size}
-    capacity = "spot"
-    provisioning = "{provisioning}"
-    labels = {{ team = "tests" }}
-    """
-    path = directory / name
-    path.write_text(textwrap.dedent(text) + textwrap.dedent(extra_fleets), encoding="utf-8")
-    return path
+    return daemon_config.write(directory / name, config)
 
 
 def cli_env() -> dict[str, str]:
@@ -313,39 +282,22 @@ def workload_config(
     """One slot of `fleet` with a workload `run` (RESULTS=`results` in its environment) against
     `emulator`'s SSH hosts; `ssh`, `fleet_lines` and `workload` are more lines of those tables,
     `tables` more tables (e.g. a `[policy]`)."""
-    path = tmp_path / "fleet.toml"
-    body = f"""
-        [daemon]
-        db = "state.db"
-        poll_interval = "{poll}"
-        owner = "{OWNER}"
-        http = "127.0.0.1:{free_port()}"
-
-        [gcp]
-        project = "{PROJECT}"
-        endpoint = "{emulator.url}"
-        credentials = "none"
-
-        [ssh]
-        key = "id_ed25519"
-        port = {emulator.options.ssh_port}
-        {ssh}
-
-        [[fleet]]
-        name = "{fleet}"
-        zones = ["{ZONE}"]
-        accelerator_type = "{accelerator_type}"
-        runtime_version = "tpu-ubuntu2204-base"
-        size = 1
-        capacity = "spot"
-        {fleet_lines}
-
-        [fleet.workload]
-        run = '''{run}'''
-        env = {{ RESULTS = "{results}" }}
-        {workload}
-
-        {tables}
-        """
-    path.write_text(textwrap.dedent(body))
-    return path
+    lines = daemon_config.parse(fleet_lines)
+    config = daemon_config.against_emulator(
+        emulator.url,
+        daemon_config.fleet(
+            fleet,
+            accelerator_type=accelerator_type,
+            capacity="spot",
+            **lines,
+            workload={
+                "run": run,
+                "env": {"RESULTS": str(results)},
+                **daemon_config.parse(workload),
+            },
+        ),
+        poll=poll,
+        ssh={"port": emulator.options.ssh_port, **daemon_config.parse(ssh)},
+        more=tables,
+    )
+    return daemon_config.write(tmp_path / "fleet.toml", config)

@@ -18,7 +18,6 @@ import pytest
 from workload_harness import (
     FLEET,
     OWNER,
-    PROJECT,
     Harness,
     Make,
     eventually,
@@ -28,6 +27,7 @@ from workload_harness import (
     workload,
 )
 
+from bench import daemon_config
 from tpucared.config import Config, DaemonConfig, GcpConfig
 from tpucared.core.vocab.policy import Policy
 from tpucared.core.workload.actions import LaunchWorkload
@@ -224,29 +224,22 @@ async def test_the_cli_runs_exec_with_a_config_file(running: Harness, tmp_path: 
     """`tpucared exec -c FILE FLEET/SLOT --worker 0-1 -- CMD` end to end through the CLI."""
     config = config_for(running, tmp_path)  # writes the key file the daemon pinned with
     (spec,) = config.fleets
-    zones = ", ".join(f'"{z}"' for z in spec.zones)
-    config.path.write_text(
-        f"""
-        [daemon]
-        db = "{config.daemon.db}"
-        owner = "{OWNER}"
-        [gcp]
-        project = "{PROJECT}"
-        endpoint = "{config.gcp.endpoint}"
-        credentials = "none"
-        [ssh]
-        user = "{config.ssh.user}"
-        port = {config.ssh.port}
-        key = "{config.ssh.key}"
-        [[fleet]]
-        name = "{spec.name}"
-        zones = [{zones}]
-        accelerator_type = "{spec.accelerator_type}"
-        runtime_version = "{spec.runtime_version}"
-        size = {spec.size}
-        [fleet.workload]
-        run = "sleep 1"
-        """.replace("\n        ", "\n")
+    fleet = daemon_config.fleet(
+        spec.name,
+        zones=list(spec.zones),
+        accelerator_type=spec.accelerator_type,
+        runtime_version=spec.runtime_version,
+        size=spec.size,
+        workload={"run": "sleep 1"},
+    )
+    daemon_config.write(
+        config.path,
+        daemon_config.against_emulator(
+            config.gcp.endpoint,
+            fleet,
+            daemon={"db": str(config.daemon.db), "poll_interval": None, "http": None},
+            ssh={"user": config.ssh.user, "port": config.ssh.port, "key": str(config.ssh.key)},
+        ),
     )
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tpucared", "exec", "-c", str(config.path), f"{FLEET}/0",

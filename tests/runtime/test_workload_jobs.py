@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import fcntl
 import socket
-import textwrap
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,15 +23,14 @@ from typing import Any
 
 import pytest
 from runtime_support import (
-    OWNER,
     PROJECT,
     ZONE,
     Control,
-    free_port,
     hosts_emulator_options,
     query,
 )
 
+from bench import daemon_config
 from tpucared.config import load_config
 from tpucared.core.vocab.actions import DeleteNode
 from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload
@@ -63,39 +61,15 @@ def emulator_options(emulator_options: dict[str, Any], tmp_path: Path) -> dict[s
 
 
 def _config(tmp_path: Path, emulator: EmulatorServer, *, size: int, kind: str, poll: str) -> Path:
-    path = tmp_path / "fleet.toml"
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            [daemon]
-            db = "state.db"
-            poll_interval = "{poll}"
-            owner = "{OWNER}"
-            http = "127.0.0.1:{free_port()}"
-
-            [gcp]
-            project = "{PROJECT}"
-            endpoint = "{emulator.url}"
-            credentials = "none"
-
-            [ssh]
-            key = "id_ed25519"
-            port = {emulator.state.options.ssh_port}
-
-            [[fleet]]
-            name = "{FLEET}"
-            zones = ["{ZONE}"]
-            accelerator_type = "{kind}"
-            runtime_version = "tpu-ubuntu2204-base"
-            size = {size}
-            capacity = "spot"
-
-            [fleet.workload]
-            run = '''{RUN}'''
-            """
-        )
+    config = daemon_config.against_emulator(
+        emulator.url,
+        daemon_config.fleet(
+            FLEET, accelerator_type=kind, size=size, capacity="spot", workload={"run": RUN}
+        ),
+        poll=poll,
+        ssh={"port": emulator.state.options.ssh_port},
     )
-    return path
+    return daemon_config.write(tmp_path / "fleet.toml", config)
 
 
 @dataclass

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -20,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import asyncssh
+from proc_support import alive, listening  # noqa: F401 (alive: for the tests that import it here)
 
+from bench.common import free_port
 from tpucared.config import SshConfig
 from tpucared.core.model.backoff import BackoffRule
 from tpucared.core.model.observed import ZoneObservation
@@ -68,25 +69,6 @@ FLEET = "sweep"
 FAST = WorkloadPolicy(
     crash_backoff=BackoffRule(timedelta(milliseconds=1), timedelta(milliseconds=1))
 )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("0.0.0.0", 0))
-        return int(probe.getsockname()[1])
-
-
-def listening(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex((host, port)) == 0
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 async def eventually(check: Callable[[], bool], what: str, seconds: float = 10.0) -> None:
@@ -234,7 +216,7 @@ def ssh_emulator(tmp_path: Path) -> dict[str, Any]:
         "create_seconds": 0.1,
         "delete_seconds": 0.05,
         "ssh_hosts": True,
-        "ssh_port": free_port(),
+        "ssh_port": free_port("0.0.0.0"),
         "hosts_dir": str(tmp_path / "hosts"),
     }
 

@@ -16,7 +16,8 @@ import signal
 from dataclasses import dataclass, field
 
 import asyncssh
-from ssh_sshd import free_port
+
+from bench.common import free_port
 
 
 @dataclass
@@ -39,7 +40,7 @@ class LocalWorkerHost:
 
     async def start(self) -> None:
         if not self.port:
-            self.port = free_port(self.addresses)
+            self.port = free_port(*self.addresses)
         self.server = await asyncssh.create_server(
             lambda: _Server(self),
             self.addresses,

@@ -11,7 +11,6 @@ Requires the Debian package `openssh-server` (for /usr/sbin/sshd and ssh-keygen 
 
 from __future__ import annotations
 
-import contextlib
 import getpass
 import os
 import shutil
@@ -20,6 +19,8 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench.common import free_port
 
 SSHD = "/usr/sbin/sshd"
 
@@ -49,23 +50,6 @@ def generate_host_keys(directory: Path) -> dict[str, Path]:
     return keys
 
 
-def free_port(addresses: list[str]) -> int:
-    """A port that is free on every address right now."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind((addresses[0], 0))
-            port = int(probe.getsockname()[1])
-        try:
-            with contextlib.ExitStack() as stack:
-                for address in addresses[1:]:
-                    sock = stack.enter_context(socket.socket())
-                    sock.bind((address, port))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no common free port")
-
-
 @dataclass
 class OpenSshServer:
     directory: Path
@@ -79,7 +63,7 @@ class OpenSshServer:
 
     def __post_init__(self) -> None:
         if not self.port:
-            self.port = free_port(self.addresses)
+            self.port = free_port(*self.addresses)
 
     def host_key(self, kind: str = "ed25519") -> str:
         """The public host key as 'type base64' (what the client should see or pin)."""

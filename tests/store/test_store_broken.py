@@ -18,7 +18,6 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from pathlib import Path
 import pytest
 from store_support import T0, seed
 
+from bench import daemon_config
 from tpucared.store import DatabaseError, Store
 from tpucared.store.migrate import (
     MIGRATION_BUSY_TIMEOUT_MS,
@@ -342,36 +342,12 @@ async def test_ours_at_an_older_revision_is_migrated(tmp_path: Path) -> None:
 
 def _config(directory: Path, db: Path) -> Path:
     """A config whose daemon would stop at its database: the endpoint is never called."""
-    path = directory / "fleet.toml"
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            [daemon]
-            db = "{db}"
-            poll_interval = "300ms"
-            owner = "tests"
-            http = "127.0.0.1:9"
-
-            [gcp]
-            project = "test-project"
-            endpoint = "http://127.0.0.1:9"
-            credentials = "none"
-
-            [ssh]
-            key = "id_ed25519"
-
-            [[fleet]]
-            name = "sweep"
-            zones = ["us-central2-b"]
-            accelerator_type = "v4-8"
-            runtime_version = "tpu-ubuntu2204-base"
-            size = 1
-            capacity = "spot"
-            """
-        ),
-        encoding="utf-8",
+    config = daemon_config.against_emulator(
+        "http://127.0.0.1:9",
+        daemon_config.fleet(capacity="spot"),
+        daemon={"db": str(db), "http": "127.0.0.1:9"},
     )
-    return path
+    return daemon_config.write(directory / "fleet.toml", config)
 
 
 def _tpucared(*args: str) -> subprocess.CompletedProcess[str]:

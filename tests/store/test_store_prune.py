@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from store_support import T0, facts, open_raw
 
+from bench import daemon_config
 from tpucared.config import load_config
 from tpucared.core.model.records import NodePhase
 from tpucared.runtime.maintenance import Maintenance, Pruned
@@ -19,23 +20,7 @@ from tpucared.store.snapshot import ZoneHealth
 
 P = NodePhase
 NOW = T0 + timedelta(days=40)
-CONFIG = """
-[daemon]
-db = "state.db"
-{retention}
-
-[gcp]
-project = "proj-a"
-endpoint = "http://127.0.0.1:9"
-credentials = "none"
-
-[[fleet]]
-name = "sweep"
-zones = ["us-central2-b"]
-accelerator_type = "v4-8"
-runtime_version = "tpu-ubuntu2204-base"
-size = 2
-"""
+GCP = {"project": "proj-a", "endpoint": "http://127.0.0.1:9", "credentials": "none"}
 
 
 class FixedClock:
@@ -53,7 +38,7 @@ def _maintenance(
     store: Store, tmp_path: Path, retention: str = "", batch: int = 500
 ) -> Maintenance:
     path = tmp_path / "fleet.toml"
-    path.write_text(CONFIG.format(retention=retention))
+    path.write_text(daemon_config.render(daemon_config.minimal(daemon=retention, gcp=GCP)))
     return Maintenance(store, load_config(path), FixedClock(), batch=batch, pause=0)  # type: ignore[arg-type]
 
 

@@ -13,22 +13,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from core_support import (
-    FLEET,
-    T0,
-    Z1,
-    Z2,
-    failed,
-    inc,
-    listed,
-    node,
-    ours,
-    seen,
-    slot,
-    snapshot,
-    spec,
-    world,
-)
 
 from tpucared.core.model.records import (
     AttemptOutcome,
@@ -49,6 +33,23 @@ from tpucared.core.vocab.view import View
 from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload, MarkSlotDone
 from tpucared.core.workload.inputs import SlotProbe, WorkerProbe, WorkloadSnapshot
 from tpucared.gcp.tpu.states import NodeState
+
+from ..core_support import (
+    FLEET,
+    T0,
+    Z1,
+    Z2,
+    failed,
+    inc,
+    listed,
+    node,
+    ours,
+    seen,
+    slot,
+    snapshot,
+    spec,
+    world,
+)
 
 P = NodePhase
 OWNER = "me"

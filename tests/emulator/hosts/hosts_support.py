@@ -1,14 +1,13 @@
 """The emulator's worker hosts as the tests drive them: a `Cloud` (the v2 and control APIs,
 targets with pinned host keys, launch and probe), its fixtures, and /proc checks.
 
-Used by test_hosts.py and test_hosts_notice.py, whose fixtures are one line each over these.
+Used by the test modules of this folder; conftest.py makes their fixtures from these.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,9 @@ from typing import Any
 import aiohttp
 import asyncssh
 from emulator_http import Http
+from proc_support import alive, group_members, listening  # noqa: F401 (theirs too)
 
+from bench.common import free_port
 from tpucared.emulator import EmulatorServer
 from tpucared.emulator.hosts import SshWorkerHosts
 from tpucared.launch import (
@@ -45,46 +46,12 @@ USER = "tester"
 FAST_RETRY = RetryPolicy(attempts=50, initial_delay=0.02, max_delay=0.1, jitter=0.0)
 
 
-def free_port() -> int:
-    """A port nothing listens on, on any address (a wildcard bind would fail otherwise)."""
-    with socket.socket() as probe:
-        probe.bind(("0.0.0.0", 0))
-        return int(probe.getsockname()[1])
-
-
-def alive(pid: int) -> bool:
-    """Running, not a zombie waiting for init to reap it."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-def listening(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex((host, port)) == 0
-
-
 def is_dir(path: str) -> bool:
     return Path(path).is_dir()
 
 
 def read(path: str) -> bytes:
     return Path(path).read_bytes()
-
-
-def group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-                members.append(int(entry.name))
-    return members
 
 
 async def eventually(check: Callable[[], bool], what: str, seconds: float = 5.0) -> None:
@@ -103,7 +70,7 @@ def hosts_options(emulator_options: dict[str, Any], tmp_path: Path) -> dict[str,
         "create_seconds": 0.1,
         "delete_seconds": 0.05,
         "ssh_hosts": True,
-        "ssh_port": free_port(),
+        "ssh_port": free_port("0.0.0.0"),
         "hosts_dir": str(tmp_path / "hosts"),
     }
 

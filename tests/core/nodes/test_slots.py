@@ -6,27 +6,6 @@ import json
 from dataclasses import replace
 
 import pytest
-from core_support import (
-    FLEET,
-    T0,
-    Z1,
-    Z2,
-    ago,
-    deletes,
-    failed,
-    inc,
-    kinds,
-    listed,
-    node,
-    ours,
-    qr,
-    run,
-    seen,
-    slot,
-    snapshot,
-    spec,
-    world,
-)
 
 from tpucared.core.model.observed import QueuedState, ZoneObservation
 from tpucared.core.model.records import NodePhase
@@ -49,6 +28,28 @@ from tpucared.core.vocab.actions import (
 )
 from tpucared.core.vocab.policy import Policy
 from tpucared.gcp.tpu.states import NodeState
+
+from ..core_support import (
+    FLEET,
+    T0,
+    Z1,
+    Z2,
+    ago,
+    deletes,
+    failed,
+    inc,
+    kinds,
+    listed,
+    node,
+    ours,
+    qr,
+    run,
+    seen,
+    slot,
+    snapshot,
+    spec,
+    world,
+)
 
 P = NodePhase
 C = NodeState

@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
-import asyncssh
 import pytest
-from hosts_support import NODES, Cloud, cloud_of, eventually, group_members, hosts_options
+from hosts_support import NODES, Cloud, eventually, group_members
 
-from tpucared.emulator import EmulatorServer
 from tpucared.launch import (
     NoticeState,
     RunState,
@@ -24,23 +20,6 @@ from tpucared.launch import (
     probe_script,
 )
 from tpucared.ssh import sh_command
-
-
-@pytest.fixture(scope="module")
-def client_key() -> asyncssh.SSHKey:
-    return asyncssh.generate_private_key("ssh-ed25519")
-
-
-@pytest.fixture
-def emulator_options(emulator_options: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
-    return hosts_options(emulator_options, tmp_path)
-
-
-@pytest.fixture
-async def cloud(emulator: EmulatorServer, client_key: asyncssh.SSHKey) -> AsyncIterator[Cloud]:
-    async with cloud_of(emulator, client_key) as c:
-        yield c
-
 
 # A workload that records the signal it gets and its notice file, then checkpoints for a
 # moment and exits 0, as a training script that saves on SIGTERM would.

@@ -8,13 +8,14 @@ deletes and other actions the plan must hold for it. kopf-style: the table is th
 from __future__ import annotations
 
 import pytest
-from core_nodes_support import C, P, plan_for
-from core_support import Z1, Z2, ago, deletes, edges, failed, inc, listed, node, world
 
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import IncarnationRecord
 from tpucared.core.model.specs import ErrorKind
 from tpucared.core.vocab.actions import DeleteNode, Notice
+
+from ..core_support import Z1, Z2, ago, deletes, edges, failed, inc, listed, node, world
+from .nodes_support import C, P, plan_for
 
 
 def deleting(**kw: object) -> IncarnationRecord:

@@ -13,8 +13,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from core_support import FLEET, T0, Z1
-
 from tpucared.core.model.records import (
     AttemptOutcome,
     IncarnationRecord,
@@ -33,6 +31,8 @@ from tpucared.core.workload.actions import (
 )
 from tpucared.core.workload.inputs import SlotProbe, WorkerProbe
 from tpucared.core.workload.planner import SlotPlan, SlotWork, WorkloadPolicy, plan_slot
+
+from ..core_support import FLEET, T0, Z1
 
 P = NodePhase
 NODE_ID = 7

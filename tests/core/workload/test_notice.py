@@ -8,13 +8,14 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from core_support import T0
-from core_workload_support import NODE_ID, decide, finish_of, kinds, probe, slot, work
 
 from tpucared.core.model.records import AttemptOutcome, NodePhase
 from tpucared.core.model.specs import WorkloadSpec
 from tpucared.core.vocab.actions import DeleteNode, Transition
 from tpucared.core.workload.inputs import SlotProbe
+
+from ..core_support import T0
+from .workload_support import NODE_ID, decide, finish_of, kinds, probe, slot, work
 
 SPEC = WorkloadSpec(run="python3 train.py", stop_grace=25.0)
 

@@ -12,7 +12,7 @@ this tick's probe of any mix of worker states and timers) must give a plan that
 - is deterministic.
 
 Many ticks: a slot replayed through random worker fates, preemptions and replacements, with
-the actions applied as the runner and store would (core_workload_support.Sim), keeps attempt
+the actions applied as the runner and store would (workload_support.Sim), keeps attempt
 numbers strictly increasing, one running attempt at most, and its failures within budget.
 """
 
@@ -22,8 +22,6 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import TypeVar
 
-from core_support import T0
-from core_workload_support import NODE_ID, POLICY, WORKERS, Sim, node
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -51,6 +49,9 @@ from tpucared.core.workload.inputs import (
     WorkerState,
 )
 from tpucared.core.workload.planner import SlotWork, plan_slot
+
+from ..core_support import T0
+from .workload_support import NODE_ID, POLICY, WORKERS, Sim, node
 
 P = NodePhase
 S = WorkerState

@@ -11,8 +11,20 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from core_nodes_support import READY_NODE, SPEC, C, P, pending, plan_for, ready
-from core_support import (
+
+from tpucared.core.model.observed import ZoneObservation
+from tpucared.core.model.records import IncarnationRecord
+from tpucared.core.nodes.cloud import ABSENT
+from tpucared.core.vocab.actions import (
+    Adopt,
+    CreateNode,
+    DeleteNode,
+    Notice,
+    RecordCloud,
+    Transition,
+)
+
+from ..core_support import (
     FLEET,
     OWNER,
     T0,
@@ -31,18 +43,7 @@ from core_support import (
     snapshot,
     world,
 )
-
-from tpucared.core.model.observed import ZoneObservation
-from tpucared.core.model.records import IncarnationRecord
-from tpucared.core.nodes.cloud import ABSENT
-from tpucared.core.vocab.actions import (
-    Adopt,
-    CreateNode,
-    DeleteNode,
-    Notice,
-    RecordCloud,
-    Transition,
-)
+from .nodes_support import READY_NODE, SPEC, C, P, pending, plan_for, ready
 
 DEAD_DELETE = [("ready", "dead")]
 

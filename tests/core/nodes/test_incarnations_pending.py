@@ -10,8 +10,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from core_nodes_support import SPEC, C, P, pending, plan_for
-from core_support import (
+
+from tpucared.core.model.observed import ZoneObservation
+from tpucared.core.model.records import IncarnationRecord
+from tpucared.core.model.specs import ErrorKind
+from tpucared.core.nodes.cloud import ABSENT
+from tpucared.core.vocab.actions import CreateNode, Notice, Transition
+
+from ..core_support import (
     T0,
     Z1,
     Z2,
@@ -26,12 +32,7 @@ from core_support import (
     snapshot,
     world,
 )
-
-from tpucared.core.model.observed import ZoneObservation
-from tpucared.core.model.records import IncarnationRecord
-from tpucared.core.model.specs import ErrorKind
-from tpucared.core.nodes.cloud import ABSENT
-from tpucared.core.vocab.actions import CreateNode, Notice, Transition
+from .nodes_support import SPEC, C, P, pending, plan_for
 
 M = timedelta(minutes=1)
 
@@ -260,7 +261,7 @@ def test_create_failure_budget(
     wait_at_least: timedelta | None,
     wait_at_most: timedelta | None,
 ) -> None:
-    from core_support import slot
+    from ..core_support import slot
 
     record = pending(P.REQUESTED, timedelta(seconds=2), error=error)
     snap = snapshot(record, specs=[SPEC], slots=[slot(0, create_failures=failures)])
@@ -299,7 +300,7 @@ def test_the_capacity_wait_is_a_pace_from_the_post(
     """Every zone stocked out: the next create is due one capacity wait after the failed one
     was posted, not after its failure was seen. A slot hunts at one create per wait however
     long the API takes to fail a create, and loses no time to a slow failure."""
-    from core_support import slot
+    from ..core_support import slot
 
     record = pending(P.REQUESTED, timedelta(seconds=seen_after), error=ErrorKind.CAPACITY)
     snap = snapshot(record, specs=[SPEC], slots=[slot(0, create_failures=1)])

@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from core_support import FLEET, T0, Z1
-from core_workload_support import NODE_ID, attempt, node, probe, slot
 
 from tpucared.core.model.records import (
     AttemptOutcome,
@@ -48,6 +46,9 @@ from tpucared.core.workload.probes import (
     probe_interval,
     stale_probe,
 )
+
+from ..core_support import FLEET, T0, Z1
+from .workload_support import NODE_ID, attempt, node, probe, slot
 
 P = NodePhase
 KEY: SlotKey = (FLEET, 0)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from core_support import FLEET, Z1, inc, listed, node, run, seen, snapshot, spec
-
 from tpucared.core.vocab.actions import Adopt, CreateNode, DeleteNode, RecordCloud
+
+from ..core_support import FLEET, Z1, inc, listed, node, run, seen, snapshot, spec
 
 GRANT = "second-grant"
 

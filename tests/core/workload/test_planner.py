@@ -1,6 +1,6 @@
 """The workload sub-planner, rule by rule: tables of one slot's situation -> its actions.
 
-Each row changes one thing from the default world of core_workload_support.py
+Each row changes one thing from the default world of workload_support.py
 (attempt 3 runs on READY node #7 of 4 workers since ten minutes; this tick's probe is of that
 attempt).
 """
@@ -11,8 +11,17 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from core_support import T0
-from core_workload_support import (
+
+from tpucared.core.model.backoff import BackoffRule
+from tpucared.core.model.records import AttemptOutcome
+from tpucared.core.model.specs import OnSuccess, RestartPolicy, WorkloadSpec
+from tpucared.core.vocab.actions import DeleteNode, Notice, Severity
+from tpucared.core.workload.actions import StopWorkload
+from tpucared.core.workload.inputs import SlotProbe, WorkerProbe, WorkerState, track
+from tpucared.core.workload.planner import CRASH_BACKOFF, WorkloadPolicy
+
+from ..core_support import T0
+from .workload_support import (
     NODE_ID,
     P,
     ago,
@@ -28,14 +37,6 @@ from core_workload_support import (
     w,
     work,
 )
-
-from tpucared.core.model.backoff import BackoffRule
-from tpucared.core.model.records import AttemptOutcome
-from tpucared.core.model.specs import OnSuccess, RestartPolicy, WorkloadSpec
-from tpucared.core.vocab.actions import DeleteNode, Notice, Severity
-from tpucared.core.workload.actions import StopWorkload
-from tpucared.core.workload.inputs import SlotProbe, WorkerProbe, WorkerState, track
-from tpucared.core.workload.planner import CRASH_BACKOFF, WorkloadPolicy
 
 Out = AttemptOutcome
 SHORT = {"last": attempt(started=ago(minutes=2))}  # a short run: a crash loop backs off

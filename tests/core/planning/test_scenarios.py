@@ -14,8 +14,6 @@ import itertools
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from core_support import OWNER, T0, Z1, Z2, ours, spec
-
 from tpucared.core.model.observed import ObservedNode, ZoneObservation
 from tpucared.core.model.specs import ErrorKind, FleetSpec
 from tpucared.core.planning.executor_contract import apply_intent, record_outcome
@@ -25,6 +23,8 @@ from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.policy import Policy
 from tpucared.core.vocab.snapshot import PlainSnapshot
 from tpucared.gcp.tpu.states import NodeState, state_fields
+
+from ..core_support import OWNER, T0, Z1, Z2, ours, spec
 
 TICK = timedelta(seconds=10)
 

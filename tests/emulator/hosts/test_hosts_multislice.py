@@ -5,37 +5,15 @@ a preemption reach only the slice they are for, and the queued resource follows.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
 
 import aiohttp
-import asyncssh
-import pytest
-from hosts_support import NODES, USER, Cloud, P, Z, cloud_of, eventually, hosts_options, listening
+from hosts_support import NODES, USER, Cloud, P, Z, eventually, listening
 
-from tpucared.emulator import EmulatorServer
 from tpucared.ssh import ssh_keys_metadata_entry
 
 PARENT = f"projects/{P}/locations/{Z}"
 QRS = f"/v2/{PARENT}/queuedResources"
 SLICES = ("ms-0", "ms-1")
-
-
-@pytest.fixture(scope="module")
-def client_key() -> asyncssh.SSHKey:
-    return asyncssh.generate_private_key("ssh-ed25519")
-
-
-@pytest.fixture
-def emulator_options(emulator_options: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
-    return hosts_options(emulator_options, tmp_path)
-
-
-@pytest.fixture
-async def cloud(emulator: EmulatorServer, client_key: asyncssh.SSHKey) -> AsyncIterator[Cloud]:
-    async with cloud_of(emulator, client_key) as c:
-        yield c
 
 
 async def wait_qr(cloud: Cloud, wanted: str) -> None:

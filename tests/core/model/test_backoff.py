@@ -1,6 +1,6 @@
 """The one backoff rule in seconds, as the adapters use it: growth, centred jitter, loose knobs.
 
-The planner's timedelta arithmetic is pinned in test_core_timing.py; here the float rules
+The planner's timedelta arithmetic is pinned in model/test_timing.py; here the float rules
 must give exactly the delays the REST and SSH retries and the operation polling computed
 before they shared the rule.
 """

@@ -11,8 +11,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from core_nodes_support import P
-from core_support import (
+
+from tpucared.core.model.observed import QueuedState, ZoneObservation
+from tpucared.core.model.records import IncarnationRecord, NodePhase
+from tpucared.core.model.specs import ErrorKind, Provisioning
+from tpucared.core.vocab.actions import DeleteNode, Transition
+
+from ..core_support import (
     T0,
     Z1,
     Z2,
@@ -29,11 +34,7 @@ from core_support import (
     spec,
     world,
 )
-
-from tpucared.core.model.observed import QueuedState, ZoneObservation
-from tpucared.core.model.records import IncarnationRecord, NodePhase
-from tpucared.core.model.specs import ErrorKind, Provisioning
-from tpucared.core.vocab.actions import DeleteNode, Transition
+from .nodes_support import P
 
 QSPEC = spec(size=1, provisioning=Provisioning.QUEUED)
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from core_support import OWNER, T0, Z1, Z2, ours, run, spec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -47,6 +46,8 @@ from tpucared.core.vocab.actions import Adopt, CreateNode, DeleteNode, RecordClo
 from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.snapshot import PlainSnapshot
 from tpucared.gcp.tpu.states import NodeState, state_fields
+
+from ..core_support import OWNER, T0, Z1, Z2, ours, run, spec
 
 P = NodePhase
 FLEETS = ("a", "b", "c")

@@ -1,4 +1,4 @@
-"""Shared by the decision tables for one live incarnation (test_core_nodes_*.py): one fleet
+"""Shared by the decision tables for one live incarnation (test_incarnations_*.py): one fleet
 of one slot (SPEC), a plan for one recorded incarnation, and the records the tables start
 from (a READY node's, a create's still pending).
 """
@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from core_support import T0, inc, node, run, seen, snapshot, spec
-
 from tpucared.core.model.observed import ObservedNode, ZoneObservation
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.vocab.plan import Plan
 from tpucared.gcp.tpu.states import NodeState
+
+from ..core_support import T0, inc, node, run, seen, snapshot, spec
 
 P = NodePhase
 C = NodeState

@@ -13,20 +13,6 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from core_support import (
-    FLEET,
-    T0,
-    Z1,
-    Z2,
-    node,
-    ours,
-    qr,
-    run,
-    slot,
-    snapshot,
-    spec,
-    world,
-)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -59,6 +45,21 @@ from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload, StopWo
 from tpucared.core.workload.inputs import SlotProbe, WorkerProbe, WorkloadSnapshot
 from tpucared.core.workload.probes import keep_chain, leaving
 from tpucared.gcp.tpu.states import NodeState
+
+from ..core_support import (
+    FLEET,
+    T0,
+    Z1,
+    Z2,
+    node,
+    ours,
+    qr,
+    run,
+    slot,
+    snapshot,
+    spec,
+    world,
+)
 
 P = NodePhase
 HOLD = 1800.0

@@ -9,9 +9,6 @@ process of the node died and its servers stopped answering.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
 
 import aiohttp
 import asyncssh
@@ -26,16 +23,14 @@ from hosts_support import (
     P,
     Z,
     alive,
-    cloud_of,
     eventually,
-    free_port,
     group_members,
-    hosts_options,
     is_dir,
     read,
 )
 
-from tpucared.emulator import EmulatorServer, running_emulator
+from bench.common import free_port
+from tpucared.emulator import running_emulator
 from tpucared.emulator.hosts import TAG_HOSTS, find_tagged
 from tpucared.launch import (
     CleanupState,
@@ -54,22 +49,6 @@ from tpucared.ssh import (
     ssh_keys_metadata_entry,
     upload,
 )
-
-
-@pytest.fixture(scope="module")
-def client_key() -> asyncssh.SSHKey:
-    return asyncssh.generate_private_key("ssh-ed25519")
-
-
-@pytest.fixture
-def emulator_options(emulator_options: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
-    return hosts_options(emulator_options, tmp_path)
-
-
-@pytest.fixture
-async def cloud(emulator: EmulatorServer, client_key: asyncssh.SSHKey) -> AsyncIterator[Cloud]:
-    async with cloud_of(emulator, client_key) as c:
-        yield c
 
 
 @pytest.fixture(scope="module")
@@ -231,7 +210,9 @@ async def test_emulator_shutdown_leaves_no_process_and_no_directory(
     client_key: asyncssh.SSHKey,
 ) -> None:
     async with (
-        running_emulator(create_seconds=0.05, ssh_hosts=True, ssh_port=free_port()) as emulator,
+        running_emulator(
+            create_seconds=0.05, ssh_hosts=True, ssh_port=free_port("0.0.0.0")
+        ) as emulator,
         aiohttp.ClientSession() as session,
     ):
         cloud = Cloud(emulator, Http(emulator.url, session), client_key)

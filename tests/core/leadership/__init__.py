@@ -1,0 +1,1 @@
+"""Tests of tpucared/core/leadership: the leader lease rules."""

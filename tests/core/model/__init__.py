@@ -1,0 +1,1 @@
+"""Tests of tpucared/core/model: backoff arithmetic, durations, the stuck-state table."""

@@ -1,0 +1,1 @@
+"""Tests of tpucared/core/nodes: the incarnation tables, slots, multislice, outcomes."""

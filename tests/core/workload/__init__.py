@@ -1,0 +1,1 @@
+"""Tests of tpucared/core/workload: the workload planner, attempts, probes, the gang."""
