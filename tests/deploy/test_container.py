@@ -11,69 +11,26 @@ create, in the emulator's request log); `tpucared status` / `events` run inside 
 size, and no tests, caches or git metadata inside it or in its build context (.dockerignore).
 
 podman, runc and mmdebstrap are hard requirements (.ci/run installs them): without them this
-fails, never skips. The first build on a machine makes the local base (~50 s); later ones
-reuse it and the engine's layer cache.
+fails, never skips. The first build on a machine makes the local base (1-2 min); later ones
+reuse it and the engine's layer cache (seconds).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import secrets
-import shutil
-import subprocess
-import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from container_support import RUN, STOP_TIMEOUT, build, podman, podman_names, wait
 
-REPO = Path(__file__).resolve().parents[2]
-IMAGE_SH = REPO / "deploy" / "image.sh"
-IMAGE = "localhost/tpucared:test"
-PODMAN = "podman"
-# As deploy/README.md runs it: runc (crun refuses on hosts like CI's), and rlimits at most the
-# host's (raising them is not permitted there).
-RUN = ["--runtime", "runc", "--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
-STOP_TIMEOUT = 10  # podman's and docker's default: past it the daemon is SIGKILLed (exit 137)
 MAX_IMAGE_BYTES = 450_000_000  # 378 MB on the local Debian base, ~270 MB on python:3.11-slim
 EMULATOR = "http://127.0.0.1:8471"
 NODES = "/v2/projects/ctr-project/locations/us-central2-b/nodes"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
-
-
-def _podman(
-    *args: str, check: bool = True, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run(
-        [PODMAN, *args], capture_output=True, text=True, check=False, timeout=timeout
-    )
-    if check:
-        assert out.returncode == 0, f"podman {args}: {out.stdout[-2000:]}\n{out.stderr[-4000:]}"
-    return out
-
-
-def _build_env() -> dict[str, str]:
-    # The pip whose configuration deploy/image.sh passes into the build: this interpreter's.
-    return {**os.environ, "PYTHON": sys.executable}
-
-
-@pytest.fixture(scope="module")
-def image() -> str:
-    missing = [tool for tool in ("podman", "runc", "mmdebstrap") if shutil.which(tool) is None]
-    if missing:
-        pytest.fail(f"not installed: {' '.join(missing)} (apt-get install podman runc mmdebstrap)")
-    started = time.monotonic()
-    out = subprocess.run(
-        ["bash", str(IMAGE_SH), IMAGE], cwd=REPO, env=_build_env(), capture_output=True,
-        text=True, timeout=800, check=False,
-    )  # fmt: skip
-    assert out.returncode == 0, f"deploy/image.sh: {out.stdout[-4000:]}\n{out.stderr[-4000:]}"
-    print(f"image built in {time.monotonic() - started:.1f} s")
-    return IMAGE
 
 
 def _emulator_get(emulator: str, path: str) -> object:
@@ -82,7 +39,7 @@ def _emulator_get(emulator: str, path: str) -> object:
         "import json,sys,urllib.request;"
         "print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())"
     )
-    out = _podman("exec", emulator, "python", "-c", code, EMULATOR + path)
+    out = podman("exec", emulator, "python", "-c", code, EMULATOR + path)
     return json.loads(out.stdout)
 
 
@@ -91,7 +48,7 @@ def _emulator_delete(emulator: str, path: str) -> None:
         "import sys,urllib.request;"
         "urllib.request.urlopen(urllib.request.Request(sys.argv[1], method='DELETE'), timeout=5)"
     )
-    _podman("exec", emulator, "python", "-c", code, EMULATOR + path)
+    podman("exec", emulator, "python", "-c", code, EMULATOR + path)
 
 
 def _nodes(emulator: str) -> dict[str, dict[str, str]]:
@@ -106,24 +63,10 @@ def _requests(emulator: str) -> list[dict[str, object]]:
     return log
 
 
-def _wait(what: str, check: Callable[[], bool], deadline_s: float) -> None:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.fixture
 def names() -> Iterator[dict[str, str]]:
-    """Unique names for this run's containers and volume; all removed afterwards."""
-    prefix = f"tpucared-test-{os.getpid()}-{secrets.token_hex(3)}"
-    made = {k: f"{prefix}-{k}" for k in ("emulator", "first", "second", "volume")}
-    yield made
-    for key in ("second", "first", "emulator"):
-        _podman("rm", "--force", "--time", "0", made[key], check=False)
-    _podman("volume", "rm", "--force", made["volume"], check=False)
+    with podman_names("emulator", "first", "second", volumes=("volume",)) as made:
+        yield made
 
 
 def test_the_image_runs_stops_and_resumes_on_its_volume(
@@ -154,18 +97,18 @@ def test_the_image_runs_stops_and_resumes_on_its_volume(
     config.chmod(0o644)
     emulator, volume = names["emulator"], names["volume"]
     # The emulator owns the network namespace (loopback only); the daemons join it.
-    _podman("run", "-d", "--name", emulator, "--network", "none", *RUN, image,
-            "emulator", "--host", "127.0.0.1", "--port", "8471", "--no-ssh-hosts",
-            "--create-seconds", "0.5")  # fmt: skip
-    _wait("the emulator", lambda: _podman("exec", emulator, "python", "-c",
-          f"import urllib.request; urllib.request.urlopen('{EMULATOR}{NODES}')",
-          check=False).returncode == 0, 60)  # fmt: skip
-    _podman("volume", "create", volume)
+    podman("run", "-d", "--name", emulator, "--network", "none", *RUN, image,
+           "emulator", "--host", "127.0.0.1", "--port", "8471", "--no-ssh-hosts",
+           "--create-seconds", "0.5")  # fmt: skip
+    wait("the emulator", lambda: podman("exec", emulator, "python", "-c",
+         f"import urllib.request; urllib.request.urlopen('{EMULATOR}{NODES}')",
+         check=False).returncode == 0, 60)  # fmt: skip
+    podman("volume", "create", volume)
 
     def daemon(name: str) -> None:
-        _podman("run", "-d", "--name", name, "--network", f"container:{emulator}", *RUN,
-                "-v", f"{volume}:/var/lib/tpucared",
-                "-v", f"{config}:/etc/tpucared/config.toml:ro", image)  # fmt: skip
+        podman("run", "-d", "--name", name, "--network", f"container:{emulator}", *RUN,
+               "-v", f"{volume}:/var/lib/tpucared",
+               "-v", f"{config}:/etc/tpucared/config.toml:ro", image)  # fmt: skip
 
     def ready() -> bool:
         nodes = _nodes(emulator)
@@ -173,30 +116,30 @@ def test_the_image_runs_stops_and_resumes_on_its_volume(
 
     def healthy(name: str) -> bool:
         # The image's own HEALTHCHECK command, run by the engine inside the container.
-        return _podman("healthcheck", "run", name, check=False).returncode == 0
+        return podman("healthcheck", "run", name, check=False).returncode == 0
 
     # A control: the same command fails while nothing serves /healthz in the namespace (the
     # emulator's container has the image's HEALTHCHECK too).
     assert not healthy(emulator)
     first = names["first"]
     daemon(first)
-    _wait("two READY nodes", ready, 120)
-    _wait("the HEALTHCHECK to pass", lambda: healthy(first), 60)
+    wait("two READY nodes", ready, 120)
+    wait("the HEALTHCHECK to pass", lambda: healthy(first), 60)
     created = _nodes(emulator)
     assert set(created) == {"ctr-0", "ctr-1"}
 
     # The daemon (PID 1 of the container) runs as the image's tpucared user, not root.
-    pid = _podman("inspect", "--format", "{{.State.Pid}}", first).stdout.strip()
+    pid = podman("inspect", "--format", "{{.State.Pid}}", first).stdout.strip()
     uids = next(
         line.split()[1:]
         for line in Path(f"/proc/{pid}/status").read_text().splitlines()
         if line.startswith("Uid:")
     )
     assert "0" not in uids, uids
-    assert "tpucared" in _podman("exec", first, "id", "-un").stdout
+    assert "tpucared" in podman("exec", first, "id", "-un").stdout
     # Its database is on the named volume, owned by that user.
-    mountpoint = Path(_podman("volume", "inspect", "--format", "{{.Mountpoint}}", volume)
-                      .stdout.strip())  # fmt: skip
+    mountpoint = Path(podman("volume", "inspect", "--format", "{{.Mountpoint}}", volume)
+                     .stdout.strip())  # fmt: skip
     database = mountpoint / "state.db"
     assert database.is_file()
     assert database.stat().st_size > 0
@@ -204,7 +147,7 @@ def test_the_image_runs_stops_and_resumes_on_its_volume(
 
     def incarnations(name: str) -> dict[int, tuple[object, ...]]:
         """`tpucared status --json` run in the container: each slot's node incarnation."""
-        status = json.loads(_podman("exec", name, "tpucared", "status", "--json").stdout)
+        status = json.loads(podman("exec", name, "tpucared", "status", "--json").stdout)
         (fleet,) = status["fleets"]
         assert fleet["name"] == "ctr"
         return {
@@ -222,11 +165,11 @@ def test_the_image_runs_stops_and_resumes_on_its_volume(
 
     # A stop: SIGTERM, exit 0 well within the stop timeout, and no node deleted.
     started = time.monotonic()
-    _podman("stop", "--time", str(STOP_TIMEOUT), first, timeout=STOP_TIMEOUT + 30)
+    podman("stop", "--time", str(STOP_TIMEOUT), first, timeout=STOP_TIMEOUT + 30)
     stop_seconds = time.monotonic() - started
     assert stop_seconds < STOP_TIMEOUT, f"podman stop took {stop_seconds:.1f} s"
-    assert _podman("inspect", "--format", "{{.State.ExitCode}}", first).stdout.strip() == "0"
-    logs = _podman("logs", first)
+    assert podman("inspect", "--format", "{{.State.ExitCode}}", first).stdout.strip() == "0"
+    logs = podman("logs", first)
     assert '"event": "tpucared stopped"' in logs.stdout + logs.stderr
     assert not [r for r in _requests(emulator) if r["method"] == "DELETE"]
     assert _nodes(emulator) == created
@@ -239,8 +182,8 @@ def test_the_image_runs_stops_and_resumes_on_its_volume(
     def listed_a_few_times() -> bool:
         return sum(r["method"] == "GET" for r in _requests(emulator)) >= 4
 
-    _wait("the new daemon's ticks", listed_a_few_times, 90)
-    _wait("the HEALTHCHECK to pass", lambda: healthy(second), 60)
+    wait("the new daemon's ticks", listed_a_few_times, 90)
+    wait("the HEALTHCHECK to pass", lambda: healthy(second), 60)
     log = _requests(emulator)
     assert [r for r in log if r["method"] in ("POST", "DELETE")] == [], log
     after = _nodes(emulator)
@@ -251,13 +194,13 @@ def test_the_image_runs_stops_and_resumes_on_its_volume(
     # The CLI inside the container reads the same volume: the same incarnations as before the
     # stop, each requested once, and the second daemon's lease after the first's release.
     assert incarnations(second) == before
-    events = _podman("exec", second, "tpucared", "events").stdout
+    events = podman("exec", second, "tpucared", "events").stdout
     requested = [line.split()[3] for line in events.splitlines() if " node.requested " in line]
     assert sorted(requested) == ["ctr-0", "ctr-1"], events
     assert "leader_released" in events, events
     assert "(epoch 2)" in events, events
-    _podman("stop", "--time", str(STOP_TIMEOUT), second, timeout=STOP_TIMEOUT + 30)
-    assert _podman("inspect", "--format", "{{.State.ExitCode}}", second).stdout.strip() == "0"
+    podman("stop", "--time", str(STOP_TIMEOUT), second, timeout=STOP_TIMEOUT + 30)
+    assert podman("inspect", "--format", "{{.State.ExitCode}}", second).stdout.strip() == "0"
 
 
 # Names that must appear nowhere in the image: the project's tests, the caches and venv that
@@ -275,16 +218,16 @@ print("\\n".join(hits))
 
 
 def test_the_image_is_small_and_holds_no_tests_caches_or_git(image: str) -> None:
-    size = int(_podman("image", "inspect", "--format", "{{.Size}}", image).stdout)
+    size = int(podman("image", "inspect", "--format", "{{.Size}}", image).stdout)
     print(f"image size {size / 1e6:.0f} MB")
     assert size < MAX_IMAGE_BYTES, f"{size / 1e6:.0f} MB"
-    walk = _podman("run", "--rm", "--network", "none", *RUN, "--entrypoint", "python", image,
-                   "-c", _WALK, ",".join(_FORBIDDEN), "/opt", "/var/lib/tpucared", "/root",
-                   "/tmp", "/etc")  # fmt: skip
+    walk = podman("run", "--rm", "--network", "none", *RUN, "--entrypoint", "python", image,
+                  "-c", _WALK, ",".join(_FORBIDDEN), "/opt", "/var/lib/tpucared", "/root",
+                  "/tmp", "/etc")  # fmt: skip
     assert walk.stdout.strip() == ""
-    listing = _podman("run", "--rm", "--network", "none", *RUN, "--entrypoint", "sh", image,
-                      "-c", "ls -a /; ls -a /var/lib/tpucared; "
-                      "ls /opt/tpucared/lib/python3*/site-packages/tpucared")  # fmt: skip
+    listing = podman("run", "--rm", "--network", "none", *RUN, "--entrypoint", "sh", image,
+                     "-c", "ls -a /; ls -a /var/lib/tpucared; "
+                     "ls /opt/tpucared/lib/python3*/site-packages/tpucared")  # fmt: skip
     assert "wheels" not in listing.stdout.split()
     assert "src" not in listing.stdout.split()
     assert ".cache" not in listing.stdout.split()
@@ -295,19 +238,14 @@ def test_the_build_context_is_what_the_dockerfile_copies(image: str) -> None:
     """The build stage (from the layer cache) holds the copied sources without the bytecode
     caches a checkout that ran the tests has: .dockerignore keeps them out of COPY."""
     stage = f"{image}-build-stage"
-    out = subprocess.run(
-        ["bash", str(IMAGE_SH), stage, "--target", "build"], cwd=REPO, env=_build_env(),
-        capture_output=True,
-        text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert out.returncode == 0, f"{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
+    build(stage, "--target", "build")
     try:
-        walk = _podman("run", "--rm", "--network", "none", *RUN, "--entrypoint", "python",
-                       stage, "-c", _WALK, ",".join((*_FORBIDDEN, "__pycache__", "tests")),
-                       "/src")  # fmt: skip
+        walk = podman("run", "--rm", "--network", "none", *RUN, "--entrypoint", "python",
+                      stage, "-c", _WALK, ",".join((*_FORBIDDEN, "__pycache__", "tests")),
+                      "/src")  # fmt: skip
         assert walk.stdout.strip() == ""
-        top = _podman("run", "--rm", "--network", "none", *RUN, "--entrypoint", "ls", stage,
-                      "-A", "/src/tpucared")  # fmt: skip
+        top = podman("run", "--rm", "--network", "none", *RUN, "--entrypoint", "ls", stage,
+                     "-A", "/src/tpucared")  # fmt: skip
         assert "__init__.py" in top.stdout.split()
     finally:
-        _podman("untag", stage, check=False)
+        podman("untag", stage, check=False)
