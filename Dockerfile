@@ -1,4 +1,5 @@
 # tpucared in a container: `docker run -v tpucared:/var/lib/tpucared -v ./fleet.toml:/etc/tpucared/config.toml:ro tpucared`
+# Built by `make image` (deploy/image.sh, podman), which the tests run: deploy/README.md.
 # Stage 1 builds the wheel; stage 2 installs it into a venv on a slim base, non-root.
 # BASE: any image with python (3.11+), pip and venv; deploy/image.sh passes a locally made
 # Debian one on a machine that cannot pull the official image.

@@ -79,6 +79,7 @@ def podman_names(*containers: str, volumes: tuple[str, ...] = ()) -> Iterator[di
         yield made
     finally:
         for key in reversed(containers):
-            podman("rm", "--force", "--time", "0", made[key], check=False)
+            # --volumes: the anonymous volume of the image's VOLUME, when no named one was mounted
+            podman("rm", "--force", "--volumes", "--time", "0", made[key], check=False)
         for key in volumes:
             podman("volume", "rm", "--force", made[key], check=False)

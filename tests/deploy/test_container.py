@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from container_support import RUN, STOP_TIMEOUT, build, podman, podman_names, wait
+from container_support import REPO, RUN, STOP_TIMEOUT, build, podman, podman_names, wait
 
 MAX_IMAGE_BYTES = 450_000_000  # 378 MB on the local Debian base, ~270 MB on python:3.11-slim
 EMULATOR = "http://127.0.0.1:8471"
@@ -249,3 +249,14 @@ def test_the_build_context_is_what_the_dockerfile_copies(image: str) -> None:
         assert "__init__.py" in top.stdout.split()
     finally:
         podman("untag", stage, check=False)
+
+
+def test_deploy_readme_builds_and_runs_the_image_as_the_tests_do() -> None:
+    text = (REPO / "deploy" / "README.md").read_text()
+    section = text[text.index("## In a container") : text.index("## Dashboards and alerts")]
+    flat = " ".join(section.replace("\\\n", " ").split())
+    assert "make image" in flat
+    assert "podman build --isolation chroot --network host --format docker" in flat
+    assert f"podman run -d --name tpucared {' '.join(RUN)}" in flat
+    script = (REPO / "deploy" / "image.sh").read_text()
+    assert "build_args=(--isolation chroot --network host --format docker" in script

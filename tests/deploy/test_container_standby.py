@@ -25,7 +25,7 @@ import pytest
 from container_support import RUN, STOP_TIMEOUT, podman, podman_names, wait
 from sqlalchemy.engine import URL
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # the first build: the image fixture
 
 LEASE_SECONDS = 3.0
 
