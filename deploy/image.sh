@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the tpucared image from the repository's Dockerfile with podman: `make image`, or
-# `deploy/image.sh [TAG [podman build options...]]` (default localhost/tpucared:latest). tests/deploy/test_container.py
-# builds with it too, so what the README tells a user is what CI builds.
+# `deploy/image.sh [TAG [podman build options...]]` (default localhost/tpucared:latest).
+# tests/deploy/ builds with it too, so what deploy/README.md tells a user is what CI builds.
 #
 # On a machine that cannot pull the Dockerfile's base (python:3.11-slim: no registry reachable),
 # it makes a local one: a minimal Debian with python3, pip and venv (mmdebstrap), imported as
@@ -32,14 +32,12 @@ pick_base() {
     echo "$OFFICIAL_BASE"; return
   fi
   echo "cannot pull $OFFICIAL_BASE: making $LOCAL_BASE with mmdebstrap" >&2
-  local dir
-  dir=$(mktemp -d)
   # minbase + what the Dockerfile runs (python, pip wheel, python -m venv, HTTPS to the index).
   mmdebstrap --quiet --variant=minbase \
     --include=python3,python3-venv,python3-pip,python-is-python3,ca-certificates \
-    bookworm "$dir/base.tar" >&2
-  podman import --quiet --change 'CMD ["/bin/bash"]' "$dir/base.tar" "$LOCAL_BASE" >/dev/null
-  rm -rf "$dir"
+    bookworm "$work/base.tar" >&2
+  podman import --quiet --change 'CMD ["/bin/bash"]' "$work/base.tar" "$LOCAL_BASE" >/dev/null
+  rm -f "$work/base.tar"
   echo "$LOCAL_BASE"
 }
 
@@ -100,9 +98,9 @@ pip_config() {
   done
 }
 
-base=$(pick_base)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+base=$(pick_base)
 build_args=(--isolation chroot --network host --format docker --build-arg "BASE=$base")
 if pip_config "$work/pip.conf"; then
   chmod 0644 "$work/pip.conf"
@@ -112,8 +110,10 @@ fi
 old=$(podman image inspect --format '{{.Id}}' "$TAG" 2>/dev/null || true)
 podman build "${build_args[@]}" "$@" -t "$TAG" .
 new=$(podman image inspect --format '{{.Id}}' "$TAG")
-# A rebuild leaves the previous image untagged: remove it (kept if something still uses it).
-if [ -n "$old" ] && [ "$old" != "$new" ]; then
+# A rebuild leaves the previous image untagged: remove it, unless another tag names it or a
+# container still uses it.
+if [ -n "$old" ] && [ "$old" != "$new" ] &&
+  [ "$(podman image inspect --format '{{len .RepoTags}}' "$old" 2>/dev/null)" = 0 ]; then
   podman rmi "$old" >/dev/null 2>&1 || true
 fi
 echo "built $TAG on $base"
