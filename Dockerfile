@@ -1,13 +1,17 @@
 # tpucared in a container: `docker run -v tpucared:/var/lib/tpucared -v ./fleet.toml:/etc/tpucared/config.toml:ro tpucared`
+# Built by `make image` (deploy/image.sh, podman), which the tests run: deploy/README.md.
 # Stage 1 builds the wheel; stage 2 installs it into a venv on a slim base, non-root.
-FROM python:3.11-slim AS build
+# BASE: any image with python (3.11+), pip and venv; deploy/image.sh passes a locally made
+# Debian one on a machine that cannot pull the official image.
+ARG BASE=python:3.11-slim
+FROM ${BASE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md alembic.ini ./
 COPY tpucared ./tpucared
 COPY migrations ./migrations
 RUN pip wheel --no-deps --wheel-dir /wheels .
 
-FROM python:3.11-slim
+FROM ${BASE}
 RUN useradd --system --create-home --home-dir /var/lib/tpucared --shell /usr/sbin/nologin tpucared
 COPY --from=build /wheels /wheels
 RUN python -m venv /opt/tpucared \

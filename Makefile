@@ -1,10 +1,12 @@
-# tpucared: `make demo` runs the daemon against the built-in emulator; `make test` runs the checks.
+# tpucared: `make demo` runs the daemon against the built-in emulator; `make test` runs the checks;
+# `make image` builds the container image with podman (deploy/image.sh; IMAGE=name:tag to rename).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+IMAGE ?= localhost/tpucared:latest
 
-.PHONY: demo test lint typecheck pytest bench bench-quick clean
+.PHONY: demo test lint typecheck pytest bench bench-quick image clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +35,9 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(BIN)/python -m bench.run --quick
+
+image:
+	bash deploy/image.sh $(IMAGE)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

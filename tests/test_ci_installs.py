@@ -40,6 +40,9 @@ PACKAGE_OF = {
     "initdb": "postgresql",
     "pg_ctl": "postgresql",
     "psql": "postgresql",
+    "podman": "podman",
+    "runc": "runc",
+    "mmdebstrap": "mmdebstrap",
 }
 
 # Essential: yes on Debian, present on every installation; .ci/run need not name them.
@@ -115,7 +118,7 @@ def test_the_scan_finds_the_commands_it_knows_of() -> None:
     found = scanned_commands()
     for command in ("sshd", "ssh", "ssh-keygen", "parallel-ssh", "sqlite3", "git",
                     "systemd-analyze", "shellcheck", "chattr", "dash", "bash",
-                    "initdb", "pg_ctl", "psql"):  # fmt: skip
+                    "initdb", "pg_ctl", "psql", "podman", "runc", "mmdebstrap"):  # fmt: skip
         assert command in found, f"the scan no longer finds {command}"
     assert commands_in('subprocess.run(\n    [\n        "foo",\n        "-x",') == {"foo"}
     assert commands_in('X = "/usr/sbin/bar"\nPopen([X, "-D"])') == {"bar"}

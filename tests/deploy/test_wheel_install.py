@@ -1,4 +1,5 @@
-"""The Dockerfile's install path, without a Docker engine (none runs on our machines).
+"""The Dockerfile's install path, without a container engine (test_container.py builds the
+image itself with podman; this one is quicker to read when only the wheel is wrong).
 
 Does what the image build does: `pip wheel --no-deps .`, then a fresh venv with only that
 wheel (and its dependencies) installed, outside the source tree. From that install:
