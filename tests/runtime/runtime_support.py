@@ -45,9 +45,11 @@ def write_config(
     name: str = "fleet.toml",
     http_port: int | None = None,
     provisioning: str = "direct",
+    workload: Mapping[str, object] | None = None,
 ) -> Path:
     """A config for the daemon against the emulator at `endpoint`; db and key in `directory`;
-    `extra_fleets` is TOML of more tables (more [[fleet]])."""
+    `extra_fleets` is TOML of more tables (more [[fleet]]); `workload` the fleet's workload
+    table."""
     config = daemon_config.against_emulator(
         endpoint,
         daemon_config.fleet(
@@ -57,6 +59,7 @@ def write_config(
             capacity="spot",
             provisioning=provisioning,
             labels={"team": "tests"},
+            **({"workload": dict(workload)} if workload is not None else {}),
         ),
         poll=poll,
         daemon={"http": f"127.0.0.1:{http_port}"} if http_port else {},

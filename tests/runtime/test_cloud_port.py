@@ -174,7 +174,7 @@ async def daemon_on(cloud: FakeCloud, tmp_path: Path) -> AsyncIterator[Daemon]:
         size=1,
         fleet=FLEET,
         poll="200ms",
-        extra_fleets=f"\n[fleet.workload]\nrun = '''{RUN}'''\n",
+        workload={"run": RUN},
     )
     config = load_config(path)
     config = replace(

@@ -177,9 +177,9 @@ def test_the_local_launcher_satisfies_the_port() -> None:
 async def test_the_real_daemon_runs_a_slot_through_another_launcher(
     tmp_path: Path, control: Control
 ) -> None:
-    workload = f"\n[fleet.workload]\nrun = '{RUN}'\n"
-    config = load_config(write_config(tmp_path, control.emulator.url, size=1,
-                                      extra_fleets=workload))  # fmt: skip
+    config = load_config(
+        write_config(tmp_path, control.emulator.url, size=1, workload={"run": RUN})
+    )
     launcher = LocalLauncher(tmp_path / "workers")
     stop = asyncio.Event()
     daemon = asyncio.create_task(
