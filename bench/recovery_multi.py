@@ -140,7 +140,7 @@ def measure(
         (
             int(e.get("dropped", 0))
             for e in events
-            if e["t"] >= preempted and e.get("event") == "tick"
+            if e["t"] >= preempted and e.get("event") == "reconcile.tick"
             and "delete" in (e.get("actions") or {})
         ),
         -1,

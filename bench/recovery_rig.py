@@ -293,7 +293,7 @@ def woken_by(events: list[dict[str, Any]], preempted: float) -> str:
     for e in events:
         if (
             e["t"] >= preempted
-            and e.get("event") == "tick"
+            and e.get("event") == "reconcile.tick"
             and "delete" in (e.get("actions") or {})
         ):
             return str(e.get("reason", "?"))
@@ -316,8 +316,8 @@ def ready_to_run_detail(
 
 
 def is_ready_transition(event: Mapping[str, Any]) -> bool:
-    return event.get("event") == "transition" and "-> ready" in str(event.get("action", ""))
+    return event.get("event") == "action.transition" and "-> ready" in str(event.get("action", ""))
 
 
 def is_launch_tick(event: Mapping[str, Any]) -> bool:
-    return event.get("event") == "tick" and "launch" in (event.get("actions") or {})
+    return event.get("event") == "reconcile.tick" and "launch" in (event.get("actions") or {})

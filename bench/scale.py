@@ -10,7 +10,7 @@ serves: N single-host v5litepod-8 spot nodes, READY, spread over 4 fleets of N/4
 per zone, each node named and labelled as the daemon names and labels its own
 (`tpucared-fleet`, `tpucared-owner`, the daemon's key in `ssh-keys`). The daemon is the real
 `tpucared run -c CONFIG` process (`tpucared.cli.main.main`, with the one logger
-`tpucared.runtime.reconciler` at DEBUG so that ticks that do nothing log their "tick" line
+`tpucared.runtime.reconciler` at DEBUG so that ticks that do nothing log their "reconcile.tick" line
 too; nothing else is logged more) against a fresh database: it finds every node unrecorded,
 adopts them all (what a restart after a lost database looks like), and settles. Convergence
 (daemon start -> every slot READY in its database, and for the probe variant a workload

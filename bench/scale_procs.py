@@ -1,5 +1,5 @@
 """The scale benchmark's processes: the seeded emulator (`python -m bench.scale emulator`),
-the real daemon whose log is followed for its "tick" lines, and what /proc and the daemon's
+the real daemon whose log is followed for its "reconcile.tick" lines, and what /proc and the daemon's
 database say about them. bench/scale.py measures with these; its docstring has the method."""
 
 import argparse
@@ -31,7 +31,7 @@ EMULATOR_MAX_PAGE = 1000  # EmulatorOptions.max_page_size
 
 
 # The daemon with one logger more verbose than `tpucared run` leaves it: the reconciler's
-# "tick" line is logged at debug when the tick did nothing, and those are the ticks measured.
+# "reconcile.tick" line is logged at debug when the tick did nothing, and those are the ticks measured.
 # `--log-level debug` would turn on every library's debug output and distort the CPU figures.
 _DAEMON_BOOT = (
     "import logging, sys; "
@@ -279,7 +279,7 @@ def daemon_config(
 
 
 class DaemonProcess:
-    """The real daemon; its JSON log is followed for "tick" lines."""
+    """The real daemon; its JSON log is followed for "reconcile.tick" lines."""
 
     def __init__(
         self,
@@ -318,18 +318,18 @@ class DaemonProcess:
         return self.process.pid
 
     def poll_log(self) -> list[dict[str, Any]]:
-        """New "tick" lines since the last call (appended to `self.ticks` too)."""
+        """New "reconcile.tick" lines since the last call (appended to `self.ticks` too)."""
         data = self._partial + self._reader.read()
         lines = data.split(b"\n")
         self._partial = lines.pop()
         fresh = []
         for raw in lines:
             self.launched += b'"event": "workload.launched"' in raw
-            if b'"tick"' not in raw:
+            if b'"reconcile.tick"' not in raw:
                 continue
             with contextlib.suppress(ValueError):
                 event = json.loads(raw)
-                if event.get("event") == "tick":
+                if event.get("event") == "reconcile.tick":
                     fresh.append(event)
         self.ticks += fresh
         return fresh

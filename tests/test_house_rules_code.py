@@ -2,6 +2,8 @@
 
 - functions stay short: at most `MAX_LONG` functions of tpucared over `LONG_LINES` lines, none
   over `MAX_FUNCTION_LINES` (a long function is split where its steps are, not squeezed);
+- every log event has a stable dotted name (`zone.list_failed`) and is listed in docs/logs.md,
+  and everything listed there is logged;
 - names in docstrings and comments do not lie: a `something.py` / `.sh` file they mention
   exists in the repository, and a backticked dotted path into a tpucared package
   (`core.planning.tick`, `tpucared.inspect.status.status_lines`) resolves to a module, or
@@ -113,3 +115,88 @@ def test_the_checks_can_fail(tmp_path: Path) -> None:
     assert not resolves("core.gone", _module_names(pkg))
     assert not resolves("core.tick.plan.deeper", _module_names(pkg))
     assert list(long_functions(pkg).values()) == [LONG_LINES + 2]
+
+
+# Log events --------------------------------------------------------------------------------
+
+EVENT_NAME = re.compile(r"[a-z_]+(\.[a-z_]+)+")
+LEVELS = frozenset({"debug", "info", "warning", "error", "exception", "critical"})
+# Events named by an expression, not a literal: the expression's text -> the names it gives
+# (as docs/logs.md lists them). A new one must be added here and documented.
+DYNAMIC_EVENTS: dict[str, frozenset[str]] = {
+    "action.log_event": frozenset({"action.*"}),  # Action.log_event: action.create, ...
+    "event[0]": frozenset({"zone.reachable", "zone.unreachable"}),  # core zone_health's kinds
+    "JOB_FAILED": frozenset({"workload.job_failed"}),
+    "JOB_RECOVERED": frozenset({"workload.job_recovered"}),
+}
+DOCUMENTED = re.compile(r"^\| `([a-z_.*]+)` \|", re.M)
+
+
+def _is_logger_call(func: ast.expr, level_names: set[str]) -> bool:
+    if isinstance(func, ast.Attribute) and func.attr in LEVELS:
+        bound = isinstance(func.value, ast.Name) and func.value.id in level_names  # log.bind()
+        return bound or re.search(r"\blog\b", ast.unparse(func.value)) is not None
+    if isinstance(func, ast.Name):
+        return func.id in level_names
+    return (
+        re.search(r"\blog\.(debug|info|warning|error|exception)\b|getattr\(log", ast.unparse(func))
+        is not None
+    )
+
+
+def logged_events(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Every event the code logs: name (or the expression naming it) -> modules."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        # Names bound to a level method (`level = log.info if ok else log.warning`) or to a
+        # bound logger (`bound = log.bind(fleet=...)`).
+        level_names = {
+            target.id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Assign) and re.search(r"\blog\.", ast.unparse(node.value))
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and node.args and _is_logger_call(node.func, level_names):
+                first = node.args[0]
+                name = first.value if isinstance(first, ast.Constant) else ast.unparse(first)
+                found.setdefault(str(name), set()).add(path.relative_to(root).as_posix())
+    return found
+
+
+def test_log_events_are_dotted_names_and_documented() -> None:
+    documented = set(DOCUMENTED.findall((ROOT / "docs" / "logs.md").read_text()))
+    names: set[str] = set()
+    for event, where in logged_events().items():
+        if event in DYNAMIC_EVENTS:
+            names |= DYNAMIC_EVENTS[event]
+            continue
+        assert EVENT_NAME.fullmatch(event), (
+            f"log event {event!r} ({sorted(where)}) is no dotted name"
+        )
+        names.add(event)
+    assert not names - documented, f"not in docs/logs.md: {sorted(names - documented)}"
+    assert not documented - names, (
+        f"docs/logs.md lists what is not logged: {sorted(documented - names)}"
+    )
+
+
+def test_the_event_check_sees_every_way_of_logging(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "m.py").write_text(
+        "log = get_logger()\n"
+        "def f(ok, n):\n"
+        "    log.info('a.b', x=1)\n"
+        "    level = log.info if ok else log.warning\n"
+        "    level('c.d')\n"
+        "    (log.warning if ok else log.debug)('e.f')\n"
+        "    getattr(log, n)('g.h')\n"
+        "    log.warning('a sentence')\n"
+        "    bound = log.bind(x=1)\n"
+        "    bound.info('i.j')\n"
+        "    print('not.logged')\n"
+    )
+    assert set(logged_events(pkg)) == {"a.b", "c.d", "e.f", "g.h", "i.j", "a sentence"}

@@ -200,7 +200,7 @@ async def test_listening_on_every_interface_is_warned_about(
         with capture_logs() as logs:
             await telemetry.start()
             await telemetry.stop()
-    warnings = [e for e in logs if e["log_level"] == "warning" and "unauthenticated" in e["event"]]
+    warnings = [e for e in logs if e["log_level"] == "warning" and e["event"] == "http.exposed"]
     assert len(warnings) == (1 if warned else 0)
 
 

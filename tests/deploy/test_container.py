@@ -171,7 +171,7 @@ def test_the_image_runs_stops_and_resumes_on_its_volume(
     assert stop_seconds < STOP_TIMEOUT, f"podman stop took {stop_seconds:.1f} s"
     assert podman("inspect", "--format", "{{.State.ExitCode}}", first).stdout.strip() == "0"
     logs = podman("logs", first)
-    assert '"event": "tpucared stopped"' in logs.stdout + logs.stderr
+    assert '"event": "daemon.stopped"' in logs.stdout + logs.stderr
     assert not [r for r in _requests(emulator) if r["method"] == "DELETE"]
     assert _nodes(emulator) == created
 

@@ -115,7 +115,7 @@ async def test_a_fleet_comes_up_dead_nodes_are_replaced_and_sigterm_leaves_it_ru
     assert await daemon.wait(30) == 0
     assert await converged(control, db, 3)
     events = [e["event"] for e in daemon.log_events()]
-    assert "tpucared stopped" in events
+    assert "daemon.stopped" in events
 
 
 async def test_capacity_hunting_retries_on_the_planners_backoff_not_the_poll(

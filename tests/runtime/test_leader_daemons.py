@@ -210,7 +210,7 @@ async def test_a_paused_leader_that_resumes_stands_by_and_calls_nothing(
     _, metrics = await http(pair.ports[0], "/metrics")
     assert "tpucared_leader 0.0" in metrics
     log = a.log_path.read_text(encoding="utf-8", errors="replace")
-    assert "lost the lease" in log
+    assert "lease.lost" in log
     for daemon in (a, b):
         daemon.signal(signal.SIGTERM)
     assert [await a.wait(30), await b.wait(30)] == [0, 0]

@@ -119,7 +119,7 @@ async def test_news_reaches_both_formats_once_and_the_secret_stays_secret(
     assert receiver.answered[:2] == [500, 500]  # the first post was retried until it landed
 
     logged = log.read_text()
-    assert "notify: sent" in logged
+    assert "notify.sent" in logged
     assert "s3cr3tT0ken" not in logged
     with sqlite3.connect(tmp_path / "state.db") as db:
         dump = "\n".join(db.iterdump())

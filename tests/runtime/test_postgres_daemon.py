@@ -70,7 +70,7 @@ async def test_the_daemon_runs_a_fleet_on_postgres(
         daemon.signal(signal.SIGTERM)
         assert await daemon.wait(30) == 0
         log = daemon.log_path.read_text(encoding="utf-8", errors="replace")
-        assert "tpucared stopped" in log
+        assert "daemon.stopped" in log
         assert PASSWORD not in log
         assert f"{PASSWORD_USER}:***@" in log  # the URL it logged, password hidden
     finally:

@@ -87,7 +87,7 @@ def test_a_vanished_socket_raises_nothing_and_warns_once(
         assert notifier.notify(WATCHDOG=1) is False
         assert notifier.notify(WATCHDOG=1) is False
     assert [(e["log_level"], e["event"]) for e in logs] == [
-        ("warning", "cannot notify systemd; carrying on without it")
+        ("warning", "systemd.notify_failed")
     ]
     notifier.close()
     fresh = Notifier({"NOTIFY_SOCKET": str(path)})

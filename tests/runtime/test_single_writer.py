@@ -120,7 +120,7 @@ async def test_a_second_daemon_refuses_in_one_line_and_changes_nothing(
 
     assert code == 2, err
     assert err.splitlines() == [f"tpucared: another tpucared (pid {first.pid}) holds {db}"]
-    assert "database ready" not in log_events(out)  # stopped before migrating or opening
+    assert "database.ready" not in log_events(out)  # stopped before migrating or opening
     assert after == before  # no interrupted calls recorded, no event, nothing
     assert all(r["error"] is None for r in live_nodes(db).values())
     assert first.process is not None
@@ -149,7 +149,7 @@ async def test_the_lock_dies_with_its_process(
     second = await daemons(config).start()
 
     async def serving() -> bool:
-        return "database ready" in [e.get("event") for e in second.log_events()]
+        return "database.ready" in [e.get("event") for e in second.log_events()]
 
     await wait_for(serving, SLOW, "the second daemon past its lock")
     assert second.process is not None
@@ -229,12 +229,12 @@ async def test_a_term_during_start_up_is_a_clean_stop(
     daemon = await daemons(config).start()
 
     async def starting() -> bool:
-        return "tpucared starting" in [e.get("event") for e in daemon.log_events()]
+        return "daemon.starting" in [e.get("event") for e in daemon.log_events()]
 
     await wait_for(starting, SLOW, "the daemon's first line")
     daemon.signal(signal.SIGTERM)
     assert await daemon.wait(30) == 0
-    assert "tpucared stopped" in [e.get("event") for e in daemon.log_events()]
+    assert "daemon.stopped" in [e.get("event") for e in daemon.log_events()]
     lock = tmp_path / "state.db.lock"
     assert not lock.exists() or lock.read_text() == ""
 
@@ -257,7 +257,7 @@ async def test_two_daemons_started_together_on_a_fresh_file(
     lines = [
         line
         for line in loser.log_path.read_text().splitlines()
-        if not line.startswith("{")  # its JSON log lines ("tpucared starting")
+        if not line.startswith("{")  # its JSON log lines ("daemon.starting")
     ]
     assert lines == [f"tpucared: another tpucared (pid {winner.pid}) holds {db}"]
     await wait_for(lambda: converged(control, db, 1), SLOW, "the winner running the fleet")

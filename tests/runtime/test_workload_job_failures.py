@@ -117,12 +117,12 @@ async def test_a_failing_launch_is_contained_to_its_slot_and_retried_after_a_bac
             h.daemon.stop.set()
             await loop
 
-        # Logged once (with the traceback), never as the TaskSet's "background task failed".
+        # Logged once (with the traceback), never as the TaskSet's "task.background_failed".
         failed = [e for e in logs if e["event"] == "workload.job_failed"]
         assert len(failed) == 1, failed
         assert (failed[0]["fleet"], failed[0]["slot"], failed[0]["job"]) == (FLEET, 1, "launch")
         assert failed[0]["exc_info"] is not None
-        assert not [e for e in logs if e["event"] == "background task failed"]
+        assert not [e for e in logs if e["event"] == "task.background_failed"]
 
 
 async def test_a_streak_the_last_run_left_is_ended_by_the_next_success(

@@ -377,7 +377,7 @@ async def test_tpucared_run_on_a_broken_database_prints_one_line_and_exits_2(
         assert _state(db) == before
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [f"tpucared: {case.message(db)}"]
-    assert "database ready" not in done.stdout  # stopped before the store was opened
+    assert "database.ready" not in done.stdout  # stopped before the store was opened
     assert not (tmp_path / "id_ed25519").exists()
 
 

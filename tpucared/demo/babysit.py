@@ -342,7 +342,7 @@ class _Output:
             errors.write(str(exc))
         if errors.getvalue().strip():
             # Usually the node went away (preempted, deleted): the events say so already.
-            log.info("babysit: stopped following the command's output",
+            log.info("babysit.output_unfollowed",
                         attempt=attempt, why=errors.getvalue().strip())  # fmt: skip
 
     async def stop(self) -> None:

@@ -123,7 +123,7 @@ async def call_with_retry(
             if delay is None:
                 raise
             log.warning(
-                "tpu api call failed, retrying",
+                "api.retrying",
                 call=what,
                 attempt=f"{attempt}/{policy.max_attempts}",
                 kind=error.kind.value,

@@ -143,7 +143,7 @@ class WebhookSender:
             queue.get_nowait()
             queue.task_done()
             self.dropped += 1
-            log.warning("notify: queue full, oldest post dropped", webhook=hook.name,
+            log.warning("notify.dropped", hint="queue full, oldest post dropped", webhook=hook.name,
                         dropped=self.dropped)  # fmt: skip
         queue.put_nowait(post)
 
@@ -179,14 +179,14 @@ class WebhookSender:
             failed, why, retry_after = await self._post(hook, payload)
             if failed is None:
                 self.sent += 1
-                log.info("notify: sent", webhook=hook.name, kind=post[0].kind.value,
+                log.info("notify.sent", webhook=hook.name, kind=post[0].kind.value,
                          news=len(post), tries=tries)  # fmt: skip
                 return
             pause = RETRY.pause(
                 failed, tries, random.random, retry_after=retry_after, elapsed=loop.time() - started
             )
             if pause is None:
-                log.warning("notify: not delivered", webhook=hook.name, reason=why, tries=tries)
+                log.warning("notify.failed", webhook=hook.name, reason=why, tries=tries)
                 return
             await asyncio.sleep(pause)
 

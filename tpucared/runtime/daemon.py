@@ -189,9 +189,9 @@ class Daemon:
         try:
             await supervise(roots, self.stop, self.clock)
         except* LeaseLost as group:  # a fenced write: no failure, this term is over
-            log.info("the lease was lost: this term ends", why=str(group.exceptions[0]))
+            log.info("term.lease_lost", why=str(group.exceptions[0]))
         except* Exception as group:
-            log.error("stopping after a failure", errors=[repr(e) for e in group.exceptions])
+            log.error("daemon.failed", errors=[repr(e) for e in group.exceptions])
             code = 1
         within = drain_timeout() if callable(drain_timeout) else drain_timeout
         drains = [self.tasks.drain(self.clock, within)]
@@ -200,13 +200,14 @@ class Daemon:
         cancelled, *chains = await asyncio.gather(*drains)
         if cancelled:
             log.warning(
-                "cloud calls cut short; their intent is recorded and the next run resumes",
+                "stop.cloud_calls_cut",
+                hint="their intent is recorded and the next run resumes",
                 cancelled=cancelled,
             )
         if any(chains):
             log.warning(
-                "workload actions cut short; a launch is recorded before it starts, so the "
-                "next run resumes or ends it",
+                "stop.workload_actions_cut",
+                hint="a launch is recorded before it starts, so the next run resumes or ends it",
                 cancelled=sum(chains),
             )
         if self.failures:
@@ -237,7 +238,7 @@ async def run_daemon(
     stopping = asyncio.Event()
     with TwoStageSignals(stopping) if handle_signals else contextlib.nullcontext():
         log.info(
-            "tpucared starting",
+            "daemon.starting",
             version=__version__,
             config=str(config.path),
             db=shown(config.daemon.db),
@@ -255,7 +256,7 @@ async def run_daemon(
             drain_timeout=drain_timeout,
             launcher=launcher,
         )
-    log.info("tpucared stopped", exit_code=code)
+    log.info("daemon.stopped", exit_code=code)
     return code
 
 
@@ -278,7 +279,7 @@ async def _started_and_run(
     except WebhookConfigError as exc:
         raise StartupError(f"{config.path}: {exc}") from None
     async with open_resources(config, clock=clock, single_writer=True) as res:
-        log.info("database ready", revision=res.revision)
+        log.info("database.ready", revision=res.revision)
         telemetry = Telemetry(config, res.store, res.clock)
         res.stack.push_async_callback(telemetry.stop)
         run = await _wired(config, res, tokens, telemetry, webhooks, launcher)
@@ -455,8 +456,9 @@ async def _warn_about_unconfigured(store: Store, config: Config) -> None:
             continue
         live = [n.node_name for n in snapshot.nodes.values() if n.fleet == fleet.name]
         log.warning(
-            "fleet not in the config: its nodes are left alone "
-            "(add it back, or run `tpucared down` for it, to delete them)",
+            "fleet.unconfigured",
+            hint="its nodes are left alone (add it back, or run `tpucared down` for it, "
+            "to delete them)",
             fleet=fleet.name,
             live_nodes=live,
         )

@@ -133,7 +133,7 @@ async def _mark_down(
             await tx.set_fleet_down(
                 name, True, now, reason=f"tpucared down: deleting every node of fleet {name}"
             )
-            log.info("fleet marked down", fleet=name)
+            log.info("fleet.marked_down", fleet=name)
 
 
 async def up(config: Config, fleets: Sequence[str], *, clock: Clock | None = None) -> list[str]:

@@ -103,7 +103,7 @@ class LeaseKeeper:
         except Exception as exc:  # the keeper must outlive any one attempt
             # A database down, a driver's own error class, a bug: all the same here. The next
             # attempt retries; the local deadline ends a leader's term meanwhile.
-            log.warning("lease attempt failed", role=str(self.role), error=repr(exc))
+            log.warning("lease.attempt_failed", role=str(self.role), error=repr(exc))
             self._expire_locally()
             return
         self.lease = result.lease
@@ -132,7 +132,7 @@ class LeaseKeeper:
         self.fence.epoch = epoch
         self.lost = asyncio.Event()
         self.leading.set()
-        log.info("leading", epoch=epoch, host=self.me.host, pid=self.me.pid)
+        log.info("lease.leading", epoch=epoch, host=self.me.host, pid=self.me.pid)
         if self._on_role is not None:
             self._on_role(self.role, epoch)
 
@@ -140,7 +140,7 @@ class LeaseKeeper:
         if self.role is not Role.LEADER:
             return
         self.role = check_role_change(self.role, Role.STANDBY)
-        log.warning("lost the lease: standing by", epoch=self.epoch, why=why)
+        log.warning("lease.lost", epoch=self.epoch, why=why)
         self.fence.epoch = None
         self.deadline = None
         self.leading.clear()
@@ -187,6 +187,6 @@ class LeaseKeeper:
             async with self.store.write(fenced=False) as tx:
                 released = await tx.release_lease(self.me, epoch)
         except Exception as exc:  # the stop goes on: an unreleased lease expires by itself
-            log.warning("could not release the lease; it expires by itself", error=repr(exc))
+            log.warning("lease.release_failed", hint="it expires by itself", error=repr(exc))
             return
-        log.info("released the lease" if released else "the lease was no longer ours", epoch=epoch)
+        log.info("lease.released", epoch=epoch, ours=released)

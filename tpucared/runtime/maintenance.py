@@ -61,7 +61,7 @@ class Maintenance:
             try:
                 await self.prune(stop)
             except Exception as exc:  # a maintenance failure is never the daemon's end
-                log.warning("maintenance pass failed; trying again later", error=str(exc))
+                log.warning("maintenance.failed", hint="trying again later", error=str(exc))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self._interval)
 
@@ -80,7 +80,7 @@ class Maintenance:
         done.pins = await self._batches(lambda tx: tx.clear_pins(ENDED_PHASES, self._batch), stop)
         if done.events or done.zones or done.pins:
             log.info(
-                "maintenance: pruned",
+                "maintenance.pruned",
                 events=done.events,
                 stale_zones=done.zones,
                 ended_pins=done.pins,

@@ -61,7 +61,7 @@ class Notifications:
                 stock = rules.stockout_news(self._waiting, hook.spec.stockout_after, now)
                 self._dispatch(hook, [*found, *stock], now)
         except Exception as exc:  # never the tick's problem
-            log.warning("notify: gathering news failed", error=str(exc))
+            log.warning("notify.gather_failed", error=str(exc))
 
     async def watch(self, stop: asyncio.Event) -> None:
         """A root task: the health verdict every few seconds, ticks or not."""

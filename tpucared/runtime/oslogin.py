@@ -80,9 +80,9 @@ class OsLoginKeeper:
             try:
                 await self.oslogin.delete_key(self.account, k.fingerprint)
             except CloudError as exc:  # tried again at the next renewal
-                log.warning("os login: stale key not deleted", error=str(exc))
+                log.warning("oslogin.stale_key_delete_failed", error=str(exc))
             else:
-                log.info("os login: stale key deleted", fingerprint=k.fingerprint[:16])
+                log.info("oslogin.stale_key_deleted", fingerprint=k.fingerprint[:16])
 
     def _renew_in(self) -> float:
         if self.expires is None:
@@ -103,12 +103,12 @@ class OsLoginKeeper:
             except CloudError as exc:
                 left = (self.expires - self.clock.now()).total_seconds() if self.expires else 0
                 log.warning(
-                    "os login: key renewal failed", error=str(exc), key_expires_in_s=round(left)
+                    "oslogin.key_renewal_failed", error=str(exc), key_expires_in_s=round(left)
                 )
                 wait = RETRY_S
                 continue
             self.renewals += 1
-            log.info("os login: key renewed", user=self.username)
+            log.info("oslogin.key_renewed", user=self.username)
             wait = self._renew_in()
 
 
@@ -154,7 +154,7 @@ async def start_os_login(
                 f"{exc} (the account needs roles/compute.osAdminLogin or roles/compute.osLogin)"
             ) from exc
         raise
-    log.info("os login: key imported", account=account, user=user)
+    log.info("oslogin.key_imported", account=account, user=user)
     return keeper
 
 

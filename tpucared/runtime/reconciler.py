@@ -278,6 +278,6 @@ def _log_tick(tick: Tick) -> None:
         fields["next_hold_lifts"] = lifts.isoformat(timespec="milliseconds")
     # The canonical line: at info only when the tick did something.
     if tick.plan.actions:
-        log.info("tick", **fields)
+        log.info("reconcile.tick", **fields)
     else:
-        log.debug("tick", **fields)
+        log.debug("reconcile.tick", **fields)

@@ -63,7 +63,8 @@ class Notifier:
             if not self._failed:
                 self._failed = True
                 log.warning(
-                    "cannot notify systemd; carrying on without it",
+                    "systemd.notify_failed",
+                    hint="carrying on without it",
                     socket=self.socket_name,
                     error=str(exc),
                 )

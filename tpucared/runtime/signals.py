@@ -59,13 +59,14 @@ class TwoStageSignals:
         if self._received is None:
             self._received = sig
             log.info(
-                "stopping: no new work, letting calls in flight finish; "
-                "send the signal again to exit at once (nodes are left running either way)",
+                "signal.stopping",
+                hint="no new work, letting calls in flight finish; send the signal again to exit "
+                "at once (nodes are left running either way)",
                 signal=sig.name,
             )
             self._stop.set()
             return
-        log.warning("second signal: exiting at once", signal=sig.name)
+        log.warning("signal.second", hint="exiting at once", signal=sig.name)
         sys.stdout.flush()
         sys.stderr.flush()
         self._exit_now(128 + int(sig))

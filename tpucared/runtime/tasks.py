@@ -49,28 +49,28 @@ async def supervise(
         try:
             await root()
         except asyncio.CancelledError:
-            log.warning("root task cancelled", task=name)
+            log.warning("task.cancelled", task=name)
             raise
         except LeaseLost as exc:  # a fenced write (runtime/leader.py): the term ends, no bug
-            log.info("root task stopped: this process no longer leads", task=name, why=str(exc))
+            log.info("task.stopped_not_leading", task=name, why=str(exc))
             stop.set()
             raise
         except Exception:
-            log.exception("root task died; stopping the daemon", task=name)
+            log.exception("task.died", hint="stopping the daemon", task=name)
             stop.set()
             raise
         if not stop.is_set():
-            log.error("root task ended on its own; stopping the daemon", task=name)
+            log.error("task.ended", hint="stopping the daemon", task=name)
             stop.set()
             raise RootTaskDied(name)
-        log.debug("root task done", task=name)
+        log.debug("task.done", task=name)
 
     async def deadline(tasks: list[asyncio.Task[None]]) -> None:
         await stop.wait()
         await clock.sleep(grace)
         for task in tasks:
             if not task.done():
-                log.error("root task still running after stop; cancelling it", task=task.get_name())
+                log.error("task.straggler_cancelled", task=task.get_name())
                 task.cancel()
 
     watchdog: asyncio.Task[None] | None = None
@@ -108,14 +108,14 @@ class TaskSet:
             return
         exc = task.exception()
         if exc is not None:
-            log.error("background task failed", task=task.get_name(), exc_info=exc)
+            log.error("task.background_failed", task=task.get_name(), exc_info=exc)
             self._on_failure(exc)
 
     async def drain(self, clock: Clock, within: float) -> int:
         """Wait up to `within` seconds for every task; cancel what is left. Returns how
         many were cancelled."""
         if self._tasks:
-            log.info(f"waiting for {self._what} in flight", calls=len(self._tasks), within_s=within)
+            log.info("tasks.draining", what=self._what, calls=len(self._tasks), within_s=within)
         sleeper = asyncio.ensure_future(clock.sleep(within))
         try:
             while self._tasks and not sleeper.done():
@@ -129,7 +129,7 @@ class TaskSet:
     async def cancel(self) -> int:
         left = [t for t in self._tasks if not t.done()]
         for task in left:
-            log.warning(f"cancelling {self._what} still in flight", task=task.get_name())
+            log.warning("tasks.cancelled", what=self._what, task=task.get_name())
             task.cancel()
         if left:
             await asyncio.gather(*left, return_exceptions=True)

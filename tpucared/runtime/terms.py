@@ -59,7 +59,9 @@ async def lead_while_elected(
                     code = await term(lost)
                     if not lost.is_set() or stopped.is_set():
                         break
-                    log.info("standing by: another tpucared leads now", epoch=keeper.epoch)
+                    log.info(
+                        "term.standing_by", hint="another tpucared leads now", epoch=keeper.epoch
+                    )
                     code = 0
             finally:
                 stopped.set()  # the keeper's loop ends: a term that ended ends the process
@@ -81,7 +83,7 @@ async def keep_warm(
             try:
                 await read()
             except Exception as exc:  # a database briefly away: the next read tries again
-                log.debug("standby: could not read the snapshot", error=repr(exc))
+                log.debug("standby.snapshot_failed", error=repr(exc))
         try:
             async with asyncio.timeout(every):
                 await stopped.wait()

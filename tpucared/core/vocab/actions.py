@@ -140,6 +140,12 @@ class Action:
     kind: ClassVar[str] = "action"
     reason: str  # for people: why the planner wants this, recorded with the event
 
+    @property
+    def log_event(self) -> str:
+        """The action's stable log event name (docs/daemon.md, "Log events"): `action.create`,
+        `action.delete`, `action.hold_slices`, ..."""
+        return f"action.{self.kind.replace('-', '_')}"
+
     def subject(self) -> str:
         """What the action is about, e.g. a node name, for one-line rendering."""
         return ""

@@ -171,7 +171,7 @@ class TpuClient(QueuedResourceCalls):
     def _record(self, call: str, status: str, started: float) -> None:
         self.request_counts[(call, status)] += 1
         seconds = self._clock() - started
-        log.debug("tpu api request", call=call, status=status, seconds=round(seconds, 4))
+        log.debug("api.request", call=call, status=status, seconds=round(seconds, 4))
         if self._on_request is not None:
             self._on_request(call, status, seconds)
 
@@ -212,7 +212,7 @@ class TpuClient(QueuedResourceCalls):
             if status == 401 and round_ == 1 and authorization is not None:
                 # Tokens can be revoked or expire early: refresh once before calling it a
                 # permission problem. This is not a retry and costs no attempt.
-                log.info("tpu api answered 401, refreshing the token", call=call)
+                log.info("api.token_refresh", call=call)
                 await self._tokens.invalidate(authorization)
                 continue
             return read(status, text, response_headers, method=method, url=url)

@@ -87,7 +87,7 @@ async def observe_zone(
             queued = tuple(queued_resource_from_json(zone, item) for item in raw_queued)
     except ApiError as error:
         log.warning(
-            "zone observation failed",
+            "zone.list_failed",
             project=project,
             zone=zone,
             kind=error.kind.value,
@@ -99,7 +99,7 @@ async def observe_zone(
     except (ValueError, RecursionError) as error:
         # A resource we cannot read: report the zone as unreadable rather than drop it and
         # let the planner think it vanished (or is not ours).
-        log.warning("zone observation unreadable", project=project, zone=zone, error=str(error))
+        log.warning("zone.list_unreadable", project=project, zone=zone, error=str(error))
         return ZoneObservation(
             zone=zone,
             observed_at=now,

@@ -262,7 +262,9 @@ class CloudCalls:
             recorded = False
         _log_action(action, "accepted", operation=op.name, latency_s=self._since(started))
         if not recorded:
-            log.info("create outcome not recorded: the incarnation moved on", incarnation=inc.id)
+            log.info(
+                "call.create_outcome_stale", hint="the incarnation moved on", incarnation=inc.id
+            )
         # Watched even when not recorded: the create attempt is still worth recording.
         self._watcher.watch(op, inc, "create", started_at=started_at, started=started)
 
@@ -398,14 +400,14 @@ class CloudCalls:
 def _not_leading(action: CreateNode | DeleteNode, exc: LeaseLost) -> None:
     """The lease was lost before the call, or before its outcome was recorded: the intent
     stays as recorded, and the next leader records it interrupted and reconciles it."""
-    log.info(f"{action.kind} left to the next leader", action=action.summary(), why=str(exc))
+    log.info("call.left_to_next_leader", action=action.summary(), why=str(exc))
 
 
 def _log_action(action: CreateNode | DeleteNode, outcome: str, **fields: object) -> None:
     """The canonical line of a create or delete: what, why, and how the call ended."""
     level = log.info if outcome == "accepted" else log.warning
     level(
-        action.kind,
+        action.log_event,
         action=action.summary(),
         reason=action.reason,
         outcome=outcome,
@@ -448,6 +450,6 @@ async def record_interrupted_calls(store: Store, clock: Clock) -> list[Incarnati
                     )
         except StaleWrite:
             continue
-        log.info("recorded a call interrupted by the last stop", node=inc.node_name, call=what)
+        log.info("call.interrupted", node=inc.node_name, call=what)
         changed.append(inc)
     return changed

@@ -170,7 +170,7 @@ class Executor:
             return f"skipped: {exc}"
         except IllegalTransition as exc:
             # A planner bug; skipping keeps every other slot working while it is fixed.
-            log.error("the plan asked for an illegal transition", error=str(exc))
+            log.error("plan.illegal_transition", error=str(exc))
             return f"skipped: {exc}"
 
     def _log(self, action: Action, outcome: str) -> None:
@@ -178,11 +178,13 @@ class Executor:
             _log_notice(action)
         elif isinstance(action, CreateNode | DeleteNode) and outcome == DONE:
             # The canonical line comes when the call ends (calls.py); this is its intent.
-            log.debug(action.kind, action=action.summary(), reason=action.reason, outcome="intent")
+            log.debug(
+                action.log_event, action=action.summary(), reason=action.reason, outcome="intent"
+            )
         else:
             expected = outcome == DONE or outcome.startswith((STALE, POSTPONED))
             level = log.info if expected else log.warning
-            level(action.kind, action=action.summary(), reason=action.reason, outcome=outcome)
+            level(action.log_event, action=action.summary(), reason=action.reason, outcome=outcome)
 
     async def _call(self, action: CreateNode | DeleteNode, now: datetime) -> str:
         match action:
@@ -305,7 +307,7 @@ def _runs(batch: list[Action]) -> list[list[Action]]:
 def _refused(refusal: StaleWrite | IllegalTransition) -> str:
     if isinstance(refusal, StaleWrite):
         return f"{STALE}: {refusal}"
-    log.error("the plan asked for an illegal transition", error=str(refusal))
+    log.error("plan.illegal_transition", error=str(refusal))
     return f"skipped: {refusal}"
 
 
@@ -334,4 +336,4 @@ _SEVERITY_LEVEL = {Severity.INFO: "info", Severity.WARNING: "warning", Severity.
 
 
 def _log_notice(notice: Notice) -> None:
-    getattr(log, _SEVERITY_LEVEL[notice.severity])("notice", key=notice.key, message=notice.reason)
+    getattr(log, _SEVERITY_LEVEL[notice.severity])("plan.notice", key=notice.key, message=notice.reason)

@@ -168,7 +168,7 @@ class OperationWatcher:
                 continue
             verb = outcomes.operation_verb(inc.phase)
             log.info(
-                "watching an operation recorded earlier",
+                "operation.resumed",
                 node=inc.node_name,
                 incarnation=inc.id,
                 operation=name,
@@ -198,14 +198,15 @@ class OperationWatcher:
                 # The API forgot it (operations expire): its outcome is unknowable; the
                 # planner goes by what the lists show.
                 log.warning(
-                    "operation not found; forgetting it", operation=w.name, node=w.node_name
+                    "operation.not_found", hint="forgetting it", operation=w.name, node=w.node_name
                 )
                 await self._finish(w, None)
                 return
             w.failures += 1
             w.next_poll = self._clock.monotonic() + self._schedule.after(w.polls, w.failures)
             log.warning(
-                "polling an operation failed; trying again",
+                "operation.poll_failed",
+                hint="trying again",
                 operation=w.name,
                 node=w.node_name,
                 kind=error.kind.value,
@@ -253,7 +254,8 @@ class OperationWatcher:
             self._on_attempt(attempt)
         self._forget(w.name)
         log.info(
-            f"{verb} operation finished",
+            "operation.finished",
+            verb=verb,
             fleet=w.fleet,
             slot=w.slot,
             node=w.node_name,

@@ -72,7 +72,7 @@ class Telemetry:
         try:
             await self.metrics.refresh(self._store, self._clock.now())
         except Exception:
-            log.exception("refreshing the metrics failed; the daemon carries on")
+            log.exception("metrics.refresh_failed", hint="the daemon carries on")
 
     async def start(self) -> None:
         daemon = self._config.daemon
@@ -80,8 +80,9 @@ class Telemetry:
             # /v1/status names every node and slot, /metrics the fleet's shape: no
             # authentication guards them, so reaching them from the network is a choice.
             log.warning(
-                "daemon.http listens on every interface; /v1/status and /metrics are "
-                "unauthenticated: bind 127.0.0.1 or firewall the port",
+                "http.exposed",
+                hint="/v1/status and /metrics are unauthenticated: "
+                "bind 127.0.0.1 or firewall the port",
                 host=daemon.http_host,
                 port=daemon.http_port,
             )

@@ -158,7 +158,7 @@ async def start_http(
         await runner.cleanup()  # e.g. the port is taken: leave nothing half-open
         raise
     bound_port = int(runner.addresses[0][1])
-    log.info("http serving", host=host, port=bound_port)
+    log.info("http.serving", host=host, port=bound_port)
     return HttpServer(runner, host, bound_port)
 
 
@@ -187,7 +187,7 @@ def _status(status: StatusSource) -> Handler:
             document = await status()
         except Exception as exc:
             # A JSON error for scripts, rather than aiohttp's HTML page; the log has the trace.
-            log.exception("status read failed")
+            log.exception("http.status_failed")
             return web.json_response({"error": f"status read failed: {exc}"}, status=500)
         return web.json_response(document)
 

@@ -124,7 +124,7 @@ class NoticeWatches:
         except asyncio.CancelledError:
             raise
         except Exception:  # contained: the poll's probes still find the notice
-            log.exception("notice watch failed", fleet=job.key[0], slot=job.key[1])
+            log.exception("notice.watch_failed", fleet=job.key[0], slot=job.key[1])
         finally:
             self._over.add(watched)
             with contextlib.suppress(KeyError):
@@ -138,7 +138,7 @@ class NoticeWatches:
         while True:
             result = await self._runner.wait_notice(job, what, seconds, part=part)
             if isinstance(result, str):
-                log.debug("notice wait failed", fleet=job.key[0], slot=job.key[1], why=result)
+                log.debug("notice.wait_failed", fleet=job.key[0], slot=job.key[1], why=result)
                 await asyncio.sleep(self._retry_s)
                 continue
             if result.state is NoticeState.ENDED:
@@ -154,7 +154,7 @@ class NoticeWatches:
         also = ""
         if len(job.parts) > 1:
             also = f", and so did {sent} run(s) on the job's other slices"
-        log.warning("preemption notice", fleet=fleet, slot=slot, node=inc.node_name,
+        log.warning("preemption.notice", fleet=fleet, slot=slot, node=inc.node_name,
                     at=when.isoformat(), signalled_other_slices=sent)  # fmt: skip
         async with self._store.write() as tx:
             await tx.append_event(
