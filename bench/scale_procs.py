@@ -1,6 +1,7 @@
 """The scale benchmark's processes: the seeded emulator (`python -m bench.scale emulator`),
-the real daemon whose log is followed for its "reconcile.tick" lines, and what /proc and the daemon's
-database say about them. bench/scale.py measures with these; its docstring has the method."""
+the real daemon whose log is followed for its "reconcile.tick" lines, and what /proc and the
+daemon's database say about them. bench/scale.py measures with these; its docstring has the
+method."""
 
 import argparse
 import asyncio
@@ -31,7 +32,8 @@ EMULATOR_MAX_PAGE = 1000  # EmulatorOptions.max_page_size
 
 
 # The daemon with one logger more verbose than `tpucared run` leaves it: the reconciler's
-# "reconcile.tick" line is logged at debug when the tick did nothing, and those are the ticks measured.
+# "reconcile.tick" line is logged at debug when the tick did nothing, and those are the ticks
+# measured.
 # `--log-level debug` would turn on every library's debug output and distort the CPU figures.
 _DAEMON_BOOT = (
     "import logging, sys; "

@@ -86,9 +86,7 @@ def test_a_vanished_socket_raises_nothing_and_warns_once(
     with structlog.testing.capture_logs() as logs:
         assert notifier.notify(WATCHDOG=1) is False
         assert notifier.notify(WATCHDOG=1) is False
-    assert [(e["log_level"], e["event"]) for e in logs] == [
-        ("warning", "systemd.notify_failed")
-    ]
+    assert [(e["log_level"], e["event"]) for e in logs] == [("warning", "systemd.notify_failed")]
     notifier.close()
     fresh = Notifier({"NOTIFY_SOCKET": str(path)})
     assert fresh.notify(READY=1) is False

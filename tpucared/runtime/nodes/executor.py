@@ -336,4 +336,5 @@ _SEVERITY_LEVEL = {Severity.INFO: "info", Severity.WARNING: "warning", Severity.
 
 
 def _log_notice(notice: Notice) -> None:
-    getattr(log, _SEVERITY_LEVEL[notice.severity])("plan.notice", key=notice.key, message=notice.reason)
+    level = getattr(log, _SEVERITY_LEVEL[notice.severity])
+    level("plan.notice", key=notice.key, message=notice.reason)
