@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from tpucared.config import Config
 from tpucared.core.model.specs import DEFAULT_API, FleetSpec
 from tpucared.gcp import TokenSource
+from tpucared.gcp.tpu.cloud import API as TPU_API
 from tpucared.gcp.tpu.cloud import TpuCloud
 from tpucared.ports.cloud import Cloud, Clouds
 
@@ -29,7 +30,7 @@ def _tpu(config: Config, tokens: TokenSource, on_request: RequestHook | None) ->
 
 
 # Every cloud API tpucared speaks, by `FleetSpec.api`.
-CONNECTORS: Mapping[str, Connector] = {"tpu": _tpu}
+CONNECTORS: Mapping[str, Connector] = {TPU_API: _tpu}
 
 
 def connect_clouds(
