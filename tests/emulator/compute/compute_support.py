@@ -9,15 +9,18 @@ serves on the test's event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
+import aiohttp
+from emulator_http import Http
 from google.api_core.extended_operation import ExtendedOperation
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
-from tpucared.emulator import EmulatorServer
+from tpucared.emulator import EmulatorServer, running_emulator
 
 P, Z = "proof", "us-central1-c"
 MT = "tpu7x-standard-4t"
@@ -78,3 +81,33 @@ def body(name: str, *, action: str = "STOP", owner: str = "test", **extra: Any) 
 def instance(name: str, **kwargs: Any) -> compute_v1.Instance:
     """`body()` as the official client's message."""
     return compute_v1.Instance.from_json(json.dumps(body(name, **kwargs)))
+
+
+async def wait_status(http: Http, name: str, status: str | None) -> dict[str, Any] | None:
+    """Poll instances.get until `status` (None: until it is gone, 404)."""
+    for _ in range(250):
+        code, payload = await http("GET", f"{ZONE}/instances/{name}")
+        if status is None and code == 404:
+            return None
+        if code == 200 and payload["status"] == status:
+            return dict(payload)
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{name} never became {status or 'gone'}")
+
+
+async def running(http: Http, name: str, **kwargs: Any) -> dict[str, Any]:
+    """Insert an instance (raw HTTP) and wait until it is RUNNING."""
+    await http.ok("POST", f"{ZONE}/instances", body(name, **kwargs))
+    vm = await wait_status(http, name, "RUNNING")
+    assert vm is not None
+    return vm
+
+
+@contextlib.asynccontextmanager
+async def emulator_with(**options: Any) -> AsyncIterator[Http]:
+    """The raw-HTTP helper on an emulator of its own, with fast timing and these options."""
+    async with (
+        running_emulator(**{"create_seconds": 0.1, "delete_seconds": 0.05, **options}) as server,
+        aiohttp.ClientSession() as session,
+    ):
+        yield Http(server.url, session)
