@@ -104,6 +104,9 @@ class EmulatorOptions:
     # Unconfirmed (row 9): how long a preempted VM is STOPPING before it is TERMINATED (STOP)
     # or gone (DELETE); the real ACPI window is 30 s for spot VMs. None: delete_seconds.
     compute_stopping_seconds: float | None = None
+    # Unconfirmed (row 10): whether a spot VM's scheduling.preemptionNoticeDuration gives a
+    # notice (instance/preempted TRUE that long) before a preemption that brings none itself.
+    compute_honour_notice_duration: bool = True
     # Unconfirmed (row 23): getGuestAttributes answers 404 unless the instance's metadata has
     # enable-guest-attributes=TRUE (Google's documented switch; the page was not reached).
     compute_guest_attributes_need_flag: bool = True
