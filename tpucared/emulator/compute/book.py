@@ -3,18 +3,22 @@
 Attached to the `EmulatorState` (as its `vms`, vm_hook.py), whose clock, timer heap, loopback
 addresses, capacity limits and worker-host events it shares: an instance is a simulated worker
 host (hosts/) exactly like a one-worker TPU node, and `PUT /_emulator/v1/capacity` limits
-(zone, machine type) as it limits (zone, accelerator type). Requests (compute/api.py) and the
-control API (compute/control.py) call the methods here; `requests.py` holds the read side.
+(zone, machine type) as it limits (zone, accelerator type); chip quotas per (region, machine
+family) are the book's own (`quota`). The API calls (compute/requests.py, behind
+compute/api.py) and the control API (compute/control.py) change the book through the methods
+here.
 
 Instance lifecycle (emulator side; `gone` = removed; research section 4):
     PROVISIONING -> STAGING -> RUNNING    create_seconds/2 each; the insert operation is DONE
-    PROVISIONING -> gone                  after create_seconds/2, stockout (operation error)
+    PROVISIONING -> gone                  after create_seconds/2, stockout or quota (op error)
     any -> STOPPING -> gone               instances.delete, after delete_seconds
     RUNNING -> STOPPING -> TERMINATED     preempted, instanceTerminationAction STOP (default)
     RUNNING -> STOPPING -> gone           preempted, instanceTerminationAction DELETE
     any -> TERMINATED                     control :terminate;   any -> gone   control :vanish
 A preemption records a `compute.instances.preempted` operation by `system`; with a notice
-(`notice_seconds`), the VM's metadata `instance/preempted` is TRUE that long first.
+(`notice_seconds`, or the VM's own `preemptionNoticeDuration`), the VM's metadata
+`instance/preempted` is TRUE that long first. Spot VMs also die at random with
+`spot_mean_lifetime_seconds`, as TPU API nodes do.
 """
 
 from __future__ import annotations
