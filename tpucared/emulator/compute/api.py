@@ -35,6 +35,7 @@ from tpucared.emulator.api import SYSTEM_PARAMETERS
 from tpucared.emulator.compute import errors
 from tpucared.emulator.compute.limits import RateLimits, metrics_of
 from tpucared.emulator.compute.requests import ComputeRequests
+from tpucared.emulator.errors import ApiError
 from tpucared.emulator.resources import region_of
 from tpucared.emulator.schema import camel
 
@@ -83,7 +84,10 @@ class ComputeApi:
 
     async def handle(self, request: web.Request) -> web.Response:
         raw = request.query.get("fields")
-        selection = fields.parse(raw) if raw else None  # checked before the request acts
+        try:
+            selection = fields.parse(raw) if raw else None  # checked before the request acts
+        except ApiError as error:  # fields.py speaks the TPU API's envelope
+            raise errors.ComputeError(400, "invalidParameter", error.message) from None
         data = await self.dispatch(request)
         if selection is None or raw is None:
             return web.json_response(data)
