@@ -306,6 +306,23 @@ def _retry_delay(
     return None
 
 
+def _reasons(
+    errors: Sequence[Mapping[str, Any]], details: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """An envelope's reasons: Compute Engine's `errors[].reason`, then ErrorInfo's."""
+    codes = [str(e.get("reason")) for e in errors if e.get("reason")]
+    return codes + sorted(_error_info_reasons(details))
+
+
+def _foreign_message(parsed: object) -> str:
+    """What an error answer that is not the API's says (an OAuth error, a proxy's page)."""
+    if isinstance(parsed, Mapping) and "error_description" in parsed:
+        return f"{parsed.get('error')}: {parsed.get('error_description')}"
+    if isinstance(parsed, str):
+        return _snippet(parsed)
+    return _snippet(json.dumps(parsed)) if parsed is not None else ""
+
+
 def classify_http(
     http_status: int,
     body: object,
@@ -321,13 +338,7 @@ def classify_http(
     if envelope is None:
         # Not the API talking (a proxy, a load balancer, an OAuth error): trust only the
         # statuses that mean the same whoever says them.
-        if isinstance(parsed, Mapping) and "error_description" in parsed:
-            message = f"{parsed.get('error')}: {parsed.get('error_description')}"
-        elif isinstance(parsed, str):
-            message = _snippet(parsed) or f"HTTP {http_status}"
-        else:
-            message = _snippet(json.dumps(parsed)) if parsed is not None else ""
-        message = message or f"HTTP {http_status}"
+        message = _foreign_message(parsed) or f"HTTP {http_status}"
         if http_status in (401, 403):
             kind = ErrorKind.PERMISSION
         elif http_status == 429:
@@ -346,8 +357,7 @@ def classify_http(
 
     details = _dict_list(envelope.get("details"))
     errors = _dict_list(envelope.get("errors"))  # Compute Engine's [{reason, message, domain}]
-    codes = [str(e.get("reason")) for e in errors if e.get("reason")]
-    codes += sorted(_error_info_reasons(details))
+    codes = _reasons(errors, details)
     message = str(envelope.get("message") or f"HTTP {http_status}")
     status = envelope.get("status")
     if not isinstance(status, str) or not status:

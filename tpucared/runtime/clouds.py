@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable, Mapping
 from tpucared.config import Config
 from tpucared.core.model.specs import DEFAULT_API, FleetSpec
 from tpucared.gcp import TokenSource
+from tpucared.gcp.compute.cloud import API as COMPUTE_API
+from tpucared.gcp.compute.cloud import ComputeCloud
 from tpucared.gcp.tpu.cloud import API as TPU_API
 from tpucared.gcp.tpu.cloud import TpuCloud
 from tpucared.ports.cloud import Cloud, Clouds
@@ -29,8 +31,19 @@ def _tpu(config: Config, tokens: TokenSource, on_request: RequestHook | None) ->
     return TpuCloud.connect(config.gcp.endpoint, token_source=tokens, on_request=on_request)
 
 
+def _compute(config: Config, tokens: TokenSource, on_request: RequestHook | None) -> Cloud:
+    # Compute Engine beside the TPU API's endpoint (an emulator serves both on one port);
+    # it lists only our owner's instances (a label filter), the others are not ours.
+    return ComputeCloud.connect(
+        config.gcp.endpoint,
+        token_source=tokens,
+        owner=config.daemon.owner,
+        on_request=on_request,
+    )
+
+
 # Every cloud API tpucared speaks, by `FleetSpec.api`.
-CONNECTORS: Mapping[str, Connector] = {TPU_API: _tpu}
+CONNECTORS: Mapping[str, Connector] = {TPU_API: _tpu, COMPUTE_API: _compute}
 
 
 def connect_clouds(
