@@ -434,9 +434,7 @@ def classify_compute_operation(
     codes = [str(e.get("code")) for e in errors if e.get("code")]
     texts = [str(e.get("message")) for e in errors if e.get("message")]
     message = "; ".join(texts) or str(http_message or "") or f"operation failed: {codes}"
-    number = (
-        http_status if isinstance(http_status, int) and not isinstance(http_status, bool) else None
-    )
+    number = _http_number(http_status)
     status = _HTTP_STATUS.get(number, "UNKNOWN") if number is not None else "UNKNOWN"
     kind = _decide(status, message, (), from_operation=True, codes=codes)
     return ApiError.of(
