@@ -1,6 +1,7 @@
 """Optional JSON snapshot of the emulated cloud, so `tpucared emulator --state-file` survives a
-restart the way a real project does: nodes (with their ids, addresses and host keys) and
-capacity limits come back; operations, queued resources and faults do not.
+restart the way a real project does: nodes and Compute Engine instances (with their ids,
+addresses and host keys; the instances through vm_hook.py's `VmBook`) and capacity limits come
+back; operations, queued resources and faults do not.
 
 Loaded once at start, written once at stop (atomically: a temporary file, then rename).
 A node that was mid-transition (CREATING, DELETING, ...) resumes it with the full delay.
@@ -81,11 +82,12 @@ def save_state(state: EmulatorState, path: str | os.PathLike[str]) -> None:
     snapshot = {
         "version": VERSION,
         "capacity": [
-            [c["zone"], c["accelerator_type"], c["available"]]
+            [c["zone"], c.get("accelerator_type") or c["machine_type"], c["available"]]
             for c in state.capacity()
             if c["available"] is not None
         ],
         "nodes": nodes,
+        "instances": state.vms.snapshot(),
     }
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -107,4 +109,5 @@ def load_state(state: EmulatorState, path: str | os.PathLike[str]) -> None:
         state.set_capacity(zone, accelerator_type, available)
     for raw in snapshot.get("nodes", []):
         state.adopt(_node_from_json(raw))
+    state.vms.restore(snapshot.get("instances", []))
     log.info("emulator.state_loaded", path=str(source), nodes=len(snapshot.get("nodes", [])))

@@ -1,8 +1,10 @@
-"""EmulatorServer: the emulated TPU v2 API on a local port, its lifecycle, and `tpucared emulator`.
+"""EmulatorServer: the emulated TPU v2 and Compute Engine v1 APIs on a local port, their
+lifecycle, and `tpucared emulator`.
 
-Wires the pieces together: one `EmulatorState` (the cloud), the v2 API (api.py) and the control
-API (control.py) on one aiohttp application behind the request pipeline (middleware.py), and
-the driver (driver.py) that fires timers and calls the worker-hosts hook.
+Wires the pieces together: one `EmulatorState` (the cloud) with its Compute Engine book
+(compute/), the v2 API (api.py), the compute v1 API (compute/api.py) and the control APIs
+(control.py, compute/control.py) on one aiohttp application behind the request pipeline
+(middleware.py), and the driver (driver.py) that fires timers and calls the worker-hosts hook.
 
     async with running_emulator(create_seconds=0.2) as emulator:
         client = TpuClient(endpoint=emulator.url)   # "http://127.0.0.1:<port>"
@@ -28,6 +30,7 @@ from aiohttp import web
 from tpucared.emulator import fields
 from tpucared.emulator.api import V2Api
 from tpucared.emulator.clock import Clock
+from tpucared.emulator.compute import ComputeApi, ComputeBook, ComputeControl, ComputeRequests
 from tpucared.emulator.control import ControlApi
 from tpucared.emulator.driver import Driver
 from tpucared.emulator.faults import FaultInjector
@@ -59,6 +62,8 @@ class EmulatorServer:
     ) -> None:
         self.options = options or EmulatorOptions()
         self.state = EmulatorState(self.options, clock)
+        # Compute Engine instances on the same cloud (compute/): attached as `state.vms`.
+        self.compute = ComputeBook(self.state)
         # Profiles belong to accounts, not to the cloud's resources: a control reset keeps them.
         self.os_login = OsLoginRegistry(lambda: int(self.state.now() * 1_000_000))
         self.faults = FaultInjector()
@@ -87,7 +92,9 @@ class EmulatorServer:
             return web.Response(body=body, content_type="application/json", charset="utf-8")
 
         app.router.add_route("*", "/v2/{tail:.*}", v2)
+        ComputeApi(ComputeRequests(self.compute)).add_routes(app)
         ControlApi(self.state, self.faults, self.requests, self.worker_hosts).add_routes(app)
+        ComputeControl(self.compute).add_routes(app)
         OsLoginApi(self.os_login).add_routes(app)
         return app
 
