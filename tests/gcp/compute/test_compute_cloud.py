@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tpucared.core.model.observed import StateClass
-from tpucared.core.model.specs import ErrorKind
+from tpucared.core.model.specs import OWNER_LABEL, ErrorKind
 from tpucared.gcp.compute import ComputeClient, ComputeCloud
 from tpucared.gcp.compute.bodies import instance_body
 from tpucared.gcp.errors import ApiError, CapacityError, NotFoundError
@@ -244,3 +244,43 @@ async def test_what_compute_engine_cannot_make_is_invalid_before_any_request(
     assert not client.request_counts
     with pytest.raises(NotFoundError):
         await cloud.poll("projects/p/locations/z/operations/o")
+
+
+async def test_an_insert_whose_answer_was_lost_is_retried_with_its_request_id(
+    cloud: ComputeCloud, client: ComputeClient, control: Control
+) -> None:
+    # The first insert takes effect and its answer is lost; the retry sends the same
+    # requestId and gets the same operation: one instance, no alreadyExists.
+    await control.faults(
+        script=[{"kind": "internal", "after": True}], paths=["instances"], methods=["POST"]
+    )
+    op = await cloud.create(P, ZONE, "iron-0", shape())
+    assert (await finished(cloud, op)).error is None
+    inserts = [
+        r
+        for r in await control.requests()
+        if r["method"] == "POST" and r["path"].endswith("/instances")
+    ]
+    assert [r["status"] for r in inserts] == [500, 200]
+    assert inserts[0]["query"]["requestId"] == inserts[1]["query"]["requestId"]
+    assert [i["name"] for i in await client.list_instances(P, ZONE)] == ["iron-0"]
+
+
+async def test_get_wait_and_an_unchanged_list_read_once(
+    cloud: ComputeCloud, client: ComputeClient
+) -> None:
+    body = instance_body(shape(), ZONE, "iron-0")
+    op = await client.insert_instance(P, ZONE, body)
+    waited = await client.wait_operation(P, ZONE, op.name)
+    while not waited.done:  # wait may return before DONE: callers loop
+        waited = await client.wait_operation(P, ZONE, op.name)
+    assert waited.error is None
+    instance = await client.get_instance(P, ZONE, "iron-0")
+    assert instance["status"] == "RUNNING"
+    assert instance["labels"][OWNER_LABEL] == OWNER
+    first = await cloud.observe(P, ZONE, NOW, queued_resources=False)
+    again = await cloud.observe(P, ZONE, NOW, queued_resources=False)
+    # An unchanged page is not parsed again, an unchanged instance not converted again.
+    assert again.nodes[0] is first.nodes[0]
+    with pytest.raises(NotFoundError):
+        await client.get_instance(P, ZONE, "iron-9")
