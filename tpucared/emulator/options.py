@@ -103,6 +103,10 @@ class EmulatorOptions:
     # Unconfirmed (row 23): getGuestAttributes answers 404 unless the instance's metadata has
     # enable-guest-attributes=TRUE (Google's documented switch; the page was not reached).
     compute_guest_attributes_need_flag: bool = True
+    # Unconfirmed (row 11): which worker id keys a VM's metadata server lists under
+    # instance/attributes/: "both" (agent-worker-number and tpu-env's WORKER_ID, as on TPU API
+    # VMs), "agent-worker-number", "tpu-env" or "none".
+    compute_worker_id_source: str = "both"
     # Unconfirmed (row 24): an empty list page omits `items` (Google's usual JSON) or, when
     # True, sends "items": [].
     compute_empty_items_listed: bool = False
@@ -118,6 +122,7 @@ class EmulatorOptions:
             "compute_stockout_code": STOCKOUT_CODES,
             "compute_request_id_replay": ("same_operation", "ignored"),
             "compute_preempt_records": ("preempted_only", "preempted_plus_delete"),
+            "compute_worker_id_source": ("both", "agent-worker-number", "tpu-env", "none"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:

@@ -79,6 +79,7 @@ def _node_from_json(data: dict[str, Any]) -> Node:
 
 def save_state(state: EmulatorState, path: str | os.PathLike[str]) -> None:
     nodes = [_node_to_json(n) for n in state.all_nodes()]
+    instances = state.vms.snapshot()
     snapshot = {
         "version": VERSION,
         "capacity": [
@@ -87,7 +88,7 @@ def save_state(state: EmulatorState, path: str | os.PathLike[str]) -> None:
             if c["available"] is not None
         ],
         "nodes": nodes,
-        "instances": state.vms.snapshot(),
+        "instances": instances,
     }
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -95,7 +96,12 @@ def save_state(state: EmulatorState, path: str | os.PathLike[str]) -> None:
     with os.fdopen(fd, "w") as handle:
         json.dump(snapshot, handle)
     os.replace(tmp, target)
-    log.info("emulator.state_saved", path=str(target), nodes=len(nodes))
+    log.info(
+        "emulator.state_saved",
+        path=str(target),
+        nodes=len(nodes),
+        instances=len(instances),
+    )
 
 
 def load_state(state: EmulatorState, path: str | os.PathLike[str]) -> None:
@@ -110,4 +116,9 @@ def load_state(state: EmulatorState, path: str | os.PathLike[str]) -> None:
     for raw in snapshot.get("nodes", []):
         state.adopt(_node_from_json(raw))
     state.vms.restore(snapshot.get("instances", []))
-    log.info("emulator.state_loaded", path=str(source), nodes=len(snapshot.get("nodes", [])))
+    log.info(
+        "emulator.state_loaded",
+        path=str(source),
+        nodes=len(snapshot.get("nodes", [])),
+        instances=len(snapshot.get("instances", [])),
+    )

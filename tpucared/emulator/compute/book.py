@@ -165,6 +165,7 @@ class ComputeBook:
             uid=uid or self._rng.getrandbits(63) or 1,
             create_time=self.now() if create_time is None else create_time,
             worker=Worker(0, self.state.allocate_address(address)),
+            worker_id_source=self.options.compute_worker_id_source,
         )
         self.instances[inst.key] = inst
         self.index.setdefault(f"projects/{project}/zones/{zone}", SortedNames()).add(inst.name)

@@ -195,7 +195,7 @@ def permission_for(method: str, path: str) -> str:
     )
     if parts[-1] in ("getGuestAttributes", "wait"):
         action = "getGuestAttributes" if parts[-1] == "getGuestAttributes" else "get"
-    elif len(parts) % 2 == 0:  # a collection: projects/p/zones/z/instances
+    elif len(parts) % 2 == 1:  # a collection: projects/p/zones/z/instances
         action = "create" if method == "POST" else "list"
     else:
         action = {"DELETE": "delete"}.get(method, "get")

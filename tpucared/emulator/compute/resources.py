@@ -75,6 +75,7 @@ class Instance:
         uid: int,
         create_time: float,
         worker: Worker,
+        worker_id_source: str = "both",
     ) -> None:
         self.project = project
         self.zone = zone
@@ -100,7 +101,11 @@ class Instance:
             project=project,
             zone=zone,
             node_id=name,
-            spec={"metadata": metadata_map(spec), "schedulingConfig": {"spot": spot}},
+            spec={
+                "metadata": metadata_map(spec),
+                "schedulingConfig": {"spot": spot},
+                "workerIdSource": worker_id_source,  # Node.metadata_attributes reads it
+            },
             shape=machine.shape(),
             uid=uid,
             create_time=create_time,
@@ -171,7 +176,7 @@ class Instance:
             "labelFingerprint": _fingerprint(spec.get("labels") or {}),
             "startRestricted": False,
             "deletionProtection": False,
-            "fingerprint": _fingerprint([self.uid, self.generation]),
+            "fingerprint": _fingerprint([self.uid, self.status]),
         }  # fmt: skip
         if self.status_message:
             out["statusMessage"] = self.status_message
