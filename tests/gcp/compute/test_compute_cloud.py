@@ -13,6 +13,7 @@ import pytest
 
 from tpucared.core.model.observed import StateClass
 from tpucared.core.model.specs import OWNER_LABEL, ErrorKind
+from tpucared.gcp import NoAuth
 from tpucared.gcp.compute import ComputeClient, ComputeCloud
 from tpucared.gcp.compute.bodies import instance_body
 from tpucared.gcp.errors import ApiError, CapacityError, NotFoundError
@@ -284,3 +285,22 @@ async def test_get_wait_and_an_unchanged_list_read_once(
     assert again.nodes[0] is first.nodes[0]
     with pytest.raises(NotFoundError):
         await client.get_instance(P, ZONE, "iron-9")
+
+
+async def test_os_login_goes_over_the_compute_clients_request_path(
+    cloud: ComputeCloud, client: ComputeClient
+) -> None:
+    account = "tpucared@lab-project.iam.gserviceaccount.com"
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGQbyfYfWBaZxTfpaVZ5nBl0WnCRCzQfHc3bnB4Tjv1s lab"
+    profile = await cloud.oslogin.import_key(account, key, expires=None)
+    assert profile.username
+    assert [k.blob for k in profile.keys] == [key.split()[1]]
+    assert client.request_counts[("oslogin.importSshPublicKey", "200")] == 1
+
+
+def test_the_endpoints_are_googles_unless_the_tpu_api_is_an_emulator() -> None:
+    google = ComputeCloud.connect("https://tpu.googleapis.com", token_source=NoAuth(), owner=None)
+    assert google.client.endpoint == "https://compute.googleapis.com"
+    local = ComputeCloud.connect("http://127.0.0.1:8471", token_source=NoAuth(), owner="lab")
+    assert local.client.endpoint == "http://127.0.0.1:8471"
+    assert local.owner == "lab"
