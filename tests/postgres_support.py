@@ -103,6 +103,16 @@ class PostgresServer:
             "host all all 127.0.0.1/32 scram-sha-256\n",
             encoding="utf-8",
         )
+        self.resume()
+        self.psql(f"CREATE ROLE {PASSWORD_USER} LOGIN PASSWORD '{PASSWORD}'")
+
+    def halt(self) -> None:
+        """Stop the server as a crash or an operator's `pg_ctl stop -m immediate` would: every
+        connection drops at once. `resume()` starts it again on the same data."""
+        self._as_server(argv=["pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop"])
+
+    def resume(self) -> None:
+        """Start the server (again) on its data directory, port and settings."""
         options = " ".join(
             [
                 f"-p {self.port}",
@@ -130,7 +140,6 @@ class PostgresServer:
                 "start",
             ]
         )
-        self.psql(f"CREATE ROLE {PASSWORD_USER} LOGIN PASSWORD '{PASSWORD}'")
 
     def stop(self) -> None:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -12,6 +13,7 @@ from structlog.testing import capture_logs
 from tpucared.core.model.specs import ErrorKind
 from tpucared.gcp.errors import ApiError
 from tpucared.gcp.retry import RetryPolicy, call_with_retry
+from tpucared.ports.cloud import ANSWER_BY
 
 
 class Recorder:
@@ -148,3 +150,27 @@ def test_policy_rejects_nonsense() -> None:
 def test_backoff_stays_within_its_ceiling(retry: int, draw: float, base: float, cap: float) -> None:
     delay = RetryPolicy(base=base, cap=cap).backoff(retry, lambda: draw)
     assert 0.0 <= delay <= min(cap, base * 2.0 ** (retry - 1))
+
+
+async def test_a_retry_that_cannot_start_before_the_callers_deadline_is_not_made() -> None:
+    """ANSWER_BY (ports/cloud.py): the first retry's wait would end past the deadline, so the
+    error surfaces after one request instead of a request the caller would only cancel."""
+    request, calls = failing(err(ErrorKind.TRANSIENT), err(ErrorKind.TRANSIENT))
+    sleep = Recorder()
+    loop = asyncio.get_running_loop()
+    token = ANSWER_BY.set(loop.time() + 0.25)
+    try:
+        with pytest.raises(ApiError) as raised:
+            await call_with_retry(
+                request, policy=RetryPolicy(base=1.0), sleep=sleep, rng=lambda: 0.5
+            )
+    finally:
+        ANSWER_BY.reset(token)
+    assert (calls[0], sleep.delays, raised.value.attempts) == (1, [], 1)
+    # Without a deadline the same schedule retries.
+    request, calls = failing(err(ErrorKind.TRANSIENT))
+    assert (
+        await call_with_retry(request, policy=RetryPolicy(base=1.0), sleep=sleep, rng=lambda: 0.5)
+        == "ok"
+    )
+    assert (calls[0], sleep.delays) == (2, [0.5])

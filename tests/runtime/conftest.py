@@ -13,8 +13,11 @@ import pytest
 # The helper module next to this file is imported by name, whatever pytest's import mode.
 sys.path.insert(0, str(Path(__file__).parent))
 
-from runtime_support import Control, Daemon
+from leader_support import LEASE_S, POLL_S, Pair
+from postgres_support import PostgresServer
+from runtime_support import Control, Daemon, write_config
 
+from bench.common import free_port
 from tpucared.emulator import EmulatorServer
 
 
@@ -37,3 +40,23 @@ async def daemons(tmp_path: Path) -> AsyncIterator[Callable[[Path], Daemon]]:
     yield make
     for daemon in made:
         await daemon.kill()
+
+
+@pytest.fixture
+async def pair(tmp_path: Path, control: Control, postgres: PostgresServer) -> AsyncIterator[Pair]:
+    name = postgres.create_database()
+    url = postgres.url(name).render_as_string(hide_password=False)
+    ports = (free_port(), free_port())
+    configs = []
+    for i, port in enumerate(ports):
+        config = write_config(
+            tmp_path, control.emulator.url, http_port=port, poll=f"{POLL_S}s", name=f"f{i}.toml"
+        )
+        text = config.read_text(encoding="utf-8")
+        text = text.replace('db = "state.db"', f'db = "{url}"\nlease = "{LEASE_S}s"')
+        config.write_text(text, encoding="utf-8")
+        configs.append(config)
+    try:
+        yield Pair(name, (configs[0], configs[1]), ports, postgres)
+    finally:
+        postgres.drop_database(name)

@@ -275,14 +275,17 @@ async def test_down_and_up_refuse_bad_credentials_before_creating_anything(
     assert await control.requests() == []  # not even a list: the cloud was never called
 
 
-async def test_first_signal_drains_calls_in_flight_second_exits_at_once(
+async def test_first_signal_drains_briefly_then_cuts_second_exits_at_once(
     tmp_path: Path, control: Control, daemons: Daemons
 ) -> None:
+    """The first signal lets a call in flight finish within the drain (0.5 s) and cuts one
+    that takes longer: the daemon exits 0 within 2 s either way (docs/daemon.md, "Stopping")
+    and the next start reconciles the cut call. A second signal exits at once."""
     db = tmp_path / "state.db"
     config = write_config(tmp_path, control.emulator.url, size=1)
 
-    # A create call that takes 1.5 s: SIGTERM waits for it and records its outcome.
-    await control.faults({"latency_ms": 1500, "paths": ["/nodes"], "methods": ["POST"]})
+    # A create call that takes 0.2 s: SIGTERM waits for it and records its outcome.
+    await control.faults({"latency_ms": 200, "paths": ["/nodes"], "methods": ["POST"]})
     daemon = await daemons(config).start()
     await wait_for(lambda: _phase(db, "requested"), SLOW, "a create in flight")
     daemon.signal(signal.SIGTERM)
@@ -291,8 +294,8 @@ async def test_first_signal_drains_calls_in_flight_second_exits_at_once(
     assert row["phase"] == "creating"  # the call finished and its outcome was recorded
     assert row["operation"]
 
-    # An API that never answers: the first SIGINT waits for the call in flight, the second
-    # exits now.
+    # An API that never answers: the first SIGINT cuts the call in flight and exits 0 within
+    # 2 s; the intent it recorded is there for the next start.
     connected = asyncio.Event()
     held: list[asyncio.StreamWriter] = []
 
@@ -305,16 +308,21 @@ async def test_first_signal_drains_calls_in_flight_second_exits_at_once(
     port = server.sockets[0].getsockname()[1]
     silent = tmp_path / "silent"
     silent.mkdir()
-    daemon = await daemons(write_config(silent, f"http://127.0.0.1:{port}", size=1)).start()
     try:
+        daemon = await daemons(write_config(silent, f"http://127.0.0.1:{port}", size=1)).start()
         await asyncio.wait_for(connected.wait(), SLOW)  # its first list is in flight
-        daemon.signal(signal.SIGINT)
-        with pytest.raises(TimeoutError):
-            await daemon.wait(1.0)  # still waiting for the call
         sent = time.monotonic()
         daemon.signal(signal.SIGINT)
+        assert await daemon.wait(SLOW) == 0
+        assert time.monotonic() - sent < 2.0  # not the 60 s the call could take
+
+        # Two signals in a row: the second exits at once, without the clean stop.
+        connected.clear()
+        daemon = await daemons(write_config(silent, f"http://127.0.0.1:{port}", size=1)).start()
+        await asyncio.wait_for(connected.wait(), SLOW)
+        daemon.signal(signal.SIGINT)
+        daemon.signal(signal.SIGINT)
         assert await daemon.wait(SLOW) == 128 + signal.SIGINT
-        assert time.monotonic() - sent < 5.0  # at once: not the 60 s the call could take
     finally:
         for writer in held:
             writer.close()

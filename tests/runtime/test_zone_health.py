@@ -31,7 +31,10 @@ from test_commands import tpucared
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.specs import ErrorKind, FleetSpec
 from tpucared.core.planning.zone_health import (
+    LIST_BACKOFF_CAP_S,
     UNREACHABLE_AFTER,
+    list_backoff,
+    listed_now,
     next_zone_health,
     unlistable_fleets,
 )
@@ -47,6 +50,26 @@ T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
 def _failed(at: datetime, zone: str = "z") -> ZoneObservation:
     return ZoneObservation(zone, at, error=ErrorKind.TRANSIENT, error_message="refused")
+
+
+def test_a_failing_zone_is_listed_again_after_a_backoff_doubling_from_one_poll() -> None:
+    assert [list_backoff(n, 10.0) for n in range(6)] == [0.0, 10.0, 20.0, 40.0, 80.0, 160.0]
+    assert list_backoff(9, 10.0) == LIST_BACKOFF_CAP_S
+    assert list_backoff(99, 600.0) == 600.0  # never below one poll
+    health = None
+    for i in range(3):  # three failed lists, each started at T0 + i s
+        health, _ = next_zone_health(
+            health, _failed(T0 + timedelta(seconds=i)), "p", None, poll_interval=10.0
+        )
+    assert health is not None
+    assert health.next_list_at == T0 + timedelta(seconds=2 + 40)
+    slack = timedelta(seconds=1)
+    assert not listed_now(health, T0 + timedelta(seconds=30), slack)
+    assert listed_now(health, T0 + timedelta(seconds=41.5), slack)  # the poll's own tick
+    ok, _ = next_zone_health(health, ZoneObservation("z", T0 + timedelta(seconds=45)), "p", None)
+    assert ok.next_list_at is None
+    assert listed_now(ok, T0, slack)  # a good list resets it
+    assert listed_now(None, T0, slack)
 
 
 def test_failures_are_counted_and_unreachable_is_told_once_per_outage() -> None:

@@ -99,7 +99,7 @@ async def test_a_failed_migration_leaves_nothing_behind(
     scripts = tmp_path / "migrations"
     shutil.copytree(migrations_dir(), scripts, ignore=shutil.ignore_patterns("__pycache__"))
     (scripts / "versions" / "0099_broken.py").write_text(
-        'revision = "0099"\ndown_revision = "0006"\nbranch_labels = None\ndepends_on = None\n'
+        'revision = "0099"\ndown_revision = "0007"\nbranch_labels = None\ndepends_on = None\n'
         "from alembic import op\n"
         "def upgrade():\n"
         '    op.execute("CREATE TABLE half_done (x INTEGER)")\n'
@@ -116,7 +116,7 @@ def test_migrations_are_found_and_linear():
     # In the source tree tpucared/migrations is a link to the top-level migrations/ (the wheel
     # ships it as package data): both name the same files.
     assert migrations_dir().resolve() == (ROOT / "migrations").resolve()
-    assert head_revision() == "0006"
+    assert head_revision() == "0007"
 
 
 def test_missing_migrations_are_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
@@ -153,7 +153,7 @@ async def test_two_processes_migrating_at_once_both_succeed(db_path: Path):
         assert out.decode().strip() == head_revision()
     assert schema(db_path)["table"] == TABLES | {"alembic_version"}
     conn = open_raw(db_path)
-    assert [tuple(r) for r in conn.execute("SELECT * FROM alembic_version")] == [("0006",)]
+    assert [tuple(r) for r in conn.execute("SELECT * FROM alembic_version")] == [("0007",)]
     conn.close()
 
 
@@ -186,7 +186,7 @@ def test_module_entry_point_for_ci_and_operators(
     assert migrate.main(["upgrade", db]) == 0
     assert migrate.main(["current", db]) == 0
     assert migrate.main(["check", db]) == 0
-    assert capsys.readouterr().out.splitlines() == ["0006", "0006", "models and migrations agree"]
+    assert capsys.readouterr().out.splitlines() == ["0007", "0007", "models and migrations agree"]
     assert migrate.main(["nonsense"]) == 2
 
 

@@ -23,6 +23,7 @@ FAILING = ZoneHealth(
     failing_since=T0,
     last_ok_at=T0 - timedelta(minutes=1),
     unreachable=True,
+    next_list_at=T0 + timedelta(minutes=6),
 )
 
 
@@ -63,12 +64,12 @@ async def test_status_names_the_failing_zones_of_each_fleet(store: Store) -> Non
         "error_message": FAILING.error_message,
         "failing_since": "2025-06-01T12:00:00Z",
         "last_ok_at": "2025-06-01T11:59:00Z",
+        "next_list_at": "2025-06-01T12:06:00Z",
     }
     assert doc["fleets"][0]["failing_zones"] == ["z-b"]
     text = "\n".join(status_lines(list(fleets.values()), T0 + timedelta(minutes=5)))
-    assert "zone z-b: unreachable, 3 failed lists in a row for 5m00s: transient: cannot reach" in (
-        text
-    )
+    line = "zone z-b: unreachable, 3 failed lists in a row for 5m00s, asked again in 1m00s: "
+    assert line + "transient: cannot reach" in text
     assert "listing z-b fails: transient" in text  # LAST ERROR of the slots without their own
 
 

@@ -59,6 +59,10 @@ async def preview(config: Config, *, clock: Clock | None = None) -> Plan:
     return (await observe_and_plan(config, clock=clock))[1]
 
 
+# How long `tpucared plan` waits for one zone's list, retries included.
+PLAN_LIST_DEADLINE_S = 30.0
+
+
 async def observe_and_plan(
     config: Config, *, clock: Clock | None = None
 ) -> tuple[tuple[ZoneObservation, ...], Plan]:
@@ -68,7 +72,10 @@ async def observe_and_plan(
     clouds = connect_clouds(config, tokens)
     try:
         zones = zones_to_observe(config.fleets, snapshot.nodes.values())
-        observer = Observer(CloudMap(clouds, config.fleets), config.gcp.project)
+        # A one-shot command may wait for a slow zone longer than a tick would.
+        observer = Observer(
+            CloudMap(clouds, config.fleets), config.gcp.project, deadline=PLAN_LIST_DEADLINE_S
+        )
         observations = await observer.observe(zones, clock.now())
     finally:
         for cloud in clouds.values():

@@ -25,6 +25,10 @@ for longer. A Retry-After beyond `max_retry_after` is not slept through here: th
 surfaces with `retry_after` set, so the daemon's loop, not a request, does the long wait.
 `sleep` and `rng` are injected so tests run the whole schedule without sleeping.
 
+A caller's deadline (`ANSWER_BY`, ports/cloud.py) bounds the retries: a retry whose wait alone
+would end past it is not started, and the error surfaces at once (the caller would cancel the
+request anyway; the API is spared it).
+
 Note: a retried POST may have reached the server the first time, so a create may answer
 ALREADY_EXISTS for a node our own earlier attempt made; the planner adopts it by its labels.
 """
@@ -42,6 +46,7 @@ from tpucared.core.model.backoff import in_seconds
 from tpucared.core.model.retry import RetryRule
 from tpucared.core.model.specs import ErrorKind
 from tpucared.gcp.errors import ApiError
+from tpucared.ports.cloud import ANSWER_BY
 
 T = TypeVar("T")
 
@@ -120,7 +125,7 @@ async def call_with_retry(
         except ApiError as error:
             error.attempts = attempt
             delay = policy.delay(attempt, error, rng)
-            if delay is None:
+            if delay is None or _past_deadline(delay):
                 raise
             log.warning(
                 "api.retrying",
@@ -133,3 +138,9 @@ async def call_with_retry(
             )
             await sleep(delay)
             attempt += 1
+
+
+def _past_deadline(delay: float) -> bool:
+    """The caller's deadline (ANSWER_BY) comes before a retry after `delay` could even start."""
+    deadline = ANSWER_BY.get()
+    return deadline is not None and asyncio.get_running_loop().time() + delay >= deadline

@@ -97,6 +97,7 @@ def _zone_doc(z: ZoneHealth) -> dict[str, Any]:
         "error_message": z.error_message,
         "failing_since": iso(z.failing_since),
         "last_ok_at": iso(z.last_ok_at),
+        "next_list_at": iso(z.next_list_at),
     }
 
 
@@ -223,7 +224,10 @@ def _job_line(f: FleetStatus, s: SlotStatus, now: datetime) -> str:
 def _zone_line(z: ZoneHealth, now: datetime) -> str:
     since = duration(now - z.failing_since) if z.failing_since is not None else NONE
     state = "unreachable" if z.unreachable else "failing"
-    return f"zone {z.zone}: {state}, {z.failures} failed lists in a row for {since}: {z.error_text}"
+    line = f"zone {z.zone}: {state}, {z.failures} failed lists in a row for {since}"
+    if z.next_list_at is not None and z.next_list_at > now:
+        line += f", asked again in {duration(z.next_list_at - now)}"
+    return f"{line}: {z.error_text}"
 
 
 def _zone_error(f: FleetStatus, s: SlotStatus) -> str | None:

@@ -15,6 +15,11 @@ terminate, errors as data), and no more than the runtime calls today:
 - `host_keys`  what a node's workers publish of their SSH host keys, worker by worker.
 - `oslogin`    the OS Login calls where the cloud has them (None where it has not).
 
+Every call may be given a deadline: `ANSWER_BY` (a context variable, the event loop's clock) is
+the instant by which the caller needs the answer, and the caller cancels the call there. An
+implementation that retries must not start a retry that cannot finish before it (gcp/retry.py):
+the request would only be cancelled, costing the API a request for nothing.
+
 Every call but `observe` fails only with a `CloudError` carrying the core `ErrorKind` the
 planner decides on (the gcp adapters' `ApiError` is one). The runtime holds one port per
 cloud API (`FleetSpec.api`, "tpu" today) and never names an implementation; the TPU API's
@@ -24,6 +29,7 @@ is `tpucared/gcp/tpu/cloud.py` `TpuCloud`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
@@ -32,6 +38,10 @@ from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.specs import CapacityKind, DataDisk, ErrorKind
 
 DEFAULT_SA_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+
+# When the caller of a cloud call needs its answer, on the running loop's clock (`loop.time()`);
+# None: no deadline. Set by the runtime around a call (module docstring), read by the adapters.
+ANSWER_BY: ContextVar[float | None] = ContextVar("tpucared_answer_by", default=None)
 
 
 class CloudError(Exception):

@@ -7,8 +7,11 @@ the cloud calls, the executor, the slots' workload jobs (given a runner), the re
 the loop, sharing one stop event and one wakeup. `Daemon.run()` supervises the root tasks
 ("reconcile", "operations", plus any extra ones, e.g. an HTTP server) until stop, then gives
 cloud calls and workload actions in flight `DRAIN_TIMEOUT_S` to finish and record their outcome
-(probes in flight are cancelled). Exit status: 0 after a requested stop, 1 when a root task or
-a background cloud call died (logged). A slot's workload job that fails is contained to its
+(probes in flight are cancelled): a stop is prompt whatever is in flight (docs/daemon.md,
+"Stopping"). Exit status: 0 after a requested stop, 1 when a root task or a background cloud
+call died (logged). A term that ends because the database went away (`StoreUnavailable` from
+any task) is no failure: `Daemon.store_lost` says why, and `tpucared run` stands by until the
+database answers again (runtime/terms.py). A slot's workload job that fails is contained to its
 slot (runtime/workload/failures.py): logged, recorded, retried after a backoff; it never stops
 the daemon.
 
@@ -28,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -47,6 +50,7 @@ from tpucared.ports.cloud import Clouds
 from tpucared.ports.launcher import Launcher
 from tpucared.runtime.clock import Clock, SystemClock
 from tpucared.runtime.clouds import CloudMap
+from tpucared.runtime.deadlines import operation_poll_deadline
 from tpucared.runtime.errors import StartupError
 from tpucared.runtime.leader import LeaseKeeper
 from tpucared.runtime.loop import ReconcileLoop, TickHook
@@ -60,7 +64,7 @@ from tpucared.runtime.oslogin import oslogin_of, start_os_login
 from tpucared.runtime.reconciler import PlanFilter, Reconciler, Tick
 from tpucared.runtime.resources import Resources, credentials, open_resources
 from tpucared.runtime.sdnotify import Notifier, TickNotifier
-from tpucared.runtime.signals import TwoStageSignals
+from tpucared.runtime.signals import TwoStageSignals, relayed, told_on_stop
 from tpucared.runtime.startup import node_template
 from tpucared.runtime.tasks import RootTask, TaskSet, supervise
 from tpucared.runtime.telemetry.endpoints import Telemetry
@@ -72,11 +76,14 @@ from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.ssh.keys import ensure_client_key
 from tpucared.store import Store
 from tpucared.store.engine import shown
-from tpucared.store.errors import LeaseLost
+from tpucared.store.errors import LeaseLost, StoreUnavailable
 
 log = structlog.get_logger(__name__)
 
-DRAIN_TIMEOUT_S = 30.0  # cloud calls in flight at stop; systemd's TimeoutStopSec is 90 s
+# Cloud calls and workload actions in flight at a stop get this long to record their outcome;
+# the rest are cancelled and reconciled by the next start as after a crash (their intent is
+# recorded first). With the root tasks' grace (tasks.py) a stop takes under 2 s.
+DRAIN_TIMEOUT_S = 0.5
 
 
 class Daemon:
@@ -104,11 +111,13 @@ class Daemon:
         self.stop = asyncio.Event()
         self.wakeup = Wakeup()
         self.failures: list[BaseException] = []
+        self.store_lost: StoreUnavailable | None = None  # the term ended for this (docstring)
         self.tasks = TaskSet(self._background_failed)
         schedule = PollSchedule.for_poll_interval(poll)
         self.watcher = OperationWatcher(
-            self.clouds, store, self.clock, self.wakeup, schedule, on_attempt=on_attempt
-        )
+            self.clouds, store, self.clock, self.wakeup, schedule, on_attempt=on_attempt,
+            deadline=operation_poll_deadline(poll),
+        )  # fmt: skip
         self.calls = CloudCalls(
             self.clouds,
             store,
@@ -126,7 +135,7 @@ class Daemon:
             specs=config.fleets if specs is None else specs,
             policy=config.policy,
             owner=config.daemon.owner,
-            observer=Observer(self.clouds, config.gcp.project),
+            observer=Observer(self.clouds, config.gcp.project, deadline=poll),
             store=store,
             executor=Executor(store, self.calls),
             watcher=self.watcher,
@@ -135,6 +144,7 @@ class Daemon:
             workloads=self.workloads,
             reuse_lists_within=poll,
             guard=guard,
+            poll_interval=poll,
         )
         self.loop = ReconcileLoop(self.reconciler, self.clock, self.wakeup, poll, on_tick=on_tick)
 
@@ -165,9 +175,20 @@ class Daemon:
         )
 
     def _background_failed(self, exc: BaseException) -> None:
-        if not isinstance(exc, LeaseLost):  # the lease keeper says so, and the term ends
+        if isinstance(exc, StoreUnavailable):
+            self.database_gone(exc)
+        elif not isinstance(exc, LeaseLost):  # the lease keeper says so, and the term ends
             self.failures.append(exc)
         self.stop.set()
+
+    def database_gone(self, exc: StoreUnavailable) -> None:
+        if self.store_lost is None:
+            self.store_lost = exc
+            log.warning(
+                "database.unavailable",
+                hint="acting on nothing until it answers again; standing by",
+                error=str(exc),
+            )
 
     async def run(
         self,
@@ -190,6 +211,11 @@ class Daemon:
             await supervise(roots, self.stop, self.clock)
         except* LeaseLost as group:  # a fenced write: no failure, this term is over
             log.info("term.lease_lost", why=str(group.exceptions[0]))
+        except* StoreUnavailable as gone:  # weather: no failure, this term is over
+            first = gone.exceptions[0]
+            if not isinstance(first, StoreUnavailable):  # a nested group: its message will do
+                first = StoreUnavailable(str(first))
+            self.database_gone(first)
         except* Exception as group:
             log.error("daemon.failed", errors=[repr(e) for e in group.exceptions])
             code = 1
@@ -288,8 +314,8 @@ async def _started_and_run(
             await telemetry.start()
         for source in (stopping, stop):
             if source is not None:
-                await res.stack.enter_async_context(_relayed(source, run.stopped))
-        async with _told_on_stop(run.stopped, run.systemd):
+                await res.stack.enter_async_context(relayed(source, run.stopped))
+        async with told_on_stop(run.stopped, run.systemd):
             return await lead_while_elected(
                 run.keeper, run.stopped, run.term, warm=res.store.load_snapshot,
                 every=config.daemon.poll_interval,
@@ -327,13 +353,17 @@ class _Run:
             workloads=self.workloads,
             guard=self.keeper.check,
         )
-        async with _relayed(self.stopped, daemon.stop), _relayed(lost, daemon.stop):
+        async with relayed(self.stopped, daemon.stop), relayed(lost, daemon.stop):
             try:
                 await record_interrupted_calls(res.store, res.clock)
             except LeaseLost:
                 return 0
+            except StoreUnavailable as exc:
+                daemon.database_gone(exc)
+                self._stand_by(exc)
+                return 0
             maintenance = Maintenance(res.store, self.config, res.clock)
-            return await daemon.run(
+            code = await daemon.run(
                 until=self.until,
                 drain_timeout=lambda: LOST_DRAIN_S if lost.is_set() else self.drain_timeout,
                 extra_roots={
@@ -342,6 +372,16 @@ class _Run:
                     **{name: partial(root, daemon.stop) for name, root in self.roots.items()},
                 },
             )
+            if daemon.store_lost is not None:
+                self._stand_by(daemon.store_lost)
+            return code
+
+    def _stand_by(self, gone: StoreUnavailable) -> None:
+        """The database went away during the term: no term may act until it answers again.
+        Stepping down ends the term as a lost lease does; the keeper takes the lease again at
+        its first attempt the database answers (runtime/terms.py)."""
+        self.telemetry.database_unavailable(str(gone))
+        self.keeper.step_down(f"the database is unavailable: {gone}")
 
 
 async def _wired(
@@ -407,44 +447,6 @@ def _chained(*hooks: TickHook) -> TickHook:
             await hook(tick)
 
     return chained
-
-
-@contextlib.asynccontextmanager
-async def _told_on_stop(stop: asyncio.Event, systemd: TickNotifier) -> AsyncIterator[None]:
-    """`systemd.stopping()` as soon as `stop` is set, or when the block ends at the latest."""
-    if not systemd.notifier.enabled:
-        yield
-        return
-    teller = asyncio.create_task(_tell_stopping(stop, systemd), name="daemon-sd-stopping")
-    try:
-        yield
-    finally:
-        teller.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await teller
-        systemd.stopping()
-
-
-async def _tell_stopping(stop: asyncio.Event, systemd: TickNotifier) -> None:
-    await stop.wait()
-    systemd.stopping()
-
-
-@contextlib.asynccontextmanager
-async def _relayed(source: asyncio.Event, target: asyncio.Event) -> AsyncIterator[None]:
-    """Set `target` when `source` is set, while the block runs."""
-    relay = asyncio.create_task(_relay(source, target), name="daemon-stop-relay")
-    try:
-        yield
-    finally:
-        relay.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await relay
-
-
-async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:
-    await source.wait()
-    target.set()
 
 
 async def _warn_about_unconfigured(store: Store, config: Config) -> None:

@@ -10,7 +10,8 @@ pause (SIGSTOP, a frozen VM) the deadline has passed, so nothing goes out before
 has asked the database again, and by then another epoch leads.
 
 Losing the lease (taken by another, the deadline passed without a successful renewal, a
-fenced write or call) sets the term's `lost` event: the daemon stops its term (runtime/terms.py)
+fenced write or call, or `step_down` when the database went away mid-term) sets the term's
+`lost` event: the daemon stops its term (runtime/terms.py)
 and stands by. On SQLite the single-writer lock already makes this process the only daemon:
 it takes the lease at its first attempt, and the row only serves `status` and the events.
 """
@@ -77,6 +78,7 @@ class LeaseKeeper:
         self._on_attempt = on_attempt
         self.fence = Fence(on_lost=self._lose)
         store.fence = self.fence
+        self._failed_attempts = 0  # in a row: the first is a warning, the rest debug
 
     @property
     def interval(self) -> float:
@@ -102,10 +104,17 @@ class LeaseKeeper:
                 result = await tx.attempt_lease(self.me, mine, self.lease_s)
         except Exception as exc:  # the keeper must outlive any one attempt
             # A database down, a driver's own error class, a bug: all the same here. The next
-            # attempt retries; the local deadline ends a leader's term meanwhile.
-            log.warning("lease.attempt_failed", role=str(self.role), error=repr(exc))
+            # attempt retries; the local deadline ends a leader's term meanwhile. Said once
+            # per outage (a 30 s outage is not ten warnings), and again when it answers.
+            self._failed_attempts += 1
+            level = log.warning if self._failed_attempts == 1 else log.debug
+            level("lease.attempt_failed", role=str(self.role), error=str(exc) or repr(exc),
+                  failures=self._failed_attempts)  # fmt: skip
             self._expire_locally()
             return
+        if self._failed_attempts:
+            log.info("lease.attempt_answered", after_failures=self._failed_attempts)
+            self._failed_attempts = 0
         self.lease = result.lease
         if result.step is Step.RENEW:
             self.deadline = local_deadline(started, self.lease_s)
@@ -121,6 +130,12 @@ class LeaseKeeper:
             self._expire_locally()
         if self._on_attempt is not None:
             self._on_attempt(self.role, result.lease.epoch)
+
+    def step_down(self, why: str) -> None:
+        """End this process's term now (the database went away mid-term): it stands by, and
+        takes the lease again at the first attempt the database answers (its own holder
+        instance may, at once)."""
+        self._lose(why)
 
     def _expire_locally(self) -> None:
         if self.role is Role.LEADER and not may_act(self.role, self.deadline, self._monotonic()):

@@ -24,7 +24,9 @@ After the lists, each zone's health (table `zone_health`: consecutive failed lis
 error, since when) is brought up to date in one small write transaction, only for the zones
 whose row changed: a zone that keeps listing fine costs nothing. The `UNREACHABLE_AFTER`th
 consecutive failure tells `zone.unreachable` (once per outage); the first list that succeeds
-after it tells `zone.reachable`.
+after it tells `zone.reachable`. A failing zone is listed again only after its backoff
+(`ZoneHealth.next_list_at`, core/planning/zone_health.py): until then a tick does not ask it
+and it is unknown for that tick, as if its list had failed again, without counting as one.
 """
 
 from __future__ import annotations
@@ -32,18 +34,24 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import MappingProxyType
 
 import structlog
 
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import IncarnationRecord, ZoneHealth
-from tpucared.core.model.specs import DEFAULT_PROJECT, FleetSpec
+from tpucared.core.model.specs import DEFAULT_PROJECT, ErrorKind, FleetSpec
 from tpucared.core.planning.planner import plan as make_plan
 from tpucared.core.planning.quiet import may_plan_on_last_lists
 from tpucared.core.planning.tick import plan_tick
-from tpucared.core.planning.zone_health import UNREACHABLE_AFTER, health_details, next_zone_health
+from tpucared.core.planning.zone_health import (
+    UNREACHABLE_AFTER,
+    health_details,
+    listed_now,
+    next_zone_health,
+    when,
+)
 from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.policy import Policy
 from tpucared.runtime.clock import Clock
@@ -111,6 +119,7 @@ class Reconciler:
         project: str | None = None,
         reuse_lists_within: float = 0.0,
         guard: Callable[[], None] | None = None,
+        poll_interval: float = 0.0,
     ) -> None:
         self.specs = tuple(specs)
         self.policy = policy
@@ -131,6 +140,7 @@ class Reconciler:
         self.zone_health: dict[Location, ZoneHealth] | None = None  # read from the store at first
         self._last_ok: dict[Location, datetime] = {}  # its last successful list (memory)
         self._reuse_within = reuse_lists_within
+        self._poll = poll_interval  # a failing zone's list backoff starts at one poll
         # Raises LeaseLost unless this process leads (runtime/leader.py): checked before the
         # plan is carried out, so a leader that wakes from a pause acts on nothing it planned.
         self._guard = guard
@@ -148,8 +158,11 @@ class Reconciler:
         observations = self._reusable(quiet, zones, started)
         reused = observations is not None
         if observations is None:
-            observations = await self._observer.observe(zones, self._clock.now())
-            await self._record_zone_health(observations)
+            skip = await self._backing_off(zones)
+            observations = await self._observer.observe(zones, self._clock.now(), skip=skip)
+            await self._record_zone_health(
+                o for o in observations if (o.project, o.zone) not in skip
+            )
             self._listed = (zones, observations, started)
         listed = self._clock.monotonic()
         snapshot = await self._store.load_snapshot()
@@ -219,16 +232,42 @@ class Reconciler:
         )
         return observations if reuse else None
 
+    async def _backing_off(self, zones: Zones) -> dict[Location, ZoneObservation]:
+        """The locations whose list backoff is not over, each with what the tick says of it:
+        unknown, the last failure's kind, and when it is asked next."""
+        await self._load_zone_health()
+        assert self.zone_health is not None
+        now = self._clock.now()
+        slack = timedelta(seconds=self._poll / 10)
+        skip: dict[Location, ZoneObservation] = {}
+        for where in zones.nodes:
+            health = self.zone_health.get(where)
+            if health is None or listed_now(health, now, slack):
+                continue
+            message = (
+                f"not asked: backing off after {health.failures} failed lists "
+                f"(next list at {when(health.next_list_at)}): {health.error_text}"
+            )
+            skip[where] = ZoneObservation(
+                zone=where[1], observed_at=now, project=where[0],
+                error=health.error_kind or ErrorKind.TRANSIENT, error_message=message,
+            )  # fmt: skip
+        return skip
+
+    async def _load_zone_health(self) -> None:
+        if self.zone_health is None:
+            async with self._store.read() as r:
+                rows = await r.zone_health()
+            self.zone_health = {(self._key(z.project), z.zone): z for z in rows}
+
     def _key(self, project: str) -> str:
         """A recorded project as the core names it."""
         return DEFAULT_PROJECT if project == self.project else project
 
     async def _record_zone_health(self, observations: Iterable[ZoneObservation]) -> None:
         """Bring `zone_health` up to date: one write for the zones that changed, if any."""
-        if self.zone_health is None:
-            async with self._store.read() as r:
-                rows = await r.zone_health()
-            self.zone_health = {(self._key(z.project), z.zone): z for z in rows}
+        await self._load_zone_health()
+        assert self.zone_health is not None
         now = self._clock.now()
         changed: list[tuple[ZoneHealth, tuple[str, str] | None]] = []
         for obs in observations:
@@ -238,7 +277,7 @@ class Reconciler:
             before = self.zone_health.get(where)
             after, event = next_zone_health(
                 before, obs, obs.project or self.project, self._last_ok.get(where),
-                UNREACHABLE_AFTER,
+                UNREACHABLE_AFTER, poll_interval=self._poll,
             )  # fmt: skip
             if after != before:
                 self.zone_health[where] = after

@@ -4,7 +4,9 @@
 whatever else is plugged in) in one `asyncio.TaskGroup` with a shared stop event: when one
 dies (raises, or returns before stop was asked for) the stop event is set and the others are
 cancelled, each ending logged; once stop is set, stragglers get `grace` seconds before they
-are cancelled, so a hung task cannot keep the process alive.
+are cancelled, so a hung task cannot keep the process alive. A root task that ends on
+`LeaseLost` or `StoreUnavailable` (the database went away) ends the term, not the process:
+the daemon stands by (runtime/terms.py).
 
 `TaskSet` holds the short background tasks the executor spawns (one per create or delete
 call), so that a slow cloud call never stalls a tick, and those of the workload jobs (one
@@ -27,11 +29,16 @@ from typing import Any
 import structlog
 
 from tpucared.runtime.clock import Clock
-from tpucared.store.errors import LeaseLost
+from tpucared.store.errors import LeaseLost, StoreUnavailable
 
 log = structlog.get_logger(__name__)
 
 RootTask = Callable[[], Awaitable[None]]
+
+# How long root tasks get to end by themselves once stop is set, before they are cancelled: a
+# stop is prompt whatever is in flight (docs/daemon.md, "Stopping"). Every root task checks the
+# stop event between steps, so only one stuck in a request or a write needs the cancel.
+STOP_GRACE_S = 0.5
 
 
 class RootTaskDied(RuntimeError):
@@ -41,7 +48,7 @@ class RootTaskDied(RuntimeError):
 
 
 async def supervise(
-    roots: Mapping[str, RootTask], stop: asyncio.Event, clock: Clock, *, grace: float = 30.0
+    roots: Mapping[str, RootTask], stop: asyncio.Event, clock: Clock, *, grace: float = STOP_GRACE_S
 ) -> None:
     """Run `roots` until all have returned. Raises an ExceptionGroup if one died."""
 
@@ -53,6 +60,10 @@ async def supervise(
             raise
         except LeaseLost as exc:  # a fenced write (runtime/leader.py): the term ends, no bug
             log.info("task.stopped_not_leading", task=name, why=str(exc))
+            stop.set()
+            raise
+        except StoreUnavailable as exc:  # weather: the term ends, the process stands by
+            log.info("task.stopped_database_unavailable", task=name, why=str(exc))
             stop.set()
             raise
         except Exception:

@@ -34,6 +34,10 @@ log = structlog.get_logger(__name__)
 
 # How long a term that lost its lease waits for its calls in flight before cancelling them.
 LOST_DRAIN_S = 1.0
+# At the end, how long the lease keeper and the warm reads get to finish an attempt in flight
+# (a database that does not answer must not hold up the stop), and the lease's release.
+BACKGROUND_GRACE_S = 0.5
+RELEASE_WITHIN_S = 0.5
 
 # One term: run the daemon until `lost` or `stopped`; its exit status.
 Term = Callable[[asyncio.Event], Awaitable[int]]
@@ -66,7 +70,13 @@ async def lead_while_elected(
             finally:
                 stopped.set()  # the keeper's loop ends: a term that ended ends the process
     finally:
-        await keeper.release()  # also after a failure: a standby need not wait the lease out
+        # Also after a failure: a standby need not wait the lease out. Bounded: a database
+        # that does not answer lets the lease expire by itself.
+        try:
+            async with asyncio.timeout(RELEASE_WITHIN_S):
+                await keeper.release()
+        except TimeoutError:
+            log.warning("lease.release_timed_out", hint="it expires by itself")
     return code
 
 
@@ -104,7 +114,7 @@ async def _background(coro: Awaitable[None], name: str) -> AsyncIterator[None]:
     finally:
         if not task.done():
             try:
-                async with asyncio.timeout(5):
+                async with asyncio.timeout(BACKGROUND_GRACE_S):
                     await asyncio.shield(task)
             except TimeoutError:
                 task.cancel()

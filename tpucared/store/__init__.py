@@ -28,6 +28,7 @@ from tpucared.store.errors import (
     NotFound,
     StaleWrite,
     StoreError,
+    StoreUnavailable,
 )
 from tpucared.store.reads import Reader
 from tpucared.store.repository import Store
@@ -54,6 +55,7 @@ __all__ = [
     "StaleWrite",
     "Store",
     "StoreError",
+    "StoreUnavailable",
     "Tx",
     "database_url",
     "make_engine",

@@ -56,7 +56,7 @@ from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from tpucared.store.errors import DatabaseError
+from tpucared.store.errors import DatabaseError, StoreUnavailable
 
 # Execution option that marks a connection's transactions as read-only: they BEGIN DEFERRED and
 # never take the write lock. Set by `Store.read()`.
@@ -305,7 +305,11 @@ _POSTGRES_REFUSALS = {
     "42501": "permission denied",
     "53300": "too many connections",
     "57P03": "the server is starting up or shutting down",
+    "57P01": "the server was shut down (administrator command)",
+    "57P02": "the server crashed and is restarting",
 }
+# SQLSTATE class 08: the connection itself failed or was lost.
+_POSTGRES_CONNECTION_CLASS = "08"
 
 
 def store_error(exc: BaseException, url: URL, busy_timeout_ms: int) -> DatabaseError | None:
@@ -326,6 +330,8 @@ def postgres_error(exc: BaseException, url: URL) -> DatabaseError | None:
         sqlstate = getattr(current, "sqlstate", None)
         if isinstance(sqlstate, str) and sqlstate in _POSTGRES_REFUSALS:
             return DatabaseError(f"{shown(url)}: {_POSTGRES_REFUSALS[sqlstate]} ({current})")
+        if isinstance(sqlstate, str) and sqlstate.startswith(_POSTGRES_CONNECTION_CLASS):
+            return DatabaseError(f"{shown(url)}: the connection to the server was lost ({current})")
         if isinstance(current, OSError | TimeoutError) and not isinstance(current, sqlite3.Error):
             return DatabaseError(
                 f"{shown(url)}: cannot connect to the PostgreSQL server ({current or 'timed out'})"
@@ -337,6 +343,20 @@ def postgres_error(exc: BaseException, url: URL) -> DatabaseError | None:
             if isinstance(orig, BaseException) and id(orig) not in seen
             else (current.__cause__ or current.__context__)
         )
+    return None
+
+
+def unavailable_error(
+    exc: BaseException, url: URL, busy_timeout_ms: int
+) -> StoreUnavailable | None:
+    """A running process's failed transaction as `StoreUnavailable` when the database went
+    away or cannot take a write (what `store_error` names, or a connection SQLAlchemy found
+    dead); None for anything else: a bug or a failed statement propagates as it is."""
+    known = store_error(exc, url, busy_timeout_ms)
+    if known is not None:
+        return StoreUnavailable(str(known))
+    if getattr(exc, "connection_invalidated", False):  # sqlalchemy's DBAPIError on a lost link
+        return StoreUnavailable(f"{shown(url)}: the connection to the database was lost ({exc})")
     return None
 
 

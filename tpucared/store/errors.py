@@ -10,6 +10,11 @@
 - `DatabaseError`: the database file cannot be used as it is (not a database, corrupt, newer
   than this tpucared, someone else's, read-only, locked): one line naming the file and what to
   do. The CLI prints it as `tpucared: <message>` and exits 2.
+- `StoreUnavailable`: a transaction of a running process failed because the database went
+  away or cannot take a write just now (the PostgreSQL server stopped or restarted, the
+  connection dropped, the SQLite disk is full): the same one line as `DatabaseError` names the
+  cause. Nothing of the transaction was written, or (a failed commit) whether it landed is
+  unknown; the daemon stands by until the database answers again (runtime/terms.py).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ __all__ = [
     "NotFound",
     "StaleWrite",
     "StoreError",
+    "StoreUnavailable",
 ]
 
 
@@ -68,3 +74,8 @@ class LeaseLost(StoreError):
     """This process no longer holds the leader lease (another took it, or its term ran out):
     the write or cloud call it guarded must not happen, and the daemon stands by. Not a
     `StaleWrite`: nobody may catch it and carry on with the next action."""
+
+
+class StoreUnavailable(StoreError):
+    """The database did not answer or refused a write just now (module docstring): weather,
+    not a bug. The daemon acts on nothing it cannot record, and stands by until it answers."""

@@ -274,7 +274,8 @@ class ChangeCounterRow(Base):
 
 class ZoneHealthRow(Base):
     """Whether the daemon could list a (project, zone): consecutive failed lists, the last
-    error and since when (migration 0003). Written by the runtime only when it changes."""
+    error and since when (migration 0003), when it is listed next (0007). Written by the
+    runtime only when it changes."""
 
     __tablename__ = "zone_health"
     __table_args__ = (CheckConstraint("failures >= 0", name="failures_not_negative"),)
@@ -288,6 +289,8 @@ class ZoneHealthRow(Base):
     last_ok_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     unreachable: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # When a failing zone is listed next: its list backoff (migration 0007); NULL when fine.
+    next_list_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class LeaderLeaseRow(Base):

@@ -384,6 +384,7 @@ def _zone_health(row: Mapping[str, Any]) -> ZoneHealth:
         failing_since=row["failing_since"],
         last_ok_at=row["last_ok_at"],
         unreachable=bool(row["unreachable"]),
+        next_list_at=row["next_list_at"],
     )
 
 

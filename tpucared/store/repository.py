@@ -20,6 +20,10 @@ not migrate by itself, so a read-only CLI never changes the database file.
 
 Compare-and-set failures (`StaleWrite`) roll back the whole `write()` block. If a commit itself
 fails (the connection dropped), whether it landed is unknown: re-read before deciding again.
+A transaction that fails because the database went away (the server stopped, the connection
+dropped, the disk is full) raises `StoreUnavailable` naming the cause in one line
+(`engine.unavailable_error`), whatever the driver's own exception was: the daemon stands by
+on it instead of dying (runtime/terms.py).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any
@@ -38,7 +42,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tpucared.core.leadership.lease import Lease
 from tpucared.core.model.records import EventRecord, IncarnationRecord
 from tpucared.store.cache import RecordCache
-from tpucared.store.engine import make_engine, read_options
+from tpucared.store.engine import (
+    DEFAULT_BUSY_TIMEOUT_MS,
+    make_engine,
+    read_options,
+    unavailable_error,
+)
 from tpucared.store.lease import Fence
 from tpucared.store.reads import Reader
 from tpucared.store.snapshot import FleetStatus, Snapshot
@@ -92,8 +101,20 @@ class Store:
     @asynccontextmanager
     async def read(self) -> AsyncIterator[Reader]:
         """A read transaction: every query inside sees the same committed state."""
-        async with self._reader_engine.begin() as conn:
-            yield Reader(conn, self.records)
+        with self._unavailable_named():
+            async with self._reader_engine.begin() as conn:
+                yield Reader(conn, self.records)
+
+    @contextlib.contextmanager
+    def _unavailable_named(self) -> Iterator[None]:
+        """A database gone away, as `StoreUnavailable` (module docstring)."""
+        try:
+            yield
+        except Exception as exc:
+            unavailable = unavailable_error(exc, self.engine.url, DEFAULT_BUSY_TIMEOUT_MS)
+            if unavailable is None:
+                raise
+            raise unavailable from exc
 
     @asynccontextmanager
     async def write(self, *, fenced: bool = True) -> AsyncIterator[Tx]:
@@ -110,10 +131,11 @@ class Store:
         self._writing.add(task)
         queue = self._queue() if fenced else contextlib.nullcontext()
         try:
-            async with queue, self.engine.begin() as conn:
-                if fenced and self.fence is not None:
-                    await self.fence.check(conn)
-                yield Tx(conn)
+            with self._unavailable_named():
+                async with queue, self.engine.begin() as conn:
+                    if fenced and self.fence is not None:
+                        await self.fence.check(conn)
+                    yield Tx(conn)
         finally:
             self._writing.discard(task)
 

@@ -305,6 +305,7 @@ class WriterBase(Reader):
             "failing_since": health.failing_since,
             "last_ok_at": health.last_ok_at,
             "unreachable": health.unreachable,
+            "next_list_at": health.next_list_at,
             "updated_at": now,
         }
         where = (ZoneHealthRow.project == health.project, ZoneHealthRow.zone == health.zone)

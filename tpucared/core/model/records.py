@@ -157,7 +157,8 @@ class ZoneHealth:
     """Whether the daemon could list a (project, zone) (table `zone_health`). `failures`:
     consecutive ticks whose list failed, 0 once one succeeds; `error_kind`/`error_message`
     and `failing_since` describe the current run of failures (None when `failures` is 0);
-    `unreachable`: `zone.unreachable` was told and `zone.reachable` not yet."""
+    `unreachable`: `zone.unreachable` was told and `zone.reachable` not yet; `next_list_at`:
+    while failing, when the zone is listed again (its backoff, core/planning/zone_health.py)."""
 
     project: str
     zone: str
@@ -167,6 +168,7 @@ class ZoneHealth:
     failing_since: datetime | None = None
     last_ok_at: datetime | None = None
     unreachable: bool = False
+    next_list_at: datetime | None = None
 
     @property
     def failing(self) -> bool:

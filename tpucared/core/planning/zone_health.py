@@ -5,13 +5,19 @@ that changed (table `zone_health`) with the event to tell: the `UNREACHABLE_AFTE
 list in a row tells `zone.unreachable` (once per outage), the first list that succeeds after
 it `zone.reachable`. `unlistable_fleets` is what /healthz reports: fleets none of whose zones
 can be listed.
+
+A failing zone is asked less often: after its n-th failed list in a row (an error, a malformed
+answer, no answer within its deadline) it is listed next `list_backoff(n, poll)` seconds after
+that list started, doubling from one poll interval to `LIST_BACKOFF_CAP_S`, and a good list
+resets it. A broken API then sees a handful of requests a minute from us, not one list per
+tick (or per wake); healthy zones keep their pace. `listed_now` says whether a tick lists it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tpucared.core.model.observed import ZoneObservation
@@ -22,6 +28,27 @@ from tpucared.core.model.specs import FleetSpec
 # /healthz counts the zone as down).
 UNREACHABLE_AFTER = 3
 
+# The longest a failing zone waits for its next list, whatever the streak: a zone that comes
+# back is seen within this.
+LIST_BACKOFF_CAP_S = 300.0
+
+
+def list_backoff(failures: int, poll_interval: float) -> float:
+    """Seconds from a failed list's start to the zone's next list, after `failures` in a row:
+    one poll after the first (the usual pace), then doubling, to the cap."""
+    if failures <= 0:
+        return 0.0
+    doubled = poll_interval * 2.0 ** min(failures - 1, 30)
+    return min(max(LIST_BACKOFF_CAP_S, poll_interval), doubled)
+
+
+def listed_now(health: ZoneHealth | None, now: datetime, slack: timedelta) -> bool:
+    """Whether a tick at `now` lists the zone: it lists fine, or its backoff is over. `slack`
+    (a fraction of the poll) keeps the poll's own tick from missing the end by milliseconds."""
+    if health is None or not health.failing or health.next_list_at is None:
+        return True
+    return now + slack >= health.next_list_at
+
 
 def next_zone_health(
     before: ZoneHealth | None,
@@ -29,9 +56,12 @@ def next_zone_health(
     project: str,
     last_ok: datetime | None,
     threshold: int = UNREACHABLE_AFTER,
+    *,
+    poll_interval: float = 0.0,
 ) -> tuple[ZoneHealth, tuple[str, str] | None]:
     """A zone's health after one list, and the event to tell (kind, message) if any. A zone
-    that keeps listing fine keeps its record unchanged (no write)."""
+    that keeps listing fine keeps its record unchanged (no write). A failed list sets when
+    the zone is listed next (`list_backoff` from `poll_interval`)."""
     prev = before or ZoneHealth(project=project, zone=obs.zone)
     if obs.ok:
         if before is not None and not before.failing:
@@ -50,6 +80,8 @@ def next_zone_health(
         failing_since=prev.failing_since or obs.observed_at,
         last_ok_at=last_ok or prev.last_ok_at,
     )
+    wait = timedelta(seconds=list_backoff(after.failures, poll_interval))
+    after = replace(after, next_list_at=obs.observed_at + wait)
     if after.failures >= threshold and not prev.unreachable:
         after = replace(after, unreachable=True)
         message = (
@@ -87,4 +119,5 @@ def health_details(h: ZoneHealth) -> dict[str, Any]:
         "error_kind": None if h.error_kind is None else h.error_kind.value,
         "error_message": h.error_message,
         "failing_since": when(h.failing_since),
+        "next_list_at": when(h.next_list_at),
     }

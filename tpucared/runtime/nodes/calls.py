@@ -45,6 +45,7 @@ from tpucared.core.vocab.actions import CreateNode, DeleteNode
 from tpucared.ports.cloud import DEFAULT_SA_SCOPES, CloudError, NodeShape, OperationState
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.clouds import CloudMap
+from tpucared.runtime.deadlines import MUTATION_DEADLINE_S, answered_within
 from tpucared.runtime.nodes.operations import OperationWatcher
 from tpucared.runtime.tasks import TaskSet
 from tpucared.runtime.wakeup import Wakeup
@@ -215,7 +216,7 @@ class CloudCalls:
             self._guard()
         t = self._template
         # Multislice: nodes `{queued_resource}-0..` (core/nodes/slots.py names them so).
-        return await self._clouds.for_fleet(a.fleet).create(
+        call = self._clouds.for_fleet(a.fleet).create(
             t.project_of(a.project),
             a.zone,
             a.node_name,
@@ -224,6 +225,7 @@ class CloudCalls:
             slices=a.slices,
             reservation=t.reservation(a),
         )
+        return await answered_within(MUTATION_DEADLINE_S, f"create {a.node_name}", call)
 
     async def _create_accepted(
         self,
@@ -342,9 +344,10 @@ class CloudCalls:
             self._guard()
         project = self._template.project_of(a.project)
         # A queued slot goes with its nodes (the port deletes them first).
-        return await self._clouds.for_fleet(a.fleet).delete(
+        call = self._clouds.for_fleet(a.fleet).delete(
             project, a.zone, a.node_name, queued=a.queued_resource
         )
+        return await answered_within(MUTATION_DEADLINE_S, f"delete {a.node_name}", call)
 
     async def _delete_outcome(
         self,

@@ -9,27 +9,50 @@ zones are listed concurrently, so a tick costs one round trip however many zones
 Each location is listed through the Cloud port of its fleets' API (clouds.py); failures come
 back as data (`ZoneObservation.error`, see `Cloud.observe`), never as exceptions. What saves
 work between lists (the TPU API's cached pages and conversions) is the port's own business.
+
+No location can hold up the others. Each list has a deadline within the tick (`limit`),
+retries included (`ANSWER_BY`, ports/cloud.py): the list deadline (the poll interval, at
+least `LIST_FLOOR_S`) for a location never listed yet, else `SLOWER_THAN_USUAL` times the
+longest of its last good lists, never under the floor: a zone that answered in 0.2 s and now
+hangs costs a tick 2 s, not the HTTP timeouts of all its retries. A list that misses it is
+cancelled and the location is unknown for the tick, exactly like a failed list (the planner
+concludes nothing from absence there); the late answer is dropped, never used by a later
+tick. The locations in `skip` (backing off after failed lists, reconciler.py) are not asked.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+
+import structlog
 
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import IncarnationRecord
 from tpucared.core.model.specs import (
     DEFAULT_API,
     DEFAULT_PROJECT,
+    ErrorKind,
     FleetSpec,
     Provisioning,
     location_name,
 )
+from tpucared.ports.cloud import ANSWER_BY
 from tpucared.runtime.clouds import CloudMap
 
+log = structlog.get_logger(__name__)
+
 Location = tuple[str, str]  # (project, zone); core DEFAULT_PROJECT for `gcp.project`
+
+# The least time any list gets: below it a healthy list on a busy 2-core machine (10,000
+# nodes, a cold cache) could miss its deadline and make its zone unknown for nothing.
+LIST_FLOOR_S = 2.0
+# A list may take this many times the longest of the location's recent good lists.
+SLOWER_THAN_USUAL = 3.0
+RECENT_LISTS = 5  # good lists remembered per location for that
 
 
 @dataclass(frozen=True)
@@ -63,27 +86,69 @@ def zones_to_observe(specs: Iterable[FleetSpec], live: Iterable[IncarnationRecor
 
 
 class Observer:
-    def __init__(self, clouds: CloudMap, project: str) -> None:
+    def __init__(self, clouds: CloudMap, project: str, *, deadline: float = LIST_FLOOR_S) -> None:
         self._clouds = clouds
         self._project = project  # what DEFAULT_PROJECT means: `gcp.project`
+        self.deadline = max(deadline, LIST_FLOOR_S)  # a list never listed fine gets this long
+        self._took: dict[Location, deque[float]] = {}  # seconds of each location's good lists
 
     def project_of(self, project: str) -> str:
         return project or self._project
 
-    async def observe(self, zones: Zones, now: datetime) -> tuple[ZoneObservation, ...]:
-        """List every location at once, each through its cloud's port; the observations come
-        back sorted by (project, zone), each carrying the project as the core knows it."""
+    def limit(self, where: Location) -> float:
+        """Seconds this location's list may take within a tick (module docstring)."""
+        recent = self._took.get(where)
+        if not recent:
+            return self.deadline
+        return min(self.deadline, max(LIST_FLOOR_S, SLOWER_THAN_USUAL * max(recent)))
+
+    async def observe(
+        self,
+        zones: Zones,
+        now: datetime,
+        *,
+        skip: Mapping[Location, ZoneObservation] | None = None,
+    ) -> tuple[ZoneObservation, ...]:
+        """List every location at once, each through its cloud's port and within its
+        `limit`; the observations come back sorted by (project, zone), each carrying the
+        project as the core knows it. `skip`: what to say of the locations not asked."""
         ordered = sorted(zones.nodes)
+        skip = skip or {}
 
         async def one(where: Location) -> ZoneObservation:
-            project, zone = where
-            cloud = self._clouds.of(zones.api.get(where, DEFAULT_API))
-            obs = await cloud.observe(
-                self.project_of(project), zone, now, queued_resources=where in zones.queued
-            )
+            project = where[0]
+            if where in skip:
+                return skip[where]
+            obs = await self._listed(where, zones, now)
             return obs if project == DEFAULT_PROJECT else replace(obs, project=project)
 
         return tuple(await asyncio.gather(*(one(where) for where in ordered)))
+
+    async def _listed(self, where: Location, zones: Zones, now: datetime) -> ZoneObservation:
+        """One location's list within its limit (in its own task: `gather` made one, so
+        ANSWER_BY is this list's alone)."""
+        project, zone = where
+        cloud = self._clouds.of(zones.api.get(where, DEFAULT_API))
+        limit = self.limit(where)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        ANSWER_BY.set(started + limit)
+        try:
+            async with asyncio.timeout(limit):
+                obs = await cloud.observe(
+                    self.project_of(project), zone, now, queued_resources=where in zones.queued
+                )
+        except TimeoutError:
+            message = f"no answer within {limit:.1f} s (the list's deadline, retries included)"
+            log.warning("zone.list_timed_out", project=self.project_of(project), zone=zone,
+                        limit_s=round(limit, 2))  # fmt: skip
+            return ZoneObservation(
+                zone=zone, observed_at=now, error=ErrorKind.TRANSIENT, error_message=message
+            )
+        if obs.ok:
+            took = self._took.setdefault(where, deque(maxlen=RECENT_LISTS))
+            took.append(loop.time() - started)
+        return obs
 
 
 def summarize(observations: Iterable[ZoneObservation]) -> Mapping[str, object]:

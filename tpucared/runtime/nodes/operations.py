@@ -16,6 +16,10 @@ createTime to endTime), and when one is done writes, in one transaction:
 Then it wakes the reconcile loop, so the planner decides on the outcome at once instead of at
 the next poll. Operations recorded by a previous run (the daemon was restarted mid-create)
 are picked up from each tick's snapshot (`adopt`). Nothing here decides anything.
+
+Each poll runs on its own, within a deadline (runtime/deadlines.py): a poll that hangs (one
+zone's API stalls) delays only its own operation, never the others' outcomes; cut at the
+deadline, it counts as a failed poll and is tried again later.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 
 import structlog
 
@@ -37,6 +42,7 @@ from tpucared.core.nodes.outcomes import Verb
 from tpucared.ports.cloud import CloudError, OperationState
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.clouds import CloudMap
+from tpucared.runtime.deadlines import answered_within
 from tpucared.runtime.wakeup import Wakeup
 from tpucared.store import KEEP, Store
 
@@ -99,6 +105,7 @@ class OperationWatcher:
         wakeup: Wakeup,
         schedule: PollSchedule | None = None,
         on_attempt: Callable[[CreateAttemptRecord], None] | None = None,
+        deadline: float = 10.0,
     ) -> None:
         self._clouds = clouds
         self._on_attempt = on_attempt
@@ -112,6 +119,8 @@ class OperationWatcher:
         self._finished: deque[str] = deque(maxlen=_FINISHED_MEMORY)
         self._finished_set: set[str] = set()
         self._changed = Wakeup()
+        self._deadline = deadline  # seconds an operations.get may take, retries included
+        self._polling: dict[str, asyncio.Task[None]] = {}  # by operation name
 
     def __len__(self) -> int:
         return len(self._watched)
@@ -179,20 +188,45 @@ class OperationWatcher:
             )
 
     async def run(self, stop: asyncio.Event) -> None:
-        """The root task: poll what is due, sleep until the next is due or a new watch."""
-        while not stop.is_set():
-            now = self._clock.monotonic()
-            due = [w for w in self._watched.values() if w.next_poll <= now]
-            if due:
-                await asyncio.gather(*(self._poll(w) for w in due))
-                continue
-            wait = min((w.next_poll for w in self._watched.values()), default=now + 3600) - now
-            await self._changed.wait(self._clock, wait, stop)
-            self._changed.take()
+        """The root task: start the polls that are due, each on its own; sleep until the next
+        is due, a poll ends or a new watch. A poll that fails for the store ends the task."""
+        try:
+            while not stop.is_set():
+                self._raise_failed_poll()
+                now = self._clock.monotonic()
+                waiting = [w for w in self._watched.values() if w.name not in self._polling]
+                for w in waiting:
+                    if w.next_poll <= now:
+                        task = asyncio.create_task(self._poll(w), name=f"poll {w.name}")
+                        self._polling[w.name] = task
+                        task.add_done_callback(partial(self._poll_ended, w.name))
+                later = [w.next_poll for w in waiting if w.next_poll > now]
+                wait = min(later, default=now + 3600) - now
+                await self._changed.wait(self._clock, wait, stop)
+                self._changed.take()
+            self._raise_failed_poll()
+        finally:
+            for task in self._polling.values():
+                task.cancel()
+            await asyncio.gather(*self._polling.values(), return_exceptions=True)
+
+    def _poll_ended(self, name: str, _: asyncio.Task[None]) -> None:
+        task = self._polling.get(name)
+        if task is not None and (task.cancelled() or task.exception() is None):
+            del self._polling[name]  # a failed one stays, for run() to raise
+        self._changed.set("poll ended")
+
+    def _raise_failed_poll(self) -> None:
+        for task in self._polling.values():
+            if task.done() and not task.cancelled():
+                failure = task.exception()
+                if failure is not None:
+                    raise failure
 
     async def _poll(self, w: Watched) -> None:
         try:
-            op = await self._clouds.for_fleet(w.fleet).poll(w.name)
+            cloud = self._clouds.for_fleet(w.fleet)
+            op = await answered_within(self._deadline, f"poll {w.name}", cloud.poll(w.name))
         except CloudError as error:
             if error.kind is ErrorKind.NOT_FOUND:
                 # The API forgot it (operations expire): its outcome is unknowable; the

@@ -55,9 +55,15 @@ class Telemetry:
         if role is Role.LEADER:
             self.health.tick()  # a new term: its first tick gets the health grace again
 
+    def database_unavailable(self, why: str) -> None:
+        """A term ended because the database went away: /healthz fails saying so until a
+        lease attempt is answered again."""
+        self.health.database = why
+
     def lease_answered(self, role: Role, epoch: int) -> None:
         """After every lease attempt the database answered: a standby's sign of life, and the
         lease's epoch as the database has it (a standby shows the leader's)."""
+        self.health.database = None
         self.metrics.set_role(role is Role.LEADER, epoch)
         if role is Role.STANDBY:
             self.health.tick()
@@ -67,7 +73,9 @@ class Telemetry:
         self.health.set_zones_down(zones_down_reason(self._config, tick))
         self.metrics.observe_tick(tick.seconds, at=self._clock.now())
         self.metrics.set_zones(
-            ((f.project, z) for f in self._config.fleets for z in f.zones), tick.zone_health
+            ((f.project, z) for f in self._config.fleets for z in f.zones),
+            tick.zone_health,
+            self._clock.now(),
         )
         try:
             await self.metrics.refresh(self._store, self._clock.now())

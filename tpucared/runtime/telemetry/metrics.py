@@ -135,6 +135,12 @@ class DaemonMetrics:
         self.zone_unreachable = _gauge(
             r, "tpucared_zone_unreachable", "1 while a zone counts as unreachable", "zone"
         )
+        self.zone_next_list = _gauge(
+            r,
+            "tpucared_zone_list_backoff_seconds",
+            "Seconds until a failing zone is listed again (0: listed at the usual pace)",
+            "zone",
+        )
         self.api_seconds = _histogram(
             r,
             "tpucared_api_request_seconds",
@@ -162,18 +168,26 @@ class DaemonMetrics:
         self.api_seconds.labels(call).observe(seconds)
 
     def set_zones(
-        self, zones: Iterable[tuple[str, str]], health: Mapping[tuple[str, str], ZoneHealth]
+        self,
+        zones: Iterable[tuple[str, str]],
+        health: Mapping[tuple[str, str], ZoneHealth],
+        now: datetime | None = None,
     ) -> None:
         """The list health of the (project, zone)s the configured fleets list (and only
         those: a zone an older config listed is not reported). A zone never failed reads 0.
         The label is the zone, `project/zone` for a fleet in another project than ours."""
         self.zone_failures.clear()
         self.zone_unreachable.clear()
+        self.zone_next_list.clear()
         for where in sorted(set(zones)):
             h = health.get(where)
             label = location_name(*where)
             self.zone_failures.labels(label).set(0 if h is None else h.failures)
             self.zone_unreachable.labels(label).set(1 if h is not None and h.unreachable else 0)
+            wait = 0.0
+            if h is not None and h.failing and h.next_list_at is not None and now is not None:
+                wait = max(0.0, (h.next_list_at - now).total_seconds())
+            self.zone_next_list.labels(label).set(round(wait, 3))
 
     def record_create(self, attempt: CreateAttemptRecord) -> None:
         self.creates.labels(attempt.fleet, attempt.zone, attempt.outcome).inc()

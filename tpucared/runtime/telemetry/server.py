@@ -61,6 +61,8 @@ class Health:
         # The leader lease (runtime/leader.py): a standby does not tick; its lease attempts
         # that the database answered move `last_tick_at` instead, and "ok" says "standby".
         self.standby = False
+        # Why the last term ended, while the database has not answered since (telemetry).
+        self.database: str | None = None
 
     @classmethod
     def for_poll_interval(
@@ -91,6 +93,8 @@ class Health:
         if self.standby:
             what = "no lease attempt answered" if self.last_tick_at is None else what
             what = what.replace("reconcile tick completed", "lease attempt answered")
+        if self.database is not None:
+            return False, f"database unavailable, standing by: {self.database}"
         if age <= self.threshold:
             if self.standby:
                 return True, "ok: standby"
