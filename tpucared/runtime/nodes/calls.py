@@ -87,6 +87,7 @@ class NodeTemplate:
             service_account=o.service_account,
             service_account_scopes=o.service_account_scopes or DEFAULT_SA_SCOPES,
             data_disks=o.data_disks,
+            on_preemption=o.on_preemption,
         )
 
     def project_of(self, project: str) -> str:
