@@ -203,6 +203,7 @@ class Executor:
                         reason=action.reason,
                         project=action.project,
                         slice_index=action.slice,
+                        api=action.api,
                     )
                 self._calls.start_create(action, inc)
             case DeleteNode():
@@ -271,6 +272,7 @@ class Executor:
                         reason=action.reason,
                         slice_index=action.slice,
                         project=action.project,
+                        api=action.api,
                     )
                 case Notice():
                     await tx.append_event(
