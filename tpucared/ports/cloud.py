@@ -17,8 +17,9 @@ terminate, errors as data), and no more than the runtime calls today:
 
 Every call but `observe` fails only with a `CloudError` carrying the core `ErrorKind` the
 planner decides on (the gcp adapters' `ApiError` is one). The runtime holds one port per
-cloud API (`FleetSpec.api`, "tpu" today) and never names an implementation; the TPU API's
-is `tpucared/gcp/tpu/cloud.py` `TpuCloud`.
+cloud API (`FleetSpec.api`) and never names an implementation; the TPU API's ("tpu") is
+`tpucared/gcp/tpu/cloud.py` `TpuCloud`, Compute Engine's ("compute": single-host TPU VMs,
+one instance per node) `tpucared/gcp/compute/cloud.py` `ComputeCloud`.
 """
 
 from __future__ import annotations
