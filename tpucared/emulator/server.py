@@ -37,7 +37,7 @@ from tpucared.emulator.faults import FaultInjector
 from tpucared.emulator.host_hook import NoWorkerHosts, WorkerHosts
 from tpucared.emulator.hosts import SshWorkerHosts
 from tpucared.emulator.middleware import make_middleware
-from tpucared.emulator.options import EmulatorOptions
+from tpucared.emulator.options import STOCKOUT_CODES, EmulatorOptions
 from tpucared.emulator.oslogin import OsLoginApi, OsLoginRegistry
 from tpucared.emulator.persistence import load_state, save_state
 from tpucared.emulator.requestlog import RequestLog
@@ -175,7 +175,8 @@ async def running_emulator(
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tpucared emulator",
-        description="Serve the Cloud TPU v2 API locally, with fault injection under /_emulator.",
+        description="Serve the Cloud TPU v2 API and Compute Engine v1 for TPU VMs locally, "
+        "with fault injection under /_emulator.",
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
@@ -224,11 +225,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="enforce OS Login on every worker: only keys imported through /v1/users/... "
         "log in, as the profile's user; ssh-keys metadata is ignored",
     )
+    _compute_arguments(parser)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument(
         "--state-file", default=None, help="JSON file to load at start, save at exit"
     )
     return parser
+
+
+def _compute_arguments(parser: argparse.ArgumentParser) -> None:
+    """The Compute Engine surface's unconfirmed behaviours most worth choosing from the command
+    line (options.py has them all, with the research rows they stand for)."""
+    parser.add_argument(
+        "--compute-stockout-mode",
+        choices=("operation", "sync_http", "born_done"),
+        default=EmulatorOptions.compute_stockout_mode,
+        help="where a Compute Engine stockout shows: the insert's operation (default), an HTTP "
+        "503 from the insert, or an operation already DONE",
+    )
+    parser.add_argument(
+        "--compute-stockout-code",
+        choices=STOCKOUT_CODES,
+        default=EmulatorOptions.compute_stockout_code,
+    )
 
 
 async def serve(options: EmulatorOptions, host: str, port: int) -> None:
@@ -260,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         ssh_port=args.ssh_port,
         hosts_dir=args.hosts_dir,
         os_login=args.os_login,
+        compute_stockout_mode=args.compute_stockout_mode,
+        compute_stockout_code=args.compute_stockout_code,
         seed=args.seed,
         state_file=args.state_file,
     )

@@ -162,3 +162,29 @@ async def test_instances_survive_a_restart(emulator: EmulatorServer, http: Http)
     assert again["networkInterfaces"][0]["networkIP"] == vm["networkInterfaces"][0]["networkIP"]
     assert (await http.ok("GET", f"{ZONE}/instances/vm-1"))["status"] == "TERMINATED"
     assert (await http.ok("GET", "/_emulator/v1/instances"))["instances"] == keys
+
+
+async def test_hostile_answers_cover_the_instance_list(http: Http) -> None:
+    await running(http, "vm-0")
+    script = [
+        {"kind": "malformed", "mode": "state", "value": 99},
+        {"kind": "malformed", "mode": "duplicate"},
+        {"kind": "malformed", "mode": "labels_list"},
+        {"kind": "malformed", "mode": "endless_pages"},
+        {"kind": "malformed", "mode": "error_envelope"},
+    ]
+    await http.ok("PUT", "/_emulator/v1/faults", {"script": script})
+    path = f"{ZONE}/instances"
+    assert [vm["status"] for vm in (await http.ok("GET", path))["items"]] == [99]
+    duplicated = (await http.ok("GET", path))["items"]
+    assert [(vm["name"], vm["status"]) for vm in duplicated] == [
+        ("vm-0", "RUNNING"), ("vm-0", "TERMINATED")
+    ]  # fmt: skip
+    labels = (await http.ok("GET", path))["items"][0]["labels"]
+    assert labels == ["tpucared-fleet=iron", "tpucared-owner=test"]
+    assert (await http.ok("GET", path, pageToken="x"))["nextPageToken"]
+    code, payload = await http("GET", path)
+    assert code == 200
+    assert payload["error"]["errors"][0]["reason"] == "backendError"
+    log = await http.ok("GET", "/_emulator/v1/requests")
+    assert [r["fault"] for r in log[-5:]] == ["malformed"] * 5
