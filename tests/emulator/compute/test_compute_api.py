@@ -135,8 +135,8 @@ async def test_partial_responses_and_empty_pages(http: Http) -> None:
     )
     labels = {"tpucared-fleet": "iron", "tpucared-owner": "test"}
     assert page == {"items": [{"name": "vm-0", "status": "RUNNING", "labels": labels}]}
-    code, _payload = await http("GET", f"{ZONE}/instances", fields="items(")
-    assert code == 400
+    code, payload = await http("GET", f"{ZONE}/instances", fields="items(")
+    assert (code, envelope_of(payload)) == (400, (400, "invalidParameter"))
     async with emulator_with(compute_empty_items_listed=True) as other:
         assert (await other.ok("GET", f"{ZONE}/instances"))["items"] == []
 
