@@ -81,6 +81,8 @@ async def test_request_id_must_be_a_uuid_and_unknown_parameters_are_refused(http
     assert (code, envelope_of(payload)[1]) == (400, "badRequest")
     code, payload = await http("GET", f"{ZONE}/instances", maxResults="501")
     assert code == 400
+    code, payload = await http("GET", f"{ZONE}/instances", pageToken="garbage")
+    assert (code, envelope_of(payload)) == (400, (400, "invalidParameter"))
 
 
 async def test_the_operation_and_instance_shapes(http: Http) -> None:

@@ -86,9 +86,11 @@ class ComputeApi:
         raw = request.query.get("fields")
         try:
             selection = fields.parse(raw) if raw else None  # checked before the request acts
-        except ApiError as error:  # fields.py speaks the TPU API's envelope
-            raise errors.ComputeError(400, "invalidParameter", error.message) from None
-        data = await self.dispatch(request)
+            data = await self.dispatch(request)
+        except errors.ComputeError:
+            raise
+        except ApiError as error:  # the shared modules (fields.py, paging.py) speak the TPU
+            raise errors.in_compute_envelope(error) from None  # API's envelope
         if selection is None or raw is None:
             return web.json_response(data)
         body = self._partials.body(data, selection, raw)
