@@ -70,15 +70,18 @@ from bench.scale_procs import (
     daemon_config,
     db_size_mb,
     fleet_layout,
+    log_problems,
     probe_design,
     proc_cpu_seconds,
     proc_memory_mb,
     serve_emulator,
+    wait_until,
 )
 from bench.scale_report import profile_top, render, render_row
+from bench.scale_storm import Storm, storm_figures, wait_recovered
 
 EMULATOR_MAX_PAGE = 1000  # EmulatorOptions.max_page_size
-VARIANTS = ("none", "probe")
+VARIANTS = ("none", "probe", "storm")
 PROBE_SETTLE_S = 30.0
 
 
@@ -102,6 +105,9 @@ class Settings:
     converge_limit: float | None = None
     # Every node's type: v5litepod-8 is one worker per slice, v5litepod-16 four.
     accelerator_type: str = TYPE
+    # Storm variant: seconds to wait after the storm for every slot READY again (then the
+    # row says it did not recover).
+    recovery_limit: float = 600.0
 
 
 FULL = Settings(sizes=(1000, 10000), variants=VARIANTS, ticks=30, poll_interval=2.0)
@@ -137,37 +143,6 @@ def expected_list_pages(size: int, page_size: int | None) -> int:
 
 # ---------------------------------------------------------------------------------------------
 # One measurement
-
-
-def _wait(
-    check: Callable[[], bool],
-    within: float,
-    what: str,
-    daemon: DaemonProcess | None = None,
-    progress: Callable[[], str] | None = None,
-) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        if daemon is not None:
-            daemon.alive()
-        if time.monotonic() > deadline:
-            where = f"; {progress()}" if progress is not None else ""
-            raise TimeoutError(
-                f"scale benchmark: timed out after {within:.0f}s waiting for {what}{where}"
-            )
-        time.sleep(0.1)
-
-
-def _log_problems(path: Path, limit: int = 5) -> str:
-    """How many warning/error lines a JSON log has, and the last few distinct ones."""
-    if not path.exists():
-        return f"{path.name}: none"
-    problems: list[str] = []
-    for line in path.read_text(errors="replace").splitlines():
-        if '"level": "error"' in line or '"level": "warning"' in line or "Error" in line:
-            problems.append(line[:300])
-    last = list(dict.fromkeys(reversed(problems)))[:limit]
-    return f"{path.name}: {len(problems)} warning/error lines, last: {last}"
 
 
 def measure(
@@ -224,10 +199,10 @@ def measure(
                 f"{ready} READY and {running} "
                 f"attempts running in the daemon's database, "
                 f"{time.monotonic() - daemon.started:.0f} s after its start; "
-                f"{_log_problems(directory / 'emulator.log')}; {_log_problems(daemon.log_path)}"
+                f"{log_problems(directory / 'emulator.log')}; {log_problems(daemon.log_path)}"
             )
 
-        _wait(
+        wait_until(
             lambda: count_rows(daemon.db, ready_sql) == size,
             max(30.0, end - time.monotonic()),
             f"{size} READY nodes in the daemon's database",
@@ -237,7 +212,7 @@ def measure(
         ready_s = time.monotonic() - daemon.started
         running_s = None
         if variant == "probe":
-            _wait(
+            wait_until(
                 lambda: count_rows(daemon.db, running_sql) == size,
                 max(30.0, end - time.monotonic()),
                 f"a workload attempt running on each of {size} slots",
@@ -251,7 +226,7 @@ def measure(
             quiet = daemon.ticks[-settings.settle_ticks :]
             return len(quiet) == settings.settle_ticks and all(not t["actions"] for t in quiet)
 
-        _wait(
+        wait_until(
             settled,
             60 + 20 * poll + size * 0.05,
             "ticks with nothing to do",
@@ -264,7 +239,7 @@ def measure(
             # Every attempt is recorded running before its launch's SSH is done: launches, and
             # the probe that follows each, go on after the quiet ticks. The window starts
             # PROBE_SETTLE_S after the last launch ended, so it holds the periodic probes only.
-            _wait(
+            wait_until(
                 lambda: daemon.poll_log() is not None and daemon.launched >= size,
                 max(30.0, end - time.monotonic()),
                 f"{size} launches done",
@@ -287,12 +262,15 @@ def measure(
         cpu_start = proc_cpu_seconds(daemon.pid)
         emu_cpu_start = proc_cpu_seconds(emulator.pid)
         wall_start = time.monotonic()
+        storm = Storm(emulator.url, size, every=poll) if variant == "storm" else None
+        if storm is not None:
+            storm.start()
 
         def window_done() -> bool:
             daemon.poll_log()
             return len(daemon.ticks) > first + settings.ticks
 
-        _wait(
+        wait_until(
             window_done,
             settings.ticks * poll * 4 + 60,
             f"{settings.ticks} ticks",
@@ -300,10 +278,24 @@ def measure(
         )
         cpu = proc_cpu_seconds(daemon.pid) - cpu_start
         emu_cpu = proc_cpu_seconds(emulator.pid) - emu_cpu_start
+        storm_row = None
+        if storm is not None:
+            storm.stop()
+            recovered_at = wait_recovered(
+                lambda: count_rows(daemon.db, ready_sql) == size, settings.recovery_limit
+            )
+            storm_requests = emulator.requests(storm.started_at)
+            creates = [
+                r
+                for r in storm_requests
+                if _request_kind(r) == "nodes.create"
+                and storm.ended_at <= r["time"] <= (recovered_at or time.time())
+            ]
+            storm_row = storm_figures(storm, storm_requests, recovered_at, len(creates))
         profile: list[str] | None = None
         if settings.profile:
             daemon.process.send_signal(signal.SIGUSR2)
-            _wait(daemon.profile_path.exists, 60, "the profile", daemon)
+            wait_until(daemon.profile_path.exists, 60, "the profile", daemon)
             time.sleep(1.0)  # dump_stats writes the file in one go, but let it finish
             profile = profile_top(daemon.profile_path)
         wall = time.monotonic() - wall_start
@@ -376,6 +368,7 @@ def measure(
             "only_list_pages": set(kinds) <= {"nodes.list"} and len(requests) == pages * ticks,
         },
         "db": {**db, "events": stats},
+        **({"storm": storm_row} if storm_row is not None else {}),
         **({"profile_top": profile} if profile is not None else {}),
     }
 
@@ -450,6 +443,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--name", default="scale", help="result file name (default: scale)")
     parser.add_argument("--profile", action="store_true", help="cProfile the daemon (diagnostic)")
     parser.add_argument(
+        "--recovery-limit",
+        type=float,
+        default=600.0,
+        help="storm: seconds to wait for every slot READY again after the storm",
+    )
+    parser.add_argument(
         "--gc-threshold", type=int, default=None, help="gc.set_threshold(N) in the daemon"
     )
     parser.add_argument(
@@ -476,6 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         gc_threshold=args.gc_threshold,
         converge_limit=args.converge_limit,
         accelerator_type=args.type,
+        recovery_limit=args.recovery_limit,
     )
     from bench import run as harness
 

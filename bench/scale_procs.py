@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -368,3 +369,34 @@ def probe_design(root: Path = ROOT) -> str:
     awaits the workload probe, else "background" (per-slot tasks outside the tick)."""
     source = (root / "tpucared" / "runtime" / "reconciler.py").read_text()
     return "inline" if "await self._workloads.probe" in source else "background"
+
+
+def wait_until(
+    check: Callable[[], bool],
+    within: float,
+    what: str,
+    daemon: DaemonProcess | None = None,
+    progress: Callable[[], str] | None = None,
+) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        if daemon is not None:
+            daemon.alive()
+        if time.monotonic() > deadline:
+            where = f"; {progress()}" if progress is not None else ""
+            raise TimeoutError(
+                f"scale benchmark: timed out after {within:.0f}s waiting for {what}{where}"
+            )
+        time.sleep(0.1)
+
+
+def log_problems(path: Path, limit: int = 5) -> str:
+    """How many warning/error lines a JSON log has, and the last few distinct ones."""
+    if not path.exists():
+        return f"{path.name}: none"
+    problems: list[str] = []
+    for line in path.read_text(errors="replace").splitlines():
+        if '"level": "error"' in line or '"level": "warning"' in line or "Error" in line:
+            problems.append(line[:300])
+    last = list(dict.fromkeys(reversed(problems)))[:limit]
+    return f"{path.name}: {len(problems)} warning/error lines, last: {last}"

@@ -47,9 +47,19 @@ def _median_ms(summary: Mapping[str, Any] | None) -> str:
 def render_row(row: Mapping[str, Any]) -> str:
     """One measured size as a progress line (`render` prints the table of all of them)."""
     cells = dict(zip(HEADERS, row_cells(row), strict=True))
-    return f"scale {cells.pop('variant')} n={cells.pop('nodes')}: " + ", ".join(
+    line = f"scale {cells.pop('variant')} n={cells.pop('nodes')}: " + ", ".join(
         f"{name} {value}" for name, value in cells.items()
     )
+    storm = row.get("storm")
+    if storm:
+        delay = storm["delete_delay_s"] or {}
+        line += (
+            f"; storm: {storm['preempted']} preempted in {storm['storm_s']} s, DELETE after "
+            f"median {delay.get('median')} s / p90 {delay.get('p90')} s "
+            f"({storm['delete_missing']} without), all READY {storm['recovery_s']} s after it "
+            f"({storm['creates_per_minute_recovering']} creates a minute)"
+        )
+    return line
 
 
 def render(result: Mapping[str, Any]) -> str:

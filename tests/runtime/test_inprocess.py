@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -376,3 +377,48 @@ async def test_record_only_actions_share_a_commit_and_a_stale_one_is_skipped_alo
         (phase,) = query(h.db, f"SELECT phase FROM nodes WHERE id = {inc.id}")
         assert phase["phase"] == "creating"
         assert len(commits) == 2  # RECORD_BATCH + 7 actions: two transactions, not 263
+
+
+async def test_cloud_intents_share_the_batch_commit_and_their_calls_start_after_it(
+    tmp_path: Path, control: Control
+) -> None:
+    """A preemption storm's deletes: each intent in its own transaction (one WAL sync each,
+    queued behind the calls' outcome writes) held a tick for 30 s. Now a batch's intents
+    commit together, each in its own savepoint, and their calls start after the commit."""
+    async with harness(tmp_path, control) as h:
+        tick = await h.tick()
+        await h.calls_done()
+        snapshot = await h.store.load_snapshot()
+        incs = [snapshot.nodes[("sweep", c.slot, 0)] for c in tick.plan.of(CreateNode)]
+        commits: list[float] = []
+        event.listen(
+            h.store.engine.sync_engine, "commit", lambda _conn: commits.append(time.time())
+        )
+        now = datetime.now(UTC)
+        deletes = [DeleteNode.of(inc, P.CREATING, reason="test") for inc in incs]
+        slots = [OpenSlot(reason="test", fleet="sweep", slot=s) for s in (20, 21)]
+        execution = await Executor(h.store, h.daemon.calls).execute(Plan(now, (*deletes, *slots)))
+        assert len(execution.done) == len(deletes) + len(slots)
+        assert len(commits) == 1  # three intents and two slots: one transaction
+        await h.calls_done()
+        sent = [r for r in await control.requests() if r["method"] == "DELETE"]
+        assert len(sent) == len(deletes)
+        assert min(float(r["time"]) for r in sent) >= commits[0]  # no call before its intent
+        phases = {r["phase"] for r in query(h.db, "SELECT phase FROM nodes")}
+        assert phases <= {"deleting", "deleted"}
+
+
+async def test_a_tick_spends_its_budget_and_leaves_the_rest_to_the_next(
+    tmp_path: Path, control: Control
+) -> None:
+    async with harness(tmp_path, control, size=0) as h:
+        await h.tick()  # the fleet's record, which the slots belong to
+        now = datetime.now(UTC)
+        slots = range(10, 10 + RECORD_BATCH + 5)
+        actions = tuple(OpenSlot(reason="test", fleet="sweep", slot=s) for s in slots)
+        execution = await Executor(h.store, h.daemon.calls, budget=0.0).execute(Plan(now, actions))
+        left = [a for a, outcome in execution.outcomes if outcome.startswith("postponed")]
+        assert len(left) == 5  # the first batch always runs; the budget stops the next
+        assert "the tick's budget" in execution.outcomes[-1][1]
+        stored = {s for (s,) in query(h.db, "SELECT slot FROM slots WHERE slot >= 10")}
+        assert stored == set(slots[:RECORD_BATCH])

@@ -137,7 +137,7 @@ class Daemon:
             owner=config.daemon.owner,
             observer=Observer(self.clouds, config.gcp.project, deadline=poll),
             store=store,
-            executor=Executor(store, self.calls),
+            executor=Executor(store, self.calls, budget=poll),
             watcher=self.watcher,
             clock=self.clock,
             plan_filter=plan_filter,

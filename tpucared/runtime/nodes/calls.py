@@ -182,6 +182,19 @@ class CloudCalls:
             self._waiting.discard(inc.id)
             self._wakeup.set(f"call for {inc.node_name} ended")
 
+    def reserve_delete(self, action: DeleteNode) -> None:
+        """Before a delete's intent is written: from now on its node is busy and its name
+        held (`busy`, `name_busy`), so a later action of the same plan waits for it even
+        though the call starts only once the intents are committed (executor.py)."""
+        self._busy.add(action.incarnation_id)
+        self._deleting[call_target(action)] = action.incarnation_id
+
+    def unreserve_delete(self, action: DeleteNode) -> None:
+        """Its intent was not written after all (stale, or the transaction failed)."""
+        self._busy.discard(action.incarnation_id)
+        if self._deleting.get(call_target(action)) == action.incarnation_id:
+            del self._deleting[call_target(action)]
+
     def start_create(self, action: CreateNode, inc: IncarnationRecord) -> None:
         self._busy.add(inc.id)
         self._tasks.spawn(self._create(action, inc), name=f"create {inc.node_name} #{inc.id}")

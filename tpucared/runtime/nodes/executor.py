@@ -2,20 +2,26 @@
 
 Every write is the compare-and-set the planner asked for; a write that loses its race
 (`StaleWrite`) is skipped with a log line, never forced. For the two actions that call the
-cloud, only the intent is written here, in a transaction of its own (CreateNode: a REQUESTED
-incarnation; DeleteNode: DELETING and the call counted), committed before the call; the call
-itself and its outcome run in the background (calls.py), so the tick goes on at once. A cloud
-action for an incarnation that still has a call in flight is postponed to the next tick (one
+cloud, only the intent is written here (CreateNode: a REQUESTED incarnation; DeleteNode:
+DELETING and the call counted); the call itself starts once its intent is committed, and it
+and its outcome run in the background (calls.py), so the tick goes on at once. A cloud
+action for an incarnation that still has a call in flight, or whose name a delete in flight
+(or one written earlier in this plan) may still reach, is postponed to the next tick (one
 call per node at a time).
 
-The actions that only write records (adoptions, transitions, observations, notices, ...)
-are applied in batches: up to `RECORD_BATCH` consecutive ones share one transaction, each in
-a savepoint of its own, so a stale action is undone alone and the others still commit. A
-batch is committed before the next cloud action's intent, so the order of the plan holds.
-Why: each commit syncs the WAL (store/engine.py), and adopting 10,000 nodes after a lost
-database is 20,000 such actions: one sync each took ~300 s (docs/benchmarks.md). A crash
-loses at most the batch in flight, whose actions the next plan asks for again, exactly as
-after a crash between two single-action transactions.
+Actions are applied in batches of up to `RECORD_BATCH`, in the plan's order: one
+transaction each, every action in a savepoint of its own, so a stale action is undone alone
+and the others still commit; the calls of a batch's intents start after its commit. Why:
+each commit syncs the WAL (store/engine.py). Adopting 10,000 nodes after a lost database is
+20,000 record actions: one sync each took ~300 s; and a preemption storm's 100 deletes a
+tick, each intent in its own transaction behind the calls' outcome writes, held a tick for
+30 s (docs/benchmarks.md). A crash loses at most the batch in flight, whose actions the next
+plan asks for again, exactly as after a crash between two single-action transactions.
+
+The execution is bounded: once its budget has passed (the daemon gives it the poll interval,
+`EXECUTE_BUDGET_S` by default), the batches left are not started (their actions are
+"postponed: the tick's budget"): the next tick plans again from what the lists show, so a
+burst holds observation up by at most about one poll.
 
 core/planning/executor_contract.py `apply_intent` is the same contract as a pure function; the
 runtime tests compare the two. Every action gets one canonical log line: what, why, and how it
@@ -24,7 +30,8 @@ ended.
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Mapping
+import time
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -57,9 +64,12 @@ log = structlog.get_logger(__name__)
 # dominates, small enough that another process's writer (`tpucared down`) waits well under
 # its busy_timeout for one batch.
 RECORD_BATCH = 256
+# Seconds a tick's execution may run before the batches left wait for the next tick.
+EXECUTE_BUDGET_S = 1.0
 
 DONE = "done"
 POSTPONED = "postponed: a call for this node (or a delete of its name) is still in flight"
+OVER_BUDGET = "postponed: the tick's budget is spent"
 STALE = "skipped: stale"
 
 
@@ -82,9 +92,18 @@ class Execution:
 
 
 class Executor:
-    def __init__(self, store: Store, calls: CloudCalls) -> None:
+    def __init__(
+        self,
+        store: Store,
+        calls: CloudCalls,
+        *,
+        budget: float = EXECUTE_BUDGET_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._store = store
         self._calls = calls
+        self._budget = budget
+        self._monotonic = monotonic
 
     def deletes_in_flight(self) -> DeletesInFlight:
         """What the planner must know of the calls in flight (CloudCalls)."""
@@ -101,21 +120,14 @@ class Executor:
         """Apply every action of `plan` in order. `live` (the snapshot's incarnations by id)
         names the fleet and slot in the log lines of actions that only carry an id."""
         result = Execution()
-        batch: list[Action] = []
-        for action in plan.actions:
-            if not isinstance(action, CreateNode | DeleteNode):
-                batch.append(action)
-                if len(batch) < RECORD_BATCH:
-                    continue
-            if batch:
-                result.outcomes += await self._record_batch(batch, plan.now, live or {})
-                batch = []
-            if isinstance(action, CreateNode | DeleteNode):
-                with structlog.contextvars.bound_contextvars(**_context(action, live or {})):
-                    outcome = await self._outcome(self._call(action, plan.now))
-                    self._log(action, outcome)
-                result.outcomes.append((action, outcome))
-        if batch:
+        actions = list(plan.actions)
+        started = self._monotonic()
+        for at in range(0, len(actions), RECORD_BATCH):
+            batch = actions[at : at + RECORD_BATCH]
+            if at and self._monotonic() - started > self._budget:
+                result.outcomes += [(a, OVER_BUDGET) for a in actions[at:]]
+                log.info("execution.over_budget", budget_s=self._budget, left=len(actions) - at)
+                break
             result.outcomes += await self._record_batch(batch, plan.now, live or {})
         return result
 
@@ -127,15 +139,24 @@ class Executor:
         the plan's order once committed."""
         order = {id(a): i for i, a in enumerate(batch)}
         outcomes: list[tuple[Action, str]] = []
-        async with self._store.write() as tx:
-            for run in _runs(batch):
-                if len(run) > 1 and all(_in_bulk(a) for a in run):
-                    outcomes += await self._record_run(tx, run, now)
-                    continue
-                for action in run:
-                    with structlog.contextvars.bound_contextvars(**_context(action, live)):
-                        done = await self._outcome(self._record(tx, action, now))
-                    outcomes.append((action, done))
+        intents = _Intents(self._calls)
+        try:
+            async with self._store.write() as tx:
+                for run in _runs(batch):
+                    if len(run) > 1 and all(_in_bulk(a) for a in run):
+                        outcomes += await self._record_run(tx, run, now)
+                        continue
+                    for action in run:
+                        with structlog.contextvars.bound_contextvars(**_context(action, live)):
+                            if isinstance(action, CreateNode | DeleteNode):
+                                done = await self._outcome(self._intent(tx, action, now, intents))
+                            else:
+                                done = await self._outcome(self._record(tx, action, now))
+                        outcomes.append((action, done))
+        except BaseException:
+            intents.abandon()  # nothing of the batch was written: no call goes out
+            raise
+        intents.start()  # committed: the calls go out
         outcomes.sort(key=lambda pair: order[id(pair[0])])
         for action, outcome in outcomes:
             with structlog.contextvars.bound_contextvars(**_context(action, live)):
@@ -186,12 +207,16 @@ class Executor:
             level = log.info if expected else log.warning
             level(action.log_event, action=action.summary(), reason=action.reason, outcome=outcome)
 
-    async def _call(self, action: CreateNode | DeleteNode, now: datetime) -> str:
+    async def _intent(
+        self, tx: Tx, action: CreateNode | DeleteNode, now: datetime, intents: _Intents
+    ) -> str:
+        """A cloud action's intent, in its own savepoint of the batch's `tx`; its call is
+        started by `intents` once the batch is committed."""
         match action:
             case CreateNode():
                 if self._calls.name_busy(action):
                     return POSTPONED
-                async with self._store.write() as tx:
+                async with tx.savepoint():
                     inc = await tx.request_node(
                         action.fleet,
                         action.slot,
@@ -205,19 +230,24 @@ class Executor:
                         slice_index=action.slice,
                         api=action.api,
                     )
-                self._calls.start_create(action, inc)
+                intents.created(action, inc)
             case DeleteNode():
                 if self._calls.busy(action.incarnation_id) or self._calls.name_busy(action):
                     return POSTPONED
-                async with self._store.write() as tx:
-                    inc = await tx.begin_delete(
-                        action.incarnation_id,
-                        action.expected,
-                        now,
-                        end_reason=action.end_reason,
-                        reason=action.reason,
-                    )
-                self._calls.start_delete(action, inc)
+                self._calls.reserve_delete(action)  # a later action of the plan waits for it
+                try:
+                    async with tx.savepoint():
+                        inc = await tx.begin_delete(
+                            action.incarnation_id,
+                            action.expected,
+                            now,
+                            end_reason=action.end_reason,
+                            reason=action.reason,
+                        )
+                except BaseException:
+                    self._calls.unreserve_delete(action)
+                    raise
+                intents.deleting(action, inc)
         return DONE
 
     async def _record(self, tx: Tx, action: Action, now: datetime) -> str:
@@ -286,6 +316,31 @@ class Executor:
                 case _:
                     raise TypeError(f"the executor does not know {action!r}")
         return DONE
+
+
+class _Intents:
+    """The cloud calls whose intents a batch wrote, started only once it commits."""
+
+    def __init__(self, calls: CloudCalls) -> None:
+        self._calls = calls
+        self._creates: list[tuple[CreateNode, IncarnationRecord]] = []
+        self._deletes: list[tuple[DeleteNode, IncarnationRecord]] = []
+
+    def created(self, action: CreateNode, inc: IncarnationRecord) -> None:
+        self._creates.append((action, inc))
+
+    def deleting(self, action: DeleteNode, inc: IncarnationRecord) -> None:
+        self._deletes.append((action, inc))
+
+    def start(self) -> None:
+        for delete, inc in self._deletes:
+            self._calls.start_delete(delete, inc)
+        for create, inc in self._creates:
+            self._calls.start_create(create, inc)
+
+    def abandon(self) -> None:
+        for delete, _ in self._deletes:
+            self._calls.unreserve_delete(delete)
 
 
 def _in_bulk(action: Action) -> bool:
