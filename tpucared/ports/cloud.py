@@ -22,8 +22,9 @@ the request would only be cancelled, costing the API a request for nothing.
 
 Every call but `observe` fails only with a `CloudError` carrying the core `ErrorKind` the
 planner decides on (the gcp adapters' `ApiError` is one). The runtime holds one port per
-cloud API (`FleetSpec.api`, "tpu" today) and never names an implementation; the TPU API's
-is `tpucared/gcp/tpu/cloud.py` `TpuCloud`.
+cloud API (`FleetSpec.api`) and never names an implementation; the TPU API's ("tpu") is
+`tpucared/gcp/tpu/cloud.py` `TpuCloud`, Compute Engine's ("compute": single-host TPU VMs,
+one instance per node) `tpucared/gcp/compute/cloud.py` `ComputeCloud`.
 """
 
 from __future__ import annotations
@@ -68,8 +69,12 @@ class NodeShape:
     request body. `capacity` None makes the node of a queued slot, where the tier belongs to
     the queued slot itself, not to the node."""
 
-    accelerator_type: str  # the cloud's name for the machine (TPU: the accelerator type)
-    runtime_version: str  # the software it boots (TPU: the runtime version)
+    # The cloud's name for the machine (TPU: the accelerator type; Compute Engine: the
+    # machine type, e.g. tpu7x-standard-4t).
+    accelerator_type: str
+    # The software it boots (TPU: the runtime version; Compute Engine: the boot image, ""
+    # for the default image of the machine type's TPU generation).
+    runtime_version: str
     capacity: CapacityKind | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     metadata: Mapping[str, str] = field(default_factory=dict)
@@ -81,6 +86,10 @@ class NodeShape:
     service_account_scopes: tuple[str, ...] = DEFAULT_SA_SCOPES
     description: str | None = None
     data_disks: tuple[DataDisk, ...] = ()
+    # What a preempted spot VM becomes, where the cloud lets one choose (Compute Engine's
+    # instanceTerminationAction): "stop" (it stays listed, TERMINATED, until deleted) or
+    # "delete" (it vanishes). None: the adapter's default. The TPU API has no such choice.
+    on_preemption: str | None = None
 
     def for_queue(self) -> NodeShape:
         """The same node as a queued slot's node: the tier moves to the queued slot."""

@@ -60,6 +60,7 @@ from tpucared.runtime.nodes.observer import (
     Location,
     Observer,
     Zones,
+    by_location,
     summarize,
     zones_to_observe,
 )
@@ -161,7 +162,7 @@ class Reconciler:
             skip = await self._backing_off(zones)
             observations = await self._observer.observe(zones, self._clock.now(), skip=skip)
             await self._record_zone_health(
-                o for o in observations if (o.project, o.zone) not in skip
+                by_location(o for o in observations if (o.project, o.zone) not in skip)
             )
             self._listed = (zones, observations, started)
         listed = self._clock.monotonic()

@@ -5,7 +5,7 @@ open their resources with `open_resources`: for the daemon (`single_writer`) fir
 database's single-writer lock (`tpucared.store.lock`; `down` and `up` take it only for a
 migration, see `migrated_beside_a_daemon`), then the database migrated to head, then the store,
 then, for the commands that talk to the cloud, the credentials and a Cloud port per cloud API
-in use (`Resources.connect`, runtime/clouds.py). Everything opened is registered on one
+tpucared speaks (`Resources.connect`, runtime/clouds.py). Everything opened is registered on one
 `contextlib.AsyncExitStack` and closed in reverse order on the way out, whatever happened; a
 command adds its own resources (the HTTP server, the workload runner) to the same stack.
 """
@@ -43,7 +43,7 @@ class Resources:
     store: Store
     stack: AsyncExitStack
     revision: str
-    clouds: dict[str, Cloud] | None = None  # by cloud API (`FleetSpec.api`)
+    clouds: dict[str, Cloud] | None = None  # by cloud API (`FleetSpec.api`, a node's `api`)
 
     async def connect(
         self, *, on_request: RequestHook | None = None, tokens: TokenSource | None = None

@@ -8,7 +8,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from tpucared.core.model.specs import DEFAULT_PROJECT, FLEET_LABEL, OWNER_LABEL, ErrorKind
+from tpucared.core.model.specs import (
+    DEFAULT_API,
+    DEFAULT_PROJECT,
+    FLEET_LABEL,
+    OWNER_LABEL,
+    ErrorKind,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Observations: what the cloud shows, converted from API JSON by the cloud's adapter.
@@ -149,6 +155,8 @@ class ZoneObservation:
     error_message: str | None = None
     queued_resources: tuple[ObservedQueuedResource, ...] | None = None
     project: str = DEFAULT_PROJECT  # the project listed (DEFAULT_PROJECT: gcp.project)
+    # The cloud API that listed it (`FleetSpec.api`): one location may be listed by several.
+    api: str = DEFAULT_API
 
     @property
     def ok(self) -> bool:

@@ -98,7 +98,7 @@ from typing import Any, ClassVar
 
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, NodePhase
-from tpucared.core.model.specs import DEFAULT_PROJECT, CapacityKind, Provisioning
+from tpucared.core.model.specs import DEFAULT_API, DEFAULT_PROJECT, CapacityKind, Provisioning
 
 
 class Severity(StrEnum):
@@ -204,6 +204,7 @@ class CreateNode(Action):
     # Nodes the queued resource makes (multisliceParams.nodeCount, named
     # `{queued_resource}-{i}`) when more than one; the other slices are adopted as they appear.
     slices: int = 1
+    api: str = DEFAULT_API  # the fleet's cloud API, recorded with the incarnation
 
     def subject(self) -> str:
         return self.node_name
@@ -314,6 +315,7 @@ class Adopt(Action):
     end_reason: str | None = None
     project: str = DEFAULT_PROJECT
     slice: int = 0
+    api: str = DEFAULT_API  # the cloud API that listed it: its fleet's
 
     def subject(self) -> str:
         return self.node_name
