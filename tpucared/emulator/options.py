@@ -83,6 +83,10 @@ class EmulatorOptions:
     # ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS (both are real; which one a TPU VM gets is not
     # known). Both carry errorDetails (help, localizedMessage, errorInfo).
     compute_stockout_code: str = "ZONE_RESOURCE_POOL_EXHAUSTED"
+    # Both seen (row 3): where an insert beyond the region's chip quota (`PUT
+    # /_emulator/v1/quota`) fails: "sync_http" (HTTP 403 quotaExceeded) or "operation"
+    # (QUOTA_EXCEEDED in the operation, httpErrorStatusCode 403).
+    compute_quota_mode: str = "sync_http"
     # Unconfirmed (row 5): what a request repeated with the same requestId gets.
     # "same_operation": the original operation, even when DONE; "ignored": the requestId is not
     # remembered (a repeated insert is a new one: 409 alreadyExists for its own name).
@@ -121,6 +125,7 @@ class EmulatorOptions:
             "compute_stockout_mode": ("operation", "sync_http", "born_done"),
             "compute_stockout_code": STOCKOUT_CODES,
             "compute_request_id_replay": ("same_operation", "ignored"),
+            "compute_quota_mode": ("sync_http", "operation"),
             "compute_preempt_records": ("preempted_only", "preempted_plus_delete"),
             "compute_worker_id_source": ("both", "agent-worker-number", "tpu-env", "none"),
         }

@@ -27,8 +27,9 @@ the request would only be cancelled, costing the API a request for nothing.
 
 Every call but `observe` fails only with a `CloudError` carrying the core `ErrorKind` the
 planner decides on (the gcp adapters' `ApiError` is one). The runtime holds one port per
-cloud API (`FleetSpec.api`, "tpu" today) and never names an implementation; the TPU API's
-is `tpucared/gcp/tpu/cloud.py` `TpuCloud`.
+cloud API (`FleetSpec.api`) and never names an implementation; the TPU API's ("tpu") is
+`tpucared/gcp/tpu/cloud.py` `TpuCloud`, Compute Engine's ("compute": single-host TPU VMs,
+one instance per node) `tpucared/gcp/compute/cloud.py` `ComputeCloud`.
 """
 
 from __future__ import annotations

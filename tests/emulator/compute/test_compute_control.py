@@ -188,3 +188,29 @@ async def test_hostile_answers_cover_the_instance_list(http: Http) -> None:
     assert payload["error"]["errors"][0]["reason"] == "backendError"
     log = await http.ok("GET", "/_emulator/v1/requests")
     assert [r["fault"] for r in log[-5:]] == ["malformed"] * 5
+
+
+async def test_a_chip_quota_fails_inserts_sync_or_in_the_operation() -> None:
+    quota = {"region": "us-central1", "family": "tpu7x", "chips": 4}
+    async with emulator_with() as http:  # the default: the insert's own 403
+        assert (await http.ok("PUT", "/_emulator/v1/quota", quota))["quota"][0]["in_use"] == 0
+        await running(http, "vm-0")
+        code, payload = await http("POST", f"{ZONE}/instances", body("vm-1"))
+        assert code == 403
+        error = payload["error"]
+        assert (error["errors"][0]["reason"], error["errors"][0]["domain"]) == (
+            "quotaExceeded", "usageLimits"
+        )  # fmt: skip
+        assert (
+            error["message"] == "Quota 'TPU7X_CHIPS' exceeded.  Limit: 4.0 in region us-central1."
+        )
+        await http.ok("POST", f"{CONTROL}/vm-0:terminate")  # a TERMINATED VM holds no chips
+        await running(http, "vm-1")
+        assert (await http("PUT", "/_emulator/v1/quota", {**quota, "family": "v4"}))[0] == 400
+    async with emulator_with(compute_quota_mode="operation") as http:
+        await http.ok("PUT", "/_emulator/v1/quota", {**quota, "chips": 0})
+        op = await http.ok("POST", f"{ZONE}/instances", body("vm-0"))
+        done = await http.ok("POST", f"{OP}/{op['name']}/wait")
+        assert done["error"]["errors"][0]["code"] == "QUOTA_EXCEEDED"
+        assert (done["httpErrorStatusCode"], done["httpErrorMessage"]) == (403, "FORBIDDEN")
+        assert await wait_status(http, "vm-0", None) is None

@@ -92,7 +92,8 @@ async def test_a_notice_on_its_metadata_then_the_host_goes_with_the_preemption(
     emulator: EmulatorServer, http: Http, client_key: asyncssh.SSHKey
 ) -> None:
     target = await vm_with_keys(emulator, http, "vm-0", client_key, action="DELETE")
-    await http.ok("POST", f"{CONTROL}/vm-0:preempt", {"notice_seconds": 0.5})
+    # Long enough for an SSH round trip on a loaded machine; then preempted.
+    await http.ok("POST", f"{CONTROL}/vm-0:preempt", {"notice_seconds": 2.0})
     preempted = await run(target, METADATA + "preempted", client_key)
     assert preempted.stdout_tail.strip() == "TRUE"
     assert (await http.ok("GET", f"{ZONE}/instances/vm-0"))["status"] == "RUNNING"

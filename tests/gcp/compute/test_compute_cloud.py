@@ -304,3 +304,32 @@ def test_the_endpoints_are_googles_unless_the_tpu_api_is_an_emulator() -> None:
     local = ComputeCloud.connect("http://127.0.0.1:8471", token_source=NoAuth(), owner="lab")
     assert local.client.endpoint == "http://127.0.0.1:8471"
     assert local.owner == "lab"
+
+
+@pytest.mark.parametrize("mode", ["labels_list", "duplicate", "endless_pages", "deep_json"])
+async def test_a_hostile_instance_list_makes_the_zone_unknown_and_deletes_nothing(
+    cloud: ComputeCloud, control: Control, mode: str
+) -> None:
+    await running(cloud, "iron-0")
+    await control.faults(
+        script=[{"kind": "malformed", "mode": mode}] * 300, paths=["instances"], methods=["GET"]
+    )
+    observation = await cloud.observe(P, ZONE, NOW, queued_resources=False)
+    assert observation.error is ErrorKind.MALFORMED, observation
+    assert observation.nodes == ()
+
+
+async def test_an_instance_status_nobody_knows_is_unreadable_not_dead(
+    cloud: ComputeCloud, control: Control
+) -> None:
+    await running(cloud, "iron-0")
+    await control.faults(
+        script=[{"kind": "malformed", "mode": "state", "value": "HIBERNATING"}],
+        paths=["instances"],
+        methods=["GET"],
+    )
+    observation = await cloud.observe(P, ZONE, NOW, queued_resources=False)
+    assert observation.ok
+    [node] = observation.nodes
+    assert node.state_class is StateClass.UNREADABLE
+    assert node.raw_state == "'HIBERNATING'"

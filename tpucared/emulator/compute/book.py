@@ -32,6 +32,7 @@ from tpucared.emulator.compute import errors
 from tpucared.emulator.compute.errors import OpError
 from tpucared.emulator.compute.resources import Instance, ZoneOperation
 from tpucared.emulator.paging import SortedNames
+from tpucared.emulator.resources import region_of
 from tpucared.emulator.workers import Worker
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ class ComputeBook:
         self.index: dict[str, SortedNames] = {}  # projects/p/zones/z -> instance names
         self.ops: OrderedDict[str, ZoneOperation] = OrderedDict()  # .../operations/n -> op
         self._request_ids: dict[tuple[str, str, str], str] = {}  # (project, zone, id) -> op
+        self.quota: dict[tuple[str, str], int] = {}  # (region, family) -> chips (control API)
 
     def now(self) -> float:
         return self.state.now()
@@ -112,6 +114,8 @@ class ComputeBook:
             key, oldest = next(iter(self.ops.items()))
             if oldest.done:
                 del self.ops[key]
+                if oldest.request_id is not None:  # forgotten with its operation
+                    self._request_ids.pop((oldest.project, oldest.zone, oldest.request_id), None)
             else:
                 self.ops.move_to_end(key)
 
@@ -193,6 +197,30 @@ class ComputeBook:
         ]
         code = self.options.compute_stockout_code
         return errors.stockout(code, project, zone, machine.name, available)
+
+    def quota_used(self, region: str, family: str) -> int:
+        """Chips of (region, machine family) that count against its quota: every instance
+        not TERMINATED (a stopped VM holds no TPU) and not doomed."""
+        return sum(
+            i.machine.chips
+            for i in self.instances.values()
+            if i.machine.family == family
+            and region_of(i.zone) == region
+            and i.status != "TERMINATED"
+            and i.doomed is None
+        )
+
+    def quota_error(self, zone: str, machine: MachineType) -> OpError | None:
+        """QUOTA_EXCEEDED if an instance of `machine` would exceed its region's chip quota
+        (`PUT /_emulator/v1/quota`). The wording is compute's (research section 3.2); the
+        metric's name, `<FAMILY>_CHIPS`, is invented: Google's TPU metric names are unknown."""
+        region = region_of(zone)
+        limit = self.quota.get((region, machine.family))
+        if limit is None or self.quota_used(region, machine.family) + machine.chips <= limit:
+            return None
+        metric = f"{machine.family.upper()}_CHIPS"
+        message = f"Quota '{metric}' exceeded.  Limit: {float(limit)} in region {region}."
+        return OpError("QUOTA_EXCEEDED", message, 403)
 
     def schedule(self, inst: Instance, step: Step, delay: float) -> None:
         self.state.schedule(delay, "vm_tick", f"{step}|{inst.key}", inst.generation)

@@ -167,6 +167,12 @@ def stockout_http(error: OpError) -> ComputeError:
     return ComputeError(503, error.code, error.message)
 
 
+def quota_http(error: OpError) -> ComputeError:
+    """A quota error as the insert's own HTTP 403 (research section 3.2: `quotaExceeded`,
+    domain `usageLimits`)."""
+    return ComputeError(403, "quotaExceeded", error.message, domain="usageLimits")
+
+
 def aborted(message: str) -> OpError:
     """An operation cut short by what happened to its instance meanwhile (wording ours)."""
     return OpError("RESOURCE_OPERATION_ABORTED", message, 409)

@@ -5,7 +5,9 @@
 compute v1 shapes: instance and operation lists with `filter` (compute/filters.py),
 `maxResults` (0-500, default 500) and `pageToken` (paging.py's tokens, naming the last item,
 never an offset); getGuestAttributes from the worker host's keys; machine types from the
-catalog (catalog.py's MACHINE_TYPES).
+catalog (catalog.py's MACHINE_TYPES). An insert beyond the region's chip quota
+(`PUT /_emulator/v1/quota`) fails with QUOTA_EXCEEDED, synchronously (HTTP 403 `quotaExceeded`)
+or in its operation, per `EmulatorOptions.compute_quota_mode`.
 """
 
 from __future__ import annotations
@@ -50,15 +52,20 @@ class ComputeRequests:
         key = f"projects/{project}/zones/{zone}/instances/{spec['name']}"
         if key in book.instances:
             raise errors.already_exists(key)
+        over_quota = book.quota_error(zone, machine)
+        if over_quota is not None and self.options.compute_quota_mode == "sync_http":
+            raise errors.quota_http(over_quota)
         mode = self.options.compute_stockout_mode
         judged_now = self.options.capacity_judged != "end"
-        if judged_now and not self.state.has_capacity(zone, machine.name, 1):
+        if over_quota is None and judged_now and not self.state.has_capacity(zone, machine.name, 1):
             if mode == "sync_http":
                 raise errors.stockout_http(book.stockout(project, zone, machine))
             if mode == "born_done":
                 return self._born_done(project, zone, spec, machine, request_id)
         inst = book.spawn(project, zone, spec, machine)
-        if not judged_now:
+        if over_quota is not None:
+            inst.doomed = over_quota  # the operation fails as a stockout's does, with 403
+        elif not judged_now:
             inst.capacity_pending = True
         elif not book.take_capacity(inst):
             inst.doomed = book.stockout(project, zone, machine)
