@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_support import SLOW, Control, Daemon, query, wait_for
+from runtime_support import SLOW, Control, Daemon, compute_fleet, query, wait_for
 
 from bench import daemon_config
 from bench.daemon_config import PROJECT, ZONE
@@ -22,16 +22,8 @@ from tpucared.gcp.fields import parse_time
 
 pytestmark = pytest.mark.timeout(180)
 
-MACHINE = "tpu7x-standard-4t"
 COMPUTE = f"/_emulator/v1/projects/{PROJECT}/zones/{ZONE}/instances"
 OPERATIONS = f"/compute/v1/projects/{PROJECT}/zones/{ZONE}/operations"
-
-
-def compute_fleet(name: str, size: int, on_preemption: str) -> dict[str, Any]:
-    fleet = daemon_config.fleet(
-        name, size=size, capacity="spot", accelerator_type=None, runtime_version=None
-    )
-    return {**fleet, "api": "compute", "machine_type": MACHINE, "on_preemption": on_preemption}
 
 
 def config(tmp_path: Path, endpoint: str) -> Path:

@@ -16,16 +16,18 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from runtime_support import (
+    MACHINE,
     REPO,
     SLOW,
     Control,
     Daemon,
+    compute_converged,
+    compute_fleet,
+    compute_instances,
     converged,
-    live_nodes,
     ours,
     query,
     short,
@@ -34,7 +36,7 @@ from runtime_support import (
 )
 
 from bench import daemon_config
-from bench.daemon_config import OWNER, PROJECT, ZONE
+from bench.daemon_config import PROJECT, ZONE
 
 sys.path.insert(0, str(REPO / "tests" / "store"))
 from store_support import check_invariants
@@ -136,38 +138,11 @@ async def test_kill_9_at_random_moments_always_converges(
 # ---------------------------------------------------------------------------------------------
 # A Compute Engine fleet: spot TPU7x VMs, one instance per slot.
 
-MACHINE = "tpu7x-standard-4t"
 IRON = 2  # the compute fleet's size: lean, the TPU API test above covers the rest
 
 
-async def _instances(control: Control) -> list[dict[str, Any]]:
-    """Our compute fleet's instances, whatever their status (the control API's view)."""
-    async with control.session.get(control.base + "/instances") as response:
-        found = (await response.json())["instances"]
-    labels = {"tpucared-owner": OWNER, "tpucared-fleet": "iron"}
-    return [i for i in found if labels.items() <= (i["instance"].get("labels") or {}).items()]
-
-
-async def _compute_converged(control: Control, db: Path) -> bool:
-    """Exactly IRON RUNNING instances of ours (none TERMINATED, none twice), each the live
-    READY incarnation of its slot, by name and instance id."""
-    mine = await _instances(control)
-    if len(mine) != IRON or any(i["status"] != "RUNNING" for i in mine):
-        return False
-    live = live_nodes(db, "iron")
-    if sorted(live) != list(range(IRON)):
-        return False
-    for inst in mine:
-        row = live.get(int(inst["name"].rsplit("-", 1)[1]))
-        if row is None or row["phase"] != "ready" or row["node_name"] != inst["name"]:
-            return False
-        if row["cloud_id"] != inst["instance"]["id"]:
-            return False
-    return True
-
-
 async def _compute_chaos(control: Control, rng: random.Random) -> None:
-    running = [i for i in await _instances(control) if i["status"] == "RUNNING"]
+    running = [i for i in await compute_instances(control, "iron") if i["status"] == "RUNNING"]
     for inst in rng.sample(running, k=rng.randint(1, len(running))):
         action = rng.choice(["preempt", "terminate", "vanish"])
         path = f"/projects/{PROJECT}/zones/{ZONE}/instances/{inst['name']}:{action}"
@@ -180,10 +155,7 @@ async def test_kill_9_with_a_compute_fleet_leaks_no_vm_and_makes_none_twice(
     tmp_path: Path, control: Control, daemons: Callable[[Path], Daemon]
 ) -> None:
     db = tmp_path / "state.db"
-    fleet = daemon_config.fleet(
-        "iron", size=IRON, capacity="spot", accelerator_type=None, runtime_version=None,
-        api="compute", machine_type=MACHINE, on_preemption="stop",
-    )  # fmt: skip
+    fleet = compute_fleet("iron", IRON)
     text = daemon_config.against_emulator(control.emulator.url, fleet, policy=POLICY)
     config = daemon_config.write(tmp_path / "fleet.toml", text)
 
@@ -193,7 +165,7 @@ async def test_kill_9_with_a_compute_fleet_leaks_no_vm_and_makes_none_twice(
 
     rounds = await _kill_9_rounds(
         daemons, config, db,
-        lambda: _compute_converged(control, db),
+        lambda: compute_converged(control, db, IRON, "iron"),
         lambda rng: _compute_chaos(control, rng),
         capacity,
         (4, 3, 15.0),
