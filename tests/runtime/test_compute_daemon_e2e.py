@@ -8,7 +8,7 @@ iron's first zone, so its slot lands in the second. Each workload is launched ov
 VM; each VM is preempted once (iron with a notice: its metadata says so first; ivy and sweep
 without); iron's TERMINATED instance is deleted and made again under its name, ivy's vanished
 one is made again; each workload is relaunched with TPUCARED_ATTEMPT=2 and each slot counts
-one preemption. `status`, `events`, `plan` and `down` then work on all three.
+one preemption. `status`, `events`, `exec`, `logs`, `plan` and `down` then work on them.
 """
 
 from __future__ import annotations
@@ -191,6 +191,12 @@ async def test_a_tpu_fleet_and_compute_fleets_kept_alive_in_one_config(
     assert code == 0, err
     for fleet in FLEETS:
         assert f"{fleet}-0" in out
+    # `exec` and `logs` reach the workers of both APIs' VMs over SSH.
+    for fleet in ("sweep", "iron"):
+        code, out, err = await tpucared("exec", "-c", str(config), f"{fleet}/0", "--", "echo hi")
+        assert (code, out.splitlines()) == (0, [f"{fleet}/0/0: hi"]), err
+        code, out, err = await tpucared("logs", "-c", str(config), f"{fleet}/0")
+        assert code == 0, err
     daemon.signal(signal.SIGTERM)
     assert await daemon.wait(SLOW) == 0
 

@@ -19,7 +19,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from tpucared.emulator import hostile
-from tpucared.emulator.compute.errors import compute_fault_error
+from tpucared.emulator.compute.errors import ComputeError, compute_fault_error
 from tpucared.emulator.errors import ApiError, internal
 from tpucared.emulator.faults import Fault, FaultInjector, fault_error
 from tpucared.emulator.requestlog import RequestLog, RequestRecord
@@ -47,6 +47,8 @@ async def _run(handler: Handler, request: web.Request) -> web.StreamResponse:
         raise
     except Exception:
         log.exception("emulator.handler_failed", method=request.method, path=request.path)
+        if request.path.startswith(COMPUTE_PREFIX):
+            return error_response(ComputeError(500, "backendError", "Internal Error"))
         return error_response(internal())
 
 

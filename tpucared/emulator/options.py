@@ -104,9 +104,17 @@ class EmulatorOptions:
     # Unconfirmed (row 9): how long a preempted VM is STOPPING before it is TERMINATED (STOP)
     # or gone (DELETE); the real ACPI window is 30 s for spot VMs. None: delete_seconds.
     compute_stopping_seconds: float | None = None
+    # Unconfirmed (row 10): whether a spot VM's scheduling.preemptionNoticeDuration gives a
+    # notice (instance/preempted TRUE that long) before a preemption that brings none itself.
+    compute_honour_notice_duration: bool = True
     # Unconfirmed (row 23): getGuestAttributes answers 404 unless the instance's metadata has
     # enable-guest-attributes=TRUE (Google's documented switch; the page was not reached).
     compute_guest_attributes_need_flag: bool = True
+    # Unpublished numbers (rows 4 and 27): per-minute rate quotas per (project, region),
+    # metric -> requests per minute (compute/limits.py names the metrics); empty: unlimited.
+    # Exceeding one is HTTP 403 rateLimitExceeded, as documented, or compute_rate_limit_status.
+    compute_rate_limits: Mapping[str, int] = field(default_factory=dict)
+    compute_rate_limit_status: int = 403
     # Unconfirmed (row 11): which worker id keys a VM's metadata server lists under
     # instance/attributes/: "both" (agent-worker-number and tpu-env's WORKER_ID, as on TPU API
     # VMs), "agent-worker-number", "tpu-env" or "none".
@@ -129,6 +137,8 @@ class EmulatorOptions:
             "compute_preempt_records": ("preempted_only", "preempted_plus_delete"),
             "compute_worker_id_source": ("both", "agent-worker-number", "tpu-env", "none"),
         }
+        if self.compute_rate_limit_status not in (403, 429):
+            raise ValueError("compute_rate_limit_status must be 403 or 429")
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")

@@ -58,11 +58,13 @@ async def result(operation: ExtendedOperation) -> Any:
     return await call(operation.result, timeout=10)
 
 
-def body(name: str, *, action: str = "STOP", owner: str = "test", **extra: Any) -> dict[str, Any]:
+def body(
+    name: str, *, action: str = "STOP", owner: str = "test", zone: str = Z, **extra: Any
+) -> dict[str, Any]:
     """An insert body as tpucared's compute fleets send it (issue 27, "The REST calls")."""
     return {
         "name": name,
-        "machineType": f"zones/{Z}/machineTypes/{MT}",
+        "machineType": f"zones/{zone}/machineTypes/{MT}",
         "disks": [{"boot": True, "autoDelete": True, "type": "PERSISTENT",
                    "initializeParams": {"sourceImage": IMAGE, "diskSizeGb": "100",
                                         "diskType": f"zones/{Z}/diskTypes/hyperdisk-balanced"}}],

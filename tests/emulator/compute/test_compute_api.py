@@ -81,6 +81,8 @@ async def test_request_id_must_be_a_uuid_and_unknown_parameters_are_refused(http
     assert (code, envelope_of(payload)[1]) == (400, "badRequest")
     code, payload = await http("GET", f"{ZONE}/instances", maxResults="501")
     assert code == 400
+    code, payload = await http("GET", f"{ZONE}/instances", pageToken="garbage")
+    assert (code, envelope_of(payload)) == (400, (400, "invalidParameter"))
 
 
 async def test_the_operation_and_instance_shapes(http: Http) -> None:
@@ -135,8 +137,8 @@ async def test_partial_responses_and_empty_pages(http: Http) -> None:
     )
     labels = {"tpucared-fleet": "iron", "tpucared-owner": "test"}
     assert page == {"items": [{"name": "vm-0", "status": "RUNNING", "labels": labels}]}
-    code, _payload = await http("GET", f"{ZONE}/instances", fields="items(")
-    assert code == 400
+    code, payload = await http("GET", f"{ZONE}/instances", fields="items(")
+    assert (code, envelope_of(payload)) == (400, (400, "invalidParameter"))
     async with emulator_with(compute_empty_items_listed=True) as other:
         assert (await other.ok("GET", f"{ZONE}/instances"))["items"] == []
 

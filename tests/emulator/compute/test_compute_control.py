@@ -12,6 +12,7 @@ from compute_support import CONTROL, MT, ZONE, P, Z, body, emulator_with, runnin
 from emulator_http import Http
 
 from tpucared.emulator import EmulatorServer
+from tpucared.emulator.clock import ManualClock
 
 OP = ZONE + "/operations"
 PREEMPTED = 'operationType="compute.instances.preempted"'
@@ -214,3 +215,41 @@ async def test_a_chip_quota_fails_inserts_sync_or_in_the_operation() -> None:
         assert done["error"]["errors"][0]["code"] == "QUOTA_EXCEEDED"
         assert (done["httpErrorStatusCode"], done["httpErrorMessage"]) == (403, "FORBIDDEN")
         assert await wait_status(http, "vm-0", None) is None
+
+
+async def test_the_vms_own_notice_duration_comes_first(http: Http) -> None:
+    notice = {"seconds": "1", "nanos": 0}
+    spot = body("vm-0")["scheduling"]
+    await running(http, "vm-0", scheduling={**spot, "preemptionNoticeDuration": notice})
+    seen = await http.ok("POST", f"{CONTROL}/vm-0:preempt")
+    assert seen["notice_at"] is not None
+    assert (await http.ok("GET", f"{ZONE}/instances/vm-0"))["status"] == "RUNNING"
+    await wait_status(http, "vm-0", "TERMINATED")
+    standard = {"provisioningModel": "STANDARD", "preemptionNoticeDuration": notice}
+    code, _ = await http("POST", f"{ZONE}/instances", body("vm-1", scheduling=standard))
+    assert code == 400
+
+
+async def test_spot_vms_die_at_random_with_a_mean_lifetime() -> None:
+    async with emulator_with(spot_mean_lifetime_seconds=0.05, seed=3) as http:
+        await http.ok("POST", f"{ZONE}/instances", body("vm-0"))
+        await http.ok("POST", f"{ZONE}/instances", body("std-0", scheduling={}))
+        await wait_status(http, "vm-0", "TERMINATED")
+        assert len(await preempted_ops(http, "vm-0")) == 1
+        assert (await http.ok("GET", f"{ZONE}/instances/std-0"))["status"] == "RUNNING"
+
+
+async def test_rate_quotas_refill_at_the_minute() -> None:
+    clock = ManualClock(start=1_800_000_030.0)  # half a minute in
+    limits = {"writes_per_region": 2}
+    async with emulator_with(compute_rate_limits=limits, clock=clock) as http:
+        for name in ("vm-0", "vm-1"):
+            await http.ok("POST", f"{ZONE}/instances", body(name))
+        code, payload = await http("POST", f"{ZONE}/instances", body("vm-2"))
+        assert code == 403
+        assert payload["error"]["errors"][0]["reason"] == "rateLimitExceeded"
+        assert (await http("GET", f"{ZONE}/instances"))[0] == 200  # reads: another metric
+        east = f"/compute/v1/projects/{P}/zones/us-east5-b/instances"
+        await http.ok("POST", east, body("vm-2", zone="us-east5-b"))  # another region
+        clock.advance(30)  # the next minute: refilled
+        await http.ok("POST", f"{ZONE}/instances", body("vm-2"))

@@ -11,6 +11,7 @@ docs/research/compute-engine.md.
 
 Layout, in the order a request flows:
     api         routing, query parameters, `fields`, operations.wait
+    limits      per-minute rate quotas (none by default)
     requests    what each call does: validation, capacity, stockouts, requestId replay, reads
     validation  the checks of an insert body, in compute's wording
     filters     the `filter` expressions of lists

@@ -15,7 +15,8 @@ REST transport and the daemon's client send them, research section 8):
 
 System parameters (`fields`, `alt`, `$alt`, `prettyPrint`, ...) are accepted; `fields` is
 applied to the answer (fields.py), as for the TPU API. Any other unknown query parameter is a
-400. Errors are `ComputeError`s, which the request pipeline (middleware.py) renders in compute's
+400. A request beyond a per-minute rate quota (compute/limits.py) is refused before it acts.
+Errors are `ComputeError`s, which the request pipeline (middleware.py) renders in compute's
 envelope.
 """
 
@@ -32,7 +33,10 @@ from aiohttp import web
 from tpucared.emulator import fields
 from tpucared.emulator.api import SYSTEM_PARAMETERS
 from tpucared.emulator.compute import errors
+from tpucared.emulator.compute.limits import RateLimits, metrics_of
 from tpucared.emulator.compute.requests import ComputeRequests
+from tpucared.emulator.errors import ApiError
+from tpucared.emulator.resources import region_of
 from tpucared.emulator.schema import camel
 
 PREFIX = "/compute/v1/"
@@ -57,6 +61,9 @@ class ComputeApi:
         self.requests = requests
         self.options = requests.options
         self._partials = fields.PartialMemo()
+        self.limits = RateLimits(
+            self.options.compute_rate_limits, self.options.compute_rate_limit_status
+        )
         self.routes = [
             _Route("POST", rf"{_ZONE}/instances", self.insert,
                    frozenset({"requestId", "sourceInstanceTemplate", "sourceMachineImage"})),
@@ -77,8 +84,13 @@ class ComputeApi:
 
     async def handle(self, request: web.Request) -> web.Response:
         raw = request.query.get("fields")
-        selection = fields.parse(raw) if raw else None  # checked before the request acts
-        data = await self.dispatch(request)
+        try:
+            selection = fields.parse(raw) if raw else None  # checked before the request acts
+            data = await self.dispatch(request)
+        except errors.ComputeError:
+            raise
+        except ApiError as error:  # the shared modules (fields.py, paging.py) speak the TPU
+            raise errors.in_compute_envelope(error) from None  # API's envelope
         if selection is None or raw is None:
             return web.json_response(data)
         body = self._partials.body(data, selection, raw)
@@ -89,7 +101,11 @@ class ComputeApi:
         for route in self.routes:
             match = route.regex.fullmatch(tail)
             if match and route.method == request.method:
-                return await route.handler(request, match, _query(request, route.params))
+                query = _query(request, route.params)
+                region = region_of(match[2])
+                metrics = metrics_of(request.method, tail)
+                self.limits.take(self.requests.state.now(), match[1], region, metrics)
+                return await route.handler(request, match, query)
         raise errors.ComputeError(
             404, "notFound", f"The requested URL {request.path} was not found on this server."
         )

@@ -3,18 +3,22 @@
 Attached to the `EmulatorState` (as its `vms`, vm_hook.py), whose clock, timer heap, loopback
 addresses, capacity limits and worker-host events it shares: an instance is a simulated worker
 host (hosts/) exactly like a one-worker TPU node, and `PUT /_emulator/v1/capacity` limits
-(zone, machine type) as it limits (zone, accelerator type). Requests (compute/api.py) and the
-control API (compute/control.py) call the methods here; `requests.py` holds the read side.
+(zone, machine type) as it limits (zone, accelerator type); chip quotas per (region, machine
+family) are the book's own (`quota`). The API calls (compute/requests.py, behind
+compute/api.py) and the control API (compute/control.py) change the book through the methods
+here.
 
 Instance lifecycle (emulator side; `gone` = removed; research section 4):
     PROVISIONING -> STAGING -> RUNNING    create_seconds/2 each; the insert operation is DONE
-    PROVISIONING -> gone                  after create_seconds/2, stockout (operation error)
+    PROVISIONING -> gone                  after create_seconds/2, stockout or quota (op error)
     any -> STOPPING -> gone               instances.delete, after delete_seconds
     RUNNING -> STOPPING -> TERMINATED     preempted, instanceTerminationAction STOP (default)
     RUNNING -> STOPPING -> gone           preempted, instanceTerminationAction DELETE
     any -> TERMINATED                     control :terminate;   any -> gone   control :vanish
 A preemption records a `compute.instances.preempted` operation by `system`; with a notice
-(`notice_seconds`), the VM's metadata `instance/preempted` is TRUE that long first.
+(`notice_seconds`, or the VM's own `preemptionNoticeDuration`), the VM's metadata
+`instance/preempted` is TRUE that long first. Spot VMs also die at random with
+`spot_mean_lifetime_seconds`, as TPU API nodes do.
 """
 
 from __future__ import annotations
@@ -258,8 +262,10 @@ class ComputeBook:
         elif step == "deleted":
             self.remove(inst)
             self.finish_op(inst.delete_op, inst)
-        elif step in ("notice_over", "expire") and inst.status == "RUNNING":
+        elif step == "notice_over" and inst.status == "RUNNING":
             self.preempt_now(inst)
+        elif step == "expire" and inst.status == "RUNNING" and not inst.preempting:
+            self.begin_preemption(inst, None)
         elif step == "stopped":
             self._stopped(inst, now)
 
@@ -303,15 +309,30 @@ class ComputeBook:
         inst = self.instance(project, zone, name)
         if inst.status not in CREATING | {"RUNNING"} or inst.preempting:
             raise errors.bad_request(f"cannot preempt an instance in status {inst.status}")
+        self.begin_preemption(inst, notice_seconds)
+        return inst
+
+    def notice_duration(self, inst: Instance) -> float | None:
+        """The VM's own `scheduling.preemptionNoticeDuration`, when the emulator honours it
+        (unconfirmed for TPU VMs: research section 9, row 10)."""
+        duration = (inst.spec.get("scheduling") or {}).get("preemptionNoticeDuration")
+        if not self.options.compute_honour_notice_duration or not isinstance(duration, dict):
+            return None
+        return float(duration.get("seconds", 0)) + float(duration.get("nanos", 0)) / 1e9
+
+    def begin_preemption(self, inst: Instance, notice_seconds: float | None) -> None:
+        """A notice of `notice_seconds` (None: the VM's preemptionNoticeDuration, if any)
+        first, or the preemption at once."""
+        if notice_seconds is None:
+            notice_seconds = self.notice_duration(inst)
         if notice_seconds and inst.status == "RUNNING":
             if inst.host.notice_at is None:
                 inst.host.notice_at = self.now()
                 self.state.host_event("notice", inst.host)
                 self.schedule(inst, "notice_over", notice_seconds)
                 log.info("emulator.instance.notice", instance=inst.key, seconds=notice_seconds)
-            return inst
+            return
         self.preempt_now(inst)
-        return inst
 
     def preempt_now(self, inst: Instance) -> None:
         """Preempted: the operations it records (options), then STOPPING, then the

@@ -90,6 +90,17 @@ class OpError:
         }
 
 
+_REASONS = {400: "invalidParameter", 403: "forbidden", 404: "notFound", 409: "conflict",
+            429: "rateLimitExceeded", 500: "backendError", 503: "backendError"}  # fmt: skip
+
+
+def in_compute_envelope(error: ApiError) -> ComputeError:
+    """A TPU-style error of a module both APIs share (a bad `fields` or page token), as compute
+    answers it."""
+    status = error.http_status
+    return ComputeError(status, _REASONS.get(status, "invalid"), error.message)
+
+
 def not_found(resource: str) -> ComputeError:
     return ComputeError(404, "notFound", f"The resource '{resource}' was not found")
 

@@ -202,6 +202,15 @@ def _scheduling(value: object) -> None:
             "Instances with TPUs must terminate on host maintenance.",
         )
     spot = value.get("provisioningModel") == "SPOT" or value.get("preemptible")
+    notice = value.get("preemptionNoticeDuration")
+    if notice is not None and (
+        not spot or not isinstance(notice, dict) or not str(notice.get("seconds", "0")).isdigit()
+    ):
+        raise errors.invalid(
+            "resource.scheduling.preemptionNoticeDuration",
+            notice,
+            "A preemption notice duration is for Spot VMs only, as a Duration.",
+        )
     if spot and value.get("automaticRestart"):
         raise errors.invalid(
             "resource.scheduling.automaticRestart",
