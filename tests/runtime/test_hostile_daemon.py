@@ -15,9 +15,10 @@ unknown for the tick; the HTTP read timeout itself is tests/gcp/test_gcp_hostile
 the mode, the broken zone is asked less and less often (its list backoff): the requests a
 window holds are bounded by the backoff's schedule, not by the ticks.
 
-The same, leaner, for a Compute Engine fleet's instance list (two VMs, four modes): an
-instance status nobody knows deletes nothing (one notice per VM), and a list it cannot read
-(a TERMINATED twin, labels as a list, an error inside a 200) makes the zone unknown.
+The same, leaner, for a Compute Engine fleet's instance list (two VMs): an instance status
+nobody knows deletes nothing (one notice per VM), and a list it cannot read (a TERMINATED twin,
+labels as a list, an error inside a 200) makes the zone unknown, told once.
+(test_hostile_compute_daemon.py runs the `state` and `duplicate` modes with its own checks.)
 """
 
 from __future__ import annotations
