@@ -112,9 +112,9 @@ async def test_the_daemon_keeps_a_compute_engine_slot_alive(
 
     db = tmp_path / "state.db"
     rows = query(db, "SELECT end_reason, cloud_state FROM nodes WHERE fleet = ? ORDER BY id", FLEET)
-    # The core names the end by the dead status it saw (STOPPING on the way to TERMINATED);
-    # reading the preempted operation to say "preempted" is the runtime's, not yet wired.
-    assert rows[0]["end_reason"] in ("stopping", "terminated")
+    # The dead status (STOPPING, then TERMINATED) does not say why: the preempted operation
+    # does (core/nodes/preemption.py, runtime/nodes/preemptions.py).
+    assert rows[0]["end_reason"] == "preempted"
     assert rows[1]["end_reason"] is None
     [slot] = query(db, "SELECT preemptions FROM slots WHERE fleet = ?", FLEET)
     assert slot["preemptions"] == 1

@@ -15,6 +15,11 @@ terminate, errors as data), and no more than the runtime calls today:
 - `host_keys`  what a node's workers publish of their SSH host keys, worker by worker.
 - `oslogin`    the OS Login calls where the cloud has them (None where it has not).
 
+Optional, beside the port: `PreemptionRecords.preemptions`, the cloud's records that it
+preempted nodes, for a cloud whose node states do not say so (Compute Engine; the TPU API's
+nodes say PREEMPTED and it has no such method). The runtime reads them only in a tick whose
+plan lost such a node (core/nodes/preemption.py).
+
 Every call may be given a deadline: `ANSWER_BY` (a context variable, the event loop's clock) is
 the instant by which the caller needs the answer, and the caller cancels the call there. An
 implementation that retries must not start a retry that cannot finish before it (gcp/retry.py):
@@ -29,13 +34,13 @@ one instance per node) `tpucared/gcp/compute/cloud.py` `ComputeCloud`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-from tpucared.core.model.observed import ZoneObservation
+from tpucared.core.model.observed import PreemptionRecord, ZoneObservation
 from tpucared.core.model.specs import CapacityKind, DataDisk, ErrorKind
 
 DEFAULT_SA_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
@@ -191,6 +196,19 @@ class Cloud(Protocol):
     async def host_keys(self, project: str, zone: str, name: str) -> PublishedHostKeys: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class PreemptionRecords(Protocol):
+    """A cloud that keeps records of the nodes it preempted (module docstring)."""
+
+    async def preemptions(
+        self, project: str, zone: str, nodes: Collection[str]
+    ) -> tuple[PreemptionRecord, ...]:
+        """Every record in (`project`, `zone`) naming one of the nodes `nodes` (any
+        incarnation of the name: the record's `cloud_id` says which, where it can). Raises
+        CloudError."""
+        ...
 
 
 Clouds = Mapping[str, Cloud]  # by cloud API name (`FleetSpec.api`)

@@ -161,3 +161,17 @@ class ZoneObservation:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+@dataclass(frozen=True)
+class PreemptionRecord:
+    """A cloud's own record that it preempted a node, where the node's state does not say so
+    (Compute Engine: a `compute.instances.preempted` zone operation; a TPU API node says
+    PREEMPTED itself). Read only when a node was lost (core/nodes/preemption.py)."""
+
+    name: str  # the node it names (the record's target)
+    at: datetime | None  # when the cloud preempted it
+    # Which node of that name, when the record says (a name is reused by every incarnation
+    # of a slot): the cloud's id of the node, as `ObservedNode.cloud_id`.
+    cloud_id: str | None = None
+    record: str = ""  # the record's own name, for people (an operation's name)

@@ -136,6 +136,23 @@ class SlotUpdate:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Loss:
+    """A serving node lost (a dead state, or gone from the lists) where the cloud's node
+    state does not say whether it was preempted (Compute Engine): the runtime reads the
+    cloud's preemption records of its location once, and core/nodes/preemption.py `explain`
+    words the Transition's end by them. `how`: what the lists showed ("vanished",
+    "terminated", ...); `spot`: its fleet asks for spot capacity."""
+
+    api: str
+    project: str
+    zone: str
+    node_name: str
+    cloud_id: str | None
+    how: str
+    spot: bool
+
+
+@dataclass(frozen=True, kw_only=True)
 class Action:
     kind: ClassVar[str] = "action"
     reason: str  # for people: why the planner wants this, recorded with the event
@@ -274,6 +291,8 @@ class Transition(Action):
     end_reason: str | None = None  # preempted, terminated, vanished, stuck, unhealthy, ...
     cloud: CloudFacts | None = None
     slot_update: SlotUpdate | None = None
+    # A loss whose end the cloud's preemption records will word (Loss); None for the rest.
+    loss: Loss | None = None
 
     def subject(self) -> str:
         return self.node_name
@@ -382,7 +401,7 @@ def _jsonable(value: object) -> Any:
         return value.value
     if isinstance(value, datetime):
         return value.isoformat()
-    if isinstance(value, CloudFacts | SlotUpdate | WorkerEndpoint):
+    if isinstance(value, CloudFacts | SlotUpdate | WorkerEndpoint | Loss):
         return {f.name: _jsonable(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in sorted(value.items())}
@@ -400,6 +419,7 @@ __all__ = [
     "CreateNode",
     "DeleteNode",
     "HoldSlices",
+    "Loss",
     "Notice",
     "OpenSlot",
     "RecordCloud",

@@ -14,15 +14,18 @@ Engine instance per slot. Each port call is one or two client calls, nothing dec
   nothing yet (NOT_FOUND, until the guest agent publishes them) is no keys;
 - `oslogin` is the OS Login v1 client on the same request path (tpu/oslogin.py).
 Beyond the port, `preemption` reads the zone's `compute.instances.preempted` operations for
-one instance: the evidence that a lost spot VM was preempted, to ask only when one was lost.
+one instance: the evidence that a lost spot VM was preempted, to ask only when one was lost;
+`preemptions` (the optional `PreemptionRecords` of ports/cloud.py) reads them once for every
+instance the daemon lost in a zone in one tick, as the core's `PreemptionRecord`s.
 Errors are the client's `ApiError`s, which are the port's `CloudError`s.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 
-from tpucared.core.model.observed import ZoneObservation
+from tpucared.core.model.observed import PreemptionRecord, ZoneObservation
 from tpucared.core.model.specs import ErrorKind
 from tpucared.gcp.auth import TokenSource
 from tpucared.gcp.compute import bodies, names
@@ -30,6 +33,7 @@ from tpucared.gcp.compute.client import ComputeClient
 from tpucared.gcp.compute.observe import INSTANCE_LIST_FIELDS, observe_zone
 from tpucared.gcp.compute.operation import PREEMPTED, Operation
 from tpucared.gcp.errors import ApiError, NotFoundError
+from tpucared.gcp.fields import parse_time
 from tpucared.gcp.observing import NodeCache
 from tpucared.gcp.responses import PageMemo
 from tpucared.gcp.rest import RequestHook
@@ -172,6 +176,27 @@ class ComputeCloud:
             and names.names_instance(op.target_link, project, zone, name)
         ]
         return max(mine, key=lambda op: op.insert_time or "", default=None)
+
+    async def preemptions(
+        self, project: str, zone: str, nodes: Collection[str]
+    ) -> tuple[PreemptionRecord, ...]:
+        """The zone's `compute.instances.preempted` operations naming one of `nodes`: one
+        zoneOperations.list (filtered by type; matched to the instances here, by path, since
+        the host in `targetLink` is the API's own), however many were lost."""
+        wanted = set(nodes)
+        ops = await self.client.list_operations(
+            project, zone, filter=f'operationType="{PREEMPTED}"'
+        )
+        out = []
+        for op in ops:
+            name = op.target
+            if op.operation_type != PREEMPTED or name not in wanted or op.target_link is None:
+                continue
+            if not names.names_instance(op.target_link, project, zone, name):
+                continue
+            at = parse_time(op.insert_time or op.start_time or op.end_time)
+            out.append(PreemptionRecord(name=name, at=at, cloud_id=op.target_id, record=op.name))
+        return tuple(out)
 
 
 def operation_state(op: Operation) -> OperationState:

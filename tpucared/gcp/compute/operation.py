@@ -33,6 +33,7 @@ class Operation:
     status: str = "PENDING"
     operation_type: str | None = None
     target_link: str | None = None
+    target_id: str | None = None  # the id of the instance it acts on (uint64 as a string)
     error: Mapping[str, Any] | None = None  # {errors: [{code, message, errorDetails}]}
     http_error_status_code: object = None
     http_error_message: object = None
@@ -59,6 +60,7 @@ class Operation:
             status=_text(data, "status") or "PENDING",
             operation_type=_text(data, "operationType"),
             target_link=_text(data, "targetLink"),
+            target_id=_id(data.get("targetId")),
             error=error if error and any(error.values()) else None,  # not `{errors: []}`
             http_error_status_code=data.get("httpErrorStatusCode"),
             http_error_message=data.get("httpErrorMessage"),
@@ -108,6 +110,15 @@ class Operation:
             http_message=self.http_error_message,
             operation=self.path,
         )
+
+
+def _id(value: object) -> str | None:
+    """A uint64 id, which Google sends as a string (and a JSON number would be read as)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    return value if isinstance(value, str) and value else None
 
 
 def _text(data: Mapping[str, Any], key: str) -> str | None:
