@@ -1,15 +1,19 @@
-"""What the emulated cloud offers: zones, the accelerator types in each, runtime versions.
+"""What the emulated cloud offers: zones, the accelerator types in each, runtime versions, and
+the Compute Engine TPU machine types (`MACHINE_TYPES`) in each Compute Engine zone.
 
 The catalog answers "does zone Z exist" and "is type T offered in zone Z"; a create naming an
 unknown zone or type fails the way GCP fails (see errors.py). By default every common type is
-offered in every default zone; tests and demos pass their own mapping to model scarcity.
+offered in every default zone; tests and demos pass their own mapping to model scarcity. The
+Compute Engine surface (compute/) asks the same of machine types (`has_compute_zone`,
+`offers_machine`); its zones are the TPU API's plus the ones only Compute Engine serves TPU7x in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
-from tpucared.emulator.topology import parse_accelerator_type
+from tpucared.emulator.topology import AcceleratorShape, Generation, parse_accelerator_type
 
 DEFAULT_ZONES: tuple[str, ...] = (
     "us-central1-a",
@@ -57,6 +61,44 @@ DEFAULT_RUNTIME_VERSIONS: tuple[str, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class MachineType:
+    """A Compute Engine TPU machine type (docs/research/compute-engine.md section 1.1): the
+    `-Nt` suffix is the chip count per VM. vCPUs and memory are documented for v5p only
+    (208 vCPU, 448 GB); the others are plausible figures, unconfirmed (research section 9,
+    row 19): the daemon must read only the chip count."""
+
+    name: str  # "tpu7x-standard-4t"
+    family: str  # "tpu7x", "ct6e", "ct5p"
+    chips: int
+    guest_cpus: int
+    memory_mb: int
+    accelerator: str  # guestAcceleratorType: GKE's spelling, the compute one is unconfirmed
+
+    def shape(self) -> AcceleratorShape:
+        """The one-host slice a VM of this type is (what the simulated worker hosts see)."""
+        generation = Generation(self.family, self.family.upper(), counts_cores=False, dims=2)
+        return AcceleratorShape(self.name, generation, self.chips, self.chips, 1, f"1x{self.chips}")
+
+
+MACHINE_TYPES: dict[str, MachineType] = {
+    m.name: m
+    for m in (
+        MachineType("tpu7x-standard-4t", "tpu7x", 4, 224, 960 * 1024, "tpu7x"),
+        MachineType("ct6e-standard-1t", "ct6e", 1, 44, 176 * 1024, "tpu-v6e-slice"),
+        MachineType("ct6e-standard-4t", "ct6e", 4, 180, 720 * 1024, "tpu-v6e-slice"),
+        MachineType("ct6e-standard-8t", "ct6e", 8, 180, 1440 * 1024, "tpu-v6e-slice"),
+        MachineType("ct5p-hightpu-4t", "ct5p", 4, 208, 448 * 1024, "tpu-v5p-slice"),
+    )
+}
+
+# Compute Engine zones: the TPU API's, plus those where Compute Engine serves TPU7x and v6e
+# (research section 1.2).
+DEFAULT_COMPUTE_ZONES: tuple[str, ...] = tuple(
+    sorted({*DEFAULT_ZONES, "us-central1-c", "us-east5-b", "us-central1-ai1a", "us-south1-ai1b"})
+)
+
+
 class Catalog:
     """Zones and what they offer. Immutable after construction."""
 
@@ -64,7 +106,18 @@ class Catalog:
         self,
         offerings: Mapping[str, Iterable[str]],
         runtime_versions: Iterable[str] = DEFAULT_RUNTIME_VERSIONS,
+        machines: Mapping[str, Iterable[str]] | None = None,
     ) -> None:
+        """`machines`: Compute Engine zone -> TPU machine types offered there; None: every
+        type of `MACHINE_TYPES` in every zone of `DEFAULT_COMPUTE_ZONES`."""
+        if machines is None:
+            machines = {zone: tuple(MACHINE_TYPES) for zone in DEFAULT_COMPUTE_ZONES}
+        self._machines: dict[str, frozenset[str]] = {}
+        for zone, names in machines.items():
+            unknown = set(names) - set(MACHINE_TYPES)
+            if unknown:
+                raise ValueError(f"unknown TPU machine types {sorted(unknown)}")
+            self._machines[zone] = frozenset(names)
         self._offerings: dict[str, frozenset[str]] = {}
         for zone, types in offerings.items():
             types = frozenset(types)
@@ -90,6 +143,20 @@ class Catalog:
 
     def offers(self, zone: str, accelerator_type: str) -> bool:
         return accelerator_type in self._offerings.get(zone, frozenset())
+
+    def compute_zones(self) -> list[str]:
+        return sorted(self._machines)
+
+    def has_compute_zone(self, zone: str) -> bool:
+        return zone in self._machines
+
+    def offers_machine(self, zone: str, machine_type: str) -> bool:
+        return machine_type in self._machines.get(zone, frozenset())
+
+    @staticmethod
+    def is_machine_type(name: str) -> bool:
+        """Whether `name` is a TPU machine type (else it is an accelerator type or unknown)."""
+        return name in MACHINE_TYPES
 
     def accelerator_types(self, zone: str) -> list[str]:
         """Sorted the way people read them: by family, then by size."""

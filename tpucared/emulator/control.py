@@ -7,6 +7,9 @@ Contract (README.md, "The emulator"):
            held: -> {"worker", "pid", "device", "device_pattern", "lockfile"} for cleanup_script
     GET    /_emulator/v1/capacity                                 -> {"capacity": [...]}
     PUT    /_emulator/v1/capacity {"zone", "accelerator_type", "available": N | null}
+           (or "machine_type" instead of "accelerator_type": Compute Engine instances)
+    POST   /_emulator/v1/projects/{p}/zones/{z}/instances/{name}:preempt (also :terminate,
+           :vanish), GET /_emulator/v1/instances: Compute Engine VMs (compute/control.py)
     GET|PUT|DELETE /_emulator/v1/faults                           (see faults.py)
            kinds: unavailable, internal, deadline, quota, rate_limited, conflict, permission,
            drop, and malformed: an answer nobody should act on (hostile.py), per its "mode":
@@ -132,22 +135,26 @@ class ControlApi:
 
     async def put_capacity(self, request: web.Request) -> web.Response:
         body = await _json_object(request)
-        zone, accelerator_type = body.get("zone"), body.get("accelerator_type")
+        # One of accelerator_type (TPU API nodes) or machine_type (Compute Engine instances).
+        kind = "machine_type" if "machine_type" in body else "accelerator_type"
+        zone, name = body.get("zone"), body.get(kind)
         available = body.get("available")
-        if not isinstance(zone, str) or not isinstance(accelerator_type, str):
-            raise errors.invalid_argument("zone and accelerator_type are required strings")
+        if not isinstance(zone, str) or not isinstance(name, str):
+            raise errors.invalid_argument(
+                "zone and accelerator_type (or machine_type) are required strings"
+            )
+        if kind == "machine_type" and not self.state.catalog.is_machine_type(name):
+            raise errors.invalid_argument(f"{name!r} is not a TPU machine type")
+        if kind == "accelerator_type" and self.state.catalog.is_machine_type(name):
+            raise errors.invalid_argument(f"{name!r} is a machine type: say machine_type")
         if available is not None and (
             not isinstance(available, int) or isinstance(available, bool) or available < 0
         ):
             raise errors.invalid_argument("available must be an integer >= 0 or null")
-        self.state.set_capacity(zone, accelerator_type, available)
+        self.state.set_capacity(zone, name, available)
         entry = next(
-            (
-                c
-                for c in self.state.capacity()
-                if (c["zone"], c["accelerator_type"]) == (zone, accelerator_type)
-            ),
-            {"zone": zone, "accelerator_type": accelerator_type, "available": None, "in_use": 0},
+            (c for c in self.state.capacity() if (c["zone"], c.get(kind)) == (zone, name)),
+            {"zone": zone, kind: name, "available": None, "in_use": 0},
         )
         return web.json_response(entry)
 

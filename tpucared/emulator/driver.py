@@ -55,8 +55,12 @@ class Driver:
             self._collect()
             due = self.state.next_due()
             timeout = None if due is None else max(0.0, due - self.state.now())
+            # asyncio.timeout, not wait_for: on Python 3.11, wait_for swallows a cancellation
+            # that arrives just as the wake-up does, and stop() then waits for this loop forever
+            # (seen at teardown with instance timers firing, compute/).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
 
     async def _run_hosts(self) -> None:
         while True:

@@ -13,6 +13,8 @@ could delete healthy nodes: these answers are what its response schema must refu
     state           a node list, the real one, with every node's `state` replaced by the
                     fault's `value` (any JSON value: "SOMETHING_NEW", 99, true, {"x": 1}).
     duplicate       a node list, the real one, with its first node listed again as PREEMPTED.
+                    These three apply to Compute Engine instance lists too (compute/), on
+                    their `items`: `labels`, `status` (`value`), the first again TERMINATED.
     endless_pages   any list: its real first page, with a fresh random `nextPageToken` each
                     time, whatever page was asked for, forever.
     slow_headers    nothing at all for the fault's `delay_s` seconds (less if the client hangs
@@ -36,6 +38,7 @@ from typing import Any
 from aiohttp import web
 
 from tpucared.emulator import errors
+from tpucared.emulator.compute.errors import ComputeError
 from tpucared.emulator.faults import Fault
 
 Run = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -55,14 +58,21 @@ _LIST = re.compile(
     r"(nodes|operations|queuedResources|acceleratorTypes|runtimeVersions))?"
 )
 _NODE_LIST = re.compile(r"/v2/projects/[^/]+/locations/[^/]+/nodes")
+_COMPUTE_LIST = re.compile(r"/compute/v1/projects/[^/]+/zones/[^/]+/(instances|operations)")
+_INSTANCE_LIST = re.compile(r"/compute/v1/projects/[^/]+/zones/[^/]+/instances")
 
 
 def is_list(request: web.Request) -> bool:
-    return request.method == "GET" and _LIST.fullmatch(request.path) is not None
+    path = request.path
+    listed = _LIST.fullmatch(path) or _COMPUTE_LIST.fullmatch(path)
+    return request.method == "GET" and listed is not None
 
 
 def is_node_list(request: web.Request) -> bool:
-    return request.method == "GET" and _NODE_LIST.fullmatch(request.path) is not None
+    """A TPU node list or a Compute Engine instance list."""
+    path = request.path
+    listed = _NODE_LIST.fullmatch(path) or _INSTANCE_LIST.fullmatch(path)
+    return request.method == "GET" and listed is not None
 
 
 async def respond(fault: Fault, request: web.Request, run: Run) -> tuple[web.StreamResponse, bool]:
@@ -74,7 +84,10 @@ async def respond(fault: Fault, request: web.Request, run: Run) -> tuple[web.Str
     if mode == "deep_json":
         return web.Response(text=DEEP_JSON, content_type="application/json"), True
     if mode == "error_envelope":
-        return web.json_response(errors.unavailable().envelope(), status=200), True
+        unavailable = errors.unavailable()
+        if request.path.startswith("/compute/"):
+            unavailable = ComputeError(503, "backendError", unavailable.message)
+        return web.json_response(unavailable.envelope(), status=200), True
     if mode == "redirect":
         location = REDIRECT_HOST + request.path_qs
         return web.Response(status=302, headers={"Location": location}), True
@@ -130,7 +143,12 @@ async def _rewrite_nodes(
 ) -> tuple[web.StreamResponse, bool]:
     response = await run(request)
     page = _json_of(response)
-    nodes = page.get("nodes") if page is not None else None
+    compute = request.path.startswith("/compute/")
+    # Compute Engine: `items` whose `status` says what a TPU node's `state` says.
+    key, state, dead = (
+        ("items", "status", "TERMINATED") if compute else ("nodes", "state", "PREEMPTED")
+    )
+    nodes = page.get(key) if page is not None else None
     if page is None or not isinstance(nodes, list) or not nodes:
         return response, False
     if fault.mode == "labels_list":
@@ -140,7 +158,7 @@ async def _rewrite_nodes(
                 node["labels"] = [f"{k}={v}" for k, v in labels.items()]
     elif fault.mode == "state":
         for node in nodes:
-            node["state"] = fault.value
+            node[state] = fault.value
     else:  # duplicate
-        nodes.append({**nodes[0], "state": "PREEMPTED"})
+        nodes.append({**nodes[0], state: dead})
     return web.json_response(page), True

@@ -42,6 +42,7 @@ from tpucared.emulator.options import EmulatorOptions
 from tpucared.emulator.paging import SortedNames
 from tpucared.emulator.resources import TYPE_URL, Node, Operation
 from tpucared.emulator.topology import AcceleratorShape
+from tpucared.emulator.vm_hook import NoVms, VmBook
 from tpucared.emulator.workers import LoopbackAllocator, Worker
 
 log = structlog.get_logger(__name__)
@@ -57,6 +58,7 @@ TimerKind = Literal[
     "node_expire",
     "node_notice_over",
     "qr_tick",
+    "vm_tick",
 ]
 
 
@@ -124,6 +126,8 @@ class CloudLifecycle:
         )
         # Called whenever a timer or host event is added: the driver wakes up and re-plans.
         self.on_change: Callable[[], None] = lambda: None
+        # Compute Engine instances: replaced by compute/book.py's ComputeBook when it attaches.
+        self.vms: VmBook = NoVms()
         self._init_data()
 
     def _init_data(self) -> None:
@@ -170,6 +174,9 @@ class CloudLifecycle:
     def _fire(self, kind: TimerKind, key: str, generation: int, due: float) -> None:
         if kind == "qr_tick":
             self.queued.tick(key, generation, due)
+            return
+        if kind == "vm_tick":
+            self.vms.tick(key, generation, due)
             return
         node = self._nodes.get(key)
         if node is None or node.generation != generation:
@@ -341,6 +348,26 @@ class CloudLifecycle:
         self.queued.node_removed(node, now, initiator)
 
     # -----------------------------------------------------------------------------------------
+    # For the Compute Engine instances (compute/book.py): addresses, capacity, host events.
+
+    def allocate_address(self, reserve: str | None = None) -> str:
+        if reserve is not None:
+            self._addresses.reserve(reserve)
+            return reserve
+        return self._addresses.allocate()
+
+    def release_address(self, address: str) -> None:
+        self._addresses.release(address)
+
+    def hold_capacity(self, zone: str, name: str, count: int) -> None:
+        """Take (count 1) or give back (-1) one unit of (zone, machine type) capacity."""
+        self._held[(zone, name)] += count
+
+    def host_event(self, kind: Literal["start", "notice", "stop"], node: Node) -> None:
+        self._host_events.append(HostEvent(kind, node))
+        self.on_change()
+
+    # -----------------------------------------------------------------------------------------
     # Capacity.
 
     def has_capacity(self, zone: str, accelerator_type: str, count: int) -> bool:
@@ -360,9 +387,17 @@ class CloudLifecycle:
         return True
 
     def set_capacity(self, zone: str, accelerator_type: str, available: int | None) -> None:
-        self.check_zone(zone)
-        if not self.catalog.offers(zone, accelerator_type):
-            raise errors.unknown_accelerator(accelerator_type, zone)
+        """The limit of (zone, accelerator type), or of (zone, TPU machine type) for Compute
+        Engine instances: the names of the two never collide."""
+        if self.catalog.is_machine_type(accelerator_type):
+            if not self.catalog.offers_machine(zone, accelerator_type):
+                raise errors.invalid_argument(
+                    f"machine type {accelerator_type} is not offered in zone {zone}"
+                )
+        else:
+            self.check_zone(zone)
+            if not self.catalog.offers(zone, accelerator_type):
+                raise errors.unknown_accelerator(accelerator_type, zone)
         if available is None:
             self._limits.pop((zone, accelerator_type), None)
         else:
@@ -375,11 +410,14 @@ class CloudLifecycle:
         return [
             {
                 "zone": zone,
-                "accelerator_type": accelerator_type,
-                "available": self._limits.get((zone, accelerator_type)),
-                "in_use": self._held[(zone, accelerator_type)],
+                # A machine type's entry says so: `PUT /_emulator/v1/capacity` took it as one.
+                (
+                    "machine_type" if self.catalog.is_machine_type(name) else "accelerator_type"
+                ): name,
+                "available": self._limits.get((zone, name)),
+                "in_use": self._held[(zone, name)],
             }
-            for zone, accelerator_type in sorted(keys)
+            for zone, name in sorted(keys)
         ]
 
     # -----------------------------------------------------------------------------------------
@@ -418,6 +456,7 @@ class CloudLifecycle:
 
     def reset(self) -> None:
         """Forget everything (control API). Running hosts are told to stop."""
+        self.vms.reset()
         for node in self._nodes.values():
             if node.state == "READY":
                 self._host_events.append(HostEvent("stop", node))

@@ -1,6 +1,6 @@
-"""The request pipeline every /v2 call goes through, and the Google error envelope for all.
+"""The request pipeline every API call goes through, and the Google error envelope for all.
 
-For a /v2 (or OS Login /v1/users) request, in order: bring the state's clock up to date
+For a /v2, /compute/v1 (or OS Login /v1/users) request, in order: bring the state's clock up to date
 (`state.advance()`), ask the fault injector what to do (latency, an error instead of a
 response, a dropped connection, an error after the request took effect, or a hostile
 answer, hostile.py), run the handler, turn
@@ -19,6 +19,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from tpucared.emulator import hostile
+from tpucared.emulator.compute.errors import ComputeError, compute_fault_error
 from tpucared.emulator.errors import ApiError, internal
 from tpucared.emulator.faults import Fault, FaultInjector, fault_error
 from tpucared.emulator.requestlog import RequestLog, RequestRecord
@@ -27,8 +28,10 @@ from tpucared.emulator.state import EmulatorState
 log = structlog.get_logger(__name__)
 
 API_PREFIX = "/v2/"
-# Calls that get faults and the request log: the TPU API and the OS Login API (oslogin.py).
-LOGGED_PREFIXES = (API_PREFIX, "/v1/users/")
+COMPUTE_PREFIX = "/compute/v1/"
+# Calls that get faults and the request log: the TPU API, the Compute Engine API (compute/)
+# and the OS Login API (oslogin.py).
+LOGGED_PREFIXES = (API_PREFIX, COMPUTE_PREFIX, "/v1/users/")
 
 
 def error_response(error: ApiError) -> web.Response:
@@ -44,6 +47,8 @@ async def _run(handler: Handler, request: web.Request) -> web.StreamResponse:
         raise
     except Exception:
         log.exception("emulator.handler_failed", method=request.method, path=request.path)
+        if request.path.startswith(COMPUTE_PREFIX):
+            return error_response(ComputeError(500, "backendError", "Internal Error"))
         return error_response(internal())
 
 
@@ -101,4 +106,6 @@ def make_middleware(
 def _apply(fault: Fault, request: web.Request) -> web.Response:
     if fault.kind == "drop":
         return _drop(request)
+    if request.path.startswith(COMPUTE_PREFIX):  # compute's own envelope and reasons
+        return error_response(compute_fault_error(fault, request.method, request.path))
     return error_response(fault_error(fault, request.method, request.path))

@@ -3,6 +3,11 @@
 Shared by the state (timing, catalog, paging, capacity), the server (request log size) and the
 CLI (which maps flags onto these fields). Timing can also be changed at run time through
 `PUT /_emulator/v1/timing`; capacity through `PUT /_emulator/v1/capacity`.
+
+The `compute_*` fields configure the Compute Engine surface (compute/). Most of them choose
+between answers Google has not documented (docs/research/compute-engine.md section 9, whose
+row each cites): the default is the most documented behaviour, and the daemon must do well
+under every choice.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from tpucared.emulator.catalog import (
     DEFAULT_ZONES,
     Catalog,
 )
+
+STOCKOUT_CODES = ("ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS")
 
 
 @dataclass
@@ -62,12 +69,82 @@ class EmulatorOptions:
     # through the OS Login API, for the profile's user, and ignore `ssh-keys` metadata.
     os_login: bool = False
 
+    # --- Compute Engine (compute/). Zone -> TPU machine types offered there; None: every type
+    # of catalog.py's MACHINE_TYPES in every zone of its DEFAULT_COMPUTE_ZONES. Instances use
+    # the timing above (create_seconds: PROVISIONING -> STAGING -> RUNNING; delete_seconds)
+    # and `capacity`, keyed (zone, machine type).
+    compute_offerings: Mapping[str, Sequence[str]] | None = None
+    # Unconfirmed (row 1): where a stockout shows. "operation": the insert returns a RUNNING
+    # operation that ends DONE with the error (all evidence); "sync_http": the insert itself
+    # fails with HTTP 503 and the same reason; "born_done": the insert returns an operation
+    # already DONE with the error.
+    compute_stockout_mode: str = "operation"
+    # Unconfirmed (row 2): the stockout code, ZONE_RESOURCE_POOL_EXHAUSTED or
+    # ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS (both are real; which one a TPU VM gets is not
+    # known). Both carry errorDetails (help, localizedMessage, errorInfo).
+    compute_stockout_code: str = "ZONE_RESOURCE_POOL_EXHAUSTED"
+    # Both seen (row 3): where an insert beyond the region's chip quota (`PUT
+    # /_emulator/v1/quota`) fails: "sync_http" (HTTP 403 quotaExceeded) or "operation"
+    # (QUOTA_EXCEEDED in the operation, httpErrorStatusCode 403).
+    compute_quota_mode: str = "sync_http"
+    # Unconfirmed (row 5): what a request repeated with the same requestId gets.
+    # "same_operation": the original operation, even when DONE; "ignored": the requestId is not
+    # remembered (a repeated insert is a new one: 409 alreadyExists for its own name).
+    compute_request_id_replay: str = "same_operation"
+    # Documented (row 6): operations.wait returns when DONE or after at most this long (the
+    # real API: 2 minutes), and may return earlier, before DONE; unconfirmed how often.
+    compute_wait_max_seconds: float = 5.0
+    compute_wait_early_return_probability: float = 0.0
+    # Unconfirmed (row 7): the operations a preemption records. "preempted_only": one
+    # compute.instances.preempted; "preempted_plus_delete": also a `delete` by the system for
+    # a DELETE-action VM. With this probability, no operation at all (the daemon must count a
+    # lost spot VM without one as a preemption too).
+    compute_preempt_records: str = "preempted_only"
+    compute_preempt_op_missing_probability: float = 0.0
+    # Unconfirmed (row 9): how long a preempted VM is STOPPING before it is TERMINATED (STOP)
+    # or gone (DELETE); the real ACPI window is 30 s for spot VMs. None: delete_seconds.
+    compute_stopping_seconds: float | None = None
+    # Unconfirmed (row 10): whether a spot VM's scheduling.preemptionNoticeDuration gives a
+    # notice (instance/preempted TRUE that long) before a preemption that brings none itself.
+    compute_honour_notice_duration: bool = True
+    # Unconfirmed (row 23): getGuestAttributes answers 404 unless the instance's metadata has
+    # enable-guest-attributes=TRUE (Google's documented switch; the page was not reached).
+    compute_guest_attributes_need_flag: bool = True
+    # Unpublished numbers (rows 4 and 27): per-minute rate quotas per (project, region),
+    # metric -> requests per minute (compute/limits.py names the metrics); empty: unlimited.
+    # Exceeding one is HTTP 403 rateLimitExceeded, as documented, or compute_rate_limit_status.
+    compute_rate_limits: Mapping[str, int] = field(default_factory=dict)
+    compute_rate_limit_status: int = 403
+    # Unconfirmed (row 11): which worker id keys a VM's metadata server lists under
+    # instance/attributes/: "both" (agent-worker-number and tpu-env's WORKER_ID, as on TPU API
+    # VMs), "agent-worker-number", "tpu-env" or "none".
+    compute_worker_id_source: str = "both"
+    # Unconfirmed (row 24): an empty list page omits `items` (Google's usual JSON) or, when
+    # True, sends "items": [].
+    compute_empty_items_listed: bool = False
+
     request_log_size: int = 100_000
     max_operations: int = 100_000  # finished operations kept for GET, oldest dropped first
     seed: int | None = None  # fixes node ids, random preemptions and random faults
     state_file: str | None = None  # JSON snapshot loaded at start and written at stop
 
+    def __post_init__(self) -> None:
+        choices = {
+            "compute_stockout_mode": ("operation", "sync_http", "born_done"),
+            "compute_stockout_code": STOCKOUT_CODES,
+            "compute_request_id_replay": ("same_operation", "ignored"),
+            "compute_quota_mode": ("sync_http", "operation"),
+            "compute_preempt_records": ("preempted_only", "preempted_plus_delete"),
+            "compute_worker_id_source": ("both", "agent-worker-number", "tpu-env", "none"),
+        }
+        if self.compute_rate_limit_status not in (403, 429):
+            raise ValueError("compute_rate_limit_status must be 403 or 429")
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")
+
     def catalog(self) -> Catalog:
-        if self.offerings is not None:
-            return Catalog(self.offerings, self.runtime_versions)
-        return Catalog({zone: self.accelerator_types for zone in self.zones}, self.runtime_versions)
+        offerings = self.offerings
+        if offerings is None:
+            offerings = {zone: self.accelerator_types for zone in self.zones}
+        return Catalog(offerings, self.runtime_versions, self.compute_offerings)

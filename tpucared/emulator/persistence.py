@@ -1,6 +1,7 @@
 """Optional JSON snapshot of the emulated cloud, so `tpucared emulator --state-file` survives a
-restart the way a real project does: nodes (with their ids, addresses and host keys) and
-capacity limits come back; operations, queued resources and faults do not.
+restart the way a real project does: nodes and Compute Engine instances (with their ids,
+addresses and host keys; the instances through vm_hook.py's `VmBook`) and capacity limits come
+back; operations, queued resources and faults do not.
 
 Loaded once at start, written once at stop (atomically: a temporary file, then rename).
 A node that was mid-transition (CREATING, DELETING, ...) resumes it with the full delay.
@@ -78,14 +79,16 @@ def _node_from_json(data: dict[str, Any]) -> Node:
 
 def save_state(state: EmulatorState, path: str | os.PathLike[str]) -> None:
     nodes = [_node_to_json(n) for n in state.all_nodes()]
+    instances = state.vms.snapshot()
     snapshot = {
         "version": VERSION,
         "capacity": [
-            [c["zone"], c["accelerator_type"], c["available"]]
+            [c["zone"], c.get("accelerator_type") or c["machine_type"], c["available"]]
             for c in state.capacity()
             if c["available"] is not None
         ],
         "nodes": nodes,
+        "instances": instances,
     }
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -93,7 +96,12 @@ def save_state(state: EmulatorState, path: str | os.PathLike[str]) -> None:
     with os.fdopen(fd, "w") as handle:
         json.dump(snapshot, handle)
     os.replace(tmp, target)
-    log.info("emulator.state_saved", path=str(target), nodes=len(nodes))
+    log.info(
+        "emulator.state_saved",
+        path=str(target),
+        nodes=len(nodes),
+        instances=len(instances),
+    )
 
 
 def load_state(state: EmulatorState, path: str | os.PathLike[str]) -> None:
@@ -107,4 +115,10 @@ def load_state(state: EmulatorState, path: str | os.PathLike[str]) -> None:
         state.set_capacity(zone, accelerator_type, available)
     for raw in snapshot.get("nodes", []):
         state.adopt(_node_from_json(raw))
-    log.info("emulator.state_loaded", path=str(source), nodes=len(snapshot.get("nodes", [])))
+    state.vms.restore(snapshot.get("instances", []))
+    log.info(
+        "emulator.state_loaded",
+        path=str(source),
+        nodes=len(snapshot.get("nodes", [])),
+        instances=len(snapshot.get("instances", [])),
+    )

@@ -117,6 +117,23 @@ class Node:
         # The API default is false; gcloud sends true unless --internal-ips.
         return bool(self.spec.get("networkConfig", {}).get("enableExternalIps"))
 
+    def metadata_attributes(self, index: int) -> dict[str, str]:
+        """What worker `index`'s metadata server lists under `instance/attributes/`: the
+        node's metadata, and the worker id as a TPU VM's guest sees it (`agent-worker-number`,
+        `tpu-env`'s WORKER_ID). `workerIdSource` in the spec (Compute Engine VMs, an emulator
+        option) keeps one of the two, or neither."""
+        attributes = {str(k): str(v) for k, v in (self.spec.get("metadata") or {}).items()}
+        source = self.spec.get("workerIdSource", "both")
+        if source in ("both", "agent-worker-number"):
+            attributes.setdefault("agent-worker-number", str(index))
+        if source in ("both", "tpu-env"):
+            env = (
+                f"ACCELERATOR_TYPE: '{self.accelerator_type}'\n"
+                f"TOPOLOGY: '{self.shape.topology}'\nWORKER_ID: '{index}'\n"
+            )
+            attributes.setdefault("tpu-env", env)
+        return attributes
+
     def to_json(self) -> dict[str, Any]:
         """The API resource. Rendered again only when something it shows changed: a list of
         10,000 nodes every poll is the emulator's main work in the scale benchmark. The dict

@@ -1,8 +1,10 @@
-"""EmulatorServer: the emulated TPU v2 API on a local port, its lifecycle, and `tpucared emulator`.
+"""EmulatorServer: the emulated TPU v2 and Compute Engine v1 APIs on a local port, their
+lifecycle, and `tpucared emulator`.
 
-Wires the pieces together: one `EmulatorState` (the cloud), the v2 API (api.py) and the control
-API (control.py) on one aiohttp application behind the request pipeline (middleware.py), and
-the driver (driver.py) that fires timers and calls the worker-hosts hook.
+Wires the pieces together: one `EmulatorState` (the cloud) with its Compute Engine book
+(compute/), the v2 API (api.py), the compute v1 API (compute/api.py) and the control APIs
+(control.py, compute/control.py) on one aiohttp application behind the request pipeline
+(middleware.py), and the driver (driver.py) that fires timers and calls the worker-hosts hook.
 
     async with running_emulator(create_seconds=0.2) as emulator:
         client = TpuClient(endpoint=emulator.url)   # "http://127.0.0.1:<port>"
@@ -28,13 +30,14 @@ from aiohttp import web
 from tpucared.emulator import fields
 from tpucared.emulator.api import V2Api
 from tpucared.emulator.clock import Clock
+from tpucared.emulator.compute import ComputeApi, ComputeBook, ComputeControl, ComputeRequests
 from tpucared.emulator.control import ControlApi
 from tpucared.emulator.driver import Driver
 from tpucared.emulator.faults import FaultInjector
 from tpucared.emulator.host_hook import NoWorkerHosts, WorkerHosts
 from tpucared.emulator.hosts import SshWorkerHosts
 from tpucared.emulator.middleware import make_middleware
-from tpucared.emulator.options import EmulatorOptions
+from tpucared.emulator.options import STOCKOUT_CODES, EmulatorOptions
 from tpucared.emulator.oslogin import OsLoginApi, OsLoginRegistry
 from tpucared.emulator.persistence import load_state, save_state
 from tpucared.emulator.requestlog import RequestLog
@@ -59,6 +62,8 @@ class EmulatorServer:
     ) -> None:
         self.options = options or EmulatorOptions()
         self.state = EmulatorState(self.options, clock)
+        # Compute Engine instances on the same cloud (compute/): attached as `state.vms`.
+        self.compute = ComputeBook(self.state)
         # Profiles belong to accounts, not to the cloud's resources: a control reset keeps them.
         self.os_login = OsLoginRegistry(lambda: int(self.state.now() * 1_000_000))
         self.faults = FaultInjector()
@@ -87,7 +92,9 @@ class EmulatorServer:
             return web.Response(body=body, content_type="application/json", charset="utf-8")
 
         app.router.add_route("*", "/v2/{tail:.*}", v2)
+        ComputeApi(ComputeRequests(self.compute)).add_routes(app)
         ControlApi(self.state, self.faults, self.requests, self.worker_hosts).add_routes(app)
+        ComputeControl(self.compute).add_routes(app)
         OsLoginApi(self.os_login).add_routes(app)
         return app
 
@@ -168,7 +175,8 @@ async def running_emulator(
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tpucared emulator",
-        description="Serve the Cloud TPU v2 API locally, with fault injection under /_emulator.",
+        description="Serve the Cloud TPU v2 API and Compute Engine v1 for TPU VMs locally, "
+        "with fault injection under /_emulator.",
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
@@ -217,11 +225,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="enforce OS Login on every worker: only keys imported through /v1/users/... "
         "log in, as the profile's user; ssh-keys metadata is ignored",
     )
+    _compute_arguments(parser)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument(
         "--state-file", default=None, help="JSON file to load at start, save at exit"
     )
     return parser
+
+
+def _compute_arguments(parser: argparse.ArgumentParser) -> None:
+    """The Compute Engine surface's unconfirmed behaviours most worth choosing from the command
+    line (options.py has them all, with the research rows they stand for)."""
+    parser.add_argument(
+        "--compute-stockout-mode",
+        choices=("operation", "sync_http", "born_done"),
+        default=EmulatorOptions.compute_stockout_mode,
+        help="where a Compute Engine stockout shows: the insert's operation (default), an HTTP "
+        "503 from the insert, or an operation already DONE",
+    )
+    parser.add_argument(
+        "--compute-stockout-code",
+        choices=STOCKOUT_CODES,
+        default=EmulatorOptions.compute_stockout_code,
+    )
 
 
 async def serve(options: EmulatorOptions, host: str, port: int) -> None:
@@ -253,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         ssh_port=args.ssh_port,
         hosts_dir=args.hosts_dir,
         os_login=args.os_login,
+        compute_stockout_mode=args.compute_stockout_mode,
+        compute_stockout_code=args.compute_stockout_code,
         seed=args.seed,
         state_file=args.state_file,
     )

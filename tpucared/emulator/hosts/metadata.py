@@ -6,6 +6,11 @@ Google`. A spot or preemptible VM about to be preempted sees `instance/preempted
 (about 30 s before power-off); `?wait_for_change=true` holds the request until the value
 differs from `last_etag` (or from the current value without one), up to `timeout_sec`.
 
+It also serves the instance attributes (`instance/attributes/` lists them, `.../{key}` gives
+one): the node's metadata plus the worker id keys a TPU VM has, `agent-worker-number` and
+`tpu-env` (`WORKER_ID: '0'`), per `Node.metadata_attributes` (resources.py; on Compute Engine
+VMs, which of them is an emulator option).
+
 Each `SimulatedWorker` (worker.py) runs one on its own address and a port of its own, and puts
 `GCE_METADATA_HOST=<ip>:<port>` in every command's environment. `notify()` wakes the waiting
 requests once the emulator gives the node its notice (`Node.notice_at`, lifecycle.py).
@@ -24,13 +29,15 @@ if TYPE_CHECKING:
     from tpucared.emulator.resources import Node
 
 PREEMPTED = "/computeMetadata/v1/instance/preempted"
+ATTRIBUTES = "/computeMetadata/v1/instance/attributes/"
 MAX_WAIT_S = 3600.0  # the longest a wait_for_change request is held without a timeout_sec
 
 
 class MetadataServer:
-    def __init__(self, node: Node, host: str) -> None:
+    def __init__(self, node: Node, host: str, worker_index: int = 0) -> None:
         self.node = node
         self.host = host
+        self.worker_index = worker_index
         self.port = 0
         self._changed = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -51,6 +58,8 @@ class MetadataServer:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get(PREEMPTED, self._preempted)
+        app.router.add_get(ATTRIBUTES, self._attribute)
+        app.router.add_get(ATTRIBUTES + "{key}", self._attribute)
         # A client that hangs up (the watcher stopped with its run) ends its waiting request.
         runner = web.AppRunner(
             app, access_log=None, handle_signals=False, handler_cancellation=True
@@ -75,6 +84,20 @@ class MetadataServer:
             self._changed.set()  # release the waiting requests first
             await self._runner.cleanup()
             self._runner = None
+
+    async def _attribute(self, request: web.Request) -> web.Response:
+        if request.headers.get("Metadata-Flavor") != "Google":
+            return web.Response(status=403, text="Missing Metadata-Flavor:Google header.\n")
+        attributes = self.node.metadata_attributes(self.worker_index)
+        key = request.match_info.get("key")
+        if key is None:
+            text = "".join(f"{name}\n" for name in sorted(attributes))
+        elif key in attributes:
+            text = attributes[key]
+        else:
+            return web.Response(status=404, text="Not Found\n")
+        headers = {"Metadata-Flavor": "Google"}
+        return web.Response(text=text, headers=headers, content_type="application/text")
 
     async def _preempted(self, request: web.Request) -> web.Response:
         if request.headers.get("Metadata-Flavor") != "Google":

@@ -83,7 +83,7 @@ class SimulatedWorker:
         self._conns: set[asyncssh.SSHServerConnection] = set()
         self._procs: set[asyncio.subprocess.Process] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.metadata = MetadataServer(node, worker.ip)  # GCE_METADATA_HOST of its commands
+        self.metadata = MetadataServer(node, worker.ip, worker.index)  # its GCE_METADATA_HOST
 
     @property
     def home(self) -> Path:

@@ -1,0 +1,29 @@
+"""The emulated Compute Engine v1 API: TPU VMs as instances, on the same port as the TPU API.
+
+Served under `/compute/v1/` by the same aiohttp application as `/v2` (server.py), behind the
+same request pipeline (middleware.py: faults, request log, clock), on the same emulated cloud
+(one clock, one timer heap, one capacity table, one set of loopback addresses): instances
+insert / get / list / delete / getGuestAttributes, zone operations get / list / wait, and
+machineTypes.get for the TPU machine types. Every RUNNING instance is a simulated worker host
+(hosts/), SSH and metadata server, exactly like a one-worker TPU node. Shapes, wording and the
+behaviours Google has not documented (each an `EmulatorOptions.compute_*` option) follow
+docs/research/compute-engine.md.
+
+Layout, in the order a request flows:
+    api         routing, query parameters, `fields`, operations.wait
+    limits      per-minute rate quotas (none by default)
+    requests    what each call does: validation, capacity, stockouts, requestId replay, reads
+    validation  the checks of an insert body, in compute's wording
+    filters     the `filter` expressions of lists
+    book        the records (instances, operations) and their lifecycle, timers, preemptions
+    resources   Instance, ZoneOperation, VmHost (the instance as the worker hosts see it)
+    errors      compute's HTTP envelope and operation errors; faults' compute answers
+    control     the control API's instance actions (:preempt, :terminate, :vanish)
+"""
+
+from tpucared.emulator.compute.api import ComputeApi
+from tpucared.emulator.compute.book import ComputeBook
+from tpucared.emulator.compute.control import ComputeControl
+from tpucared.emulator.compute.requests import ComputeRequests
+
+__all__ = ["ComputeApi", "ComputeBook", "ComputeControl", "ComputeRequests"]

@@ -1,0 +1,180 @@
+"""The compute v1 REST surface: URL routing, query parameters and JSON bodies, onto the requests.
+
+Paths are exactly those of compute.googleapis.com under `/compute/v1/` (as google-cloud-compute's
+REST transport and the daemon's client send them, research section 8):
+
+    POST   projects/{p}/zones/{z}/instances?requestId=          instances.insert
+    GET    projects/{p}/zones/{z}/instances[?filter&maxResults&pageToken]   instances.list
+    GET    projects/{p}/zones/{z}/instances/{name}              instances.get
+    DELETE projects/{p}/zones/{z}/instances/{name}?requestId=   instances.delete
+    GET    projects/{p}/zones/{z}/instances/{name}/getGuestAttributes?queryPath=|variableKey=
+    GET    projects/{p}/zones/{z}/operations[?filter&maxResults&pageToken]  zoneOperations.list
+    GET    projects/{p}/zones/{z}/operations/{op}               zoneOperations.get
+    POST   projects/{p}/zones/{z}/operations/{op}/wait          zoneOperations.wait
+    GET    projects/{p}/zones/{z}/machineTypes/{mt}             machineTypes.get
+
+System parameters (`fields`, `alt`, `$alt`, `prettyPrint`, ...) are accepted; `fields` is
+applied to the answer (fields.py), as for the TPU API. Any other unknown query parameter is a
+400. A request beyond a per-minute rate quota (compute/limits.py) is refused before it acts.
+Errors are `ComputeError`s, which the request pipeline (middleware.py) renders in compute's
+envelope.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from tpucared.emulator import fields
+from tpucared.emulator.api import SYSTEM_PARAMETERS
+from tpucared.emulator.compute import errors
+from tpucared.emulator.compute.limits import RateLimits, metrics_of
+from tpucared.emulator.compute.requests import ComputeRequests
+from tpucared.emulator.errors import ApiError
+from tpucared.emulator.resources import region_of
+from tpucared.emulator.schema import camel
+
+PREFIX = "/compute/v1/"
+JsonDict = dict[str, Any]
+Handler = Callable[[web.Request, "re.Match[str]", dict[str, str]], Awaitable[JsonDict]]
+_ID = r"([^/]+)"
+_ZONE = rf"projects/{_ID}/zones/{_ID}"
+_LIST = frozenset({"filter", "maxResults", "orderBy", "pageToken", "returnPartialSuccess"})
+_WAIT_STEP_S = 0.02
+
+
+class _Route:
+    def __init__(self, method: str, pattern: str, handler: Handler, params: frozenset[str]):
+        self.method = method
+        self.regex = re.compile(pattern)
+        self.handler = handler
+        self.params = params
+
+
+class ComputeApi:
+    def __init__(self, requests: ComputeRequests) -> None:
+        self.requests = requests
+        self.options = requests.options
+        self._partials = fields.PartialMemo()
+        self.limits = RateLimits(
+            self.options.compute_rate_limits, self.options.compute_rate_limit_status
+        )
+        self.routes = [
+            _Route("POST", rf"{_ZONE}/instances", self.insert,
+                   frozenset({"requestId", "sourceInstanceTemplate", "sourceMachineImage"})),
+            _Route("GET", rf"{_ZONE}/instances", self.list_instances, _LIST),
+            _Route("GET", rf"{_ZONE}/instances/{_ID}", self.get, frozenset()),
+            _Route("DELETE", rf"{_ZONE}/instances/{_ID}", self.delete,
+                   frozenset({"requestId", "noGracefulShutdown"})),
+            _Route("GET", rf"{_ZONE}/instances/{_ID}/getGuestAttributes", self.guest_attributes,
+                   frozenset({"queryPath", "variableKey"})),
+            _Route("GET", rf"{_ZONE}/operations", self.list_operations, _LIST),
+            _Route("GET", rf"{_ZONE}/operations/{_ID}", self.get_operation, frozenset()),
+            _Route("POST", rf"{_ZONE}/operations/{_ID}/wait", self.wait, frozenset()),
+            _Route("GET", rf"{_ZONE}/machineTypes/{_ID}", self.machine_type, frozenset()),
+        ]  # fmt: skip
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_route("*", PREFIX + "{tail:.*}", self.handle)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        raw = request.query.get("fields")
+        try:
+            selection = fields.parse(raw) if raw else None  # checked before the request acts
+            data = await self.dispatch(request)
+        except errors.ComputeError:
+            raise
+        except ApiError as error:  # the shared modules (fields.py, paging.py) speak the TPU
+            raise errors.in_compute_envelope(error) from None  # API's envelope
+        if selection is None or raw is None:
+            return web.json_response(data)
+        body = self._partials.body(data, selection, raw)
+        return web.Response(body=body, content_type="application/json", charset="utf-8")
+
+    async def dispatch(self, request: web.Request) -> JsonDict:
+        tail = request.path.removeprefix(PREFIX)
+        for route in self.routes:
+            match = route.regex.fullmatch(tail)
+            if match and route.method == request.method:
+                query = _query(request, route.params)
+                region = region_of(match[2])
+                metrics = metrics_of(request.method, tail)
+                self.limits.take(self.requests.state.now(), match[1], region, metrics)
+                return await route.handler(request, match, query)
+        raise errors.ComputeError(
+            404, "notFound", f"The requested URL {request.path} was not found on this server."
+        )
+
+    async def insert(self, r: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
+        body = await _body(r)
+        return self.requests.insert(m[1], m[2], body, q.get("requestId")).to_json()
+
+    async def list_instances(self, _: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
+        return self.requests.list_instances(m[1], m[2], q)
+
+    async def get(self, _: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
+        return self.requests.get(m[1], m[2], m[3])
+
+    async def delete(self, _: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
+        return self.requests.delete(m[1], m[2], m[3], q.get("requestId")).to_json()
+
+    async def guest_attributes(
+        self, _: web.Request, m: re.Match[str], q: dict[str, str]
+    ) -> JsonDict:
+        return self.requests.guest_attributes(
+            m[1], m[2], m[3], q.get("queryPath"), q.get("variableKey")
+        )
+
+    async def list_operations(
+        self, _: web.Request, m: re.Match[str], q: dict[str, str]
+    ) -> JsonDict:
+        return self.requests.list_operations(m[1], m[2], q)
+
+    async def get_operation(self, _: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
+        return self.requests.get_operation(m[1], m[2], m[3])
+
+    async def wait(self, _: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
+        """Until DONE, or at most compute_wait_max_seconds; with
+        compute_wait_early_return_probability, at once whatever the status (research §2.6)."""
+        book = self.requests.book
+        op = book.operation(m[1], m[2], m[3])
+        early = book.random() < self.options.compute_wait_early_return_probability
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (0.0 if early else self.options.compute_wait_max_seconds)
+        while not op.done and loop.time() < deadline:
+            await asyncio.sleep(min(_WAIT_STEP_S, max(0.0, deadline - loop.time())))
+            book.state.advance()
+        return op.to_json()
+
+    async def machine_type(self, _: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
+        return self.requests.machine_type(m[1], m[2], m[3])
+
+
+def _query(request: web.Request, allowed: frozenset[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for raw_name, value in request.query.items():
+        if raw_name in SYSTEM_PARAMETERS:
+            continue
+        name = camel(raw_name)
+        if name not in allowed:
+            raise errors.bad_request(
+                f'Invalid JSON payload received. Unknown name "{raw_name}": Cannot bind query '
+                f"parameter. Field '{raw_name}' could not be found in request message."
+            )
+        out[name] = value
+    return out
+
+
+async def _body(request: web.Request) -> object:
+    text = await request.text()
+    if not text.strip():
+        return {}
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise errors.bad_request(f"Invalid JSON payload received. {exc}") from None

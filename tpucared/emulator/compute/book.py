@@ -1,0 +1,438 @@
+"""ComputeBook: the emulated Compute Engine's instances and zone operations, and their lifecycle.
+
+Attached to the `EmulatorState` (as its `vms`, vm_hook.py), whose clock, timer heap, loopback
+addresses, capacity limits and worker-host events it shares: an instance is a simulated worker
+host (hosts/) exactly like a one-worker TPU node, and `PUT /_emulator/v1/capacity` limits
+(zone, machine type) as it limits (zone, accelerator type); chip quotas per (region, machine
+family) are the book's own (`quota`). The API calls (compute/requests.py, behind
+compute/api.py) and the control API (compute/control.py) change the book through the methods
+here.
+
+Instance lifecycle (emulator side; `gone` = removed; research section 4):
+    PROVISIONING -> STAGING -> RUNNING    create_seconds/2 each; the insert operation is DONE
+    PROVISIONING -> gone                  after create_seconds/2, stockout or quota (op error)
+    any -> STOPPING -> gone               instances.delete, after delete_seconds
+    RUNNING -> STOPPING -> TERMINATED     preempted, instanceTerminationAction STOP (default)
+    RUNNING -> STOPPING -> gone           preempted, instanceTerminationAction DELETE
+    any -> TERMINATED                     control :terminate;   any -> gone   control :vanish
+A preemption records a `compute.instances.preempted` operation by `system`; with a notice
+(`notice_seconds`, or the VM's own `preemptionNoticeDuration`), the VM's metadata
+`instance/preempted` is TRUE that long first. Spot VMs also die at random with
+`spot_mean_lifetime_seconds`, as TPU API nodes do.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Literal
+
+import asyncssh
+import structlog
+
+from tpucared.emulator.catalog import MACHINE_TYPES, MachineType
+from tpucared.emulator.compute import errors
+from tpucared.emulator.compute.errors import OpError
+from tpucared.emulator.compute.resources import Instance, ZoneOperation
+from tpucared.emulator.paging import SortedNames
+from tpucared.emulator.resources import region_of
+from tpucared.emulator.workers import Worker
+
+if TYPE_CHECKING:
+    from tpucared.emulator.state import EmulatorState
+
+log = structlog.get_logger(__name__)
+
+Step = Literal["staging", "running", "deleted", "notice_over", "stopped", "expire"]
+CREATING = frozenset({"PROVISIONING", "STAGING"})
+USER = "emulated-user@example.com"  # who the API calls are by: there is no authentication
+
+
+class ComputeBook:
+    """Every project's and zone's instances and operations, in one emulated cloud."""
+
+    def __init__(self, state: EmulatorState) -> None:
+        self.state = state
+        self.options = state.options
+        self.catalog = state.catalog
+        self._init_data()
+        state.vms = self
+
+    def _init_data(self) -> None:
+        self._rng = random.Random(self.options.seed)
+        self.instances: dict[str, Instance] = {}  # projects/p/zones/z/instances/n -> instance
+        self.index: dict[str, SortedNames] = {}  # projects/p/zones/z -> instance names
+        self.ops: OrderedDict[str, ZoneOperation] = OrderedDict()  # .../operations/n -> op
+        self._request_ids: dict[tuple[str, str, str], str] = {}  # (project, zone, id) -> op
+        self.quota: dict[tuple[str, str], int] = {}  # (region, family) -> chips (control API)
+
+    def now(self) -> float:
+        return self.state.now()
+
+    def random(self) -> float:
+        return self._rng.random()
+
+    # -----------------------------------------------------------------------------------------
+    # Zones and operations.
+
+    def check_zone(self, project: str, zone: str) -> None:
+        if not self.catalog.has_compute_zone(zone):
+            raise errors.not_found(f"projects/{project}/zones/{zone}")
+
+    def new_operation(
+        self,
+        project: str,
+        zone: str,
+        operation_type: str,
+        target: Instance,
+        *,
+        user: str = USER,
+        request_id: str | None = None,
+    ) -> ZoneOperation:
+        now = self.now()
+        if user == "system":
+            name = f"systemevent-{int(now * 1000)}-{secrets.token_hex(6)}"
+        else:
+            name = f"operation-{int(now * 1000)}-{secrets.token_hex(6)}-{secrets.token_hex(4)}"
+        op = ZoneOperation(
+            project=project,
+            zone=zone,
+            name=name,
+            uid=self._rng.getrandbits(63) or 1,
+            operation_type=operation_type,
+            target_link=target.self_link,
+            target_id=target.uid,
+            user=user,
+            insert_time=now,
+            request_id=request_id,
+        )
+        self.ops[f"projects/{project}/zones/{zone}/operations/{name}"] = op
+        if request_id is not None and self.options.compute_request_id_replay == "same_operation":
+            self._request_ids[(project, zone, request_id)] = name
+        self._trim_operations()
+        return op
+
+    def _trim_operations(self) -> None:
+        for _ in range(len(self.ops) - self.options.max_operations):
+            key, oldest = next(iter(self.ops.items()))
+            if oldest.done:
+                del self.ops[key]
+                if oldest.request_id is not None:  # forgotten with its operation
+                    self._request_ids.pop((oldest.project, oldest.zone, oldest.request_id), None)
+            else:
+                self.ops.move_to_end(key)
+
+    def replayed(self, project: str, zone: str, request_id: str | None) -> ZoneOperation | None:
+        """The operation an earlier request with this requestId started (research §9 row 5)."""
+        if request_id is None:
+            return None
+        name = self._request_ids.get((project, zone, request_id))
+        return self.ops.get(f"projects/{project}/zones/{zone}/operations/{name}") if name else None
+
+    def operation(self, project: str, zone: str, name: str) -> ZoneOperation:
+        self.check_zone(project, zone)
+        op = self.ops.get(f"projects/{project}/zones/{zone}/operations/{name}")
+        if op is None:
+            raise errors.not_found(f"projects/{project}/zones/{zone}/operations/{name}")
+        return op
+
+    def finish_op(self, op_name: str | None, inst: Instance, error: OpError | None = None) -> None:
+        op = self.ops.get(f"projects/{inst.project}/zones/{inst.zone}/operations/{op_name}")
+        if op is not None:
+            op.finish(self.now(), error)
+
+    # -----------------------------------------------------------------------------------------
+    # Instances: records.
+
+    def instance(self, project: str, zone: str, name: str) -> Instance:
+        self.check_zone(project, zone)
+        key = f"projects/{project}/zones/{zone}/instances/{name}"
+        inst = self.instances.get(key)
+        if inst is None:
+            raise errors.not_found(key)
+        return inst
+
+    def spawn(
+        self,
+        project: str,
+        zone: str,
+        spec: dict[str, Any],
+        machine: MachineType,
+        *,
+        uid: int | None = None,
+        create_time: float | None = None,
+        address: str | None = None,
+    ) -> Instance:
+        inst = Instance(
+            project=project,
+            zone=zone,
+            name=spec["name"],
+            spec=spec,
+            machine=machine,
+            uid=uid or self._rng.getrandbits(63) or 1,
+            create_time=self.now() if create_time is None else create_time,
+            worker=Worker(0, self.state.allocate_address(address)),
+            worker_id_source=self.options.compute_worker_id_source,
+        )
+        self.instances[inst.key] = inst
+        self.index.setdefault(f"projects/{project}/zones/{zone}", SortedNames()).add(inst.name)
+        return inst
+
+    def take_capacity(self, inst: Instance) -> bool:
+        if not self.state.has_capacity(inst.zone, inst.machine.name, 1):
+            return False
+        self.state.hold_capacity(inst.zone, inst.machine.name, 1)
+        inst.holds_capacity = True
+        return True
+
+    def release_capacity(self, inst: Instance) -> None:
+        if inst.holds_capacity:
+            inst.holds_capacity = False
+            self.state.hold_capacity(inst.zone, inst.machine.name, -1)
+
+    def stockout(self, project: str, zone: str, machine: MachineType) -> OpError:
+        available = [
+            z
+            for z in self.catalog.compute_zones()
+            if z != zone
+            and self.catalog.offers_machine(z, machine.name)
+            and self.state.has_capacity(z, machine.name, 1)
+        ]
+        code = self.options.compute_stockout_code
+        return errors.stockout(code, project, zone, machine.name, available)
+
+    def quota_used(self, region: str, family: str) -> int:
+        """Chips of (region, machine family) that count against its quota: every instance
+        not TERMINATED (a stopped VM holds no TPU) and not doomed."""
+        return sum(
+            i.machine.chips
+            for i in self.instances.values()
+            if i.machine.family == family
+            and region_of(i.zone) == region
+            and i.status != "TERMINATED"
+            and i.doomed is None
+        )
+
+    def quota_error(self, zone: str, machine: MachineType) -> OpError | None:
+        """QUOTA_EXCEEDED if an instance of `machine` would exceed its region's chip quota
+        (`PUT /_emulator/v1/quota`). The wording is compute's (research section 3.2); the
+        metric's name, `<FAMILY>_CHIPS`, is invented: Google's TPU metric names are unknown."""
+        region = region_of(zone)
+        limit = self.quota.get((region, machine.family))
+        if limit is None or self.quota_used(region, machine.family) + machine.chips <= limit:
+            return None
+        metric = f"{machine.family.upper()}_CHIPS"
+        message = f"Quota '{metric}' exceeded.  Limit: {float(limit)} in region {region}."
+        return OpError("QUOTA_EXCEEDED", message, 403)
+
+    def schedule(self, inst: Instance, step: Step, delay: float) -> None:
+        self.state.schedule(delay, "vm_tick", f"{step}|{inst.key}", inst.generation)
+
+    def set_status(self, inst: Instance, status: str) -> None:
+        """Every edge out of RUNNING stops the hosts (they run exactly while RUNNING)."""
+        if inst.status == "RUNNING" and status != "RUNNING":
+            inst.host.state = status
+            self.state.host_event("stop", inst.host)
+        inst.status = status
+        inst.bump()
+
+    def remove(self, inst: Instance) -> None:
+        """The instance is gone: free its name, address and capacity."""
+        if inst.status == "RUNNING":
+            self.set_status(inst, "STOPPING")
+        self.release_capacity(inst)
+        del self.instances[inst.key]
+        self.index[f"projects/{inst.project}/zones/{inst.zone}"].discard(inst.name)
+        self.state.release_address(inst.worker.ip)
+        inst.bump()
+
+    # -----------------------------------------------------------------------------------------
+    # Transitions fired by timers.
+
+    def tick(self, key: str, generation: int, now: float) -> None:
+        step, _, name = key.partition("|")
+        inst = self.instances.get(name)
+        if inst is None or inst.generation != generation:
+            return  # changed since: the timer is stale
+        if step == "staging":
+            self._staging(inst)
+        elif step == "running":
+            self._running(inst, now)
+        elif step == "deleted":
+            self.remove(inst)
+            self.finish_op(inst.delete_op, inst)
+        elif step == "notice_over" and inst.status == "RUNNING":
+            self.preempt_now(inst)
+        elif step == "expire" and inst.status == "RUNNING" and not inst.preempting:
+            self.begin_preemption(inst, None)
+        elif step == "stopped":
+            self._stopped(inst, now)
+
+    def _staging(self, inst: Instance) -> None:
+        if inst.capacity_pending:
+            inst.capacity_pending = False
+            if not self.take_capacity(inst):
+                inst.doomed = self.stockout(inst.project, inst.zone, inst.machine)
+        if inst.doomed is not None:
+            # A failed insert leaves nothing behind (research section 8).
+            self.remove(inst)
+            self.finish_op(inst.insert_op, inst, inst.doomed)
+            return
+        self.set_status(inst, "STAGING")
+        self.schedule(inst, "running", self.state.timing.create_seconds / 2)
+
+    def _running(self, inst: Instance, now: float) -> None:
+        self.set_status(inst, "RUNNING")
+        inst.last_start = now
+        inst.host.state = "READY"
+        inst.host.notice_at = None
+        self.state.host_event("start", inst.host)
+        self.finish_op(inst.insert_op, inst)
+        inst.insert_op = None
+        mean = self.state.timing.spot_mean_lifetime_seconds
+        if mean and inst.spot:
+            self.schedule(inst, "expire", self._rng.expovariate(1.0 / mean))
+
+    def _stopped(self, inst: Instance, now: float) -> None:
+        if inst.termination_action == "DELETE":
+            self.remove(inst)
+            return
+        self.set_status(inst, "TERMINATED")
+        inst.last_stop = now
+        inst.preempting = False
+
+    # -----------------------------------------------------------------------------------------
+    # What the service does on its own (control API, random spot preemptions).
+
+    def preempt(self, project: str, zone: str, name: str, notice_seconds: float | None) -> Instance:
+        inst = self.instance(project, zone, name)
+        if inst.status not in CREATING | {"RUNNING"} or inst.preempting:
+            raise errors.bad_request(f"cannot preempt an instance in status {inst.status}")
+        self.begin_preemption(inst, notice_seconds)
+        return inst
+
+    def notice_duration(self, inst: Instance) -> float | None:
+        """The VM's own `scheduling.preemptionNoticeDuration`, when the emulator honours it
+        (unconfirmed for TPU VMs: research section 9, row 10)."""
+        duration = (inst.spec.get("scheduling") or {}).get("preemptionNoticeDuration")
+        if not self.options.compute_honour_notice_duration or not isinstance(duration, dict):
+            return None
+        return float(duration.get("seconds", 0)) + float(duration.get("nanos", 0)) / 1e9
+
+    def begin_preemption(self, inst: Instance, notice_seconds: float | None) -> None:
+        """A notice of `notice_seconds` (None: the VM's preemptionNoticeDuration, if any)
+        first, or the preemption at once."""
+        if notice_seconds is None:
+            notice_seconds = self.notice_duration(inst)
+        if notice_seconds and inst.status == "RUNNING":
+            if inst.host.notice_at is None:
+                inst.host.notice_at = self.now()
+                self.state.host_event("notice", inst.host)
+                self.schedule(inst, "notice_over", notice_seconds)
+                log.info("emulator.instance.notice", instance=inst.key, seconds=notice_seconds)
+            return
+        self.preempt_now(inst)
+
+    def preempt_now(self, inst: Instance) -> None:
+        """Preempted: the operations it records (options), then STOPPING, then the
+        termination action after compute_stopping_seconds."""
+        if self._rng.random() >= self.options.compute_preempt_op_missing_probability:
+            op = self.new_operation(
+                inst.project, inst.zone, "compute.instances.preempted", inst, user="system"
+            )
+            op.status_message = "Instance was preempted."
+            op.finish(self.now())
+            deleting = inst.termination_action == "DELETE"
+            if deleting and self.options.compute_preempt_records == "preempted_plus_delete":
+                self.new_operation(inst.project, inst.zone, "delete", inst, user="system").finish(
+                    self.now()
+                )
+        if inst.status in CREATING:
+            # Invented wording; SkyPilot saw UNSUPPORTED_OPERATION here (research section 3.4).
+            message = "The instance was preempted while it was being created."
+            self.finish_op(inst.insert_op, inst, OpError("UNSUPPORTED_OPERATION", message, 400))
+        self.release_capacity(inst)
+        inst.preempting = True
+        self.set_status(inst, "STOPPING")
+        stopping = self.options.compute_stopping_seconds
+        delay = self.state.timing.delete_seconds if stopping is None else stopping
+        self.schedule(inst, "stopped", delay)
+        log.info("emulator.instance.preempted", instance=inst.key, action=inst.termination_action)
+
+    def terminate(self, project: str, zone: str, name: str) -> Instance:
+        inst = self.instance(project, zone, name)
+        if inst.status in CREATING:
+            message = "The instance was terminated while it was being created."
+            self.finish_op(inst.insert_op, inst, OpError("UNSUPPORTED_OPERATION", message, 400))
+        self.release_capacity(inst)
+        self.set_status(inst, "TERMINATED")
+        inst.last_stop = self.now()
+        inst.preempting = False
+        return inst
+
+    def vanish(self, project: str, zone: str, name: str) -> None:
+        inst = self.instance(project, zone, name)
+        if inst.status in CREATING:
+            self.finish_op(inst.insert_op, inst, errors.internal())
+        self.remove(inst)
+        log.info("emulator.instance.vanished", instance=inst.key)
+
+    # -----------------------------------------------------------------------------------------
+    # Reset and the persisted snapshot (persistence.py, through vm_hook.VmBook).
+
+    def reset(self) -> None:
+        for inst in self.instances.values():
+            if inst.status == "RUNNING":
+                self.state.host_event("stop", inst.host)
+        self._init_data()
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "project": i.project,
+                "zone": i.zone,
+                "spec": i.spec,
+                "machine_type": i.machine.name,
+                "uid": i.uid,
+                "create_time": i.create_time,
+                "status": i.status,
+                "preempting": i.preempting,
+                "last_start": i.last_start,
+                "last_stop": i.last_stop,
+                "ip": i.worker.ip,
+                "host_key": i.worker.host_key.export_private_key("openssh").decode(),
+            }
+            for i in self.instances.values()
+            if i.doomed is None
+        ]
+
+    def restore(self, snapshot: list[dict[str, Any]]) -> None:
+        for raw in snapshot:
+            inst = self.spawn(
+                raw["project"],
+                raw["zone"],
+                raw["spec"],
+                MACHINE_TYPES[raw["machine_type"]],
+                uid=int(raw["uid"]),
+                create_time=float(raw["create_time"]),
+                address=raw["ip"],
+            )
+            inst.worker.host_key = asyncssh.import_private_key(raw["host_key"])
+            inst.status, inst.preempting = raw["status"], bool(raw["preempting"])
+            inst.last_start, inst.last_stop = raw["last_start"], raw["last_stop"]
+            self._resume(inst)
+
+    def _resume(self, inst: Instance) -> None:
+        """A restored instance resumes its transition, with the full delay."""
+        if inst.status != "TERMINATED" and not inst.preempting:
+            self.state.hold_capacity(inst.zone, inst.machine.name, 1)
+            inst.holds_capacity = True
+        timing = self.state.timing
+        if inst.status in CREATING:
+            self.schedule(inst, "staging", timing.create_seconds / 2)
+        elif inst.status == "STOPPING":
+            self.schedule(inst, "stopped" if inst.preempting else "deleted", timing.delete_seconds)
+        elif inst.status == "RUNNING":
+            inst.status = "STAGING"
+            self._running(inst, inst.last_start or self.now())

@@ -1,0 +1,238 @@
+"""Checking an instances.insert request the way compute v1 does, before anything changes.
+
+`instance_body()` takes the JSON body and returns the spec the instance keeps, or raises 400
+with compute's wording (`Invalid value for field 'resource.name': ...`, `Required field
+'resource.disks' not specified`). What it checks is what tpucared sends (docs/research/
+compute-engine.md section 2.1): the name (RFC 1035, 1-63 characters), the machine type (a
+partial `zones/{z}/machineTypes/{mt}` or a full URL, of this zone, a TPU machine type offered
+there), one boot disk built from `initializeParams.sourceImage`, the network interfaces, at most
+one service account, metadata items (key pattern, no duplicates), labels, tags, scheduling
+(provisioningModel, instanceTerminationAction, onHostMaintenance) and reservationAffinity.
+`request_id()` checks a requestId (a UUID, not the zero one).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from tpucared.emulator.catalog import MACHINE_TYPES, Catalog, MachineType
+from tpucared.emulator.compute import errors
+
+NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+_NAME_RULE = "Must be a match of regex '[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?'"
+_METADATA_KEY = re.compile(r"[a-zA-Z0-9-_]{1,128}")
+_LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+_LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
+_MACHINE = re.compile(
+    r"(?:https://www\.googleapis\.com/compute/v1/)?(?:projects/[^/]+/)?zones/([^/]+)/machineTypes/([^/]+)"
+)
+PROVISIONING_MODELS = ("SPOT", "STANDARD", "RESERVATION_BOUND", "FLEX_START")
+TERMINATION_ACTIONS = ("DELETE", "STOP", "INSTANCE_TERMINATION_ACTION_UNSPECIFIED")
+RESERVATION_TYPES = ("ANY_RESERVATION", "SPECIFIC_RESERVATION", "NO_RESERVATION", "UNSPECIFIED")
+
+
+def name(value: object, field: str = "resource.name") -> str:
+    if value is None or value == "":
+        raise errors.required(field)
+    if not isinstance(value, str) or NAME.fullmatch(value) is None:
+        raise errors.invalid(field, value, _NAME_RULE)
+    return value
+
+
+def request_id(value: str | None) -> str | None:
+    if value is None or value == "":
+        return None
+    try:
+        parsed = uuid.UUID(value)
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.int == 0:
+        raise errors.invalid("requestId", value, "The request ID must be a valid UUID.")
+    return value
+
+
+def instance_body(body: object, zone: str, catalog: Catalog) -> tuple[dict[str, Any], MachineType]:
+    if not isinstance(body, dict):
+        raise errors.bad_request("Invalid JSON payload received. The body must be an object.")
+    name(body.get("name"))
+    machine = machine_type(body.get("machineType"), zone, catalog)
+    _disks(body.get("disks"))
+    _network_interfaces(body.get("networkInterfaces"))
+    _service_accounts(body.get("serviceAccounts"))
+    _metadata(body.get("metadata"))
+    _labels(body.get("labels"))
+    _tags(body.get("tags"))
+    _scheduling(body.get("scheduling"))
+    _reservation(body.get("reservationAffinity"))
+    return dict(body), machine
+
+
+def machine_type(value: object, zone: str, catalog: Catalog) -> MachineType:
+    field = "resource.machineType"
+    if not value:
+        raise errors.required(field)
+    match = _MACHINE.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        raise errors.invalid(
+            field, value, "Must be a URL to a valid Compute resource of the correct type."
+        )
+    if match[1] != zone:
+        raise errors.invalid(field, value, f"Machine type must be in zone '{zone}'.")
+    if match[2] not in MACHINE_TYPES or not catalog.offers_machine(zone, match[2]):
+        raise errors.invalid(
+            field, value, f"Machine type with name '{match[2]}' does not exist in zone '{zone}'."
+        )
+    return MACHINE_TYPES[match[2]]
+
+
+def _list(value: object, field: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise errors.invalid(field, value, "Must be a list of objects.")
+    return value
+
+
+def _disks(value: object) -> None:
+    disks = _list(value, "resource.disks")
+    if not disks:
+        raise errors.required("resource.disks")
+    boots = [i for i, d in enumerate(disks) if d.get("boot")]
+    if len(boots) != 1 or boots[0] != 0:
+        raise errors.invalid(
+            "resource.disks", "boot", "Exactly one boot disk, the first, is required."
+        )
+    for i, disk in enumerate(disks):
+        params = disk.get("initializeParams") or {}
+        if not disk.get("source") and not params.get("sourceImage") and disk.get("boot"):
+            raise errors.required(f"resource.disks[{i}].initializeParams.sourceImage")
+        size = params.get("diskSizeGb")
+        if size is not None and (not str(size).isdigit() or int(size) < 10):
+            raise errors.invalid(
+                f"resource.disks[{i}].initializeParams.diskSizeGb",
+                size,
+                "Disk size must be at least 10 GB.",
+            )
+
+
+def _network_interfaces(value: object) -> None:
+    nics = _list(value, "resource.networkInterfaces")
+    for i, nic in enumerate(nics):
+        for j, config in enumerate(
+            _list(nic.get("accessConfigs"), f"resource.networkInterfaces[{i}].accessConfigs")
+        ):
+            if config.get("type", "ONE_TO_ONE_NAT") not in ("ONE_TO_ONE_NAT", "DIRECT_IPV6"):
+                field = f"resource.networkInterfaces[{i}].accessConfigs[{j}].type"
+                raise errors.invalid(field, config.get("type"))
+
+
+def _service_accounts(value: object) -> None:
+    accounts = _list(value, "resource.serviceAccounts")
+    if len(accounts) > 1:
+        raise errors.invalid(
+            "resource.serviceAccounts",
+            len(accounts),
+            "Only one service account per VM instance is supported.",
+        )
+    for account in accounts:
+        scopes = account.get("scopes", [])
+        if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
+            raise errors.invalid("resource.serviceAccounts[0].scopes", scopes)
+
+
+def _metadata(value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise errors.invalid("resource.metadata", value)
+    seen: set[str] = set()
+    for i, item in enumerate(_list(value.get("items"), "resource.metadata.items")):
+        key = item.get("key")
+        if not isinstance(key, str) or _METADATA_KEY.fullmatch(key) is None:
+            raise errors.invalid(f"resource.metadata.items[{i}].key", key)
+        if key in seen:
+            raise errors.invalid("resource.metadata.items", key, "Duplicate metadata key.")
+        seen.add(key)
+        if not isinstance(item.get("value", ""), str) or len(item.get("value", "")) > 256 * 1024:
+            raise errors.invalid(f"resource.metadata.items[{i}].value", "...")
+
+
+def _labels(value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict) or len(value) > 64:
+        raise errors.invalid("resource.labels", value)
+    for key, label in value.items():
+        if _LABEL_KEY.fullmatch(key) is None:
+            raise errors.invalid("labels", key, "Label keys must start with a lowercase letter.")
+        if not isinstance(label, str) or _LABEL_VALUE.fullmatch(label) is None:
+            raise errors.invalid(f"labels.{key}", label)
+
+
+def _tags(value: object) -> None:
+    if value is None:
+        return
+    items = value.get("items", []) if isinstance(value, dict) else None
+    if not isinstance(items, list) or not all(
+        isinstance(t, str) and NAME.fullmatch(t) for t in items
+    ):
+        raise errors.invalid("resource.tags.items", items)
+
+
+def _scheduling(value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise errors.invalid("resource.scheduling", value)
+    checks = {
+        "provisioningModel": PROVISIONING_MODELS,
+        "instanceTerminationAction": TERMINATION_ACTIONS,
+        "onHostMaintenance": ("MIGRATE", "TERMINATE"),
+    }
+    for key, allowed in checks.items():
+        if key in value and value[key] not in allowed:
+            raise errors.invalid(f"resource.scheduling.{key}", value[key])
+    if value.get("onHostMaintenance") == "MIGRATE":
+        # TPUs cannot be live-migrated (research section 1.3, weathernext guide).
+        raise errors.invalid(
+            "resource.scheduling.onHostMaintenance",
+            "MIGRATE",
+            "Instances with TPUs must terminate on host maintenance.",
+        )
+    spot = value.get("provisioningModel") == "SPOT" or value.get("preemptible")
+    notice = value.get("preemptionNoticeDuration")
+    if notice is not None and (
+        not spot or not isinstance(notice, dict) or not str(notice.get("seconds", "0")).isdigit()
+    ):
+        raise errors.invalid(
+            "resource.scheduling.preemptionNoticeDuration",
+            notice,
+            "A preemption notice duration is for Spot VMs only, as a Duration.",
+        )
+    if spot and value.get("automaticRestart"):
+        raise errors.invalid(
+            "resource.scheduling.automaticRestart",
+            True,
+            "Preemptible instances cannot be automatically restarted.",
+        )
+
+
+def _reservation(value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise errors.invalid("resource.reservationAffinity", value)
+    kind = value.get("consumeReservationType", "ANY_RESERVATION")
+    if kind not in RESERVATION_TYPES:
+        raise errors.invalid("resource.reservationAffinity.consumeReservationType", kind)
+    if kind == "SPECIFIC_RESERVATION" and (
+        value.get("key") != "compute.googleapis.com/reservation-name" or not value.get("values")
+    ):
+        raise errors.invalid(
+            "resource.reservationAffinity",
+            value,
+            "A specific reservation needs key "
+            "'compute.googleapis.com/reservation-name' and its name in values.",
+        )
