@@ -27,12 +27,13 @@ def test_emulator_example() -> None:
     config = load_config(EXAMPLES / "emulator.toml")
     assert config.gcp.endpoint == "http://127.0.0.1:8471"
     assert config.gcp.credentials == "none"
-    demo, sweep = config.fleets
+    demo, sweep, iron = config.fleets
     assert (demo.accelerator_type, demo.size, demo.capacity) == ("v4-32", 1, CapacityKind.SPOT)
     assert demo.workload is not None
     assert demo.workload.max_failures == 5
     assert (sweep.accelerator_type, sweep.size) == ("v4-8", 3)
     assert sweep.zones == ("us-central2-b", "us-central1-a")
+    assert (iron.api, iron.accelerator_type, iron.size) == ("compute", "tpu7x-standard-4t", 1)
 
 
 def test_gce_example() -> None:
@@ -45,6 +46,12 @@ def test_gce_example() -> None:
     assert sweep.workload.hang_timeout == 1800.0
     assert config.fleet("big").provisioning is Provisioning.QUEUED
     assert (config.fleet("ms").slices, config.fleet("ms").multislice_hold) == (2, 1800.0)
+    iron = config.fleet("iron")
+    assert (iron.api, iron.accelerator_type, iron.node.on_preemption) == (
+        "compute",
+        "tpu7x-standard-4t",
+        "stop",
+    )
     assert config.guard is not None
     assert config.guard.max_nodes == 12
     assert config.policy.timeouts["creating"] == timedelta(minutes=30)

@@ -24,6 +24,7 @@ from tpucared.demo.progress import Progress, read_progress
 from tpucared.demo.scenario import Injector, Preempt, Stockout, drive, schedule
 from tpucared.emulator import EmulatorServer
 from tpucared.gcp import NoAuth
+from tpucared.gcp.compute import ComputeClient, ComputeCloud
 from tpucared.gcp.tpu import TpuClient
 from tpucared.gcp.tpu.bodies import NodeShape
 
@@ -71,6 +72,15 @@ def test_the_story_is_fixed_by_its_seed_and_goes_on_for_ever() -> None:
     assert len(a) == 50
 
 
+def test_a_compute_fleets_slots_are_preempted_as_vms() -> None:
+    iron = FleetSpec("iron", ("us-central1-c",), "tpu7x-standard-4t", "", 1, api="compute")
+    steps = list(itertools.islice(schedule([*_fleets(), iron], seed=3), 60))
+    vms = [s for s in steps if isinstance(s, Preempt) and s.fleet == "iron"]
+    assert vms, "a random preemption picks the compute fleet's slot too"
+    assert {(s.node, s.api) for s in vms} == {("iron-0", "compute")}
+    assert all(s.api == "tpu" for s in steps if isinstance(s, Preempt) and s.fleet != "iron")
+
+
 def test_no_fleet_no_story() -> None:
     assert list(schedule([], seed=1)) == []
 
@@ -93,9 +103,11 @@ def test_the_example_is_pointed_at_the_demo_and_keeps_the_rest(tmp_path: Path) -
     assert config.ssh.key == tmp_path / "id_ed25519"  # next to the database, not in /tmp
     assert config.daemon.db == str(tmp_path / "state.db")
     assert (config.daemon.http_host, config.daemon.http_port) == ("127.0.0.1", 9876)
-    demo, sweep = config.fleets
+    demo, sweep, iron = config.fleets
     assert (demo.accelerator_type, demo.capacity) == ("v4-32", CapacityKind.SPOT)
-    for fleet in (demo, sweep):
+    # A Compute Engine fleet beside the TPU API ones.
+    assert (iron.api, iron.accelerator_type) == ("compute", "tpu7x-standard-4t")
+    for fleet in (demo, sweep, iron):
         assert fleet.workload is not None
         assert fleet.workload.env["CHECKPOINT_DIR"] == str(tmp_path / "checkpoints")
         # Relative to the example file, wherever the demo runs from.
@@ -278,3 +290,33 @@ async def test_a_node_that_never_gets_ready_is_skipped_and_a_stop_ends_the_story
             drive(forever, injector, stop, lambda _, line: lines.append(line)), 5
         )
     assert len(lines) == 1
+
+
+async def test_the_scenario_preempts_a_compute_engine_vm_and_starves_its_machine_type(
+    emulator: EmulatorServer,
+) -> None:
+    zone = "us-central1-c"
+    cloud = ComputeCloud(ComputeClient(emulator.url, token_source=NoAuth()), owner=None)
+    shape = NodeShape(
+        accelerator_type="tpu7x-standard-4t", runtime_version="", capacity=CapacityKind.SPOT
+    )
+    lines: list[str] = []
+    try:
+        await cloud.create(PROJECT, zone, "iron-0", shape)
+        steps = [
+            Preempt(0, None, "iron", 0, "iron-0", "a spot preemption", api="compute"),
+            Stockout(0, None, zone, ("tpu7x-standard-4t",), 0.3, "no TPU7x left"),
+        ]
+        async with aiohttp.ClientSession() as session:
+            injector = Injector(session, emulator.url, PROJECT)
+            await drive(steps, injector, asyncio.Event(), lambda _, line: lines.append(line))
+            async with session.get(emulator.url + "/_emulator/v1/instances") as response:
+                [vm] = (await response.json())["instances"]
+    finally:
+        await cloud.aclose()
+    assert vm["status"] in ("STOPPING", "TERMINATED")
+    assert lines == [
+        f"preempt iron-0 (tpu7x-standard-4t VM, {zone}, on_preemption stop): a spot preemption",
+        "stockout for 0s: no TPU7x left",
+        f"capacity back in {zone}",
+    ]

@@ -304,3 +304,43 @@ def workload_config(
         more=tables,
     )
     return daemon_config.write(tmp_path / "fleet.toml", config)
+
+
+# ---------------------------------------------------------------------------------------------
+# Compute Engine fleets (`api = "compute"`): one instance per slot.
+
+MACHINE = "tpu7x-standard-4t"
+
+
+def compute_fleet(name: str, size: int, on_preemption: str = "stop") -> dict[str, Any]:
+    """A [[fleet]] table of spot TPU7x VMs in ZONE (no accelerator_type / runtime_version)."""
+    return daemon_config.fleet(
+        name, size=size, capacity="spot", accelerator_type=None, runtime_version=None,
+        api="compute", machine_type=MACHINE, on_preemption=on_preemption,
+    )  # fmt: skip
+
+
+async def compute_instances(control: Control, fleet: str) -> list[dict[str, Any]]:
+    """`fleet`'s instances of ours, whatever their status (the control API's internal view)."""
+    async with control.session.get(control.base + "/instances") as response:
+        found = (await response.json())["instances"]
+    labels = {"tpucared-owner": OWNER, "tpucared-fleet": fleet}
+    return [i for i in found if labels.items() <= (i["instance"].get("labels") or {}).items()]
+
+
+async def compute_converged(control: Control, db: Path, size: int, fleet: str) -> bool:
+    """Exactly `size` RUNNING instances of ours in `fleet` (none TERMINATED, none twice),
+    each the live READY incarnation of its slot, by name and instance id."""
+    mine = await compute_instances(control, fleet)
+    if len(mine) != size or any(i["status"] != "RUNNING" for i in mine):
+        return False
+    live = live_nodes(db, fleet)
+    if sorted(live) != list(range(size)):
+        return False
+    for inst in mine:
+        row = live.get(int(inst["name"].rsplit("-", 1)[1]))
+        if row is None or row["phase"] != "ready" or row["node_name"] != inst["name"]:
+            return False
+        if row["cloud_id"] != inst["instance"]["id"]:
+            return False
+    return True

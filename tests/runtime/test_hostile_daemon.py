@@ -14,6 +14,10 @@ list for 2 s: past the list's deadline in a tick (runtime/nodes/observer.py), so
 unknown for the tick; the HTTP read timeout itself is tests/gcp/test_gcp_hostile.py's. Whatever
 the mode, the broken zone is asked less and less often (its list backoff): the requests a
 window holds are bounded by the backoff's schedule, not by the ticks.
+
+The same, leaner, for a Compute Engine fleet's instance list (two VMs, four modes): an
+instance status nobody knows deletes nothing (one notice per VM), and a list it cannot read
+(a TERMINATED twin, labels as a list, an error inside a 200) makes the zone unknown.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ from runtime_support import (
     ZONE,
     Control,
     Daemon,
+    compute_converged,
+    compute_fleet,
+    compute_instances,
     converged,
     free_port,
     ours,
@@ -39,6 +46,7 @@ from runtime_support import (
     write_config,
 )
 
+from bench import daemon_config
 from tpucared.gcp.retry import RetryPolicy
 
 pytestmark = pytest.mark.slow
@@ -191,3 +199,76 @@ async def test_a_hostile_api_makes_the_daemon_act_on_nothing(
         f"{mode}: {len(hit)} faulted lists over {TICKS + 1} ticks in {seconds:.1f} s, "
         f"{len(during)} requests in all ({per_minute:.0f} a minute)"
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# The same on a Compute Engine fleet's instance list (emulator/hostile.py applies its list
+# modes to `instances` too): lean, a few modes and two VMs.
+
+IRON = 2
+COMPUTE_MODES: list[tuple[str, dict[str, Any]]] = [
+    ("state", {"value": VALUE}),  # every instance's status one nobody knows
+    ("duplicate", {}),  # a TERMINATED twin of an instance of ours
+    ("labels_list", {}),
+    ("error_envelope", {}),
+]
+
+
+def compute_acting(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Requests that change the cloud's instances: deletes and inserts."""
+    return [
+        r
+        for r in requests
+        if r["method"] == "DELETE" or (r["method"] == "POST" and r["path"].endswith("/instances"))
+    ]
+
+
+async def vms(control: Control) -> dict[str, str]:
+    return {i["name"]: i["instance"]["id"] for i in await compute_instances(control, "iron")}
+
+
+@pytest.mark.parametrize(("mode", "fields"), COMPUTE_MODES, ids=[m for m, _ in COMPUTE_MODES])
+async def test_a_hostile_instance_list_makes_the_daemon_act_on_nothing(
+    tmp_path: Path, control: Control, daemons: Daemons, mode: str, fields: dict[str, Any]
+) -> None:
+    db = tmp_path / "state.db"
+    port = free_port()
+    text = daemon_config.against_emulator(
+        control.emulator.url, compute_fleet("iron", IRON), daemon={"http": f"127.0.0.1:{port}"}
+    )
+    await daemons(daemon_config.write(tmp_path / "fleet.toml", text)).start()
+    await wait_for(lambda: compute_converged(control, db, IRON, "iron"), SLOW, "2 RUNNING VMs")
+    before = await vms(control)
+    counted = preemptions(db)
+    told_before = len(notices(db))
+
+    start = await ticked(control, port, 1)
+    on = time.time()
+    await control.faults(
+        {"error_rate": 1.0, "kinds": ["malformed"], "mode": mode, **fields,
+         "paths": ["/instances"], "methods": ["GET"]}
+    )  # fmt: skip
+    await ticked(control, port, start + TICKS + 1)
+    off = time.time()
+    await control.faults({})
+
+    during = [r for r in await control.requests(on) if r["time"] < off]
+    assert len([r for r in during if r["fault"] == "malformed"]) >= 2, mode
+    assert compute_acting(during) == [], f"{mode}: the daemon acted on a list it cannot read"
+    assert preemptions(db) == counted
+
+    # Once the list makes sense again: the same VMs, RUNNING, nothing deleted or made since.
+    await ticked(control, port, await ticks(control, port) + 2)
+    await wait_for(lambda: compute_converged(control, db, IRON, "iron"), SLOW, "the same VMs")
+    assert await vms(control) == before
+    assert compute_acting(await control.requests(on)) == []
+    assert preemptions(db) == counted
+    told = notices(db)[told_before:]
+    if mode == "state":
+        # An unreadable status deletes nothing: one notice per VM, with what the API sent.
+        for name in before:
+            about = [n for n in told if n["node"] == name and VALUE in n["message"]]
+            assert len(about) == 1, (name, told)
+    else:
+        zone = [n for n in told if n["message"].startswith(f"listing {ZONE} fails (malformed")]
+        assert len(zone) == 1, told

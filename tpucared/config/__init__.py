@@ -14,6 +14,7 @@ Modules, in the order a file goes through them:
 - `messages.py`: pydantic's problems as one-line `KEY: message`s;
 - `problems.py`: `Problems`, the rules across keys' (KEY, message) pairs;
 - `build.py`: pass two, rules across keys, turning the schema into the frozen values;
+- `apis.py`: a fleet's cloud API ("tpu" or "compute") and the keys each one takes;
 - `guard.py`: the `[guard]` budget the fleets must stay within;
 - `values.py`: the frozen values handed out: `Config` and its parts.
 

@@ -29,10 +29,12 @@ import difflib
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tpucared.config.apis import affinity_value, check_api_keys, machine, on_preemption
 from tpucared.config.guard import build_guard
 from tpucared.config.messages import dotted
 from tpucared.config.node_options import node_options
@@ -54,6 +56,7 @@ from tpucared.core.leadership.lease import default_lease, lease_problem
 from tpucared.core.model import durations
 from tpucared.core.model.backoff import BackoffRule
 from tpucared.core.model.specs import (
+    COMPUTE_API,
     DEFAULT_PROJECT,
     RESERVED_LABELS,
     CapacityKind,
@@ -294,6 +297,7 @@ def _check_fleet(raw: FleetTable, at: str, problems: Problems) -> None:
     for reserved in RESERVED_LABELS:
         if reserved in raw.labels:
             problems.add(f"{at}: labels.{reserved}", "reserved: tpucared sets it itself")
+    check_api_keys(raw, at, problems)
 
 
 def _fleet_spec(
@@ -314,12 +318,19 @@ def _fleet_spec(
         data_disks=[(d.source, d.mode) for d in raw.data_disks],
         reservation=raw.reservation,
         problems=problems,
+        api=raw.api,
+        on_preemption=on_preemption(raw),
     )
+    project = DEFAULT_PROJECT if raw.project in (None, own_project) else str(raw.project)
+    what, boots = machine(raw)
+    if raw.api == COMPUTE_API:
+        affinity = affinity_value(raw.reservation, raw.project or own_project)
+        node = replace(node, reservation=affinity)
     return FleetSpec(
         name=raw.name,
         zones=tuple(raw.zones),
-        accelerator_type=raw.accelerator_type,
-        runtime_version=raw.runtime_version,
+        accelerator_type=what,
+        runtime_version=boots,
         size=raw.size,
         capacity=raw.capacity,
         provisioning=raw.provisioning,
@@ -328,9 +339,10 @@ def _fleet_spec(
         node=node,
         # The daemon's own project is the core's DEFAULT_PROJECT however it is spelled:
         # naming it changes neither the spec hash nor where the nodes are recorded.
-        project=DEFAULT_PROJECT if raw.project in (None, own_project) else str(raw.project),
+        project=project,
         slices=raw.slices,
         multislice_hold=raw.multislice_hold.total_seconds(),
+        api=raw.api,
     )
 
 

@@ -1,9 +1,10 @@
 """The `[guard]` budget: limits the rest of the config must stay within.
 
 A guard (e.g. the terms of a TRC grant) pins the project and allows only some zones,
-accelerator types and capacity kinds, and at most so many nodes across all fleets, so a
-typo in a fleet cannot spend money. `build_guard` makes the frozen `GuardConfig` and adds
-a problem for every fleet or key outside it; `build.py` calls it with the rest.
+accelerator types (TPU API fleets) or machine types (`compute` fleets) and capacity kinds,
+and at most so many nodes across all fleets, so a typo in a fleet cannot spend money.
+`build_guard` makes the frozen `GuardConfig` and adds a problem for every fleet or key outside
+it; `build.py` calls it with the rest.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from __future__ import annotations
 import json
 
 from tpucared.config.problems import Problems
-from tpucared.config.schema import ConfigFile, GuardTable
+from tpucared.config.schema import ConfigFile, FleetTable, GuardTable
 from tpucared.config.syntax import as_written
 from tpucared.config.values import GuardConfig
-from tpucared.core.model.specs import CapacityKind
+from tpucared.core.model.specs import COMPUTE_API, CapacityKind
 
 
 def build_guard(raw: GuardTable | None, root: ConfigFile, problems: Problems) -> GuardConfig | None:
@@ -24,9 +25,8 @@ def build_guard(raw: GuardTable | None, root: ConfigFile, problems: Problems) ->
     guard = GuardConfig(
         projects=None if raw.project is None else frozenset(raw.project),
         zones=None if raw.zones is None else frozenset(raw.zones),
-        accelerator_types=None
-        if raw.accelerator_types is None
-        else frozenset(raw.accelerator_types),
+        accelerator_types=_kinds(raw.accelerator_types, raw.machine_types),
+        machine_types=_kinds(raw.machine_types, raw.accelerator_types),
         capacity=None if raw.capacity is None else frozenset(raw.capacity),
         max_nodes=raw.max_nodes,
     )
@@ -41,7 +41,7 @@ def build_guard(raw: GuardTable | None, root: ConfigFile, problems: Problems) ->
         checks: list[tuple[str, list[str], frozenset[str] | None]] = [
             ("project", [fleet.project] if fleet.project else [], guard.projects),
             ("zones", list(fleet.zones), guard.zones),
-            ("accelerator_type", [fleet.accelerator_type], guard.accelerator_types),
+            _type_check(fleet, guard),
             ("capacity", [fleet.capacity.value], _values(guard.capacity)),
         ]
         for key, wanted, allowed in checks:
@@ -64,6 +64,24 @@ def build_guard(raw: GuardTable | None, root: ConfigFile, problems: Problems) ->
             f"the fleets ask for {total} nodes ({sizes}), more than the {guard.max_nodes} allowed",
         )
     return guard
+
+
+def _kinds(these: list[str] | None, others: list[str] | None) -> frozenset[str] | None:
+    """One list of the guard's machines: naming either list restricts both APIs' fleets, so
+    naming only TPU API accelerator types allows no Compute Engine machine type, and the
+    other way round (a guard fails closed)."""
+    if these is None and others is None:
+        return None
+    return frozenset(these or ())
+
+
+def _type_check(
+    fleet: FleetTable, guard: GuardConfig
+) -> tuple[str, list[str], frozenset[str] | None]:
+    """What the fleet's machine is called, by its API, and what the guard allows of it."""
+    if fleet.api == COMPUTE_API:
+        return ("machine_type", [fleet.machine_type or ""], guard.machine_types)
+    return ("accelerator_type", [fleet.accelerator_type or ""], guard.accelerator_types)
 
 
 def _values(kinds: frozenset[CapacityKind] | None) -> frozenset[str] | None:

@@ -1,5 +1,6 @@
 """A fleet's node options (`network`, `subnetwork`, `service_account`, `tags`, `metadata`,
-`data_disks`, `reservation`): their syntax on the table, and the rules across keys.
+`data_disks`, `reservation`, a `compute` fleet's `on_preemption`): their syntax on the table,
+and the rules across keys.
 
 Part of pass one (the per-value patterns, used by `schema.py`) and pass two (`node_options`,
 called by `build.py` for each fleet). Formats follow what the TPU API and Compute Engine accept,
@@ -14,7 +15,15 @@ from typing import TYPE_CHECKING, Annotated
 from pydantic import Field
 
 from tpucared.config.syntax import pattern
-from tpucared.core.model.specs import CapacityKind, DataDisk, DiskMode, NodeOptions, Provisioning
+from tpucared.core.model.specs import (
+    COMPUTE_API,
+    DEFAULT_API,
+    CapacityKind,
+    DataDisk,
+    DiskMode,
+    NodeOptions,
+    Provisioning,
+)
 
 if TYPE_CHECKING:  # messages imports the schema, which imports this module's types
     from tpucared.config.problems import Problems
@@ -73,11 +82,13 @@ DiskSource = Annotated[
         'a disk like "projects/P/zones/Z/disks/D"',
     ),
 ]
+# The TPU API names a reservation by `locations/Z`, Compute Engine by `zones/Z`.
 Reservation = Annotated[
     str,
     pattern(
-        rf"projects/{_PROJECT}/locations/{_ZONE}/reservations/{_NAME}",
-        'a reservation like "projects/P/locations/Z/reservations/R"',
+        rf"projects/{_PROJECT}/(?:locations|zones)/{_ZONE}/reservations/{_NAME}",
+        'a reservation like "projects/P/locations/Z/reservations/R" (api "tpu") or '
+        '"projects/P/zones/Z/reservations/R" (api "compute")',
     ),
 ]
 Tags = Annotated[list[NetworkTag], Field(max_length=64)]
@@ -103,6 +114,8 @@ def node_options(
     data_disks: Sequence[tuple[str, DiskMode]],
     reservation: str | None,
     problems: Problems,
+    api: str = DEFAULT_API,
+    on_preemption: str | None = None,
 ) -> NodeOptions:
     """The fleet's `NodeOptions`, with each rule across keys it breaks added to `problems`."""
     for key in RESERVED_METADATA:
@@ -125,19 +138,10 @@ def node_options(
             )
     if len({source for source, _ in data_disks}) != len(data_disks):
         problems.add(f"{at}: data_disks", "a disk is listed more than once")
-    if reservation is not None:
-        if capacity is not CapacityKind.RESERVED or provisioning is not Provisioning.QUEUED:
-            problems.add(
-                f"{at}: reservation",
-                'a reservation by name needs capacity = "reserved" and provisioning = "queued" '
-                "(nodes.create takes no reservation name: it uses any reservation of the project)",
-            )
-        elif set(zones) != {reservation.split("/")[3]}:
-            problems.add(
-                f"{at}: reservation",
-                f"the reservation is in {reservation.split('/')[3]}: the fleet's zones must be "
-                f"that zone only, got {list(zones)}",
-            )
+    if api == COMPUTE_API:
+        _compute_reservation(at, zones, capacity, reservation, problems)
+    elif reservation is not None:
+        _tpu_reservation(at, zones, capacity, provisioning, reservation, problems)
     return NodeOptions(
         network=network,
         subnetwork=subnetwork,
@@ -147,4 +151,66 @@ def node_options(
         metadata=dict(metadata),
         data_disks=tuple(DataDisk(source, mode) for source, mode in data_disks),
         reservation=reservation,
+        on_preemption=on_preemption,
     )
+
+
+def _tpu_reservation(
+    at: str,
+    zones: Sequence[str],
+    capacity: CapacityKind,
+    provisioning: Provisioning,
+    reservation: str,
+    problems: Problems,
+) -> None:
+    """A TPU API fleet's reservation: by name only through a queued resource."""
+    if reservation.split("/")[2] != "locations":
+        problems.add(
+            f"{at}: reservation",
+            f'the TPU API names it "projects/P/locations/Z/reservations/R", got "{reservation}"',
+        )
+    elif capacity is not CapacityKind.RESERVED or provisioning is not Provisioning.QUEUED:
+        problems.add(
+            f"{at}: reservation",
+            'a reservation by name needs capacity = "reserved" and provisioning = "queued" '
+            "(nodes.create takes no reservation name: it uses any reservation of the project)",
+        )
+    elif set(zones) != {reservation.split("/")[3]}:
+        problems.add(
+            f"{at}: reservation",
+            f"the reservation is in {reservation.split('/')[3]}: the fleet's zones must be "
+            f"that zone only, got {list(zones)}",
+        )
+
+
+def _compute_reservation(
+    at: str,
+    zones: Sequence[str],
+    capacity: CapacityKind,
+    reservation: str | None,
+    problems: Problems,
+) -> None:
+    """A `compute` fleet's reservation: by name, in the fleet's one zone, for capacity
+    "reserved" (Compute Engine's SPECIFIC_RESERVATION affinity), which needs one."""
+    if reservation is None:
+        if capacity is CapacityKind.RESERVED:
+            problems.add(
+                f"{at}: reservation",
+                'required with capacity = "reserved" on Compute Engine: '
+                '"projects/P/zones/Z/reservations/R" (it has no "any reservation, or fail")',
+            )
+        return
+    kind, zone = reservation.split("/")[2:4]
+    if kind != "zones":
+        problems.add(
+            f"{at}: reservation",
+            f'Compute Engine names it "projects/P/zones/Z/reservations/R", got "{reservation}"',
+        )
+    elif capacity is not CapacityKind.RESERVED:
+        problems.add(f"{at}: reservation", 'a reservation by name needs capacity = "reserved"')
+    elif set(zones) != {zone}:
+        problems.add(
+            f"{at}: reservation",
+            f"the reservation is in {zone}: the fleet's zones must be that zone only, "
+            f"got {list(zones)}",
+        )

@@ -26,13 +26,17 @@ from tpucared.config.node_options import (
 )
 from tpucared.config.syntax import (
     AcceleratorType,
+    Api,
     Duration,
     DurationOrNever,
     EnvName,
     FleetName,
+    Image,
     LabelKey,
     LabelValue,
+    MachineTypeName,
     NonEmpty,
+    OnPreemption,
     Owner,
     Project,
     RuntimeVersion,
@@ -122,8 +126,15 @@ class FleetTable(Table):
     name: FleetName
     project: Project | None = None  # default: gcp.project
     zones: Annotated[list[Zone], unique_list("at least one zone")]
-    accelerator_type: AcceleratorType
-    runtime_version: RuntimeVersion
+    # Which cloud API keeps the nodes. "tpu": nodes of the Cloud TPU API, named by
+    # accelerator_type and runtime_version; "compute": Compute Engine TPU VMs, named by
+    # machine_type, image and on_preemption (build.py requires the right ones).
+    api: Api = "tpu"
+    accelerator_type: AcceleratorType | None = None
+    runtime_version: RuntimeVersion | None = None
+    machine_type: MachineTypeName | None = None
+    image: Image | None = None  # default: the machine type's generation's (core/model/machines.py)
+    on_preemption: OnPreemption | None = None  # spot only; default "stop"
     size: int = Field(ge=0, le=10000)
     capacity: Annotated[CapacityKind, _lax()] = CapacityKind.SPOT
     provisioning: Annotated[Provisioning, _lax()] = Provisioning.DIRECT
@@ -165,6 +176,7 @@ class GuardTable(Table):
     project: Annotated[list[Project], one_or_more("at least one project")] | None = None
     zones: Annotated[list[Zone], unique_list("at least one zone")] | None = None
     accelerator_types: list[AcceleratorType] | None = None
+    machine_types: list[MachineTypeName] | None = None
     capacity: list[Annotated[CapacityKind, _lax()]] | None = None
     max_nodes: int | None = Field(default=None, ge=0)
 

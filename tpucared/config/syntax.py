@@ -1,4 +1,4 @@
-"""Values with their own syntax: durations, names, zones, labels and the like.
+"""Values with their own syntax: durations, names, zones, labels, machine types and the like.
 
 Each is an `Annotated` type that `schema.py` puts on a field; a value that does not fit is
 refused with "expected WHAT, got VALUE", VALUE shown as the user wrote it in TOML
@@ -20,6 +20,7 @@ from pydantic import BeforeValidator
 from pydantic_core import PydanticCustomError
 
 from tpucared.core.model import durations
+from tpucared.core.model.machines import MACHINE_TYPES
 
 
 def as_written(value: object) -> str:
@@ -128,6 +129,33 @@ Zone = Annotated[str, pattern(r"[a-z]+-[a-z]+[0-9]+-[a-z]", 'a zone like "us-cen
 AcceleratorType = Annotated[
     str,
     pattern(r"v[0-9]+[a-z]*-[1-9][0-9]*", 'an accelerator type like "v4-32" or "v5litepod-16"'),
+]
+Api = Annotated[
+    str,
+    pattern(r"tpu|compute", '"tpu" (the Cloud TPU API) or "compute" (Compute Engine)'),
+]
+# A `compute` fleet's machine type: one of the known table (core/model/machines.py), or one
+# line naming them all.
+MachineTypeName = Annotated[
+    str,
+    pattern(
+        "|".join(re.escape(name) for name in MACHINE_TYPES),
+        f"a TPU machine type ({', '.join(MACHINE_TYPES)})",
+    ),
+]
+Image = Annotated[
+    str,
+    pattern(
+        r"projects/[a-z][-a-z0-9.:]*[a-z0-9]/global/images/(?:family/)?[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?",
+        'an image like "projects/P/global/images/family/F" or "projects/P/global/images/I"',
+    ),
+]
+OnPreemption = Annotated[
+    str,
+    pattern(
+        r"stop|delete",
+        '"stop" (the VM stays, TERMINATED, until tpucared deletes it) or "delete"',
+    ),
 ]
 RuntimeVersion = Annotated[
     str, pattern(r"[a-z0-9][a-z0-9._-]*", 'a runtime version like "tpu-ubuntu2204-base"')

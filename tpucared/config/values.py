@@ -57,7 +57,8 @@ class GuardConfig:
 
     projects: frozenset[str] | None = None  # `[guard] project`: one project or a list
     zones: frozenset[str] | None = None
-    accelerator_types: frozenset[str] | None = None
+    accelerator_types: frozenset[str] | None = None  # TPU API fleets'
+    machine_types: frozenset[str] | None = None  # Compute Engine fleets'
     capacity: frozenset[CapacityKind] | None = None
     max_nodes: int | None = None
 

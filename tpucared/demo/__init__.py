@@ -7,7 +7,7 @@ Nothing here decides anything about nodes or workloads; both commands drive the 
   its run, stopped by the caller's event or by an `until(tick)` test instead of by signals.
 - `example`: finds deploy/examples/emulator.toml and points it at an in-process emulator.
 - `scenario`: the demo's schedule of preemptions and a stockout, and the control-API calls
-  that inject them.
+  that inject them (a TPU API node's, or a Compute Engine VM's for a `compute` fleet).
 - `progress`: reads the toy workload's checkpoints (deploy/examples/toy_train.py).
 - `presenter`: what the demo prints: a status view refreshed in place on a TTY, event lines
   otherwise, and the closing summary.

@@ -12,7 +12,8 @@ the star (a multi-host slice in the demo):
      +1 s  a preemption of another fleet's slot: its replacement must go to its next zone
      +3 s  the star again: with no zone left, the daemon backs off and retries until the
            capacity comes back
-    +20 s  then every 10-14 s (seeded), a preemption of a random slot, four times
+    +20 s  then every 10-14 s (seeded), a preemption of a random slot, four times (a slot of
+           a Compute Engine fleet is a VM: preempted as its `on_preemption` says)
 
 Most steps are gated: they wait (up to `GATE_PATIENCE_S`) until the caller's `ripe(fleet,
 slot)` holds; the demo makes that "the slot's training has made a few steps since it last
@@ -37,7 +38,8 @@ from typing import Any
 
 import aiohttp
 
-from tpucared.core.model.specs import FleetSpec
+from tpucared.core.model.machines import MACHINE_TYPES
+from tpucared.core.model.specs import COMPUTE_API, DEFAULT_API, FleetSpec
 
 STOCKOUT_S = 15.0
 NOTICE_S = 8.0  # the star's first preemption comes with this much notice
@@ -57,6 +59,7 @@ class Preempt:
     node: str
     why: str
     notice: float | None = None  # the preemption notice's lead (seconds), None: no notice
+    api: str = DEFAULT_API  # the fleet's cloud API: a TPU API node or a Compute Engine VM
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,8 @@ def _whither(fleet: FleetSpec, dry: str) -> str:
 
 
 def _preempt(after: float, fleet: FleetSpec, slot: int, why: str) -> Preempt:
-    return Preempt(after, (fleet.name, slot), fleet.name, slot, fleet.node_name(slot), why)
+    where = (fleet.name, slot)
+    return Preempt(after, where, fleet.name, slot, fleet.node_name(slot), why, api=fleet.api)
 
 
 class Injector:
@@ -132,7 +136,9 @@ class Injector:
         self._patience = ready_patience
 
     async def preempt(self, step: Preempt) -> str:
-        """Preempt the node once READY; returns what was done, for people."""
+        """Preempt the node (or VM) once READY; returns what was done, for people."""
+        if step.api == COMPUTE_API:
+            return await self._preempt_vm(step)
         node = await self._ready(step.node, self._patience)
         if node is None:
             return f"skipped preempting {step.node}: not READY within {self._patience:g}s"
@@ -145,12 +151,43 @@ class Injector:
             f"{'s' if workers != 1 else ''}, {zone}): {step.why}"
         )
 
+    async def _preempt_vm(self, step: Preempt) -> str:
+        """A Compute Engine VM's preemption: it honours the VM's termination action."""
+        vm = await self._running(step.node, self._patience)
+        if vm is None:
+            return f"skipped preempting {step.node}: not RUNNING within {self._patience:g}s"
+        zone = vm["zone"]
+        path = f"/projects/{self._project}/zones/{zone}/instances/{step.node}:preempt"
+        await self._call("POST", path, {"notice_seconds": step.notice} if step.notice else None)
+        action = str(vm.get("termination_action") or "STOP").lower()
+        return (
+            f"preempt {step.node} ({vm['machine_type']} VM, {zone}, on_preemption {action}): "
+            + (step.why)
+        )
+
     async def capacity(
         self, zone: str, accelerator_types: Iterable[str], available: int | None
     ) -> None:
-        for accelerator_type in accelerator_types:
-            body = {"zone": zone, "accelerator_type": accelerator_type, "available": available}
+        for name in accelerator_types:
+            kind = "machine_type" if name in MACHINE_TYPES else "accelerator_type"
+            body = {"zone": zone, kind: name, "available": available}
             await self._call("PUT", "/capacity", body)
+
+    async def _running(self, name: str, patience: float) -> dict[str, Any] | None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + patience
+        while True:
+            listed = await self._call("GET", "/instances")
+            for vm in listed.get("instances", []):
+                if (vm.get("project"), vm.get("name"), vm.get("status")) == (
+                    self._project,
+                    name,
+                    "RUNNING",
+                ):
+                    return dict(vm)
+            if loop.time() >= deadline:
+                return None
+            await asyncio.sleep(0.5)
 
     async def _ready(self, name: str, patience: float) -> dict[str, Any] | None:
         loop = asyncio.get_running_loop()

@@ -1,6 +1,9 @@
 """Google APIs over REST (aiohttp): what every Google cloud adapter of tpucared shares.
 
-- `errors`     the single classification of every failure into an `ErrorKind` (`ApiError`).
+- `errors`     the single classification of every failure into an `ErrorKind`, for the TPU
+               API and Compute Engine alike; `apierror` the `ApiError` it raises.
+- `rest`       `RestClient`: the one request path (session, auth, retries, schema,
+               classification, counting, list paging) every client below subclasses.
 - `retry`      bounded full-jitter retries of one request, honouring Retry-After.
 - `auth`       token sources (none / ADC / key file) refreshed off the event loop.
 - `responses`  the response schema at a client's edge: what an answer must look like, and

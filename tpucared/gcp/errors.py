@@ -1,19 +1,30 @@
-"""Every failure of the TPU API, classified into an `ErrorKind`, in this one module.
+"""Every failure of a Google API (the TPU API, Compute Engine), classified into an
+`ErrorKind`, in this one module.
 
-The client raises nothing but `ApiError` (or a subclass per kind); the planner decides on
-`error.kind` alone. Three entry points feed one decision function, `_decide`:
+The clients raise nothing but `ApiError` (or a subclass per kind, apierror.py); the planner
+decides on `error.kind` alone. Four entry points feed one decision function, `_decide`:
 
-- `classify_http`: a non-2xx response (Google error envelope, AIP-193).
+- `classify_http`: a non-2xx response (Google error envelope, AIP-193, or Compute Engine's
+  `{"error": {"code", "message", "errors": [{"reason", "message", "domain"}]}}`).
 - `classify_operation_error`: the `error` Status of a finished long-running Operation.
+- `classify_compute_operation`: the `error.errors[{code, message}]` of a finished Compute
+  Engine Operation, with its `httpErrorStatusCode`.
 - `classify_transport` / `classify_refresh_error` / `malformed_response`: no usable answer.
 
 Decisions, in precedence order (see `_decide`; the field notes hold the real message texts):
 
 1. A capacity message wins over any code: "There is no more capacity in the zone ...",
    "Insufficient reserved capacity ..." (seen with code 8 and 9) -> CAPACITY.
-2. "Location Z is not found or access is unauthorized" -> PERMISSION, never NOT_FOUND: a
+2. "Location Z is not found or access is unauthorized" (TPU API), "The resource
+   'projects/P/zones/Z' was not found" (Compute Engine) -> PERMISSION, never NOT_FOUND: a
    NOT_FOUND for a node means "it vanished" to the planner, and a wrong or forbidden zone
    must not look like that.
+2b. A Compute Engine error code or reason we know (`COMPUTE_CODES`; operation errors spell
+   them UPPER_SNAKE, HTTP errors camelCase; docs/research/compute-engine.md §3 holds the
+   sources): ZONE_RESOURCE_POOL_EXHAUSTED(_WITH_DETAILS) -> CAPACITY, QUOTA_EXCEEDED /
+   quotaExceeded -> QUOTA, RESOURCE_OPERATION_RATE_EXCEEDED / rateLimitExceeded ->
+   RATE_LIMITED (a 403, which would otherwise read as PERMISSION), alreadyExists ->
+   ALREADY_EXISTS, notFound -> NOT_FOUND, a resource not ready or in use -> CONFLICT.
 3. RESOURCE_EXHAUSTED: an ErrorInfo reason RATE_LIMIT_EXCEEDED or a per-minute/per-second
    limit -> RATE_LIMITED (API request rate quotas are worded "Quota exceeded ... per
    minute"); a google.rpc.QuotaFailure detail or a "Quota ... exhausted/exceeded" message ->
@@ -39,14 +50,49 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any
 
 import aiohttp
 import google.auth.exceptions
 
 from tpucared.core.model.retry import retry_after_seconds
 from tpucared.core.model.specs import ErrorKind
-from tpucared.ports.cloud import CloudError
+from tpucared.gcp.apierror import (
+    AlreadyExistsError,
+    ApiError,
+    CapacityError,
+    ConflictError,
+    InvalidRequestError,
+    MalformedResponseError,
+    NotFoundError,
+    OperationTimeout,
+    PermissionDeniedError,
+    QuotaError,
+    RateLimitedError,
+    TransientError,
+)
+
+__all__ = [
+    "AlreadyExistsError",
+    "ApiError",
+    "CapacityError",
+    "ConflictError",
+    "InvalidRequestError",
+    "MalformedResponseError",
+    "NotFoundError",
+    "OperationTimeout",
+    "PermissionDeniedError",
+    "QuotaError",
+    "RateLimitedError",
+    "TransientError",
+    "classify_compute_operation",
+    "classify_http",
+    "classify_operation_error",
+    "classify_refresh_error",
+    "classify_transport",
+    "malformed_response",
+    "parse_retry_after",
+]
 
 # google.rpc.Code by number (the order is the numbering).
 GRPC_CODES: tuple[str, ...] = (
@@ -112,7 +158,11 @@ _CAPACITY_RE = re.compile(
     r"|resource[ _]pool[ _]exhausted",
     re.IGNORECASE,
 )
-_LOCATION_RE = re.compile(r"location \S+ is not found or access is unauthorized", re.IGNORECASE)
+_LOCATION_RE = re.compile(
+    r"location \S+ is not found or access is unauthorized"
+    r"|the resource 'projects/[^/']+(?:/(?:zones|regions)/[^/']+)?' was not found",
+    re.IGNORECASE,
+)
 _RATE_RE = re.compile(r"\bper (?:user )?(?:minute|second|100 seconds)\b", re.IGNORECASE)
 _QUOTA_RE = re.compile(r"\bquota\b.*\b(?:exhausted|exceeded)\b", re.IGNORECASE | re.DOTALL)
 _CONFLICT_RE = re.compile(r"unable to queue the operation", re.IGNORECASE)
@@ -122,133 +172,31 @@ _QUOTA_FAILURE = "type.googleapis.com/google.rpc.QuotaFailure"
 _ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 _RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
 
+K = ErrorKind
+# Compute Engine's error codes (operation errors) and reasons (HTTP errors), rule 2b.
+COMPUTE_CODES: dict[str, ErrorKind] = {
+    "ZONE_RESOURCE_POOL_EXHAUSTED": K.CAPACITY,
+    "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS": K.CAPACITY,
+    "REGION_RESOURCE_POOL_EXHAUSTED": K.CAPACITY,
+    "RESOURCE_POOL_EXHAUSTED": K.CAPACITY,
+    "insufficientCapacity": K.CAPACITY,
+    "QUOTA_EXCEEDED": K.QUOTA,
+    "quotaExceeded": K.QUOTA,
+    "RESOURCE_OPERATION_RATE_EXCEEDED": K.RATE_LIMITED,
+    "rateLimitExceeded": K.RATE_LIMITED,
+    "userRateLimitExceeded": K.RATE_LIMITED,
+    "RESOURCE_ALREADY_EXISTS": K.ALREADY_EXISTS,
+    "alreadyExists": K.ALREADY_EXISTS,
+    "RESOURCE_NOT_FOUND": K.NOT_FOUND,
+    "notFound": K.NOT_FOUND,
+    "RESOURCE_NOT_READY": K.CONFLICT,  # e.g. still STOPPING: another operation in flight
+    "resourceNotReady": K.CONFLICT,
+    "RESOURCE_IN_USE_BY_ANOTHER_RESOURCE": K.CONFLICT,
+    "resourceInUseByAnotherResource": K.CONFLICT,
+}
+
 # Error bodies can be whole HTML pages; keep enough to recognise one in a log line.
 _SNIPPET = 300
-
-
-class ApiError(CloudError):
-    """A classified failure of one TPU API call (or of the operation it started): the Cloud
-    port's `CloudError` (tpucared/ports/cloud.py), with what Google's answer said.
-
-    `kind` is what callers decide on. The rest is for logs and records: `http_status` (None
-    for transport and operation errors), `status` (canonical name, e.g. RESOURCE_EXHAUSTED),
-    `code` (google.rpc.Code number), `retry_after` (seconds the server asked us to wait),
-    `method`/`url` of the request, `operation` (name, for operation errors), `details`
-    (the envelope's details list) and `attempts` (requests made before giving up).
-
-    Construct with `ApiError.of(kind, ...)` to get the subclass for the kind, so callers may
-    `except NotFoundError`. A subclass can also be built directly: `NotFoundError("gone")`.
-    """
-
-    default_kind: ClassVar[ErrorKind | None] = None
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        kind: ErrorKind | None = None,
-        http_status: int | None = None,
-        status: str | None = None,
-        code: int | None = None,
-        retry_after: float | None = None,
-        method: str | None = None,
-        url: str | None = None,
-        operation: str | None = None,
-        details: Sequence[Mapping[str, Any]] = (),
-    ) -> None:
-        resolved = kind if kind is not None else self.default_kind
-        if resolved is None:
-            raise TypeError("ApiError needs a kind")
-        if self.default_kind is not None and resolved is not self.default_kind:
-            raise TypeError(f"{type(self).__name__} cannot carry kind {resolved}")
-        super().__init__(message)
-        self.kind: ErrorKind = resolved
-        self.message = message
-        self.http_status = http_status
-        self.status = status
-        self.code = code
-        self.retry_after = retry_after
-        self.method = method
-        self.url = url
-        self.operation = operation
-        self.details: tuple[Mapping[str, Any], ...] = tuple(details)
-        self.attempts = 1
-
-    @staticmethod
-    def of(kind: ErrorKind, message: str, **fields: Any) -> ApiError:
-        """The error of the subclass that belongs to `kind`."""
-        return _CLASSES[kind](message, kind=kind, **fields)
-
-    def __str__(self) -> str:
-        where = []
-        if self.method or self.url:
-            where.append(" ".join(p for p in (self.method, self.url) if p))
-        if self.operation:
-            where.append(f"operation {self.operation}")
-        if self.http_status is not None:
-            where.append(f"HTTP {self.http_status}")
-        if self.status:
-            where.append(self.status)
-        suffix = f" ({', '.join(where)})" if where else ""
-        return f"{self.kind.value}: {self.message}{suffix}"
-
-
-class CapacityError(ApiError):
-    default_kind = ErrorKind.CAPACITY
-
-
-class QuotaError(ApiError):
-    default_kind = ErrorKind.QUOTA
-
-
-class RateLimitedError(ApiError):
-    default_kind = ErrorKind.RATE_LIMITED
-
-
-class PermissionDeniedError(ApiError):
-    default_kind = ErrorKind.PERMISSION
-
-
-class NotFoundError(ApiError):
-    default_kind = ErrorKind.NOT_FOUND
-
-
-class AlreadyExistsError(ApiError):
-    default_kind = ErrorKind.ALREADY_EXISTS
-
-
-class ConflictError(ApiError):
-    default_kind = ErrorKind.CONFLICT
-
-
-class InvalidRequestError(ApiError):
-    default_kind = ErrorKind.INVALID
-
-
-class TransientError(ApiError):
-    default_kind = ErrorKind.TRANSIENT
-
-
-class MalformedResponseError(ApiError):
-    default_kind = ErrorKind.MALFORMED
-
-
-class OperationTimeout(TransientError):
-    """`wait_operation` gave up waiting; the operation may still finish. Poll it later."""
-
-
-_CLASSES: dict[ErrorKind, type[ApiError]] = {
-    ErrorKind.CAPACITY: CapacityError,
-    ErrorKind.QUOTA: QuotaError,
-    ErrorKind.RATE_LIMITED: RateLimitedError,
-    ErrorKind.PERMISSION: PermissionDeniedError,
-    ErrorKind.NOT_FOUND: NotFoundError,
-    ErrorKind.ALREADY_EXISTS: AlreadyExistsError,
-    ErrorKind.CONFLICT: ConflictError,
-    ErrorKind.INVALID: InvalidRequestError,
-    ErrorKind.TRANSIENT: TransientError,
-    ErrorKind.MALFORMED: MalformedResponseError,
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,12 +212,21 @@ def _error_info_reasons(details: Sequence[Mapping[str, Any]]) -> set[str]:
 
 
 def _decide(
-    status: str, message: str, details: Sequence[Mapping[str, Any]], *, from_operation: bool
+    status: str,
+    message: str,
+    details: Sequence[Mapping[str, Any]],
+    *,
+    from_operation: bool,
+    codes: Sequence[str] = (),
 ) -> ErrorKind:
+    """`codes`: Compute Engine's error codes or reasons, first one first."""
     if _CAPACITY_RE.search(message):
         return ErrorKind.CAPACITY
     if _LOCATION_RE.search(message):
         return ErrorKind.PERMISSION
+    for code in codes:
+        if code in COMPUTE_CODES:
+            return COMPUTE_CODES[code]
     if status == "RESOURCE_EXHAUSTED":
         if "RATE_LIMIT_EXCEEDED" in _error_info_reasons(details) or _RATE_RE.search(message):
             return ErrorKind.RATE_LIMITED
@@ -349,6 +306,23 @@ def _retry_delay(
     return None
 
 
+def _reasons(
+    errors: Sequence[Mapping[str, Any]], details: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """An envelope's reasons: Compute Engine's `errors[].reason`, then ErrorInfo's."""
+    codes = [str(e.get("reason")) for e in errors if e.get("reason")]
+    return codes + sorted(_error_info_reasons(details))
+
+
+def _foreign_message(parsed: object) -> str:
+    """What an error answer that is not the API's says (an OAuth error, a proxy's page)."""
+    if isinstance(parsed, Mapping) and "error_description" in parsed:
+        return f"{parsed.get('error')}: {parsed.get('error_description')}"
+    if isinstance(parsed, str):
+        return _snippet(parsed)
+    return _snippet(json.dumps(parsed)) if parsed is not None else ""
+
+
 def classify_http(
     http_status: int,
     body: object,
@@ -364,13 +338,7 @@ def classify_http(
     if envelope is None:
         # Not the API talking (a proxy, a load balancer, an OAuth error): trust only the
         # statuses that mean the same whoever says them.
-        if isinstance(parsed, Mapping) and "error_description" in parsed:
-            message = f"{parsed.get('error')}: {parsed.get('error_description')}"
-        elif isinstance(parsed, str):
-            message = _snippet(parsed) or f"HTTP {http_status}"
-        else:
-            message = _snippet(json.dumps(parsed)) if parsed is not None else ""
-        message = message or f"HTTP {http_status}"
+        message = _foreign_message(parsed) or f"HTTP {http_status}"
         if http_status in (401, 403):
             kind = ErrorKind.PERMISSION
         elif http_status == 429:
@@ -388,6 +356,8 @@ def classify_http(
         )
 
     details = _dict_list(envelope.get("details"))
+    errors = _dict_list(envelope.get("errors"))  # Compute Engine's [{reason, message, domain}]
+    codes = _reasons(errors, details)
     message = str(envelope.get("message") or f"HTTP {http_status}")
     status = envelope.get("status")
     if not isinstance(status, str) or not status:
@@ -396,7 +366,7 @@ def classify_http(
         )
         if http_status == 409 and _ALREADY_RE.search(message):
             status = "ALREADY_EXISTS"  # a 409 without a status: the message must decide
-    kind = _decide(status, message, details, from_operation=False)
+    kind = _decide(status, message, details, from_operation=False, codes=codes)
     return ApiError.of(
         kind,
         message,
@@ -406,7 +376,7 @@ def classify_http(
         retry_after=_retry_delay(headers, details, now),
         method=method,
         url=url,
-        details=details,
+        details=[*details, *errors],
     )
 
 
@@ -435,6 +405,45 @@ def classify_operation_error(error: Mapping[str, Any], *, operation: str | None 
         retry_after=_retry_delay(None, details, None),
         operation=operation,
         details=details,
+    )
+
+
+def _http_number(value: object) -> int | None:
+    """An HTTP status as an operation carries it (int32: a number, or digits in a string)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def classify_compute_operation(
+    error: Mapping[str, Any],
+    *,
+    http_status: object = None,
+    http_message: object = None,
+    operation: str | None = None,
+) -> ApiError:
+    """The ApiError of a finished, failed Compute Engine Operation: its `error`
+    (`{errors: [{code, message, errorDetails}]}`) and `httpErrorStatusCode` /
+    `httpErrorMessage` (e.g. 503 "SERVICE UNAVAILABLE" for a stockout). The codes decide
+    (rule 2b); without a known one, the HTTP status does, as for a failed TPU operation."""
+    errors = _dict_list(error.get("errors"))
+    codes = [str(e.get("code")) for e in errors if e.get("code")]
+    texts = [str(e.get("message")) for e in errors if e.get("message")]
+    message = "; ".join(texts) or str(http_message or "") or f"operation failed: {codes}"
+    number = _http_number(http_status)
+    status = _HTTP_STATUS.get(number, "UNKNOWN") if number is not None else "UNKNOWN"
+    kind = _decide(status, message, (), from_operation=True, codes=codes)
+    return ApiError.of(
+        kind,
+        message,
+        http_status=number,
+        status=codes[0] if codes else status,
+        operation=operation,
+        details=errors,
     )
 
 

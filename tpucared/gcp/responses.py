@@ -88,10 +88,18 @@ class PageMemo:
 _PAGE_FIELDS = frozenset({"nextPageToken", "unreachable"})
 
 
-def check_page(page: JSON, collection: str, *, method: str, url: str) -> None:
+def check_page(
+    page: JSON,
+    collection: str,
+    *,
+    method: str,
+    url: str,
+    fields: frozenset[str] = _PAGE_FIELDS,
+) -> None:
     """A list page must have the documented shape: anything else (an error envelope sent
-    with 200, a proxy's JSON, items that are not objects) is MALFORMED, never "no items"."""
-    unexpected = set(page) - _PAGE_FIELDS - {collection}
+    with 200, a proxy's JSON, items that are not objects) is MALFORMED, never "no items".
+    `fields`: what a page may carry besides `collection` (the TPU API's by default)."""
+    unexpected = set(page) - fields - {collection}
     batch = page.get(collection, [])
     token = page.get("nextPageToken")
     unreachable = page.get("unreachable", [])

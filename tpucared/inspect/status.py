@@ -146,7 +146,8 @@ def _node_doc(node: IncarnationRecord, workers: Sequence[WorkerRecord]) -> dict[
         "name": node.node_name,
         "zone": node.zone,
         "project": node.project or None,  # null: the daemon's own (gcp.project)
-        "accelerator_type": node.accelerator_type,
+        "accelerator_type": node.accelerator_type,  # a compute fleet's: its machine type
+        "api": node.api,  # the cloud API that made it: "tpu" or "compute"
         "phase": node.phase.value,
         "live": node.phase in LIVE_PHASES,
         "phase_since": iso(node.phase_since),

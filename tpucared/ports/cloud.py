@@ -15,6 +15,11 @@ terminate, errors as data), and no more than the runtime calls today:
 - `host_keys`  what a node's workers publish of their SSH host keys, worker by worker.
 - `oslogin`    the OS Login calls where the cloud has them (None where it has not).
 
+Optional, beside the port: `PreemptionRecords.preemptions`, the cloud's records that it
+preempted nodes, for a cloud whose node states do not say so (Compute Engine; the TPU API's
+nodes say PREEMPTED and it has no such method). The runtime reads them only in a tick whose
+plan lost such a node (core/nodes/preemption.py).
+
 Every call may be given a deadline: `ANSWER_BY` (a context variable, the event loop's clock) is
 the instant by which the caller needs the answer, and the caller cancels the call there. An
 implementation that retries must not start a retry that cannot finish before it (gcp/retry.py):
@@ -22,19 +27,20 @@ the request would only be cancelled, costing the API a request for nothing.
 
 Every call but `observe` fails only with a `CloudError` carrying the core `ErrorKind` the
 planner decides on (the gcp adapters' `ApiError` is one). The runtime holds one port per
-cloud API (`FleetSpec.api`, "tpu" today) and never names an implementation; the TPU API's
-is `tpucared/gcp/tpu/cloud.py` `TpuCloud`.
+cloud API (`FleetSpec.api`) and never names an implementation; the TPU API's ("tpu") is
+`tpucared/gcp/tpu/cloud.py` `TpuCloud`, Compute Engine's ("compute": single-host TPU VMs,
+one instance per node) `tpucared/gcp/compute/cloud.py` `ComputeCloud`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-from tpucared.core.model.observed import ZoneObservation
+from tpucared.core.model.observed import PreemptionRecord, ZoneObservation
 from tpucared.core.model.specs import CapacityKind, DataDisk, ErrorKind
 
 DEFAULT_SA_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
@@ -68,8 +74,12 @@ class NodeShape:
     request body. `capacity` None makes the node of a queued slot, where the tier belongs to
     the queued slot itself, not to the node."""
 
-    accelerator_type: str  # the cloud's name for the machine (TPU: the accelerator type)
-    runtime_version: str  # the software it boots (TPU: the runtime version)
+    # The cloud's name for the machine (TPU: the accelerator type; Compute Engine: the
+    # machine type, e.g. tpu7x-standard-4t).
+    accelerator_type: str
+    # The software it boots (TPU: the runtime version; Compute Engine: the boot image, ""
+    # for the default image of the machine type's TPU generation).
+    runtime_version: str
     capacity: CapacityKind | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     metadata: Mapping[str, str] = field(default_factory=dict)
@@ -81,6 +91,10 @@ class NodeShape:
     service_account_scopes: tuple[str, ...] = DEFAULT_SA_SCOPES
     description: str | None = None
     data_disks: tuple[DataDisk, ...] = ()
+    # What a preempted spot VM becomes, where the cloud lets one choose (Compute Engine's
+    # instanceTerminationAction): "stop" (it stays listed, TERMINATED, until deleted) or
+    # "delete" (it vanishes). None: the adapter's default. The TPU API has no such choice.
+    on_preemption: str | None = None
 
     def for_queue(self) -> NodeShape:
         """The same node as a queued slot's node: the tier moves to the queued slot."""
@@ -182,6 +196,19 @@ class Cloud(Protocol):
     async def host_keys(self, project: str, zone: str, name: str) -> PublishedHostKeys: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class PreemptionRecords(Protocol):
+    """A cloud that keeps records of the nodes it preempted (module docstring)."""
+
+    async def preemptions(
+        self, project: str, zone: str, nodes: Collection[str]
+    ) -> tuple[PreemptionRecord, ...]:
+        """Every record in (`project`, `zone`) naming one of the nodes `nodes` (any
+        incarnation of the name: the record's `cloud_id` says which, where it can). Raises
+        CloudError."""
+        ...
 
 
 Clouds = Mapping[str, Cloud]  # by cloud API name (`FleetSpec.api`)

@@ -1,13 +1,13 @@
 """The runtime's clouds: one Cloud port (tpucared/ports/cloud.py) per cloud API, and which
 one keeps a fleet's nodes.
 
-`connect_clouds` opens a port for every API the config's fleets use (the TPU API's always:
-`down` and the observer may meet nodes of fleets the config no longer lists). `CloudMap` is
-what the observer, the cloud calls, the operation watcher and the workers' host keys hold: a
-fleet's cloud is the one of its `FleetSpec.api`; a fleet the config does not list (its nodes
-are still accounted for) is a TPU API fleet, as every fleet was before fleets named their
-cloud. A test injects its own ports (`Daemon(clouds=...)`). Nothing else in the runtime
-names an implementation.
+`connect_clouds` opens a port for every API tpucared speaks (`down` and the observer may meet
+nodes of fleets the config no longer lists). `CloudMap` is what the observer, the cloud calls,
+the operation watcher and the workers' host keys hold: a configured fleet's cloud is the one of
+its `FleetSpec.api`; a recorded node's is the one that made it (`IncarnationRecord.api`,
+migration 0008), so a node of a fleet removed from the config is still polled and deleted
+through its own cloud. A test injects its own ports (`Daemon(clouds=...)`). Nothing else in
+the runtime names an implementation.
 """
 
 from __future__ import annotations
@@ -15,8 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from tpucared.config import Config
+from tpucared.core.model.records import IncarnationRecord
 from tpucared.core.model.specs import DEFAULT_API, FleetSpec
 from tpucared.gcp import TokenSource
+from tpucared.gcp.compute.cloud import API as COMPUTE_API
+from tpucared.gcp.compute.cloud import ComputeCloud
 from tpucared.gcp.tpu.cloud import API as TPU_API
 from tpucared.gcp.tpu.cloud import TpuCloud
 from tpucared.ports.cloud import Cloud, Clouds
@@ -29,16 +32,28 @@ def _tpu(config: Config, tokens: TokenSource, on_request: RequestHook | None) ->
     return TpuCloud.connect(config.gcp.endpoint, token_source=tokens, on_request=on_request)
 
 
+def _compute(config: Config, tokens: TokenSource, on_request: RequestHook | None) -> Cloud:
+    # Compute Engine beside the TPU API's endpoint (an emulator serves both on one port);
+    # it lists only our owner's instances (a label filter), the others are not ours.
+    return ComputeCloud.connect(
+        config.gcp.endpoint,
+        token_source=tokens,
+        owner=config.daemon.owner,
+        on_request=on_request,
+    )
+
+
 # Every cloud API tpucared speaks, by `FleetSpec.api`.
-CONNECTORS: Mapping[str, Connector] = {TPU_API: _tpu}
+CONNECTORS: Mapping[str, Connector] = {TPU_API: _tpu, COMPUTE_API: _compute}
 
 
 def connect_clouds(
     config: Config, tokens: TokenSource, *, on_request: RequestHook | None = None
 ) -> dict[str, Cloud]:
-    """A port for every cloud API in use (the caller closes them: `Cloud.aclose`)."""
-    apis = {DEFAULT_API, *(f.api for f in config.fleets)}
-    return {api: CONNECTORS[api](config, tokens, on_request) for api in sorted(apis)}
+    """A port for every cloud API tpucared speaks (the caller closes them: `Cloud.aclose`):
+    a node recorded by one the config's fleets no longer use is still listed and deleted
+    through it. A port makes no request until it is used."""
+    return {api: CONNECTORS[api](config, tokens, on_request) for api in sorted(CONNECTORS)}
 
 
 class CloudMap:
@@ -55,4 +70,11 @@ class CloudMap:
         return self.clouds[api]
 
     def for_fleet(self, fleet: str) -> Cloud:
+        """The cloud of a configured fleet (a fleet the config does not list: the TPU API's;
+        for a recorded node, `for_node` knows better)."""
         return self.clouds[self.api_of(fleet)]
+
+    def for_node(self, inc: IncarnationRecord) -> Cloud:
+        """The cloud that made (or adopted) a recorded node: its `api`, whatever its fleet
+        is now, or whether the config still lists it."""
+        return self.clouds[inc.api]

@@ -59,6 +59,7 @@ from tpucared.runtime.nodes.calls import CloudCalls, NodeTemplate, record_interr
 from tpucared.runtime.nodes.executor import Executor
 from tpucared.runtime.nodes.observer import Observer
 from tpucared.runtime.nodes.operations import OperationWatcher, PollSchedule
+from tpucared.runtime.nodes.preemptions import PreemptionReader
 from tpucared.runtime.notifications import Notifications
 from tpucared.runtime.oslogin import oslogin_of, start_os_login
 from tpucared.runtime.reconciler import PlanFilter, Reconciler, Tick
@@ -119,17 +120,9 @@ class Daemon:
             deadline=operation_poll_deadline(poll),
         )  # fmt: skip
         self.calls = CloudCalls(
-            self.clouds,
-            store,
-            self.clock,
-            template,
-            self.watcher,
-            self.wakeup,
-            self.tasks,
-            max_creates=config.policy.max_creates,
-            on_attempt=on_attempt,
-            guard=guard,
-        )
+            self.clouds, store, self.clock, template, self.watcher, self.wakeup, self.tasks,
+            max_creates=config.policy.max_creates, on_attempt=on_attempt, guard=guard,
+        )  # fmt: skip
         self.workloads = None if workloads is None else self._slot_jobs(workloads)
         self.reconciler = Reconciler(
             specs=config.fleets if specs is None else specs,
@@ -145,6 +138,7 @@ class Daemon:
             reuse_lists_within=poll,
             guard=guard,
             poll_interval=poll,
+            preemptions=PreemptionReader(self.clouds, config.gcp.project, deadline=poll),
         )
         self.loop = ReconcileLoop(self.reconciler, self.clock, self.wakeup, poll, on_tick=on_tick)
 

@@ -9,12 +9,16 @@ incarnation is always in a configured zone, or in a zone just listed).
 The plan is computed by the pure `core.planning.tick.plan_tick` (the node planner plus the
 workload planner, fed the probes of READY slices that ended since the last tick and are still
 valid) with the notice keys reported by the previous plan (`reported`), so each condition is
-told once per run. Node actions go to the executor; then the workload actions (launch, stop,
-finish, done) go to the slots' background jobs (workload/jobs.py), which also start the
-probes that are due. The tick never waits for SSH: a slow or hung worker delays only its own
-slot, and a job that ends wakes the loop. Without workloads (`tpucared down`) only the node
-planner runs. Operations recorded in the snapshot that nobody polls yet are handed to the
-operation watcher (after a restart: the previous run's creates and deletes).
+told once per run. When the plan lost nodes whose status does not say whether they were
+preempted (Compute Engine), their zones' preemption records are read once
+(nodes/preemptions.py) and the pure core/nodes/preemption.py `explain` words their ends by
+them, before anything is carried out. Node actions go to the executor; then the workload
+actions (launch, stop, finish, done) go to the slots' background jobs (workload/jobs.py),
+which also start the probes that are due. The tick never waits for SSH: a slow or hung
+worker delays only its own slot, and a job that ends wakes the loop. Without workloads
+(`tpucared down`) only the node planner runs. Operations recorded in the snapshot that
+nobody polls yet are handed to the operation watcher (after a restart: the previous run's
+creates and deletes).
 
 A `quiet` tick (loop.py: woken only by a create backoff's end, or only by creates that failed
 for lack of capacity) plans on the previous lists when core/planning/quiet.py allows it
@@ -42,6 +46,7 @@ import structlog
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import IncarnationRecord, ZoneHealth
 from tpucared.core.model.specs import DEFAULT_PROJECT, ErrorKind, FleetSpec
+from tpucared.core.nodes import preemption
 from tpucared.core.planning.planner import plan as make_plan
 from tpucared.core.planning.quiet import may_plan_on_last_lists
 from tpucared.core.planning.tick import plan_tick
@@ -60,10 +65,12 @@ from tpucared.runtime.nodes.observer import (
     Location,
     Observer,
     Zones,
+    by_location,
     summarize,
     zones_to_observe,
 )
 from tpucared.runtime.nodes.operations import OperationWatcher
+from tpucared.runtime.nodes.preemptions import PreemptionReader
 from tpucared.runtime.workload.jobs import Dispatch, WorkloadJobs
 from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.store import Snapshot, Store
@@ -88,7 +95,8 @@ class Tick:
     zone_health: Mapping[Location, ZoneHealth] = field(default_factory=lambda: MappingProxyType({}))
     lists_reused: bool = False  # planned on the previous tick's lists (module docstring)
     # Where `seconds` went: listing (waiting for the API included), planning (the snapshot
-    # read and the pure plan), carrying the plan out. Logged, so a slow tick says why.
+    # read, the pure plan, and the preemption records of nodes it lost, in the rare tick that
+    # lost one), carrying the plan out. Logged, so a slow tick says why.
     list_seconds: float = 0.0
     plan_seconds: float = 0.0
 
@@ -120,6 +128,7 @@ class Reconciler:
         reuse_lists_within: float = 0.0,
         guard: Callable[[], None] | None = None,
         poll_interval: float = 0.0,
+        preemptions: PreemptionReader | None = None,
     ) -> None:
         self.specs = tuple(specs)
         self.policy = policy
@@ -146,6 +155,7 @@ class Reconciler:
         self._guard = guard
         # The last lists: what was listed, what they showed, when (monotonic).
         self._listed: tuple[Zones, tuple[ZoneObservation, ...], float] | None = None
+        self._preemptions = preemptions  # None: lost nodes' ends as the lists showed them
 
     async def tick(self, reason: str = "poll", *, quiet: bool | None = None) -> Tick:
         """One tick. `quiet` (default: the reason is "backoff over"): nothing since the last
@@ -161,25 +171,14 @@ class Reconciler:
             skip = await self._backing_off(zones)
             observations = await self._observer.observe(zones, self._clock.now(), skip=skip)
             await self._record_zone_health(
-                o for o in observations if (o.project, o.zone) not in skip
+                by_location(o for o in observations if (o.project, o.zone) not in skip)
             )
             self._listed = (zones, observations, started)
         listed = self._clock.monotonic()
         snapshot = await self._store.load_snapshot()
         self._live = tuple(snapshot.nodes.values())
         self._watcher.adopt(self._live)
-        now = self._clock.now()
-        if self._workloads is None:
-            plan = make_plan(
-                self.specs, observations, snapshot, now, self.policy, self.owner,
-                reported=self.reported, deleting=self._executor.deletes_in_flight(),
-            )  # fmt: skip
-        else:
-            probes = self._workloads.collect(snapshot)
-            plan = plan_tick(
-                self.specs, observations, snapshot, probes, now, self.policy, self.owner,
-                reported=self.reported, deleting=self._executor.deletes_in_flight(),
-            )  # fmt: skip
+        plan = await self._plan(observations, snapshot)
         if self._filter is not None:
             plan = self._filter(plan)
         self.reported = plan.standing
@@ -214,6 +213,26 @@ class Reconciler:
         self.last = tick
         _log_tick(tick)
         return tick
+
+    async def _plan(self, observations: tuple[ZoneObservation, ...], snapshot: Snapshot) -> Plan:
+        """The pure plan (with the workload planner's when there are workloads), its lost
+        nodes' ends worded by their preemption records (module docstring)."""
+        now = self._clock.now()
+        if self._workloads is None:
+            plan = make_plan(
+                self.specs, observations, snapshot, now, self.policy, self.owner,
+                reported=self.reported, deleting=self._executor.deletes_in_flight(),
+            )  # fmt: skip
+        else:
+            probes = self._workloads.collect(snapshot)
+            plan = plan_tick(
+                self.specs, observations, snapshot, probes, now, self.policy, self.owner,
+                reported=self.reported, deleting=self._executor.deletes_in_flight(),
+            )  # fmt: skip
+        lost = preemption.losses(plan)
+        if lost and self._preemptions is not None:
+            plan = preemption.explain(plan, await self._preemptions.read(lost))
+        return plan
 
     def _reusable(
         self, quiet: bool, zones: Zones, started: float

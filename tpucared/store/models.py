@@ -163,6 +163,8 @@ class NodeRow(Base):
     project: Mapped[str] = mapped_column(String(63), default="", server_default=text("''"))
     # Which slice of a multislice slot; 0 for a single-slice slot's node.
     slice: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    # The cloud API that made (or adopted) it, core `FleetSpec.api` (migration 0008).
+    api: Mapped[str] = mapped_column(String(16), default="tpu", server_default=text("'tpu'"))
 
 
 class WorkerRow(Base):

@@ -194,6 +194,7 @@ class AdoptWrites(WriterBase):
             requested_at=now,
             queued_resource=a.queued_resource,
             project=a.project,
+            api=a.api,
             error=None,
             operation=None,
             end_reason=a.end_reason,

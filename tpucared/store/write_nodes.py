@@ -27,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from tpucared.core.model.lifecycle import check_transition, is_terminal
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, NodePhase, WorkerRecord
-from tpucared.core.model.specs import DEFAULT_PROJECT, ErrorKind
+from tpucared.core.model.specs import DEFAULT_API, DEFAULT_PROJECT, ErrorKind
 from tpucared.core.vocab.actions import CloudFacts, RecordCloud, SlotUpdate
 from tpucared.store import convert
 from tpucared.store.errors import LiveIncarnationExists, NotFound, StaleWrite
@@ -111,8 +111,10 @@ class NodeWrites(WriterBase):
         reason: str = "",
         project: str = DEFAULT_PROJECT,
         slice_index: int = 0,
+        api: str = DEFAULT_API,
     ) -> IncarnationRecord:
-        """Record the intent to create a node, before the create call (CreateNode T1).
+        """Record the intent to create a node through cloud API `api`, before the create
+        call (CreateNode T1).
         `LiveIncarnationExists` if the slot's slice, or the node name in that zone, has a
         live incarnation: the executor skips the action."""
         await self._require_slot(fleet, slot)
@@ -137,6 +139,7 @@ class NodeWrites(WriterBase):
                 queued_resource=queued_resource,
                 project=project,
                 slice=slice_index,
+                api=api,
             )
             .returning(*NodeRow.__table__.c)
         )
@@ -371,6 +374,7 @@ class NodeWrites(WriterBase):
         reason: str = "",
         project: str = DEFAULT_PROJECT,
         slice_index: int = 0,
+        api: str = DEFAULT_API,
     ) -> IncarnationRecord:
         """Take on a node we own but have no live record of (Adopt): a REQUESTED record moved
         at once to `phase`, with the cloud facts. `LiveIncarnationExists` if one is live."""
@@ -385,6 +389,7 @@ class NodeWrites(WriterBase):
             reason=reason or f"{node_name}: adopting the node found in {zone}",
             project=project,
             slice_index=slice_index,
+            api=api,
         )
         if phase is NodePhase.REQUESTED:
             return await self.record_cloud(inc.id, phase, cloud, now, reason=reason)

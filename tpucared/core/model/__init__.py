@@ -2,6 +2,8 @@
 
 - `specs`      what the user asked for: `FleetSpec`, `WorkloadSpec`, labels, capacity and
                restart kinds, the error kinds the planner decides on.
+- `machines`   Compute Engine's TPU machine types a `compute` fleet may name: chips, the
+               default boot image of their generation.
 - `observed`   what the cloud shows, as the gcp layer converts it: `ObservedNode`,
                `ObservedQueuedResource`, `ZoneObservation`, `StateClass`.
 - `records`    what the store remembers: fleets, slots, incarnations (`NodePhase`), workers,

@@ -8,7 +8,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from tpucared.core.model.specs import DEFAULT_PROJECT, FLEET_LABEL, OWNER_LABEL, ErrorKind
+from tpucared.core.model.specs import (
+    DEFAULT_API,
+    DEFAULT_PROJECT,
+    FLEET_LABEL,
+    OWNER_LABEL,
+    ErrorKind,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Observations: what the cloud shows, converted from API JSON by the cloud's adapter.
@@ -149,7 +155,23 @@ class ZoneObservation:
     error_message: str | None = None
     queued_resources: tuple[ObservedQueuedResource, ...] | None = None
     project: str = DEFAULT_PROJECT  # the project listed (DEFAULT_PROJECT: gcp.project)
+    # The cloud API that listed it (`FleetSpec.api`): one location may be listed by several.
+    api: str = DEFAULT_API
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+@dataclass(frozen=True)
+class PreemptionRecord:
+    """A cloud's own record that it preempted a node, where the node's state does not say so
+    (Compute Engine: a `compute.instances.preempted` zone operation; a TPU API node says
+    PREEMPTED itself). Read only when a node was lost (core/nodes/preemption.py)."""
+
+    name: str  # the node it names (the record's target)
+    at: datetime | None  # when the cloud preempted it
+    # Which node of that name, when the record says (a name is reused by every incarnation
+    # of a slot): the cloud's id of the node, as `ObservedNode.cloud_id`.
+    cloud_id: str | None = None
+    record: str = ""  # the record's own name, for people (an operation's name)

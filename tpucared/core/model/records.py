@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from tpucared.core.model.specs import DEFAULT_PROJECT, ErrorKind, error_text
+from tpucared.core.model.specs import DEFAULT_API, DEFAULT_PROJECT, ErrorKind, error_text
 
 # ---------------------------------------------------------------------------------------------
 # Records: what the store remembers. The store returns these, never ORM objects.
@@ -95,6 +95,9 @@ class IncarnationRecord:
     last_delete_at: datetime | None = None
     project: str = DEFAULT_PROJECT  # where the node lives, set when it is created or adopted
     slice: int = 0  # which slice of a multislice slot (0 for a single-slice slot)
+    # The cloud API that made or adopted it (`FleetSpec.api`): the one that lists, polls and
+    # deletes it, even once its fleet is gone from the config.
+    api: str = DEFAULT_API
 
     @property
     def key(self) -> tuple[str, int, int]:

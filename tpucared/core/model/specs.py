@@ -133,6 +133,9 @@ class NodeOptions:
     metadata: Mapping[str, str] = field(default_factory=dict)  # merged under ours
     data_disks: tuple[DataDisk, ...] = ()
     reservation: str | None = None  # queued provisioning with capacity "reserved"
+    # What a preempted spot VM becomes where the cloud lets one choose (a `compute` fleet's
+    # `on_preemption`: "stop" or "delete"); None: no choice (TPU API fleets, other tiers).
+    on_preemption: str | None = None
 
 
 # The project of a fleet, a node or a list that lives in the daemon's own project
@@ -147,12 +150,17 @@ def location_name(project: str, zone: str) -> str:
 
 
 DEFAULT_API = "tpu"  # the Cloud TPU API: a fleet's cloud unless it names another
+COMPUTE_API = "compute"  # Compute Engine: one TPU VM (an instance) per slot
+APIS = (DEFAULT_API, COMPUTE_API)
 
 
 @dataclass(frozen=True)
 class FleetSpec:
     name: str
     zones: tuple[str, ...]
+    # What the node is and boots, in its cloud's words: for the TPU API the accelerator type
+    # and the runtime version; for Compute Engine (`api` "compute") the machine type and the
+    # boot image ("" for its generation's default image, core/model/machines.py).
     accelerator_type: str
     runtime_version: str
     size: int
@@ -166,7 +174,7 @@ class FleetSpec:
     slices: int = 1
     multislice_hold: float = DEFAULT_MULTISLICE_HOLD  # seconds
     # Which cloud API keeps its nodes: the key of the runtime's map of Cloud ports
-    # (tpucared/ports/cloud.py). Every fleet is a TPU API fleet today; no config key yet.
+    # (tpucared/ports/cloud.py): "tpu" (the Cloud TPU API) or "compute" (Compute Engine).
     api: str = DEFAULT_API
 
     @property

@@ -16,6 +16,8 @@ table of `core/model/lifecycle.py`, never imports `core/planning/`.
                     `delete_in_flight`: no create or delete under a name a delete may reach.
 - `multislice`      a multislice slot's READY slices held while one is missing, released
                     after `multislice_hold`; one preemption counted per loss of the slot.
+- `preemption`      a lost node's end worded by its cloud's preemption records, where its
+                    state does not say "preempted" (Compute Engine); the runtime reads them.
 - `create_backoff`  a slot's backoff after failed creates, zone rotation, counters.
 - `outcomes`        which phase a create/delete call's outcome belongs to (the runtime asks).
 - `op_timing`       when to poll a create's operation first, from the zone's failing creates.

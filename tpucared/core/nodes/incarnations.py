@@ -276,9 +276,9 @@ def _ready(step: Step, s: Sighting) -> None:
         if now - facts.cloud_state_since < step.view.policy.vanish_grace:
             step.record(facts)
         else:
-            die(step, "vanished", facts, s)
+            die(step, "vanished", facts, s, lost=True)
     elif node.state_class is K.DEAD:
-        die(step, node.state.lower(), facts, s)
+        die(step, node.state.lower(), facts, s, lost=True)
     elif node.state_class is K.DELETING:
         external_delete(step, facts)
     elif node.state_class is K.USABLE:

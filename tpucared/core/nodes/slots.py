@@ -275,6 +275,7 @@ def _create(
         project=spec.project,
         slice=piece,
         slices=spec.slices if queued else 1,
+        api=spec.api,
     )
 
 

@@ -21,10 +21,12 @@ from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, ErrorKind
 from tpucared.core.nodes import create_backoff as budget
 from tpucared.core.nodes.cloud import ABSENT, is_unhealthy, queued_pseudo_state
+from tpucared.core.nodes.preemption import loss_of
 from tpucared.core.vocab.actions import (
     Action,
     CloudFacts,
     DeleteNode,
+    Loss,
     Notice,
     RecordCloud,
     Severity,
@@ -61,6 +63,7 @@ class Step:
         end_reason: str | None = None,
         cloud: CloudFacts | None = None,
         slot_update: SlotUpdate | None = None,
+        loss: Loss | None = None,
     ) -> None:
         self.actions.append(
             Transition(
@@ -72,6 +75,7 @@ class Step:
                 end_reason=end_reason,
                 cloud=None if self._recorded else cloud,
                 slot_update=slot_update,
+                loss=loss,
             )
         )
         self._recorded = self._recorded or cloud is not None
@@ -139,14 +143,17 @@ class Step:
 # Moves that end a node
 
 
-def die(step: Step, reason: str, facts: CloudFacts, s: Sighting) -> None:
-    """An unplanned death of a READY node: DEAD, then delete (or DELETED if nothing is left)."""
+def die(step: Step, reason: str, facts: CloudFacts, s: Sighting, *, lost: bool = False) -> None:
+    """An unplanned death of a READY node: DEAD, then delete (or DELETED if nothing is left).
+    `lost`: a dead state or a vanishing, which a cloud whose node states do not say
+    "preempted" may explain by its preemption records (core/nodes/preemption.py)."""
     step.move(
         P.DEAD,
         reason,
         end_reason=reason,
         cloud=facts,
         slot_update=budget.node_died(step.view, step.inc),
+        loss=loss_of(step.view, step.inc, reason) if lost else None,
     )
     if s.gone:
         step.move(P.DELETED, "nothing left to delete")

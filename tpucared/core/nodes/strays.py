@@ -185,6 +185,7 @@ def _adopt(view: View, r: Resource, fleet: str, where: tuple[int, int], name: st
         end_reason=end_reason,
         reason=why,
         project=r.project,
+        api=view.listed_api(r.project, r.zone, name),
     )
 
 

@@ -159,6 +159,7 @@ class _Store:
             queued_resource=action.queued_resource,
             project=action.project,
             slice=action.slice,
+            api=action.api,
         )
 
     def _create(self, action: CreateNode) -> None:

@@ -98,7 +98,7 @@ from typing import Any, ClassVar
 
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, NodePhase
-from tpucared.core.model.specs import DEFAULT_PROJECT, CapacityKind, Provisioning
+from tpucared.core.model.specs import DEFAULT_API, DEFAULT_PROJECT, CapacityKind, Provisioning
 
 
 class Severity(StrEnum):
@@ -133,6 +133,23 @@ class SlotUpdate:
     next_zone: str | None
     last_error: str | None
     add_preemptions: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Loss:
+    """A serving node lost (a dead state, or gone from the lists) where the cloud's node
+    state does not say whether it was preempted (Compute Engine): the runtime reads the
+    cloud's preemption records of its location once, and core/nodes/preemption.py `explain`
+    words the Transition's end by them. `how`: what the lists showed ("vanished",
+    "terminated", ...); `spot`: its fleet asks for spot capacity."""
+
+    api: str
+    project: str
+    zone: str
+    node_name: str
+    cloud_id: str | None
+    how: str
+    spot: bool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,6 +221,7 @@ class CreateNode(Action):
     # Nodes the queued resource makes (multisliceParams.nodeCount, named
     # `{queued_resource}-{i}`) when more than one; the other slices are adopted as they appear.
     slices: int = 1
+    api: str = DEFAULT_API  # the fleet's cloud API, recorded with the incarnation
 
     def subject(self) -> str:
         return self.node_name
@@ -273,6 +291,8 @@ class Transition(Action):
     end_reason: str | None = None  # preempted, terminated, vanished, stuck, unhealthy, ...
     cloud: CloudFacts | None = None
     slot_update: SlotUpdate | None = None
+    # A loss whose end the cloud's preemption records will word (Loss); None for the rest.
+    loss: Loss | None = None
 
     def subject(self) -> str:
         return self.node_name
@@ -314,6 +334,7 @@ class Adopt(Action):
     end_reason: str | None = None
     project: str = DEFAULT_PROJECT
     slice: int = 0
+    api: str = DEFAULT_API  # the cloud API that listed it: its fleet's
 
     def subject(self) -> str:
         return self.node_name
@@ -380,7 +401,7 @@ def _jsonable(value: object) -> Any:
         return value.value
     if isinstance(value, datetime):
         return value.isoformat()
-    if isinstance(value, CloudFacts | SlotUpdate | WorkerEndpoint):
+    if isinstance(value, CloudFacts | SlotUpdate | WorkerEndpoint | Loss):
         return {f.name: _jsonable(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in sorted(value.items())}
@@ -398,6 +419,7 @@ __all__ = [
     "CreateNode",
     "DeleteNode",
     "HoldSlices",
+    "Loss",
     "Notice",
     "OpenSlot",
     "RecordCloud",

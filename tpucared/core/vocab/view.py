@@ -18,6 +18,7 @@ from tpucared.core.model.lifecycle import LIVE_PHASES
 from tpucared.core.model.observed import ObservedNode, ObservedQueuedResource, ZoneObservation
 from tpucared.core.model.records import FleetRecord, IncarnationRecord, SlotRecord
 from tpucared.core.model.specs import (
+    DEFAULT_API,
     DEFAULT_PROJECT,
     FLEET_LABEL,
     OWNER_LABEL,
@@ -145,6 +146,9 @@ class View:
         nodes: dict[tuple[str, str, str], ObservedNode] = {}
         queued: dict[tuple[str, str, str], ObservedQueuedResource] = {}
         listed: set[Location] = set()
+        # Nodes listed by another API than the TPU API's (only those: a big TPU fleet pays
+        # nothing), for what a node nobody recorded is adopted as (core/nodes/strays.py).
+        self._apis: dict[tuple[str, str, str], str] = {}
         # Several observations of one location are merged; one failure makes it unknown.
         for obs in sorted(observations, key=lambda o: (o.project, o.zone, o.observed_at)):
             where = (obs.project, obs.zone)
@@ -155,6 +159,8 @@ class View:
             listed.add(where)
             for n in obs.nodes:
                 nodes[(*where, n.name)] = n
+            if obs.api != DEFAULT_API:
+                self._apis.update(dict.fromkeys(((*where, n.name) for n in obs.nodes), obs.api))
             if obs.queued_resources is not None:
                 self._queued_listed.add(where)
                 for q in obs.queued_resources:
@@ -226,6 +232,10 @@ class View:
         """The node a successful list shows under `name` in `zone` of `project` (matched or
         not); a dict lookup, no allocation: asked for every live incarnation every tick."""
         return self._nodes.get((project, zone, name))
+
+    def listed_api(self, project: str, zone: str, name: str) -> str:
+        """The cloud API whose list showed node `name` (DEFAULT_API when none other did)."""
+        return self._apis.get((project, zone, name), DEFAULT_API)
 
     def occupant(self, project: str, zone: str, name: str) -> Resource | None:
         """Whatever the lists show under `name` in `zone` of `project` (matched or not)."""

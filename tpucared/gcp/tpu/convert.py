@@ -18,7 +18,6 @@ encoding), strict about everything else: this is the response schema at the clie
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from tpucared.core.model.observed import (
@@ -29,8 +28,28 @@ from tpucared.core.model.observed import (
     WorkerEndpoint,
 )
 from tpucared.gcp.errors import classify_operation_error
+from tpucared.gcp.fields import (
+    MalformedResource,
+    as_int,
+    optional_str,
+    parse_time,
+    raw_excerpt,
+    str_map,
+)
 from tpucared.gcp.tpu.names import short_name
 from tpucared.gcp.tpu.states import NodeState, state_fields
+
+# The shared field readers (gcp/fields.py), importable from here as before.
+__all__ = [
+    "MalformedResource",
+    "node_from_json",
+    "parse_health",
+    "parse_queued_state",
+    "parse_state",
+    "parse_time",
+    "queued_resource_from_json",
+    "raw_excerpt",
+]
 
 # Node.State numbers from cloud_tpu.proto (7 is unused there).
 _STATE_BY_NUMBER: dict[int, NodeState] = {
@@ -77,21 +96,7 @@ _HEALTH_BY_NUMBER: dict[int, str | None] = {
 }
 
 
-def _as_int(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None
-
-
 _STATE_BY_NAME: dict[str, NodeState] = {s.value: s for s in NodeState}
-
-
-class MalformedResource(ValueError):
-    """A listed resource whose fields do not have the documented types."""
 
 
 def parse_state(value: object) -> NodeState:
@@ -99,7 +104,7 @@ def parse_state(value: object) -> NodeState:
     if isinstance(value, str) and value in _STATE_BY_NAME:
         state = _STATE_BY_NAME[value]  # the usual case, without the enum machinery
         return NodeState.UNRECOGNIZED if state is NodeState.UNRECOGNIZED else state
-    number = _as_int(value)
+    number = as_int(value)
     if number is not None:
         return _STATE_BY_NUMBER.get(number, NodeState.UNRECOGNIZED)
     if value is None or value == "":
@@ -107,16 +112,10 @@ def parse_state(value: object) -> NodeState:
     return NodeState.UNRECOGNIZED
 
 
-def raw_excerpt(value: object, limit: int = 80) -> str:
-    """What the API sent, short enough for a notice or a log line."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def parse_queued_state(value: object) -> QueuedState:
     """A queued resource's state; unknown values read as STATE_UNSPECIFIED (there is no
     UNKNOWN in that enum), which the planner treats as "not settled yet"."""
-    number = _as_int(value)
+    number = as_int(value)
     if number is not None:
         return _QUEUED_BY_NUMBER.get(number, QueuedState.STATE_UNSPECIFIED)
     try:
@@ -126,45 +125,11 @@ def parse_queued_state(value: object) -> QueuedState:
 
 
 def parse_health(value: object) -> str | None:
-    number = _as_int(value)
+    number = as_int(value)
     if number is not None:
         return _HEALTH_BY_NUMBER.get(number, f"HEALTH_{number}")
     if not value or value == "HEALTH_UNSPECIFIED":
         return None
-    return str(value)
-
-
-def parse_time(value: object) -> datetime | None:
-    """RFC 3339 (with Z, offsets, up to nanoseconds) -> aware UTC datetime; None if absent."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)  # the API always sends UTC
-    return parsed.astimezone(UTC)
-
-
-def _str_map(value: object, what: str) -> dict[str, str]:
-    """A map<string, string> field: absent is empty; anything else but strings is refused
-    (labels sent as a list once made every node look unlabelled, so "not ours")."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        raise MalformedResource(f"{what}: not a map of strings: {raw_excerpt(value)}")
-    return dict(value)
-
-
-def _optional_str(data: Mapping[str, Any], key: str, what: str) -> str | None:
-    value = data.get(key)
-    if value is None or value == "":
-        return None
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise MalformedResource(f"{what}: {key} is not a string: {raw_excerpt(value)}")
     return str(value)
 
 
@@ -210,14 +175,14 @@ def node_from_json(zone: str, data: Mapping[str, Any]) -> ObservedNode:
         name=short_name(name),
         zone=zone,
         **state_fields(state),
-        accelerator_type=_optional_str(data, "acceleratorType", what) or "",
-        labels=_str_map(data.get("labels"), f"{what}: labels"),
+        accelerator_type=optional_str(data, "acceleratorType", what) or "",
+        labels=str_map(data.get("labels"), f"{what}: labels"),
         health=parse_health(health),
-        cloud_id=_optional_str(data, "id", what),
+        cloud_id=optional_str(data, "id", what),
         create_time=parse_time(data.get("createTime")),
-        runtime_version=_optional_str(data, "runtimeVersion", what),
+        runtime_version=optional_str(data, "runtimeVersion", what),
         endpoints=_endpoints(data.get("networkEndpoints")),
-        queued_resource=_optional_str(data, "queuedResource", what),
+        queued_resource=optional_str(data, "queuedResource", what),
         raw_state=raw_excerpt(raw) if state is NodeState.UNRECOGNIZED else None,
         made=_made(data, what),
     )
@@ -232,9 +197,9 @@ def _made(data: Mapping[str, Any], what: str) -> NodeMade:
     if tags is not None and not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
         raise MalformedResource(f"{what}: tags is not a list of strings: {raw_excerpt(tags)}")
     return NodeMade(
-        network=_optional_str(network or {}, "network", what),
-        subnetwork=_optional_str(network or {}, "subnetwork", what),
-        service_account=_optional_str(account or {}, "email", what),
+        network=optional_str(network or {}, "network", what),
+        subnetwork=optional_str(network or {}, "subnetwork", what),
+        service_account=optional_str(account or {}, "email", what),
         tags=tuple(tags or ()),
     )
 
@@ -250,10 +215,10 @@ def _multislice_names(params: object, qr_name: str) -> list[str]:
     what = f"queued resource {short_name(qr_name)}: multisliceParams"
     if not isinstance(params, Mapping):
         raise MalformedResource(f"{what} is not an object: {raw_excerpt(params)}")
-    count = _as_int(params.get("nodeCount"))
+    count = as_int(params.get("nodeCount"))
     if count is None or not 0 < count <= MAX_MULTISLICE_NODES:
         raise MalformedResource(f"{what}.nodeCount is unreadable: {raw_excerpt(params)}")
-    prefix = _optional_str(params, "nodeIdPrefix", what) or short_name(qr_name)
+    prefix = optional_str(params, "nodeIdPrefix", what) or short_name(qr_name)
     return [f"{prefix}-{i}" for i in range(count)]
 
 
@@ -278,7 +243,7 @@ def queued_resource_from_json(zone: str, data: Mapping[str, Any]) -> ObservedQue
             continue
         node = spec.get("node")
         if isinstance(node, Mapping):
-            labels.update(_str_map(node.get("labels"), f"queued resource {name}: labels"))
+            labels.update(str_map(node.get("labels"), f"queued resource {name}: labels"))
         if spec.get("nodeId"):
             node_names.append(str(spec["nodeId"]))
         elif spec.get("multisliceParams") is not None:

@@ -20,17 +20,15 @@ as the API renders it carries much more (network config, metadata with every SSH
 scheduling config, disks...): at 10,000 nodes, parsing all of it every poll was the largest
 part of observing.
 
-With a `NodeCache` (the runtime keeps one per zone), a node listed exactly as in the previous
-successful list of the zone keeps its `ObservedNode`: at 10,000 nodes, converting every node
-every tick cost more than the planning. Comparing the two JSON objects is cheap, and the
-conversion is a pure function of them, so the result is the same either way. With a
-`PageMemo` as well, a page listed byte for byte as last time is not even parsed: its nodes
+With a `NodeCache` (the runtime keeps one per zone; gcp/observing.py), a node listed exactly
+as in the previous successful list of the zone keeps its `ObservedNode`. With a `PageMemo`
+as well, a page listed byte for byte as last time is not even parsed: its nodes
 are the very objects of the last list, found in the cache by identity.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -39,11 +37,14 @@ import structlog
 from tpucared.core.model.observed import ObservedNode, ObservedQueuedResource, ZoneObservation
 from tpucared.core.model.specs import ErrorKind
 from tpucared.gcp.errors import ApiError
+from tpucared.gcp.observing import NodeCache, convert_cached, refuse_duplicates
 from tpucared.gcp.responses import PageMemo
-from tpucared.gcp.tpu.convert import MalformedResource, node_from_json, queued_resource_from_json
+from tpucared.gcp.tpu.convert import node_from_json, queued_resource_from_json
 
 if TYPE_CHECKING:
     from tpucared.gcp.tpu.client import TpuClient
+
+__all__ = ["LIST_PAGE_SIZE", "NODE_LIST_FIELDS", "NodeCache", "observe_zone"]
 
 log = structlog.get_logger(__name__)
 
@@ -56,9 +57,6 @@ NODE_LIST_FIELDS = (
     "runtimeVersion,queuedResource,networkEndpoints(ipAddress,accessConfig/externalIp),"
     "networkConfig(network,subnetwork),serviceAccount/email,tags)"
 )
-
-# Resource name -> (the node's JSON as last listed, its conversion): one zone's nodes.
-NodeCache = MutableMapping[str, tuple[Mapping[str, Any], ObservedNode]]
 
 
 async def observe_zone(
@@ -79,8 +77,10 @@ async def observe_zone(
             project, zone, page_size=LIST_PAGE_SIZE, fields=NODE_LIST_FIELDS, memo=pages
         )
         fresh: dict[str, tuple[Mapping[str, Any], ObservedNode]] = {}
-        nodes = tuple(_convert(zone, item, cache, fresh) for item in raw_nodes)
-        _refuse_duplicates(nodes)
+        nodes = tuple(
+            convert_cached(zone, item, cache, fresh, node_from_json) for item in raw_nodes
+        )
+        refuse_duplicates(nodes)
         queued: tuple[ObservedQueuedResource, ...] | None = None
         if queued_resources:
             raw_queued = await client.list_queued_resources(project, zone, page_size=LIST_PAGE_SIZE)
@@ -110,30 +110,3 @@ async def observe_zone(
         cache.clear()
         cache.update(fresh)
     return ZoneObservation(zone=zone, observed_at=now, nodes=nodes, queued_resources=queued)
-
-
-def _refuse_duplicates(nodes: tuple[ObservedNode, ...]) -> None:
-    """A node listed twice in one list (say READY and PREEMPTED) is an inconsistent
-    observation, not evidence either way: the zone is unknown for this tick."""
-    seen: set[str] = set()
-    for node in nodes:
-        if node.name in seen:
-            raise MalformedResource(f"node {node.name} listed twice in one list")
-        seen.add(node.name)
-
-
-def _convert(
-    zone: str,
-    item: Mapping[str, Any],
-    cache: NodeCache | None,
-    fresh: dict[str, tuple[Mapping[str, Any], ObservedNode]],
-) -> ObservedNode:
-    name = item.get("name")
-    if cache is None or not isinstance(name, str):
-        return node_from_json(zone, item)
-    seen = cache.get(name)
-    # `is` first: an unchanged page's items are the last list's own objects (PageMemo).
-    same = seen is not None and (seen[0] is item or seen[0] == item)
-    node = seen[1] if same and seen is not None else node_from_json(zone, item)
-    fresh[name] = (item, node)
-    return node

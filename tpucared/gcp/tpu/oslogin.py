@@ -1,11 +1,12 @@
-"""`OsLoginClient`: the three OS Login v1 calls the daemon makes, on the TPU client's request path.
+"""`OsLoginClient`: the three OS Login v1 calls the daemon makes, on a Google client's request
+path (the TPU client's, or the Compute Engine client's: any `RestClient`).
 
 With `[ssh] os_login = true` a TPU VM lets in only keys imported into an account's login
 profile, as that profile's POSIX user. The daemon imports its own public key
 (`users/{account}:importSshPublicKey`, with an expiry), reads the username from the profile
 the call returns, and deletes keys of its own that are no longer its key
 (`users/{account}/sshPublicKeys/{fingerprint}`). `loginProfile` reads the profile without
-changing it. Requests go through `TpuClient.request`, so they are authenticated by the same
+changing it. Requests go through `RestClient.request`, so they are authenticated by the same
 credentials and classified, retried and counted like TPU API calls (403 -> PERMISSION, 429
 and 5xx retried).
 
@@ -24,7 +25,8 @@ from tpucared.gcp.errors import malformed_response
 from tpucared.ports.cloud import LoginProfile, ProfileKey
 
 __all__ = ["LoginProfile", "OsLoginClient", "ProfileKey", "endpoint_for"]
-from tpucared.gcp.tpu.client import DEFAULT_ENDPOINT, TpuClient
+from tpucared.gcp.rest import RestClient
+from tpucared.gcp.tpu.client import DEFAULT_ENDPOINT
 
 OSLOGIN_ENDPOINT = "https://oslogin.googleapis.com"
 
@@ -37,7 +39,7 @@ def endpoint_for(tpu_endpoint: str) -> str:
 class OsLoginClient:
     """The Cloud port's `OsLogin` capability for Google clouds (the values are the port's)."""
 
-    def __init__(self, client: TpuClient, endpoint: str = OSLOGIN_ENDPOINT) -> None:
+    def __init__(self, client: RestClient, endpoint: str = OSLOGIN_ENDPOINT) -> None:
         self._client = client
         self._base = endpoint.rstrip("/") + "/v1/users/"
 

@@ -8,7 +8,7 @@ body is bodies.py's `queued_resource_body`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, overload
 
 from tpucared.gcp.tpu import bodies, names
@@ -20,7 +20,7 @@ JSON = dict[str, Any]
 class QueuedResourceCalls:
     """queuedResources.create/get/list/delete/reset over the client's request path."""
 
-    if TYPE_CHECKING:  # provided by TpuClient (client.py)
+    if TYPE_CHECKING:  # provided by TpuClient (client.py) and its RestClient
 
         def _url(self, resource: str, verb: str | None = None) -> str: ...
 
@@ -32,6 +32,7 @@ class QueuedResourceCalls:
             *,
             params: Mapping[str, str] | None = None,
             body: Mapping[str, Any] | None = None,
+            read: Callable[..., JSON] = ...,
         ) -> JSON: ...
 
         async def _operation(

@@ -5,5 +5,7 @@
 - `executor`    each node action in plan order, as core/vocab/actions.py says; intent first.
 - `calls`       the create and delete calls, in the background, and their recorded outcomes;
                 which deletes are in flight (the planner holds what they may reach).
+- `preemptions` reads the cloud's preemption records for the nodes a plan lost, once per
+                location, only in a tick with such a loss (core/nodes/preemption.py words the ends).
 - `operations`  polls every create/delete operation in flight, records its end, wakes the loop.
 """

@@ -87,6 +87,7 @@ class NodeTemplate:
             service_account=o.service_account,
             service_account_scopes=o.service_account_scopes or DEFAULT_SA_SCOPES,
             data_disks=o.data_disks,
+            on_preemption=o.on_preemption,
         )
 
     def project_of(self, project: str) -> str:
@@ -229,7 +230,7 @@ class CloudCalls:
             self._guard()
         t = self._template
         # Multislice: nodes `{queued_resource}-0..` (core/nodes/slots.py names them so).
-        call = self._clouds.for_fleet(a.fleet).create(
+        call = self._clouds.of(a.api).create(
             t.project_of(a.project),
             a.zone,
             a.node_name,
@@ -341,7 +342,7 @@ class CloudCalls:
                 async with self._deletes:
                     started_at, started = self._clock.now(), self._clock.monotonic()
                     try:
-                        op = await self._call_delete(action)
+                        op = await self._call_delete(action, inc)
                     except CloudError as error:
                         await self._delete_outcome(action, inc, None, error, started)
                         return
@@ -352,12 +353,13 @@ class CloudCalls:
             finally:
                 self._release(inc)
 
-    async def _call_delete(self, a: DeleteNode) -> OperationState:
+    async def _call_delete(self, a: DeleteNode, inc: IncarnationRecord) -> OperationState:
         if self._guard is not None:
             self._guard()
         project = self._template.project_of(a.project)
-        # A queued slot goes with its nodes (the port deletes them first).
-        call = self._clouds.for_fleet(a.fleet).delete(
+        # A queued slot goes with its nodes (the port deletes them first); through the cloud
+        # that made the node, whatever its fleet is now.
+        call = self._clouds.for_node(inc).delete(
             project, a.zone, a.node_name, queued=a.queued_resource
         )
         return await answered_within(MUTATION_DEADLINE_S, f"delete {a.node_name}", call)

@@ -228,6 +228,7 @@ class Executor:
                         reason=action.reason,
                         project=action.project,
                         slice_index=action.slice,
+                        api=action.api,
                     )
                 intents.created(action, inc)
             case DeleteNode():
@@ -301,6 +302,7 @@ class Executor:
                         reason=action.reason,
                         slice_index=action.slice,
                         project=action.project,
+                        api=action.api,
                     )
                 case Notice():
                     await tx.append_event(

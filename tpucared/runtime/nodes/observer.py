@@ -6,8 +6,10 @@ zone dropped from one, still has nodes to account for). Two fleets in two projec
 a zone are two lists. Queued resources are listed only where they can matter: zones of fleets
 that provision through queued resources and zones of live incarnations that have one. The
 zones are listed concurrently, so a tick costs one round trip however many zones there are.
-Each location is listed through the Cloud port of its fleets' API (clouds.py); failures come
-back as data (`ZoneObservation.error`, see `Cloud.observe`), never as exceptions. What saves
+Each location is listed through the Cloud port of each API its fleets and live incarnations use
+(clouds.py; a zone of a TPU API fleet and a compute fleet is two lists, whose observations the
+planner merges, and one failed list makes the location unknown); failures come back as data
+(`ZoneObservation.error`, see `Cloud.observe`), never as exceptions. What saves
 work between lists (the TPU API's cached pages and conversions) is the port's own business.
 
 No location can hold up the others. Each list has a deadline within the tick (`limit`),
@@ -59,30 +61,48 @@ RECENT_LISTS = 5  # good lists remembered per location for that
 class Zones:
     nodes: frozenset[Location]  # locations whose nodes are listed
     queued: frozenset[Location]  # locations whose queued resources are listed too
-    # The cloud API listing each location (`FleetSpec.api`), when not DEFAULT_API.
-    api: Mapping[Location, str] = field(default_factory=dict)
+    # The cloud APIs listing each location (`FleetSpec.api`, `IncarnationRecord.api`), when
+    # not the TPU API's alone: a zone with a TPU API fleet and a compute fleet is two lists.
+    api: Mapping[Location, tuple[str, ...]] = field(default_factory=dict)
+
+    def apis(self, where: Location) -> tuple[str, ...]:
+        return self.api.get(where, _TPU_ONLY)
+
+
+_TPU_ONLY = (DEFAULT_API,)
 
 
 def zones_to_observe(specs: Iterable[FleetSpec], live: Iterable[IncarnationRecord]) -> Zones:
     specs = tuple(specs)
     nodes: set[Location] = set()
     queued: set[Location] = set()
-    api: dict[Location, str] = {}
-    fleet_api = {spec.name: spec.api for spec in specs}
+    apis: dict[Location, set[str]] = {}
     for spec in specs:
         where = {(spec.project, z) for z in spec.zones}
         nodes.update(where)
         if spec.provisioning is Provisioning.QUEUED:
             queued.update(where)
-        if spec.api != DEFAULT_API:
-            api.update(dict.fromkeys(where, spec.api))
+        for w in where:
+            apis.setdefault(w, set()).add(spec.api)
+    # A live incarnation is listed by the API that made it, whatever its fleet is now.
     for inc in live:
         nodes.add((inc.project, inc.zone))
         if inc.queued_resource is not None:
             queued.add((inc.project, inc.zone))
-        if fleet_api.get(inc.fleet, DEFAULT_API) != DEFAULT_API:
-            api.setdefault((inc.project, inc.zone), fleet_api[inc.fleet])
+        apis.setdefault((inc.project, inc.zone), set()).add(inc.api)
+    api = {w: tuple(sorted(a)) for w, a in apis.items() if a != {DEFAULT_API}}
     return Zones(nodes=frozenset(nodes), queued=frozenset(queued), api=api)
+
+
+def by_location(observations: Iterable[ZoneObservation]) -> list[ZoneObservation]:
+    """One observation per location, for what is kept per location (zone health): a failed
+    list of one of its APIs if any, since the planner knows nothing of the location then."""
+    out: dict[Location, ZoneObservation] = {}
+    for obs in observations:
+        where = (obs.project, obs.zone)
+        if where not in out or (out[where].ok and not obs.ok):
+            out[where] = obs
+    return list(out.values())
 
 
 class Observer:
@@ -90,14 +110,15 @@ class Observer:
         self._clouds = clouds
         self._project = project  # what DEFAULT_PROJECT means: `gcp.project`
         self.deadline = max(deadline, LIST_FLOOR_S)  # a list never listed fine gets this long
-        self._took: dict[Location, deque[float]] = {}  # seconds of each location's good lists
+        # Seconds of each location's good lists, per API listing it.
+        self._took: dict[tuple[Location, str], deque[float]] = {}
 
     def project_of(self, project: str) -> str:
         return project or self._project
 
-    def limit(self, where: Location) -> float:
+    def limit(self, where: Location, api: str = DEFAULT_API) -> float:
         """Seconds this location's list may take within a tick (module docstring)."""
-        recent = self._took.get(where)
+        recent = self._took.get((where, api))
         if not recent:
             return self.deadline
         return min(self.deadline, max(LIST_FLOOR_S, SLOWER_THAN_USUAL * max(recent)))
@@ -109,27 +130,32 @@ class Observer:
         *,
         skip: Mapping[Location, ZoneObservation] | None = None,
     ) -> tuple[ZoneObservation, ...]:
-        """List every location at once, each through its cloud's port and within its
-        `limit`; the observations come back sorted by (project, zone), each carrying the
-        project as the core knows it. `skip`: what to say of the locations not asked."""
-        ordered = sorted(zones.nodes)
+        """List every location at once, through the port of each API listing it and within
+        its `limit`; the observations come back sorted by (project, zone, api), each carrying
+        the project as the core knows it and the API that listed it. `skip`: what to say of
+        the locations not asked (once each)."""
         skip = skip or {}
+        lists = [(w, a) for w in sorted(zones.nodes) for a in zones.apis(w) if w not in skip]
 
-        async def one(where: Location) -> ZoneObservation:
+        async def one(where: Location, api: str) -> ZoneObservation:
             project = where[0]
-            if where in skip:
-                return skip[where]
-            obs = await self._listed(where, zones, now)
-            return obs if project == DEFAULT_PROJECT else replace(obs, project=project)
+            obs = await self._listed(where, api, zones, now)
+            if project != DEFAULT_PROJECT:
+                obs = replace(obs, project=project)
+            return obs if api == DEFAULT_API else replace(obs, api=api)
 
-        return tuple(await asyncio.gather(*(one(where) for where in ordered)))
+        listed = await asyncio.gather(*(one(where, api) for where, api in lists))
+        skipped = [skip[w] for w in zones.nodes if w in skip]
+        return tuple(sorted((*listed, *skipped), key=lambda o: (o.project, o.zone, o.api)))
 
-    async def _listed(self, where: Location, zones: Zones, now: datetime) -> ZoneObservation:
-        """One location's list within its limit (in its own task: `gather` made one, so
-        ANSWER_BY is this list's alone)."""
+    async def _listed(
+        self, where: Location, api: str, zones: Zones, now: datetime
+    ) -> ZoneObservation:
+        """One location's list by one API within its limit (in its own task: `gather` made
+        one, so ANSWER_BY is this list's alone)."""
         project, zone = where
-        cloud = self._clouds.of(zones.api.get(where, DEFAULT_API))
-        limit = self.limit(where)
+        cloud = self._clouds.of(api)
+        limit = self.limit(where, api)
         loop = asyncio.get_running_loop()
         started = loop.time()
         ANSWER_BY.set(started + limit)
@@ -146,7 +172,7 @@ class Observer:
                 zone=zone, observed_at=now, error=ErrorKind.TRANSIENT, error_message=message
             )
         if obs.ok:
-            took = self._took.setdefault(where, deque(maxlen=RECENT_LISTS))
+            took = self._took.setdefault((where, api), deque(maxlen=RECENT_LISTS))
             took.append(loop.time() - started)
         return obs
 

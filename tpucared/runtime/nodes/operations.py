@@ -35,7 +35,7 @@ import structlog
 
 from tpucared.core.model.backoff import Backoff, in_seconds
 from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord
-from tpucared.core.model.specs import ErrorKind
+from tpucared.core.model.specs import DEFAULT_API, ErrorKind
 from tpucared.core.nodes import outcomes
 from tpucared.core.nodes.op_timing import RECENT, first_create_poll
 from tpucared.core.nodes.outcomes import Verb
@@ -94,6 +94,7 @@ class Watched:
     failures: int = field(default=0)
     # What the operation acts on: (project, zone, queued resource or node name).
     target: tuple[str, str, str] = ("", "", "")
+    api: str = DEFAULT_API  # the cloud that handed it out: the node's (IncarnationRecord.api)
 
 
 class OperationWatcher:
@@ -147,6 +148,7 @@ class OperationWatcher:
             slot=inc.slot,
             zone=inc.zone,
             accelerator_type=inc.accelerator_type,
+            api=inc.api,
             started_at=started_at,
             started=started,
             next_poll=self._clock.monotonic() + first,
@@ -225,7 +227,7 @@ class OperationWatcher:
 
     async def _poll(self, w: Watched) -> None:
         try:
-            cloud = self._clouds.for_fleet(w.fleet)
+            cloud = self._clouds.of(w.api)
             op = await answered_within(self._deadline, f"poll {w.name}", cloud.poll(w.name))
         except CloudError as error:
             if error.kind is ErrorKind.NOT_FOUND:

@@ -40,7 +40,7 @@ def guest_attribute_host_keys(clouds: CloudMap, project: str) -> HostKeyFetcher:
     that names none)."""
 
     async def fetch(inc: IncarnationRecord) -> Mapping[int, Sequence[str]]:
-        cloud = clouds.for_fleet(inc.fleet)
+        cloud = clouds.for_node(inc)
         return pins_from(await cloud.host_keys(inc.project or project, inc.zone, inc.node_name))
 
     return fetch

@@ -1,0 +1,75 @@
+"""`ComputeCloud.preemptions` (the optional `PreemptionRecords` of ports/cloud.py) against the
+emulator: one zoneOperations.list for every lost VM of a zone, each `compute.instances.preempted`
+operation read as the core's `PreemptionRecord` (the instance's name and id, the operation's
+time and name); a VM lost without one (`:vanish`) has none, and an earlier VM of the same name
+is told apart by its id."""
+
+from __future__ import annotations
+
+from tpucared.core.nodes.preemption import record_of
+from tpucared.core.vocab.actions import Loss
+from tpucared.gcp.compute import ComputeCloud
+from tpucared.ports.cloud import PreemptionRecords
+
+from .support import ZONE, Control, P, finished, shape
+from .test_compute_cloud import NOW, running, wait_status
+
+
+def loss(name: str, cloud_id: str | None) -> Loss:
+    return Loss(
+        api="compute", project=P, zone=ZONE, node_name=name, cloud_id=cloud_id,
+        how="vanished", spot=True,
+    )  # fmt: skip
+
+
+async def ids(cloud: ComputeCloud) -> dict[str, str | None]:
+    observation = await cloud.observe(P, ZONE, NOW, queued_resources=False)
+    return {n.name: n.cloud_id for n in observation.nodes}
+
+
+async def test_one_list_reads_every_lost_vm_of_a_zone(
+    cloud: ComputeCloud, control: Control
+) -> None:
+    assert isinstance(cloud, PreemptionRecords)
+    op = await cloud.create(P, ZONE, "iron-0", shape(on_preemption="delete"))
+    await finished(cloud, op)
+    await running(cloud, "iron-1")
+    await running(cloud, "iron-2")
+    before = await ids(cloud)
+    await control.instance("iron-0", "preempt")
+    await control.instance("iron-1", "preempt")
+    await control.instance("iron-2", "vanish")
+    await wait_status(cloud, "iron-1", "TERMINATED")
+    asked = len(await control.requests())
+    records = await cloud.preemptions(P, ZONE, ["iron-0", "iron-1", "iron-2"])
+    log = (await control.requests())[asked:]
+    assert [(r["method"], r["path"].rsplit("/", 1)[-1]) for r in log] == [("GET", "operations")]
+    assert log[0]["query"]["filter"] == 'operationType="compute.instances.preempted"'
+    by_name = {r.name: r for r in records}
+    assert sorted(by_name) == ["iron-0", "iron-1"]  # iron-2 vanished with no operation
+    for name in ("iron-0", "iron-1"):
+        r = by_name[name]
+        assert r.cloud_id == before[name]
+        assert r.at is not None
+        assert r.record.startswith("systemevent-")
+        assert record_of(loss(name, before[name]), records) == r
+    assert record_of(loss("iron-2", before["iron-2"]), records) is None
+    # Only the names asked for.
+    assert await cloud.preemptions(P, ZONE, ["iron-1"]) == (by_name["iron-1"],)
+
+
+async def test_an_earlier_vm_of_the_same_name_is_not_this_ones(
+    cloud: ComputeCloud, control: Control
+) -> None:
+    op = await cloud.create(P, ZONE, "iron-0", shape(on_preemption="delete"))
+    await finished(cloud, op)
+    earlier = (await ids(cloud))["iron-0"]
+    await control.instance("iron-0", "preempt")
+    await wait_status(cloud, "iron-0", None)
+    await running(cloud, "iron-0")
+    now = (await ids(cloud))["iron-0"]
+    assert now != earlier
+    records = await cloud.preemptions(P, ZONE, ["iron-0"])
+    assert [r.cloud_id for r in records] == [earlier]
+    assert record_of(loss("iron-0", now), records) is None
+    assert record_of(loss("iron-0", earlier), records) == records[0]

@@ -1,0 +1,240 @@
+"""`api = "compute"` fleets (issue 27): Compute Engine TPU VMs named by machine_type, image and
+on_preemption, beside TPU API fleets; what loads, and each mistake as one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from config_support import MINIMAL, load, problems
+
+from tpucared.core.model.machines import MACHINE_TYPES, chips_of
+from tpucared.core.model.specs import CapacityKind, FleetSpec, NodeOptions
+
+IRON = """
+[[fleet]]
+name = "iron"
+api = "compute"
+zones = ["us-central1-c", "us-east5-b"]
+machine_type = "tpu7x-standard-4t"
+size = 2
+"""
+
+
+def compute(extra: str = "", drop: str | None = None) -> str:
+    text = IRON + extra + "\n"
+    return MINIMAL + (text.replace(drop, "") if drop else text)
+
+
+def iron(tmp_path: Path, text: str) -> FleetSpec:
+    return load(tmp_path, text).fleet("iron")
+
+
+def test_a_compute_fleet_beside_a_tpu_fleet(tmp_path: Path) -> None:
+    config = load(tmp_path, compute())
+    sweep, spec = config.fleet("sweep"), config.fleet("iron")
+    assert (sweep.api, sweep.accelerator_type, sweep.node.on_preemption) == ("tpu", "v4-8", None)
+    # The port reads the machine type and the image where a TPU node's type and runtime go;
+    # "" is the machine type's generation's default image.
+    assert (spec.api, spec.accelerator_type, spec.runtime_version) == (
+        "compute",
+        "tpu7x-standard-4t",
+        "",
+    )
+    assert spec.zones == ("us-central1-c", "us-east5-b")
+    assert spec.capacity is CapacityKind.SPOT
+    # Google's own TPU spot template stops a preempted VM: it stays listed, TERMINATED.
+    assert spec.node.on_preemption == "stop"
+    assert spec.spec_hash() != FleetSpec(**{**spec.__dict__, "api": "tpu"}).spec_hash()
+
+
+def test_a_tpu_fleet_keeps_its_spec_hash(tmp_path: Path) -> None:
+    """`api` and `on_preemption` at their defaults leave a TPU API fleet's hash alone."""
+    sweep = load(tmp_path, MINIMAL).fleet("sweep")
+    plain = FleetSpec(
+        name="sweep",
+        zones=("us-central2-b",),
+        accelerator_type="v4-8",
+        runtime_version=sweep.runtime_version,
+        size=2,
+    )
+    assert sweep.node == NodeOptions()
+    assert sweep.spec_hash() == plain.spec_hash()
+
+
+@pytest.mark.parametrize(
+    ("extra", "image", "action"),
+    [
+        ('on_preemption = "delete"', "", "delete"),
+        (
+            'image = "projects/my-project/global/images/trainer-v3"',
+            "projects/my-project/global/images/trainer-v3",
+            "stop",
+        ),
+        ('capacity = "on-demand"', "", None),
+    ],
+)
+def test_image_and_termination_action(
+    tmp_path: Path, extra: str, image: str, action: str | None
+) -> None:
+    spec = iron(tmp_path, compute(extra))
+    assert (spec.runtime_version, spec.node.on_preemption) == (image, action)
+
+
+def test_every_tpu_api_fleet_key_keeps_its_meaning(tmp_path: Path) -> None:
+    spec = iron(
+        tmp_path,
+        compute(
+            'project = "grant-project"\nnetwork = "tpu-net"\nsubnetwork = "tpu-sub"\n'
+            'service_account = "trainer@grant-project.iam.gserviceaccount.com"\n'
+            'tags = ["ssh"]\nmetadata = { team = "lm" }\nlabels = { team = "lm" }\n'
+            "slices = 2\n"
+            '[fleet.workload]\nrun = "python train.py"\n',
+        ),
+    )
+    assert spec.project == "grant-project"
+    assert (spec.node.network, spec.node.subnetwork, spec.node.tags) == (
+        "tpu-net",
+        "tpu-sub",
+        ("ssh",),
+    )
+    assert spec.labels == {"team": "lm"}
+    assert (spec.slices, spec.nodes) == (2, 4)
+    assert spec.workload is not None
+
+
+def test_a_reservation_by_name(tmp_path: Path) -> None:
+    text = compute(
+        'capacity = "reserved"\n'
+        'reservation = "projects/my-project/zones/us-central1-c/reservations/iron-res"',
+    ).replace('["us-central1-c", "us-east5-b"]', '["us-central1-c"]')
+    spec = iron(tmp_path, text)
+    # What reservationAffinity's values take: the name, in the fleet's own project.
+    assert (spec.node.reservation, spec.node.on_preemption) == ("iron-res", None)
+    shared = iron(tmp_path, text.replace("projects/my-project/", "projects/other-project/"))
+    assert shared.node.reservation == "projects/other-project/reservations/iron-res"
+
+
+def test_the_guard_knows_machine_types(tmp_path: Path) -> None:
+    config = load(
+        tmp_path,
+        compute()
+        + '[guard]\naccelerator_types = ["v4-8"]\nmachine_types = ["tpu7x-standard-4t"]\n'
+        + "max_nodes = 4\n",
+    )
+    assert config.guard is not None
+    assert config.guard.machine_types == frozenset({"tpu7x-standard-4t"})
+
+
+def test_the_machine_types_table_agrees_with_the_suffix() -> None:
+    for name, machine in MACHINE_TYPES.items():
+        assert chips_of(name) == machine.chips, name
+        assert machine.default_image.startswith(
+            "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accel-"
+        )
+    assert MACHINE_TYPES["tpu7x-standard-4t"].default_image.endswith("-tpu-tpu7x")
+    assert chips_of("ct6e-standard-8t") == 8
+    assert chips_of("n2-standard-8") is None
+
+
+BAD = [
+    (
+        "compute-with-tpu-keys",
+        compute('accelerator_type = "v4-8"\nruntime_version = "tpu-ubuntu2204-base"'),
+        [
+            'fleet "iron": accelerator_type, runtime_version: not for api = "compute" fleets: '
+            "they name machine_type"
+        ],
+    ),
+    (
+        "tpu-with-compute-keys",
+        compute(drop='api = "compute"\n'),
+        [
+            'fleet "iron": machine_type: only for api = "compute" fleets (Compute Engine); '
+            'a "tpu" fleet (the default) names accelerator_type and runtime_version'
+        ],
+    ),
+    (
+        "tpu-with-image-and-action",
+        MINIMAL + 'image = "projects/p-roject/global/images/x"\non_preemption = "delete"\n',
+        ['fleet "sweep": image, on_preemption: only for api = "compute" fleets'],
+    ),
+    (
+        "unknown-machine-type",
+        compute().replace("tpu7x-standard-4t", "tpu7x-standard-8t"),
+        [
+            'fleet "iron": machine_type: expected a TPU machine type (tpu7x-standard-4t, '
+            "ct6e-standard-1t, ct6e-standard-4t, ct6e-standard-8t, ct5p-hightpu-4t), "
+            'got "tpu7x-standard-8t"'
+        ],
+    ),
+    (
+        "no-machine-type",
+        compute(drop='machine_type = "tpu7x-standard-4t"\n'),
+        ['fleet "iron": machine_type: required for api = "compute": one of tpu7x-standard-4t'],
+    ),
+    ("unknown-api", compute().replace('"compute"', '"gke"'), ['fleet "iron": api: expected "tpu"']),
+    (
+        "bad-image",
+        compute('image = "ubuntu-accel-2404"'),
+        ['fleet "iron": image: expected an image like "projects/P/global/images/family/F"'],
+    ),
+    (
+        "bad-action",
+        compute('on_preemption = "suspend"'),
+        ['fleet "iron": on_preemption: expected "stop"'],
+    ),
+    (
+        "action-not-spot",
+        compute('on_preemption = "stop"\ncapacity = "on-demand"'),
+        ['fleet "iron": on_preemption: only for capacity = "spot"'],
+    ),
+    (
+        "queued",
+        compute('provisioning = "queued"'),
+        ['fleet "iron": provisioning: "queued" is a TPU API feature'],
+    ),
+    (
+        "reserved-without-reservation",
+        compute('capacity = "reserved"'),
+        ['fleet "iron": reservation: required with capacity = "reserved" on Compute Engine'],
+    ),
+    (
+        "tpu-reservation-form",
+        compute(
+            'capacity = "reserved"\n'
+            'reservation = "projects/my-project/locations/us-central1-c/reservations/r"'
+        ),
+        ['fleet "iron": reservation: Compute Engine names it "projects/P/zones/Z/reservations/R"'],
+    ),
+    (
+        "guard-machine-type",
+        compute() + '[guard]\nmachine_types = ["ct6e-standard-4t"]\n',
+        [
+            'fleet "iron": machine_type: "tpu7x-standard-4t" is not allowed by the guard '
+            "(allowed: ct6e-standard-4t)",
+            # Naming machine types restricts TPU API fleets too: none is allowed.
+            'fleet "sweep": accelerator_type: "v4-8" is not allowed by the guard '
+            "(allowed: nothing)",
+        ],
+    ),
+    (
+        "guard-accelerator-types-only",
+        compute() + '[guard]\naccelerator_types = ["v4-8"]\n',
+        ['fleet "iron": machine_type: "tpu7x-standard-4t" is not allowed by the guard'],
+    ),
+    (
+        "guard-max-nodes-counts-both",
+        compute() + "[guard]\nmax_nodes = 3\n",
+        ["guard.max_nodes: the fleets ask for 4 nodes (sweep 2, iron 2), more than the 3"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [r[1:] for r in BAD], ids=[r[0] for r in BAD])
+def test_bad_compute_config(tmp_path: Path, text: str, expected: list[str]) -> None:
+    found = problems(tmp_path, text)
+    for want in expected:
+        assert any(line.startswith(want) for line in found), (want, found)
+    # One mistake, one line.
+    assert len(found) == len(expected), found

@@ -1,0 +1,104 @@
+"""A fleet's cloud API (`api`, "tpu" or "compute") and the keys that go with it.
+
+Part of pass two (`build.py` calls it for each fleet). A TPU API fleet names its nodes by
+`accelerator_type` and `runtime_version`; a Compute Engine fleet (issue 27: one TPU VM per
+slot) by `machine_type` (the known table, core/model/machines.py), an optional `image` and,
+for spot capacity, `on_preemption`. Another API's keys on a fleet are one line naming them,
+whichever are set. `machine` hands both to the `FleetSpec` in the same two fields, as the
+Cloud port reads them (ports/cloud.py `NodeShape`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tpucared.config.problems import Problems
+from tpucared.config.schema import FleetTable
+from tpucared.core.model.machines import MACHINE_TYPES
+from tpucared.core.model.specs import COMPUTE_API, CapacityKind, Provisioning
+
+
+def check_api_keys(raw: FleetTable, at: str, problems: Problems) -> None:
+    """The rules of the fleet's `api` keys, each broken one added to `problems`."""
+    if raw.api == COMPUTE_API:
+        _check_compute(raw, at, problems)
+    else:
+        _check_tpu(raw, at, problems)
+
+
+def machine(raw: FleetTable) -> tuple[str, str]:
+    """(what the node is, what it boots): the accelerator type and runtime version of a TPU
+    API fleet, the machine type and image ("": its generation's default) of a compute one."""
+    if raw.api == COMPUTE_API:
+        return raw.machine_type or "", raw.image or ""
+    return raw.accelerator_type or "", raw.runtime_version or ""
+
+
+# Each API's own keys: the others' are one line, whichever of them are set.
+_TPU_KEYS = ("accelerator_type", "runtime_version")
+_COMPUTE_KEYS = ("machine_type", "image", "on_preemption")
+
+
+def _set_keys(raw: FleetTable, keys: Sequence[str]) -> list[str]:
+    return [k for k in keys if getattr(raw, k) is not None]
+
+
+def _check_tpu(raw: FleetTable, at: str, problems: Problems) -> None:
+    wrong = _set_keys(raw, _COMPUTE_KEYS)
+    if wrong:
+        # Most likely a Compute Engine fleet without its `api`: say so once, not also that
+        # accelerator_type and runtime_version are missing.
+        problems.add(
+            f"{at}: {', '.join(wrong)}",
+            'only for api = "compute" fleets (Compute Engine); a "tpu" fleet (the default) '
+            "names accelerator_type and runtime_version",
+        )
+        return
+    for key in _TPU_KEYS:
+        if getattr(raw, key) is None:
+            problems.add(f"{at}: {key}", "required, but missing")
+
+
+def _check_compute(raw: FleetTable, at: str, problems: Problems) -> None:
+    wrong = _set_keys(raw, _TPU_KEYS)
+    if wrong:
+        problems.add(
+            f"{at}: {', '.join(wrong)}",
+            'not for api = "compute" fleets: they name machine_type (and image, to boot '
+            "another than the default)",
+        )
+    if raw.machine_type is None:
+        problems.add(
+            f"{at}: machine_type",
+            f'required for api = "compute": one of {", ".join(MACHINE_TYPES)}',
+        )
+    if raw.provisioning is Provisioning.QUEUED:
+        problems.add(
+            f"{at}: provisioning",
+            '"queued" is a TPU API feature: a "compute" fleet provisions directly',
+        )
+    if raw.on_preemption is not None and raw.capacity is not CapacityKind.SPOT:
+        problems.add(
+            f"{at}: on_preemption",
+            f'only for capacity = "spot" (what a preempted spot VM becomes), '
+            f'got capacity = "{raw.capacity.value}"',
+        )
+
+
+def on_preemption(raw: FleetTable) -> str | None:
+    """What a `compute` fleet's preempted spot VM becomes: "stop" unless told, as Google's
+    own TPU spot template does (docs/research/compute-engine.md §2.2): it stays listed as
+    TERMINATED, the evidence, until tpucared deletes it."""
+    if raw.api != COMPUTE_API or raw.capacity is not CapacityKind.SPOT:
+        return None
+    return raw.on_preemption or "stop"
+
+
+def affinity_value(reservation: str | None, project: str) -> str | None:
+    """`projects/P/zones/Z/reservations/R` as reservationAffinity's values take it: the
+    name in the fleet's own project, `projects/P/reservations/R` for another's (shared)."""
+    if reservation is None:
+        return None
+    parts = reservation.split("/")
+    owner, name = parts[1], parts[5]
+    return name if owner == project else f"projects/{owner}/reservations/{name}"

@@ -1,0 +1,188 @@
+"""`ComputeClient`: the Compute Engine v1 REST calls tpucared makes, over `RestClient`.
+
+The request path (auth, the 401 refresh, retries, bounded phases, no redirects, the response
+schema, classification into `ApiError`, counting in `request_counts`) is gcp/rest.py's,
+shared with the TPU client; this module adds compute v1's URLs, calls and list shape.
+
+- instances.insert / delete carry a `requestId` (a UUID), made once per call and sent again
+  by every retry of it: Compute Engine ignores a request it already completed, so a retried
+  create cannot make a second VM (research §2.4). A retry the server does not recognise
+  still cannot make a twin: the name is ours, and a second insert of it is `alreadyExists`.
+- Lists (`instances`, `operations`) follow `nextPageToken` to the end within the shared
+  bounds, with `maxResults` (500 at most, the default) and a `filter`; a page must have the
+  documented shape (`kind`, `id`, `items`, `nextPageToken`, `selfLink`, `warning`), and a
+  page warning `UNREACHABLE` fails the whole list (TRANSIENT): a partial list would make
+  present instances look vanished. An empty page may leave `items` out.
+- Mutating calls answer a zonal `Operation` (operation.py), followed with
+  zoneOperations.get (or `wait`, which returns within 2 minutes, DONE or not).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from tpucared.core.model.specs import ErrorKind
+from tpucared.gcp.compute import names
+from tpucared.gcp.compute.operation import Operation
+from tpucared.gcp.errors import ApiError, malformed_response
+from tpucared.gcp.responses import PageMemo, check_page
+from tpucared.gcp.rest import JSON, RestClient
+
+# The most items compute v1 lists a page (maxResults: "0 to 500 inclusive", default 500).
+MAX_RESULTS = 500
+# What a compute v1 list page may carry besides its `items`.
+PAGE_FIELDS = frozenset({"kind", "id", "nextPageToken", "selfLink", "warning"})
+
+
+class ComputeClient(RestClient):
+    """Async client of compute.googleapis.com/compute/v1 (or the emulator at `endpoint`).
+    Use as `async with ComputeClient(...) as client:` or call `aclose()`."""
+
+    default_endpoint = names.DEFAULT_ENDPOINT
+
+    def _url(self, path: str, verb: str | None = None) -> str:
+        """The only place a URL is built: `{endpoint}/compute/v1/{path}[/{verb}]`."""
+        return f"{self.endpoint}/{names.API_PATH}/{path}" + (f"/{verb}" if verb else "")
+
+    async def _operation(
+        self,
+        call: str,
+        method: str,
+        url: str,
+        project: str,
+        zone: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> Operation:
+        data = await self._call(call, method, url, params=params, body=body)
+        try:
+            return Operation.from_json(data, project, zone)
+        except ValueError as exc:
+            raise malformed_response(200, str(data), method=method, url=url, why=str(exc)) from exc
+
+    async def _list(
+        self,
+        call: str,
+        url: str,
+        *,
+        filter: str | None = None,
+        max_results: int | None = MAX_RESULTS,
+        fields: str | None = None,
+        order_by: str | None = None,
+        memo: PageMemo | None = None,
+    ) -> list[JSON]:
+        params: dict[str, str] = {}
+        if filter is not None:
+            params["filter"] = filter
+        if max_results is not None:
+            params["maxResults"] = str(max_results)
+        if fields is not None:
+            params["fields"] = fields
+        if order_by is not None:
+            params["orderBy"] = order_by
+
+        def accept(page: JSON) -> list[JSON]:
+            check_page(page, "items", method="GET", url=url, fields=PAGE_FIELDS)
+            warning = page.get("warning")
+            if warning is not None and not isinstance(warning, Mapping):
+                raise malformed_response(200, str(warning), method="GET", url=url, why="warning")
+            if isinstance(warning, Mapping) and warning.get("code") == "UNREACHABLE":
+                raise ApiError.of(
+                    ErrorKind.TRANSIENT,
+                    f"the list is incomplete: {warning.get('message') or 'unreachable'}",
+                    method="GET",
+                    url=url,
+                )
+            items: list[JSON] = page.get("items", [])
+            return items
+
+        return await self._pages(call, url, params, accept, memo=memo)
+
+    # -- instances ------------------------------------------------------------------------------
+
+    async def insert_instance(
+        self, project: str, zone: str, body: Mapping[str, Any], *, request_id: str | None = None
+    ) -> Operation:
+        """Start creating an instance (bodies.py's `instance_body`); its capacity errors come
+        in the returned Operation (or, some say, at once: both are classified alike).
+        `request_id`: a UUID, made here unless given; every retry sends the same one."""
+        url = self._url(f"{names.zone_path(project, zone)}/instances")
+        params = {"requestId": request_id or str(uuid.uuid4())}
+        return await self._operation(
+            "instances.insert", "POST", url, project, zone, params=params, body=body
+        )
+
+    async def list_instances(
+        self,
+        project: str,
+        zone: str,
+        *,
+        filter: str | None = None,
+        max_results: int | None = MAX_RESULTS,
+        fields: str | None = None,
+        memo: PageMemo | None = None,
+    ) -> list[JSON]:
+        """Every instance of the zone matching `filter` (e.g. `labels.tpucared-owner=o`),
+        across all pages. `fields`: a partial response; a selection must keep
+        `nextPageToken` and `warning`, which the paging relies on. `memo`: this list's
+        pages as last read (responses.py); its items must not be changed."""
+        url = self._url(f"{names.zone_path(project, zone)}/instances")
+        return await self._list(
+            "instances.list", url, filter=filter, max_results=max_results, fields=fields, memo=memo
+        )
+
+    async def get_instance(self, project: str, zone: str, name: str) -> JSON:
+        url = self._url(names.instance_path(project, zone, name))
+        return await self._call("instances.get", "GET", url)
+
+    async def delete_instance(
+        self, project: str, zone: str, name: str, *, request_id: str | None = None
+    ) -> Operation:
+        """Start deleting an instance. NOT_FOUND means it is already gone (callers treat it
+        as done)."""
+        url = self._url(names.instance_path(project, zone, name))
+        params = {"requestId": request_id or str(uuid.uuid4())}
+        return await self._operation(
+            "instances.delete", "DELETE", url, project, zone, params=params
+        )
+
+    async def get_guest_attributes(
+        self, project: str, zone: str, name: str, query_path: str = "hostkeys/"
+    ) -> JSON:
+        """The instance's guest attributes under `query_path` (`{queryValue: {items:
+        [{namespace, key, value}]}}`); NOT_FOUND until the guest publishes some."""
+        url = self._url(names.instance_path(project, zone, name), "getGuestAttributes")
+        return await self._call(
+            "instances.getGuestAttributes", "GET", url, params={"queryPath": query_path}
+        )
+
+    # -- zone operations ------------------------------------------------------------------------
+
+    async def get_operation(self, project: str, zone: str, name: str) -> Operation:
+        url = self._url(names.operation_path(project, zone, name))
+        return await self._operation("zoneOperations.get", "GET", url, project, zone)
+
+    async def wait_operation(self, project: str, zone: str, name: str) -> Operation:
+        """zoneOperations.wait: returns within about 2 minutes, DONE or not (callers loop)."""
+        url = self._url(names.operation_path(project, zone, name), "wait")
+        return await self._operation("zoneOperations.wait", "POST", url, project, zone)
+
+    async def list_operations(
+        self,
+        project: str,
+        zone: str,
+        *,
+        filter: str | None = None,
+        max_results: int | None = MAX_RESULTS,
+    ) -> list[Operation]:
+        """The zone's operations matching `filter`, e.g.
+        `operationType="compute.instances.preempted"`, across all pages."""
+        url = self._url(f"{names.zone_path(project, zone)}/operations")
+        items = await self._list("zoneOperations.list", url, filter=filter, max_results=max_results)
+        try:
+            return [Operation.from_json(item, project, zone) for item in items]
+        except ValueError as exc:
+            raise malformed_response(200, str(exc), method="GET", url=url, why=str(exc)) from exc

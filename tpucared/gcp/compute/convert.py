@@ -1,0 +1,99 @@
+"""Compute Engine v1 JSON -> the domain's `ObservedNode` (core.model).
+
+One instance is one node with one worker (a single-host TPU VM). Tolerant of what the API
+leaves out (a PROVISIONING instance has no address yet, an empty map may be omitted), strict
+about everything else, as tpu/convert.py is (the readers are gcp/fields.py's):
+
+- A `status` we cannot read maps to `InstanceStatus.UNRECOGNIZED` (UNREADABLE, never acted
+  on) with the value kept in `raw_state`; what each status means comes from states.py.
+- A field the planner relies on with the wrong type (a name that is not a string, labels
+  that are not a map of strings, network interfaces that are not a list of objects...)
+  raises `MalformedResource`: the caller makes the whole zone unknown for the tick.
+- The worker's addresses: `networkInterfaces[0].networkIP` (internal) and its first access
+  config's `natIP` (external, when it has one).
+- `accelerator_type` is the machine type's short name (`tpu7x-standard-4t`), the name the
+  fleet asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tpucared.core.model.observed import NodeMade, ObservedNode, WorkerEndpoint
+from tpucared.gcp.compute.names import short_name
+from tpucared.gcp.compute.states import InstanceStatus, parse_status, state_fields
+from tpucared.gcp.fields import (
+    MalformedResource,
+    optional_str,
+    parse_time,
+    raw_excerpt,
+    str_map,
+)
+
+
+def _objects(value: object, what: str) -> list[Mapping[str, Any]]:
+    """A list of objects; absent is empty."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+        raise MalformedResource(f"{what} is not a list of objects: {raw_excerpt(value)}")
+    return value
+
+
+def _endpoints(interfaces: list[Mapping[str, Any]], what: str) -> tuple[WorkerEndpoint, ...]:
+    """The one worker's addresses, once the first interface has an internal one."""
+    if not interfaces:
+        return ()
+    first = interfaces[0]
+    internal = optional_str(first, "networkIP", what)
+    if internal is None:
+        return ()
+    configs = _objects(first.get("accessConfigs"), f"{what}: accessConfigs")
+    external = optional_str(configs[0], "natIP", what) if configs else None
+    return (WorkerEndpoint(index=0, internal_ip=internal, external_ip=external),)
+
+
+def _tags(value: object, what: str) -> tuple[str, ...]:
+    """`tags.items`: network tags (the Tags object also carries a fingerprint)."""
+    if value is None:
+        return ()
+    items = value.get("items") if isinstance(value, Mapping) else value
+    if items is None:
+        return ()
+    if not isinstance(items, list) or not all(isinstance(t, str) for t in items):
+        raise MalformedResource(f"{what}: tags is not a list of strings: {raw_excerpt(value)}")
+    return tuple(items)
+
+
+def instance_from_json(zone: str, data: Mapping[str, Any]) -> ObservedNode:
+    """An instance as the planner sees it. Raises MalformedResource (a ValueError) for one
+    without a name or with a field of the wrong type."""
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip("/"):
+        raise MalformedResource(f"instance without a name in zone {zone}: {raw_excerpt(name)}")
+    what = f"instance {short_name(name)}"
+    raw = data.get("status")
+    status = parse_status(raw)
+    interfaces = _objects(data.get("networkInterfaces"), f"{what}: networkInterfaces")
+    accounts = _objects(data.get("serviceAccounts"), f"{what}: serviceAccounts")
+    machine_type = optional_str(data, "machineType", what)
+    network = optional_str(interfaces[0], "network", what) if interfaces else None
+    subnetwork = optional_str(interfaces[0], "subnetwork", what) if interfaces else None
+    return ObservedNode(
+        name=short_name(name),
+        zone=zone,
+        **state_fields(status),
+        accelerator_type=short_name(machine_type) if machine_type else "",
+        labels=str_map(data.get("labels"), f"{what}: labels"),
+        cloud_id=optional_str(data, "id", what),
+        create_time=parse_time(data.get("creationTimestamp")),
+        endpoints=_endpoints(interfaces, what),
+        raw_state=raw_excerpt(raw) if status is InstanceStatus.UNRECOGNIZED else None,
+        made=NodeMade(
+            network=network,
+            subnetwork=subnetwork,
+            service_account=optional_str(accounts[0], "email", what) if accounts else None,
+            tags=_tags(data.get("tags"), what),
+        ),
+    )
