@@ -39,8 +39,9 @@ Statistics are over a handful of samples (bench/common.py): quote the median.
 
 The same run measures a 2-slice multislice slot too (bench/recovery_multi.py, issue 13): at
 each poll interval right after the single slice, with the ratio of their medians
-(`--variant single|multislice` runs one). The rig (emulator, daemon, the workers' files, log
-readers) is bench/recovery_rig.py.
+(`--variant single|multislice|compute` runs one), and then a Compute Engine fleet of one spot
+tpu7x-standard-4t VM (bench/recovery_compute.py, issue 27), with compute / TPU ratios.
+The rig (emulator, daemon, the workers' files, log readers) is bench/recovery_rig.py.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import common
+from bench import recovery_compute as compute
 from bench import recovery_multi as multi
 from bench import recovery_rig as rig
 from bench.recovery_rig import Cloud, DaemonProcess, Settings, newest_attempt, running_everywhere
@@ -73,9 +75,9 @@ COMPONENTS = rig.COMPONENTS
 DETAIL = rig.DETAIL
 
 TARGET_OVERHEAD_S = 10.0
-# Both variants at each poll interval (single slice, then 2 slices): 8 samples each keeps the
-# full run near 12 minutes.
-VARIANTS = ("single", "multislice")
+# Every variant at each poll interval (single slice, 2 slices, a Compute Engine VM): 8
+# samples each keeps the full run near 18 minutes (1,068 s on 2026-11-26).
+VARIANTS = ("single", "multislice", "compute")
 FULL = Settings(samples={10.0: 8, 2.0: 8}, create_seconds=10.0, delete_seconds=1.0)
 QUICK = Settings(samples={2.0: 2}, create_seconds=4.0, delete_seconds=1.0)
 
@@ -160,13 +162,15 @@ def run(
 ) -> dict[str, Any]:
     """`scratch`: keep the daemons' configs and logs there (default: a temporary directory).
     `daemon_root`: the source tree the daemon runs from (another one for a before/after).
-    `variants`: "single" (one v4-32 slice), "multislice" (bench/recovery_multi.py), or both:
-    at each poll interval one after the other, so their figures share the machine's load."""
+    `variants`: "single" (one v4-32 slice), "multislice" (bench/recovery_multi.py), "compute"
+    (bench/recovery_compute.py), or several: at each poll interval one after the other, so
+    their figures share the machine's load."""
     settings = settings or (QUICK if quick else FULL)
     rng = random.Random(settings.seed)
     # The same draws for both (the same moments in the poll cycle, the same create times):
     # sample i of the 2 slices is paired with sample i of the single slice.
     multi_rng = random.Random(settings.seed)
+    compute_rng = random.Random(settings.seed)  # and sample i of the Compute Engine VM
     result: dict[str, Any] = {
         "method": __doc__.split("Method.", 1)[1].split("Statistics")[0].strip() if __doc__ else "",
         "parameters": {
@@ -188,6 +192,13 @@ def run(
             "recovery": [],
             "versus_single": [],
         }
+    if "compute" in variants:
+        result["compute"] = {
+            "method": compute.__doc__.split("Method.", 1)[1].strip() if compute.__doc__ else "",
+            "parameters": compute.parameters(),
+            "recovery": [],
+            "versus_tpu": [],
+        }
     with tempfile.TemporaryDirectory(prefix="tpucared-bench-recovery-") as tmp:
         where = scratch or Path(tmp)
         with Cloud(settings, where / "hosts") as cloud:
@@ -204,6 +215,14 @@ def run(
                     if result["recovery"]:
                         versus = multi.versus_single(result["recovery"][-1], m)
                         result["multislice"]["versus_single"].append(versus)
+                if "compute" in variants:
+                    c = compute.measure_poll(
+                        cloud, where, poll, settings, compute_rng, progress, daemon_root
+                    )
+                    result["compute"]["recovery"].append(c)
+                    if result["recovery"]:
+                        versus = compute.versus_tpu(result["recovery"][-1], c)
+                        result["compute"]["versus_tpu"].append(versus)
     return result
 
 
@@ -245,6 +264,8 @@ def render(result: Mapping[str, Any]) -> str:
     for v in m["versus_single"]:
         ratios = ", ".join(f"{k} {common.format_ratio(v[k]['ratio'])}" for k in multi.RATIOS)
         blocks.append(f"2 slices / 1 slice at poll {v['poll_interval_s']:g}s (medians): {ratios}")
+    if result.get("compute"):
+        blocks += compute.render(result["compute"], _table)
     return "\n\n".join(blocks)
 
 
@@ -263,12 +284,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="recovery", help="result file name (e.g. a baseline)")
     parser.add_argument(
         "--variant",
-        choices=("both", *VARIANTS),
-        default="both",
-        help="the single-slice slot, the 2-slice multislice slot, or both (the default)",
+        choices=("all", "both", *VARIANTS),
+        default="all",
+        help="the single-slice slot, the 2-slice multislice slot, the Compute Engine VM, or"
+        " all (the default)",
     )
     args = parser.parse_args(argv)
-    variants = VARIANTS if args.variant == "both" else (args.variant,)
+    # "both": the two TPU API variants, as before issue 27
+    chosen = {"all": VARIANTS, "both": VARIANTS[:2]}
+    variants = chosen.get(args.variant, (args.variant,))
     from bench import run as harness
 
     def measured(quick: bool) -> dict[str, Any]:

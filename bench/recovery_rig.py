@@ -75,6 +75,27 @@ class Cloud(detection.Cloud):
 
         self.thread.call(fresh)
 
+    def preempt_instance(self, name: str, zone: str) -> float:
+        """Preempt a Compute Engine instance now (no notice); the emulator's time of it."""
+        return self.thread.call(lambda s: (s.vms.preempt(PROJECT, zone, name, None), s.now())[1])
+
+    def compute_operations(self) -> list[dict[str, Any]]:
+        """Every zone operation of Compute Engine, as the emulator holds them."""
+
+        def read(state: Any) -> list[dict[str, Any]]:
+            return [
+                {
+                    "type": op.operation_type,
+                    "target": op.target_link,
+                    "user": op.user,
+                    "insert": op.insert_time,
+                    "end": op.end_time,
+                }
+                for op in state.vms.ops.values()
+            ]
+
+        return list(self.thread.call(read))
+
     def set_create_seconds(self, seconds: float) -> None:
         self.thread.call(lambda s: s.timing.update({"create_seconds": seconds}))
 
@@ -107,9 +128,11 @@ class DaemonProcess:
         run: str = RUN,
         workload: str = "",
         slices: int = 1,
+        fleet_keys: Mapping[str, Any] | None = None,
     ) -> None:
         """`run`: the workload's command; `workload`: more [fleet.workload] lines; `slices`:
-        the slot's slices (nodes `{FLEET}-0-{slice}` when more than 1)."""
+        the slot's slices (nodes `{FLEET}-0-{slice}` when more than 1); `fleet_keys`: laid
+        over the [[fleet]] table (a Compute Engine fleet: bench/recovery_compute.py)."""
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self.config = directory / "fleet.toml"
@@ -125,6 +148,7 @@ class DaemonProcess:
                 **daemon_config.parse(workload),
             },
         )
+        fleet = daemon_config.laid_over(fleet, fleet_keys)
         config = daemon_config.against_emulator(
             cloud.url,
             fleet,
@@ -200,11 +224,14 @@ def sample_poll(
     label: str,
     shown: Sequence[str],
     log: Callable[[str], None],
+    preempt: Callable[[str], float] | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Every sample at one poll interval, for recovery.py and recovery_multi.py alike: let
     the launch's follow-ups settle, preempt `node` at a stratified moment of the poll cycle
     (the daemon ticked around the launch; polls come `poll` apart) with a stated create time,
-    measure, log. Returns the samples and what woke each delete's tick."""
+    measure, log. Returns the samples and what woke each delete's tick. `preempt(node)`:
+    how to preempt (default: the TPU API node through `cloud.preempt`)."""
+    preempt = preempt or cloud.preempt
     samples = settings.samples[poll]
     strata = list(range(samples))
     rng.shuffle(strata)
@@ -215,7 +242,7 @@ def sample_poll(
         time.sleep(1.0 + poll * (strata[i] + rng.random()) / samples)
         stated = settings.create_seconds + rng.uniform(0, settings.create_spread) * poll
         cloud.set_create_seconds(stated)
-        preempted = cloud.preempt(node)
+        preempted = preempt(node)
         row, why = measure(cloud, daemon, results, attempt, preempted)
         row["create_stated"] = stated
         rows.append(row)
@@ -229,10 +256,10 @@ def sample_poll(
     return rows, woken
 
 
-def starts(results: Path) -> dict[int, dict[int, float]]:
+def starts(results: Path, workers: int = WORKERS) -> dict[int, dict[int, float]]:
     """worker -> attempt -> the instant its run started."""
     out: dict[int, dict[int, float]] = {}
-    for worker in range(WORKERS):
+    for worker in range(workers):
         path = results / f"starts-{worker}"
         lines = path.read_text().split("\n") if path.exists() else []
         for line in lines:
@@ -242,18 +269,18 @@ def starts(results: Path) -> dict[int, dict[int, float]]:
     return out
 
 
-def running_everywhere(results: Path, attempt: int) -> float | None:
+def running_everywhere(results: Path, attempt: int, workers: int = WORKERS) -> float | None:
     """The instant `attempt` had started on the last of the workers, or None."""
-    seen = starts(results)
-    stamps = [seen.get(w, {}).get(attempt) for w in range(WORKERS)]
+    seen = starts(results, workers)
+    stamps = [seen.get(w, {}).get(attempt) for w in range(workers)]
     if any(s is None for s in stamps):
         return None
     return max(s for s in stamps if s is not None)
 
 
-def newest_attempt(results: Path) -> int:
-    seen = starts(results)
-    return min((max(a) for a in seen.values() if a), default=0) if len(seen) == WORKERS else 0
+def newest_attempt(results: Path, workers: int = WORKERS) -> int:
+    seen = starts(results, workers)
+    return min((max(a) for a in seen.values() if a), default=0) if len(seen) == workers else 0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Scale: one daemon managing 1,000 and 10,000 nodes across 4 zones, at steady state.
 
 `python -m bench.run --only scale [--quick]` (or `python -m bench.scale [--quick]
-[--size N ...] [--variant none|probe ...]`).
+[--size N ...] [--variant none|probe ...] [--api tpu|compute]`).
 
 Method. Three processes. The emulator runs in its own process (`python -m bench.scale
 emulator ...`, started by this benchmark), so the daemon's CPU is measured alone; this process
@@ -37,6 +37,10 @@ the emulator process; the daemon launches the workload on every slot and then pr
 worker). The emulator's own CPU per tick is recorded too: at 10,000 nodes it serves the same
 lists.
 
+`--api compute` (issue 27, variant none only): Compute Engine fleets instead, seeded with N
+spot tpu7x-standard-4t instances RUNNING in the same fleets and zones, and instances.list pages
+of at most 500 (`maxResults`) against the TPU API's 1,000: bench/scale_api.py.
+
 Statistics: tick duration is summarized over the T ticks of one window (median and p99 of
 T samples: with T = 30 the p99 is close to the maximum, reported next to it).
 """
@@ -45,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import signal
 import sys
 import tempfile
@@ -58,6 +61,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import common
+from bench.scale_api import APIS, expected_list_pages, fleet_keys, list_kind, page_parameter
+from bench.scale_api import request_kind as _request_kind
 from bench.scale_procs import (
     ROOT,
     SSH_USER,
@@ -80,7 +85,6 @@ from bench.scale_procs import (
 from bench.scale_report import profile_top, render, render_row
 from bench.scale_storm import Storm, storm_figures, wait_recovered
 
-EMULATOR_MAX_PAGE = 1000  # EmulatorOptions.max_page_size
 VARIANTS = ("none", "probe", "storm")
 PROBE_SETTLE_S = 30.0
 
@@ -108,6 +112,7 @@ class Settings:
     # Storm variant: seconds to wait after the storm for every slot READY again (then the
     # row says it did not recover).
     recovery_limit: float = 600.0
+    api: str = "tpu"  # or "compute": Compute Engine fleets (bench/scale_api.py)
 
 
 FULL = Settings(sizes=(1000, 10000), variants=VARIANTS, ticks=30, poll_interval=2.0)
@@ -116,29 +121,6 @@ QUICK = Settings(sizes=(200,), variants=("none",), ticks=6, poll_interval=1.0)
 
 def _tick_time(event: Mapping[str, Any]) -> float:
     return datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
-
-
-def _request_kind(request: Mapping[str, Any]) -> str:
-    method, path = request["method"], request["path"]
-    if "/operations/" in path:
-        return "operations.get"
-    if path.endswith("/nodes"):
-        return "nodes.list" if method == "GET" else "nodes.create"
-    if path.endswith("/queuedResources"):
-        return "queuedResources.list" if method == "GET" else "queuedResources.create"
-    if path.endswith(":getGuestAttributes"):
-        return "nodes.getGuestAttributes"
-    if "/nodes/" in path:
-        return {"GET": "nodes.get", "DELETE": "nodes.delete", "PATCH": "nodes.patch"}.get(
-            method, f"nodes.{method.lower()}"
-        )
-    return f"{method} other"
-
-
-def expected_list_pages(size: int, page_size: int | None) -> int:
-    """The nodes.list requests one tick needs: per zone, ceil(nodes / page) (at least 1)."""
-    page = min(page_size or 5, EMULATOR_MAX_PAGE)  # absent: the emulator's default page, 5
-    return sum(max(1, math.ceil(slots / page)) for _, _, slots in fleet_layout(size))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,6 +152,7 @@ def measure(
         ssh_port=ssh_port,
         timeout=budget,
         accelerator_type=settings.accelerator_type,
+        api=settings.api,
     )
     log(f"scale {variant} n={size}: emulator seeded in {time.monotonic() - t0:.1f} s")
     config = daemon_config(
@@ -180,6 +163,7 @@ def measure(
         variant=variant,
         ssh_port=ssh_port or 22,
         accelerator_type=settings.accelerator_type,
+        fleet_keys=fleet_keys(settings.api),
     )
     daemon = DaemonProcess(
         directory,
@@ -315,17 +299,19 @@ def measure(
 
     ticks = len(window)
     kinds = Counter(_request_kind(r) for r in requests)
+    listed, param = list_kind(settings.api), page_parameter(settings.api)
     page_sizes = sorted(
-        {str(r["query"].get("pageSize")) for r in requests if _request_kind(r) == "nodes.list"}
+        {str(r["query"].get(param)) for r in requests if _request_kind(r) == listed}
     )
     sent = page_sizes[0] if len(page_sizes) == 1 and page_sizes[0] != "None" else None
-    pages = expected_list_pages(size, int(sent) if sent else None)
+    pages = expected_list_pages(size, int(sent) if sent else None, settings.api)
     busy = [t for t in window if t["actions"]]
     # Slot probes the ticks started (each probes every worker of its slice, in one fan-out).
     probes = sum(int(t.get("probes", 0)) for t in window)
     return {
         "nodes": size,
         "variant": variant,
+        "api": settings.api,
         "zones": len(ZONES),
         "fleets": [{"fleet": f, "zone": z, "size": n} for f, z, n in fleet_layout(size)],
         "poll_interval_s": poll,
@@ -365,7 +351,7 @@ def measure(
             "by_call_per_tick": {k: round(v / ticks, 2) for k, v in sorted(kinds.items())},
             "page_size_sent": page_sizes,
             "list_pages_per_tick": pages,
-            "only_list_pages": set(kinds) <= {"nodes.list"} and len(requests) == pages * ticks,
+            "only_list_pages": set(kinds) <= {listed} and len(requests) == pages * ticks,
         },
         "db": {**db, "events": stats},
         **({"storm": storm_row} if storm_row is not None else {}),
@@ -390,6 +376,12 @@ def run(
             "poll_interval_s": settings.poll_interval,
             "zones": list(ZONES),
             "accelerator_type": settings.accelerator_type,
+            "api": settings.api,
+            **(
+                {"machine_type": fleet_keys("compute")["machine_type"]}
+                if settings.api == "compute"
+                else {}
+            ),
             "workload_run": WORKLOAD_RUN,
             "emulator": "own process",
             "probe_design": probe_design(settings.daemon_path or ROOT),
@@ -431,10 +423,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     emulator.add_argument("--hosts-timeout", type=float, default=600.0)
     emulator.add_argument("--seed", type=int, default=1)
     emulator.add_argument("--type", default=TYPE)
+    emulator.add_argument("--api", choices=APIS, default="tpu")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
         "--type", default=TYPE, help=f"every node's accelerator type (default {TYPE})"
     )
+    parser.add_argument("--api", choices=APIS, default="tpu", help="TPU API or Compute Engine")
     parser.add_argument("--size", type=int, action="append", help="node counts (repeatable)")
     parser.add_argument("--variant", choices=VARIANTS, action="append")
     parser.add_argument("--ticks", type=int, default=None)
@@ -476,7 +470,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         converge_limit=args.converge_limit,
         accelerator_type=args.type,
         recovery_limit=args.recovery_limit,
+        api=args.api,
     )
+    if args.api == "compute" and set(settings.variants) != {"none"}:
+        parser.error("--api compute measures the variant none only (no SSH hosts, no storm)")
     from bench import run as harness
 
     # A profiled run's figures carry the profiler's overhead: never under the reported name.

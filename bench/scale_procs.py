@@ -123,6 +123,15 @@ async def serve_emulator(args: argparse.Namespace) -> None:
     )
     server = EmulatorServer(options)
     state = server.state
+    if args.api == "compute":  # bench/scale_api.py: Compute Engine instances (no SSH hosts)
+        from bench.scale_api import seed_compute
+
+        running = seed_compute(server, args.nodes, args.ssh_keys)
+        await server.start("127.0.0.1", 0)
+        seconds = round(time.monotonic() - started, 2)
+        line = {"url": server.url, "nodes": running, "states": ["RUNNING"], "seed_seconds": seconds}
+        await _serve(server, line)
+        return
     labels_owner = {"tpucared-owner": OWNER}
     for fleet, zone, slots in fleet_layout(args.nodes):
         body = {
@@ -149,17 +158,18 @@ async def serve_emulator(args: argparse.Namespace) -> None:
                 return
             await asyncio.sleep(0.5)
     ready = {n.state for n in state.all_nodes()}
-    print(
-        json.dumps(
-            {
-                "url": server.url,
-                "nodes": len(state.all_nodes()),
-                "states": sorted(ready),
-                "seed_seconds": round(time.monotonic() - started, 2),
-            }
-        ),
-        flush=True,
-    )
+    line = {
+        "url": server.url,
+        "nodes": len(state.all_nodes()),
+        "states": sorted(ready),
+        "seed_seconds": round(time.monotonic() - started, 2),
+    }
+    await _serve(server, line)
+
+
+async def _serve(server: Any, line: dict[str, Any]) -> None:
+    """Say the emulator is ready (`line` on stdout), serve until SIGINT or SIGTERM."""
+    print(json.dumps(line), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -180,12 +190,13 @@ class EmulatorProcess:
         ssh_port: int | None,
         timeout: float,
         accelerator_type: str = TYPE,
+        api: str = "tpu",
     ) -> None:
         self.log = (directory / "emulator.log").open("ab")
         argv = [
             sys.executable, "-m", "bench.scale", "emulator",
             "--nodes", str(nodes), "--ssh-keys", ssh_keys,
-            "--hosts-timeout", str(timeout), "--type", accelerator_type,
+            "--hosts-timeout", str(timeout), "--type", accelerator_type, "--api", api,
         ]  # fmt: skip
         if ssh_port is not None:
             argv += ["--ssh-port", str(ssh_port), "--hosts-dir", str(directory / "hosts")]
@@ -257,16 +268,20 @@ def daemon_config(
     variant: str,
     ssh_port: int,
     accelerator_type: str = TYPE,
+    fleet_keys: dict[str, Any] | None = None,
 ) -> Path:
+    """`fleet_keys`: laid over each [[fleet]] (a Compute Engine fleet: bench/scale_api.py)."""
+    compute = (fleet_keys or {}).get("api") == "compute"
     fleets = [
         configs.fleet(
             name,
             zones=[zone],
-            accelerator_type=accelerator_type,
-            runtime_version=RUNTIME,
+            accelerator_type=None if compute else accelerator_type,
+            runtime_version=None if compute else RUNTIME,
             size=slots,
             capacity="spot",
             workload={"run": WORKLOAD_RUN} if variant == "probe" else None,
+            **(fleet_keys or {}),
         )
         for name, zone, slots in fleet_layout(size)
     ]

@@ -1,6 +1,7 @@
 """The recovery benchmark (bench/recovery.py) works end to end in quick mode: the real daemon
 process, the emulator with SSH worker hosts, a v4-32 slot preempted twice, then a slot of two
-v4-32 slices (bench/recovery_multi.py) whose slice 1 is preempted twice.
+v4-32 slices (bench/recovery_multi.py) whose slice 1 is preempted twice, then a Compute
+Engine fleet's spot tpu7x-standard-4t VM (bench/recovery_compute.py, issue 27) preempted twice.
 
 Not a performance test: it checks the result file bench.run writes is well-formed, every
 component of every sample is positive, the components add up to the total, the cloud's parts
@@ -8,7 +9,8 @@ are the emulator's stated timing, and the summaries agree with the samples, so t
 benchmark cannot rot (or silently measure nothing) unnoticed. For the 2-slice slot: every
 worker of both slices started the next attempt (its own stamp), only slice 1 was deleted and
 created again (slice 0 kept), the kept slice's runs were stopped, and the per-slice launch
-split agrees with the whole.
+split agrees with the whole. For the Compute Engine VM: the same checks of its components, its
+samples paired with the single slice's, and its compute / TPU ratios of medians and p90s.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from bench import recovery
+from bench import common, recovery
+from bench import recovery_compute as compute
 from bench import recovery_multi as multi
 from bench import run as harness
 
@@ -77,10 +80,40 @@ def test_the_recovery_benchmark_runs_end_to_end_in_quick_mode(tmp_path: Path) ->
         for name in ("total", "overhead"):
             s1, s2 = single["components_s"][name]["median"], two["components_s"][name]["median"]
             assert versus[name]["ratio"] == pytest.approx(s2 / s1, abs=1e-3)
-    assert len(lines) == sum(m["samples"] for m in (*result["recovery"], *ms["recovery"]))
+    ce = result["compute"]
+    assert ce["parameters"]["machine_type"] == "tpu7x-standard-4t"
+    assert [m["poll_interval_s"] for m in ce["recovery"]] == [
+        m["poll_interval_s"] for m in result["recovery"]
+    ]
+    for measured in ce["recovery"]:
+        samples = measured["raw"]
+        assert len(samples) == measured["samples"] >= 1
+        for s in samples:
+            check_components(
+                s, poll=measured["poll_interval_s"], create=create, delete=delete, spread=spread
+            )
+        for name in (*recovery.COMPONENTS, "total", "overhead"):
+            summary = measured["components_s"][name]
+            assert summary["n"] == len(samples)
+            assert summary["samples"] == [round(s[name], 4) for s in samples]
+    for versus, single, vm in zip(
+        ce["versus_tpu"], result["recovery"], ce["recovery"], strict=True
+    ):
+        stated = [[r["create_stated"] for r in m["raw"]] for m in (single, vm)]
+        assert stated[0] == stated[1], stated
+        for name in compute.RATIOS:
+            t, c = single["components_s"][name], vm["components_s"][name]
+            assert versus[name]["ratio_median"] == pytest.approx(
+                c["median"] / t["median"], abs=1e-3
+            )
+            p90 = [common.percentile(x["samples"], 90) for x in (t, c)]
+            assert versus[name]["ratio_p90"] == pytest.approx(p90[1] / p90[0], abs=1e-3)
+    measured_rows = (*result["recovery"], *ms["recovery"], *ce["recovery"])
+    assert len(lines) == sum(m["samples"] for m in measured_rows)
     rendered = recovery.render(result)
     assert "overhead" in rendered
     assert "2 slices / 1 slice" in rendered
+    assert "Compute Engine / TPU API" in rendered
 
 
 def check_components(

@@ -5,11 +5,13 @@ envelope into a temporary directory.
 Not a performance test: it checks that the result is well-formed, that every figure is there
 and positive, and the one property that must hold at any size: a steady-state tick costs
 exactly one nodes.list page per zone and nothing else (no per-node call). At 200 nodes that is
-4 requests per tick only if the daemon asks for pages bigger than the API's default.
+4 requests per tick only if the daemon asks for pages bigger than the API's default. The same
+for Compute Engine fleets (`--api compute`, issue 27): one instances.list page per zone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ from typing import Any
 import pytest
 
 from bench import run as harness
-from bench import scale
+from bench import scale, scale_api
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -82,3 +84,34 @@ def test_expected_list_pages() -> None:
     assert scale.expected_list_pages(10_000, 5000) == 12  # clamped to the emulator's maximum
     assert scale.expected_list_pages(4, 1000) == 4
     assert [n for _, _, n in scale.fleet_layout(10)] == [3, 3, 2, 2]
+
+
+def test_the_scale_benchmark_measures_compute_engine_fleets(tmp_path: Path) -> None:
+    """`--api compute` (issue 27): 200 seeded tpu7x-standard-4t instances, adopted; a
+    steady-state tick costs exactly one instances.list page per zone (maxResults 500)."""
+    settings = dataclasses.replace(scale.QUICK, api="compute")
+    result = scale.run(True, settings=settings, progress=lambda _: None)
+
+    assert result["failures"] == [], result["failures"]
+    assert result["parameters"]["api"] == "compute"
+    assert result["parameters"]["machine_type"] == "tpu7x-standard-4t"
+    (row,) = result["results"]
+    assert (row["nodes"], row["api"], row["ticks_with_actions"]) == (200, "compute", 0)
+    assert row["nodes_listed_per_tick"] == [200]
+    assert row["tick_s"]["n"] == scale.QUICK.ticks
+    api = row["api_requests"]
+    assert api["by_call_per_tick"] == {"instances.list": 4.0}, api
+    assert api["page_size_sent"] == ["500"]
+    assert api["list_pages_per_tick"] == 4
+    assert api["only_list_pages"] is True
+
+
+def test_expected_list_pages_of_compute_engine() -> None:
+    # 2,500 instances a zone: 5 pages of 500 (maxResults' maximum and default).
+    assert scale_api.expected_list_pages(10_000, 500, "compute") == 20
+    assert scale_api.expected_list_pages(10_000, None, "compute") == 20
+    assert scale_api.expected_list_pages(10_000, 1000, "compute") == 20  # clamped to 500
+    assert scale_api.expected_list_pages(10_000, 1000, "tpu") == 12
+    assert scale_api.request_kind(
+        {"method": "GET", "path": "/compute/v1/projects/p/zones/z/instances"}
+    ) == "instances.list"  # fmt: skip
