@@ -14,6 +14,17 @@ from tpucared.core.model.observed import NodeMade
 from tpucared.core.model.specs import NodeOptions
 
 
+def compared(asked: NodeOptions) -> bool:
+    """Whether `differences` can find anything for a fleet asking `asked`: only the options
+    a listed node shows are compared (not, say, Compute Engine's on_preemption)."""
+    return bool(
+        asked.network is not None
+        or asked.subnetwork is not None
+        or asked.service_account is not None
+        or asked.tags
+    )
+
+
 def differences(asked: NodeOptions, made: NodeMade) -> list[str]:
     """`what: asked X, has Y` for each option the node was made otherwise with."""
     out = []

@@ -239,12 +239,12 @@ def _notices(view: View) -> list[Notice]:
 
 def _option_drift(view: View, spec: FleetSpec) -> list[Notice]:
     """One notice per fleet whose serving nodes were made with other node options."""
-    if spec.node == NO_OPTIONS:
+    if spec.node == NO_OPTIONS or not drift.compared(spec.node):
         return []
     found: list[str] = []
-    for inc in sorted(view.live, key=lambda i: i.node_name):
-        if inc.fleet != spec.name or inc.phase not in SERVING:
-            continue
+    # This fleet's serving nodes only, then sorted: not every live node once per fleet.
+    mine = [i for i in view.live if i.fleet == spec.name and i.phase in SERVING]
+    for inc in sorted(mine, key=lambda i: i.node_name):
         node = view.listed_node(inc.project, inc.zone, inc.node_name)
         if node is not None and node.made is not None:
             found.extend(f"{inc.node_name} {d}" for d in drift.differences(spec.node, node.made))
