@@ -25,9 +25,10 @@ two engines interleaved wherever a phase repeats:
    reconciler's write). A tick at steady state with nothing moved writes nothing.
 3. The storm: every node preempted in one tick, planned as the planner plans a death (READY
    -> DEAD with the cloud facts, the slot's update counting the preemption and its event; then
-   its DeleteNode), executed by the executor: each Transition in a transaction of its own,
-   since a cloud action's intent follows it, then the delete intent (`begin_delete`). Each
-   delete goes to a background task as `CloudCalls` does (at most `MAX_DELETES` = 32 at once,
+   its DeleteNode), executed by the executor: the Transitions and the delete intents
+   (`begin_delete`) in the plan's batches (`RECORD_BATCH` actions a transaction, a savepoint
+   each; before issue 31 each Transition and each intent had a transaction of its own), no
+   tick budget. Each delete goes, once its batch committed, to a background task as `CloudCalls` does (at most `MAX_DELETES` = 32 at once,
    a call taking `delete_latency_s`) that records the accepted delete (`record_outcome`),
    while the executor goes on: the daemon's real concurrency, all through one store, whose
    writers queue in-process (`Store._queue`) on both engines.

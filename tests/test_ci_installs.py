@@ -43,6 +43,9 @@ PACKAGE_OF = {
     "podman": "podman",
     "runc": "runc",
     "mmdebstrap": "mmdebstrap",
+    "mount": "mount",  # a small tmpfs that fills up (tests/runtime/test_database_outage.py)
+    "umount": "mount",
+    "dd": "coreutils",
 }
 
 # Essential: yes on Debian, present on every installation; .ci/run need not name them.
