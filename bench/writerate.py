@@ -28,8 +28,9 @@ two engines interleaved wherever a phase repeats:
    its DeleteNode), executed by the executor: the Transitions and the delete intents
    (`begin_delete`) in the plan's batches (`RECORD_BATCH` actions a transaction, a savepoint
    each; before issue 31 each Transition and each intent had a transaction of its own), no
-   tick budget. Each delete goes, once its batch committed, to a background task as `CloudCalls` does (at most `MAX_DELETES` = 32 at once,
-   a call taking `delete_latency_s`) that records the accepted delete (`record_outcome`),
+   tick budget. Each delete goes, once its batch committed, to a background task as
+   `CloudCalls` does (at most `MAX_DELETES` = 32 at once, a call taking `delete_latency_s`)
+   that records the accepted delete (`record_outcome`),
    while the executor goes on: the daemon's real concurrency, all through one store, whose
    writers queue in-process (`Store._queue`) on both engines.
 4. Patterns: the background write alone (`record_outcome` on a DELETING node),
