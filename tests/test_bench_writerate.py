@@ -74,10 +74,11 @@ def test_the_writerate_benchmark_runs_end_to_end_in_quick_mode(tmp_path: Path) -
         assert storm["preempted"] == size
         assert storm["tick"]["done"] == storm["tick"]["actions"] == 2 * size
         assert storm["all"]["delete_outcomes"] == size
-        # The tick's transitions and delete intents share its batches (RECORD_BATCH actions
-        # each); every delete's outcome is a transaction of its own.
-        batches = math.ceil(2 * size / RECORD_BATCH)
-        assert storm["all"]["transactions"] == batches + size
+        # The tick's transitions and delete intents share its batches (at most RECORD_BATCH
+        # actions each, fewer when a batch commits early at BATCH_S on a loaded machine);
+        # every delete's outcome is a transaction of its own.
+        batches = storm["all"]["transactions"] - size
+        assert math.ceil(2 * size / RECORD_BATCH) <= batches < 2 * size
         positive_phase(storm["all"])
         assert storm["all"]["wall_s"] >= storm["tick"]["wall_s"]
         for name in writerate.PATTERNS:

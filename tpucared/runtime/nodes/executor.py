@@ -9,7 +9,8 @@ action for an incarnation that still has a call in flight, or whose name a delet
 (or one written earlier in this plan) may still reach, is postponed to the next tick (one
 call per node at a time).
 
-Actions are applied in batches of up to `RECORD_BATCH`, in the plan's order: one
+Actions are applied in batches of up to `RECORD_BATCH` (committed early once open for
+`BATCH_S`, so the lease keeper's renewal never waits long behind one), in the plan's order: one
 transaction each, every action in a savepoint of its own, so a stale action is undone alone
 and the others still commit; the calls of a batch's intents start after its commit. Why:
 each commit syncs the WAL (store/engine.py). Adopting 10,000 nodes after a lost database is
@@ -66,6 +67,11 @@ log = structlog.get_logger(__name__)
 RECORD_BATCH = 256
 # Seconds a tick's execution may run before the batches left wait for the next tick.
 EXECUTE_BUDGET_S = 1.0
+# Seconds one batch's transaction may stay open before it commits and the next one starts: the
+# lease keeper's renewal (every third of the lease) waits behind an open write transaction,
+# so none may last long, however loaded the machine (a CI run saw a 256-intent batch outlast
+# a 3 s lease).
+BATCH_S = 0.5
 
 DONE = "done"
 POSTPONED = "postponed: a call for this node (or a delete of its name) is still in flight"
@@ -122,13 +128,16 @@ class Executor:
         result = Execution()
         actions = list(plan.actions)
         started = self._monotonic()
-        for at in range(0, len(actions), RECORD_BATCH):
-            batch = actions[at : at + RECORD_BATCH]
+        at = 0
+        while at < len(actions):
             if at and self._monotonic() - started > self._budget:
                 result.outcomes += [(a, OVER_BUDGET) for a in actions[at:]]
                 log.info("execution.over_budget", budget_s=self._budget, left=len(actions) - at)
                 break
-            result.outcomes += await self._record_batch(batch, plan.now, live or {})
+            batch = actions[at : at + RECORD_BATCH]
+            outcomes = await self._record_batch(batch, plan.now, live or {})
+            result.outcomes += outcomes
+            at += len(outcomes)
         return result
 
     async def _record_batch(
@@ -136,17 +145,23 @@ class Executor:
     ) -> list[tuple[Action, str]]:
         """One transaction for the batch, one savepoint per action, or a few statements for a
         run of OpenSlot and Adopt actions (a fleet found again: `Tx.adopt_many`); logged in
-        the plan's order once committed."""
+        the plan's order once committed. It commits early, after `BATCH_S`: the outcomes are
+        those of the batch's first actions, the caller goes on with the rest."""
         order = {id(a): i for i, a in enumerate(batch)}
         outcomes: list[tuple[Action, str]] = []
         intents = _Intents(self._calls)
+        began = self._monotonic()
         try:
             async with self._store.write() as tx:
                 for run in _runs(batch):
+                    if outcomes and self._monotonic() - began > BATCH_S:
+                        break
                     if len(run) > 1 and all(_in_bulk(a) for a in run):
                         outcomes += await self._record_run(tx, run, now)
                         continue
                     for action in run:
+                        if outcomes and self._monotonic() - began > BATCH_S:
+                            break
                         with structlog.contextvars.bound_contextvars(**_context(action, live)):
                             if isinstance(action, CreateNode | DeleteNode):
                                 done = await self._outcome(self._intent(tx, action, now, intents))
