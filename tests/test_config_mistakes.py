@@ -163,7 +163,7 @@ BAD = [
         fleet('capacity = "cheap"'),
         [
             "fleet \"sweep\": capacity: expected one of 'spot', 'preemptible', "
-            "'on-demand' or 'reserved', got \"cheap\""
+            "'on-demand', 'reserved' or 'flex-start', got \"cheap\""
         ],
     ),
     (

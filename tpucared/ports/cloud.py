@@ -95,6 +95,13 @@ class NodeShape:
     # instanceTerminationAction): "stop" (it stays listed, TERMINATED, until deleted) or
     # "delete" (it vanishes). None: the adapter's default. The TPU API has no such choice.
     on_preemption: str | None = None
+    # A multi-host slice (Compute Engine, issue 28): the fleet's `topology` (e.g. "2x2x4")
+    # and the VMs it takes (core/model/machines.py `hosts_of`); one host is the single-VM
+    # path. The TPU API's accelerator type says both by itself: None and 1 there.
+    topology: str | None = None
+    hosts: int = 1
+    # Flex-start only (`capacity` FLEX_START): the longest the VMs may run, in seconds.
+    max_run_duration_s: int | None = None
 
     def for_queue(self) -> NodeShape:
         """The same node as a queued slot's node: the tier moves to the queued slot."""
@@ -208,6 +215,20 @@ class PreemptionRecords(Protocol):
         """Every record in (`project`, `zone`) naming one of the nodes `nodes` (any
         incarnation of the name: the record's `cloud_id` says which, where it can). Raises
         CloudError."""
+        ...
+
+
+@runtime_checkable
+class SharedResources(Protocol):
+    """A cloud whose nodes need resources of their own beside them, made by `create` and
+    shared between nodes (Compute Engine's multi-host slices: an instance template per fleet
+    spec, a workload policy per region and topology). `sweep` deletes those of ours that no
+    node uses any more; the runtime calls it once a delete of such a node is confirmed, at
+    start (a crash may have left some) and at the end of `tpucared down`."""
+
+    async def sweep(self, project: str, zone: str) -> tuple[str, ...]:
+        """Delete (start deleting) our shared resources that (project, zone)'s nodes no longer
+        use; the names of those it deleted. Raises CloudError."""
         ...
 
 

@@ -1,11 +1,15 @@
-"""Compute Engine's TPU machine types: the ones a `compute` fleet may name, their chips and
-the default boot image of their TPU generation.
+"""Compute Engine's TPU machine types: the ones a `compute` fleet may name, their chips, the
+default boot image of their TPU generation, and the multi-host topologies each makes.
 
 A `compute` fleet (issue 27) names a machine type instead of an accelerator type: one VM of
 that type per slot. The table is what tpucared knows to be real (docs/research/compute-engine.md
 §1.1, §1.3); a name outside it is a config error naming the known ones, not a 400 from the cloud
 on every create. Chips per VM are the `-Nt` suffix of the name (1t = 1, 4t = 4, 8t = 8), which
 holds for every type Google names; the table states them too and a test keeps the two in step.
+
+A multi-host slice (issue 28) is `topology` on a machine type: `TOPOLOGIES` says how many VMs
+(hosts) each takes, from SkyPilot's `_COMPUTE_TPU_TOPOLOGY_TO_VM_COUNT` and Google's v5p table
+(docs/research/compute-engine.md §6.8). A pair outside it is a config error naming the valid ones.
 """
 
 from __future__ import annotations
@@ -49,3 +53,45 @@ def chips_of(machine_type: str) -> int | None:
     """Chips per VM by the name's `-Nt` suffix; None for a name without one."""
     found = _CHIPS.fullmatch(machine_type)
     return int(found.group(1)) if found else None
+
+
+# machine type -> {topology: hosts}. One host is the single-VM path (an instance, no MIG).
+TOPOLOGIES: dict[str, dict[str, int]] = {
+    "tpu7x-standard-4t": {
+        "2x2x1": 1,
+        "2x2x2": 2,
+        "2x2x4": 4,
+        "2x4x4": 8,
+        "4x4x4": 16,
+        "4x4x8": 32,
+        "4x8x8": 64,
+        "8x8x8": 128,
+        "8x8x16": 256,
+        "8x16x16": 512,
+    },
+    "ct6e-standard-1t": {"1x1": 1},
+    "ct6e-standard-4t": {"2x2": 1, "4x4": 4, "4x8": 8, "8x8": 16, "8x16": 32, "16x16": 64},
+    "ct6e-standard-8t": {"2x4": 1},
+    # v5p: hosts = chips / 4; Google's table has no 2x2x4.
+    "ct5p-hightpu-4t": {
+        "2x2x1": 1,
+        "2x2x2": 2,
+        "2x4x4": 8,
+        "4x4x4": 16,
+        "4x4x8": 32,
+        "4x8x8": 64,
+        "8x8x8": 128,
+        "8x8x16": 256,
+        "8x16x16": 512,
+        "16x16x16": 1024,
+        "16x16x24": 1536,
+    },
+}
+
+
+def hosts_of(machine_type: str, topology: str | None) -> int | None:
+    """The VMs a slice of `topology` takes on `machine_type` (1 without a topology); None for
+    a pair not in `TOPOLOGIES`."""
+    if topology is None:
+        return 1
+    return TOPOLOGIES.get(machine_type, {}).get(topology)

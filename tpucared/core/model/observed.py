@@ -84,6 +84,9 @@ class ObservedNode:
     # The [policy.timeouts] rule (core/vocab/stuck.py) that times a CREATING, TRANSIENT or
     # WAITING state; None: the planner's default for where it stands.
     stuck_rule: str | None = None
+    # When the cloud ends the node's run by itself (a flex-start VM's `maxRunDuration`): its
+    # loss near then is the run's end, neither a preemption nor a failure. None: no such end.
+    run_ends_at: datetime | None = None
 
     @property
     def fleet(self) -> str | None:

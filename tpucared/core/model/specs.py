@@ -24,6 +24,9 @@ class CapacityKind(StrEnum):
     PREEMPTIBLE = "preemptible"
     ON_DEMAND = "on-demand"
     RESERVED = "reserved"
+    # Compute Engine only (issue 28): a VM or slice waits for capacity from the Dynamic
+    # Workload Scheduler, then runs at most `max_run_duration`, when the cloud deletes it.
+    FLEX_START = "flex-start"
 
 
 class Provisioning(StrEnum):
