@@ -5,7 +5,8 @@ The catalog answers "does zone Z exist" and "is type T offered in zone Z"; a cre
 unknown zone or type fails the way GCP fails (see errors.py). By default every common type is
 offered in every default zone; tests and demos pass their own mapping to model scarcity. The
 Compute Engine surface (compute/) asks the same of machine types (`has_compute_zone`,
-`offers_machine`); its zones are the TPU API's plus the ones only Compute Engine serves TPU7x in.
+`offers_machine`); its zones are the TPU API's plus the ones only Compute Engine serves TPU7x in,
+and `TOPOLOGY_HOSTS` says how many VMs a multi-host slice of each machine type has.
 """
 
 from __future__ import annotations
@@ -91,6 +92,20 @@ MACHINE_TYPES: dict[str, MachineType] = {
         MachineType("ct5p-hightpu-4t", "ct5p", 4, 208, 448 * 1024, "tpu-v5p-slice"),
     )
 }
+
+# Machine type -> {accelerator topology: hosts}: how many VMs a MIG with a workload policy of
+# that topology must have (docs/research/compute-engine.md section 6.8). The cloud's own table:
+# the emulator checks a MIG's targetSize against it, whatever the daemon believes.
+TOPOLOGY_HOSTS: dict[str, dict[str, int]] = {
+    "tpu7x-standard-4t": {"2x2x1": 1, "2x2x2": 2, "2x2x4": 4, "2x4x4": 8, "4x4x4": 16,
+                          "4x4x8": 32, "4x8x8": 64, "8x8x8": 128, "8x8x16": 256, "8x16x16": 512},
+    "ct6e-standard-1t": {"1x1": 1},
+    "ct6e-standard-4t": {"2x2": 1, "4x4": 4, "4x8": 8, "8x8": 16, "8x16": 32, "16x16": 64},
+    "ct6e-standard-8t": {"2x4": 1},
+    "ct5p-hightpu-4t": {"2x2x1": 1, "2x2x2": 2, "2x4x4": 8, "4x4x4": 16, "4x4x8": 32,
+                        "4x8x8": 64, "8x8x8": 128, "8x8x16": 256, "8x16x16": 512,
+                        "16x16x16": 1024, "16x16x24": 1536},
+}  # fmt: skip
 
 # Compute Engine zones: the TPU API's, plus those where Compute Engine serves TPU7x and v6e
 # (research section 1.2).

@@ -119,6 +119,20 @@ class EmulatorOptions:
     # instance/attributes/: "both" (agent-worker-number and tpu-env's WORKER_ID, as on TPU API
     # VMs), "agent-worker-number", "tpu-env" or "none".
     compute_worker_id_source: str = "both"
+    # Unconfirmed (row 11): a MIG's worker ids in the order of its members' names
+    # ("ordered": x-w-001 is worker 0) or "shuffled" (a random permutation, fixed per MIG).
+    compute_mig_worker_order: str = "ordered"
+    # Unconfirmed (row 12): what a MIG whose defaultActionOnFailure is DO_NOTHING does when a
+    # member is preempted, terminated or vanishes: "leave" (a STOP-preempted member stays
+    # TERMINATED, a deleted one stays listed by listManagedInstances without instanceStatus)
+    # or "recreate_member" (as REPAIR does: the same name created again). REPAIR always does.
+    compute_mig_on_member_loss: str = "leave"
+    # Unconfirmed (row 13): whether instanceGroupManagers.resize works on TPU MIGs (Google:
+    # "delete and then recreate"); False: 400, with wording of ours.
+    compute_mig_resize_supported: bool = False
+    # Unpublished: how often a MIG tries again to create a member that failed (INDIVIDUAL) or
+    # checks for the capacity of the whole group (BULK).
+    compute_mig_retry_seconds: float = 2.0
     # Unconfirmed (row 24): an empty list page omits `items` (Google's usual JSON) or, when
     # True, sends "items": [].
     compute_empty_items_listed: bool = False
@@ -136,6 +150,8 @@ class EmulatorOptions:
             "compute_quota_mode": ("sync_http", "operation"),
             "compute_preempt_records": ("preempted_only", "preempted_plus_delete"),
             "compute_worker_id_source": ("both", "agent-worker-number", "tpu-env", "none"),
+            "compute_mig_worker_order": ("ordered", "shuffled"),
+            "compute_mig_on_member_loss": ("leave", "recreate_member"),
         }
         if self.compute_rate_limit_status not in (403, 429):
             raise ValueError("compute_rate_limit_status must be 403 or 429")

@@ -30,7 +30,15 @@ from aiohttp import web
 from tpucared.emulator import fields
 from tpucared.emulator.api import V2Api
 from tpucared.emulator.clock import Clock
-from tpucared.emulator.compute import ComputeApi, ComputeBook, ComputeControl, ComputeRequests
+from tpucared.emulator.compute import (
+    ComputeApi,
+    ComputeBook,
+    ComputeControl,
+    ComputeRequests,
+    MigRequests,
+    Migs,
+    Shared,
+)
 from tpucared.emulator.control import ControlApi
 from tpucared.emulator.driver import Driver
 from tpucared.emulator.faults import FaultInjector
@@ -64,6 +72,8 @@ class EmulatorServer:
         self.state = EmulatorState(self.options, clock)
         # Compute Engine instances on the same cloud (compute/): attached as `state.vms`.
         self.compute = ComputeBook(self.state)
+        # Its managed instance groups, templates and workload policies: attached as `groups`.
+        self.migs = Migs(self.compute, Shared(self.compute))
         # Profiles belong to accounts, not to the cloud's resources: a control reset keeps them.
         self.os_login = OsLoginRegistry(lambda: int(self.state.now() * 1_000_000))
         self.faults = FaultInjector()
@@ -92,7 +102,7 @@ class EmulatorServer:
             return web.Response(body=body, content_type="application/json", charset="utf-8")
 
         app.router.add_route("*", "/v2/{tail:.*}", v2)
-        ComputeApi(ComputeRequests(self.compute)).add_routes(app)
+        ComputeApi(ComputeRequests(self.compute), MigRequests(self.migs)).add_routes(app)
         ControlApi(self.state, self.faults, self.requests, self.worker_hosts).add_routes(app)
         ComputeControl(self.compute).add_routes(app)
         OsLoginApi(self.os_login).add_routes(app)

@@ -3,11 +3,13 @@
 Served under `/compute/v1/` by the same aiohttp application as `/v2` (server.py), behind the
 same request pipeline (middleware.py: faults, request log, clock), on the same emulated cloud
 (one clock, one timer heap, one capacity table, one set of loopback addresses): instances
-insert / get / list / delete / getGuestAttributes, zone operations get / list / wait, and
-machineTypes.get for the TPU machine types. Every RUNNING instance is a simulated worker host
-(hosts/), SSH and metadata server, exactly like a one-worker TPU node. Shapes, wording and the
-behaviours Google has not documented (each an `EmulatorOptions.compute_*` option) follow
-docs/research/compute-engine.md.
+insert / get / list / delete / getGuestAttributes, zone operations get / list / wait,
+machineTypes.get for the TPU machine types, and multi-host slices as managed instance groups
+(zonal and regional instanceGroupManagers with listManagedInstances, instance templates,
+workload policies; regional and global operations get / wait). Every RUNNING instance is a
+simulated worker host (hosts/), SSH and metadata server, exactly like a one-worker TPU node.
+Shapes, wording and the behaviours Google has not documented (each an
+`EmulatorOptions.compute_*` option) follow docs/research/compute-engine.md.
 
 Layout, in the order a request flows:
     api         routing, query parameters, `fields`, operations.wait
@@ -15,7 +17,13 @@ Layout, in the order a request flows:
     requests    what each call does: validation, capacity, stockouts, requestId replay, reads
     validation  the checks of an insert body, in compute's wording
     filters     the `filter` expressions of lists
-    book        the records (instances, operations) and their lifecycle, timers, preemptions
+    mig_requests  the instanceGroupManagers calls (insert, get, list, listManagedInstances,
+                delete, resize)
+    shared      workload policies and instance templates: records and calls
+    migs        the managed instance groups: records, members, bulk mode, repair, deletion
+    book        the records (instances, operations) and their lifecycle, timers, preemptions;
+                the one instance creation function, for instances.insert and for MIGs
+    hooks       what the book sees of the groups (and of an operation's target)
     resources   Instance, ZoneOperation, VmHost (the instance as the worker hosts see it)
     errors      compute's HTTP envelope and operation errors; faults' compute answers
     control     the control API's instance actions (:preempt, :terminate, :vanish)
@@ -24,6 +32,17 @@ Layout, in the order a request flows:
 from tpucared.emulator.compute.api import ComputeApi
 from tpucared.emulator.compute.book import ComputeBook
 from tpucared.emulator.compute.control import ComputeControl
+from tpucared.emulator.compute.mig_requests import MigRequests
+from tpucared.emulator.compute.migs import Migs
 from tpucared.emulator.compute.requests import ComputeRequests
+from tpucared.emulator.compute.shared import Shared
 
-__all__ = ["ComputeApi", "ComputeBook", "ComputeControl", "ComputeRequests"]
+__all__ = [
+    "ComputeApi",
+    "ComputeBook",
+    "ComputeControl",
+    "ComputeRequests",
+    "MigRequests",
+    "Migs",
+    "Shared",
+]

@@ -12,6 +12,19 @@ REST transport and the daemon's client send them, research section 8):
     GET    projects/{p}/zones/{z}/operations/{op}               zoneOperations.get
     POST   projects/{p}/zones/{z}/operations/{op}/wait          zoneOperations.wait
     GET    projects/{p}/zones/{z}/machineTypes/{mt}             machineTypes.get
+    GET    projects/{p}/{regions/r|global}/operations/{op}      region/globalOperations.get
+    POST   projects/{p}/{regions/r|global}/operations/{op}/wait region/globalOperations.wait
+    POST   projects/{p}/regions/{r}/resourcePolicies?requestId= resourcePolicies.insert
+    GET    projects/{p}/regions/{r}/resourcePolicies[/{name}]   resourcePolicies.list / get
+    DELETE projects/{p}/regions/{r}/resourcePolicies/{name}     resourcePolicies.delete
+    POST   projects/{p}/{global|regions/r}/instanceTemplates    instanceTemplates.insert
+    GET    projects/{p}/{global|regions/r}/instanceTemplates[/{name}]   .list / .get
+    DELETE projects/{p}/{global|regions/r}/instanceTemplates/{name}     .delete
+    POST   projects/{p}/{zones/z|regions/r}/instanceGroupManagers?requestId=   insert
+    GET    projects/{p}/{zones/z|regions/r}/instanceGroupManagers[/{m}]        list / get
+    DELETE projects/{p}/{zones/z|regions/r}/instanceGroupManagers/{m}          delete
+    POST   .../instanceGroupManagers/{m}/listManagedInstances                 (PAGELESS)
+    POST   .../instanceGroupManagers/{m}/resize?size=&requestId=
 
 System parameters (`fields`, `alt`, `$alt`, `prettyPrint`, ...) are accepted; `fields` is
 applied to the answer (fields.py), as for the TPU API. Any other unknown query parameter is a
@@ -34,7 +47,9 @@ from tpucared.emulator import fields
 from tpucared.emulator.api import SYSTEM_PARAMETERS
 from tpucared.emulator.compute import errors
 from tpucared.emulator.compute.limits import RateLimits, metrics_of
+from tpucared.emulator.compute.mig_requests import MigRequests
 from tpucared.emulator.compute.requests import ComputeRequests
+from tpucared.emulator.compute.resources import ZoneOperation
 from tpucared.emulator.errors import ApiError
 from tpucared.emulator.resources import region_of
 from tpucared.emulator.schema import camel
@@ -44,6 +59,12 @@ JsonDict = dict[str, Any]
 Handler = Callable[[web.Request, "re.Match[str]", dict[str, str]], Awaitable[JsonDict]]
 _ID = r"([^/]+)"
 _ZONE = rf"projects/{_ID}/zones/{_ID}"
+_REGION = rf"projects/{_ID}/(regions/[^/]+)"
+_TEMPLATES = rf"projects/{_ID}/(global|regions/[^/]+)/instanceTemplates"
+_MIGS = rf"projects/{_ID}/((?:zones|regions)/[^/]+)/instanceGroupManagers"
+_SCOPED_OP = rf"projects/{_ID}/(global|regions/[^/]+)/operations/{_ID}"
+_RID = frozenset({"requestId"})
+_Call = Callable[["re.Match[str]", dict[str, str]], "JsonDict | ZoneOperation"]
 _LIST = frozenset({"filter", "maxResults", "orderBy", "pageToken", "returnPartialSuccess"})
 _WAIT_STEP_S = 0.02
 
@@ -57,8 +78,9 @@ class _Route:
 
 
 class ComputeApi:
-    def __init__(self, requests: ComputeRequests) -> None:
+    def __init__(self, requests: ComputeRequests, groups: MigRequests) -> None:
         self.requests = requests
+        self.groups = groups
         self.options = requests.options
         self._partials = fields.PartialMemo()
         self.limits = RateLimits(
@@ -77,6 +99,62 @@ class ComputeApi:
             _Route("GET", rf"{_ZONE}/operations/{_ID}", self.get_operation, frozenset()),
             _Route("POST", rf"{_ZONE}/operations/{_ID}/wait", self.wait, frozenset()),
             _Route("GET", rf"{_ZONE}/machineTypes/{_ID}", self.machine_type, frozenset()),
+            _Route("GET", _SCOPED_OP, self.get_scoped_operation, frozenset()),
+            _Route("POST", rf"{_SCOPED_OP}/wait", self.wait_scoped, frozenset()),
+        ]  # fmt: skip
+        self.routes += self._group_routes()
+
+    def _group_routes(self) -> list[_Route]:
+        """Workload policies, instance templates, MIGs (compute/shared.py, mig_requests.py)."""
+        shared, groups = self.groups.shared, self.groups
+
+        def region(scope: str) -> str | None:
+            return None if scope == "global" else scope.removeprefix("regions/")
+
+        async def insert_policy(r: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
+            region_ = m[2].removeprefix("regions/")
+            return shared.insert_policy(m[1], region_, await _body(r), q.get("requestId")).to_json()
+
+        async def insert_template(r: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
+            op = shared.insert_template(m[1], region(m[2]), await _body(r), q.get("requestId"))
+            return op.to_json()
+
+        async def insert_mig(r: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
+            return groups.insert(m[1], m[2], await _body(r), q.get("requestId")).to_json()
+
+        def sync(fn: _Call) -> Handler:
+            async def handler(_: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
+                out = fn(m, q)
+                return out.to_json() if isinstance(out, ZoneOperation) else out
+
+            return handler
+
+        policy = rf"{_REGION}/resourcePolicies"
+        return [
+            _Route("POST", policy, insert_policy, _RID),
+            _Route("GET", policy, sync(lambda m, q: shared.list_policies(
+                m[1], m[2].removeprefix("regions/"), q)), _LIST),
+            _Route("GET", rf"{policy}/{_ID}", sync(lambda m, q: shared.policy(
+                m[1], m[2].removeprefix("regions/"), m[3]).to_json()), frozenset()),
+            _Route("DELETE", rf"{policy}/{_ID}", sync(lambda m, q: shared.delete_policy(
+                m[1], m[2].removeprefix("regions/"), m[3], q.get("requestId"))), _RID),
+            _Route("POST", _TEMPLATES, insert_template, _RID),
+            _Route("GET", _TEMPLATES, sync(lambda m, q: shared.list_templates(
+                m[1], region(m[2]), q)), _LIST),
+            _Route("GET", rf"{_TEMPLATES}/{_ID}", sync(lambda m, q: shared.template(
+                m[1], region(m[2]), m[3]).to_json()), frozenset()),
+            _Route("DELETE", rf"{_TEMPLATES}/{_ID}", sync(lambda m, q: shared.delete_template(
+                m[1], region(m[2]), m[3], q.get("requestId"))), _RID),
+            _Route("POST", _MIGS, insert_mig, _RID),
+            _Route("GET", _MIGS, sync(lambda m, q: groups.list(m[1], m[2], q)), _LIST),
+            _Route("GET", rf"{_MIGS}/{_ID}", sync(lambda m, q: groups.get(m[1], m[2], m[3])),
+                   frozenset()),
+            _Route("DELETE", rf"{_MIGS}/{_ID}", sync(lambda m, q: groups.delete(
+                m[1], m[2], m[3], q.get("requestId"))), _RID),
+            _Route("POST", rf"{_MIGS}/{_ID}/listManagedInstances", sync(
+                lambda m, q: groups.list_managed(m[1], m[2], m[3])), _LIST),
+            _Route("POST", rf"{_MIGS}/{_ID}/resize", sync(lambda m, q: groups.resize(
+                m[1], m[2], m[3], q.get("size"), q.get("requestId"))), _RID | {"size"}),
         ]  # fmt: skip
 
     def add_routes(self, app: web.Application) -> None:
@@ -102,7 +180,7 @@ class ComputeApi:
             match = route.regex.fullmatch(tail)
             if match and route.method == request.method:
                 query = _query(request, route.params)
-                region = region_of(match[2])
+                region = _region(tail)
                 metrics = metrics_of(request.method, tail)
                 self.limits.take(self.requests.state.now(), match[1], region, metrics)
                 return await route.handler(request, match, query)
@@ -141,18 +219,43 @@ class ComputeApi:
     async def wait(self, _: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
         """Until DONE, or at most compute_wait_max_seconds; with
         compute_wait_early_return_probability, at once whatever the status (research §2.6)."""
+        return (await self._wait(self.requests.book.operation(m[1], m[2], m[3]))).to_json()
+
+    async def _wait(self, op: ZoneOperation) -> ZoneOperation:
         book = self.requests.book
-        op = book.operation(m[1], m[2], m[3])
         early = book.random() < self.options.compute_wait_early_return_probability
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (0.0 if early else self.options.compute_wait_max_seconds)
         while not op.done and loop.time() < deadline:
             await asyncio.sleep(min(_WAIT_STEP_S, max(0.0, deadline - loop.time())))
             book.state.advance()
-        return op.to_json()
+        return op
 
     async def machine_type(self, _: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
         return self.requests.machine_type(m[1], m[2], m[3])
+
+    def _scoped_op(self, m: re.Match[str]) -> ZoneOperation:
+        key = f"projects/{m[1]}/{m[2]}/operations/{m[3]}"
+        op = self.requests.book.ops.get(key)
+        if op is None:
+            raise errors.not_found(key)
+        return op
+
+    async def get_scoped_operation(
+        self, _: web.Request, m: re.Match[str], q: dict[str, str]
+    ) -> JsonDict:
+        return self._scoped_op(m).to_json()
+
+    async def wait_scoped(self, _: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
+        return (await self._wait(self._scoped_op(m))).to_json()
+
+
+def _region(tail: str) -> str:
+    """The region a request counts against (rate quotas): its zone's, or its region."""
+    parts = tail.split("/")
+    if len(parts) > 3 and parts[2] == "zones":
+        return region_of(parts[3])
+    return parts[3] if len(parts) > 3 and parts[2] == "regions" else "global"
 
 
 def _query(request: web.Request, allowed: frozenset[str]) -> dict[str, str]:

@@ -34,6 +34,7 @@ import structlog
 from tpucared.emulator.catalog import MACHINE_TYPES, MachineType
 from tpucared.emulator.compute import errors
 from tpucared.emulator.compute.errors import OpError
+from tpucared.emulator.compute.hooks import Groups, NoGroups, Target
 from tpucared.emulator.compute.resources import Instance, ZoneOperation
 from tpucared.emulator.paging import SortedNames
 from tpucared.emulator.resources import region_of
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-Step = Literal["staging", "running", "deleted", "notice_over", "stopped", "expire"]
+Step = Literal["staging", "running", "deleted", "notice_over", "stopped", "expire", "mig"]
 CREATING = frozenset({"PROVISIONING", "STAGING"})
 USER = "emulated-user@example.com"  # who the API calls are by: there is no authentication
 
@@ -56,6 +57,7 @@ class ComputeBook:
         self.state = state
         self.options = state.options
         self.catalog = state.catalog
+        self.groups: Groups = NoGroups()
         self._init_data()
         state.vms = self
 
@@ -64,7 +66,7 @@ class ComputeBook:
         self.instances: dict[str, Instance] = {}  # projects/p/zones/z/instances/n -> instance
         self.index: dict[str, SortedNames] = {}  # projects/p/zones/z -> instance names
         self.ops: OrderedDict[str, ZoneOperation] = OrderedDict()  # .../operations/n -> op
-        self._request_ids: dict[tuple[str, str, str], str] = {}  # (project, zone, id) -> op
+        self._request_ids: dict[tuple[str, str, str], str] = {}  # (project, scope, id) -> op
         self.quota: dict[tuple[str, str], int] = {}  # (region, family) -> chips (control API)
 
     def now(self) -> float:
@@ -72,6 +74,10 @@ class ComputeBook:
 
     def random(self) -> float:
         return self._rng.random()
+
+    def uid(self) -> int:
+        """A new resource id (a uint64, never 0)."""
+        return self._rng.getrandbits(63) or 1
 
     # -----------------------------------------------------------------------------------------
     # Zones and operations.
@@ -85,11 +91,14 @@ class ComputeBook:
         project: str,
         zone: str,
         operation_type: str,
-        target: Instance,
+        target: Target,
         *,
         user: str = USER,
         request_id: str | None = None,
+        scope: str | None = None,
     ) -> ZoneOperation:
+        """A RUNNING operation; `scope` (`regions/r`, `global`) for a regional or global one,
+        whose `zone` is then unused."""
         now = self.now()
         if user == "system":
             name = f"systemevent-{int(now * 1000)}-{secrets.token_hex(6)}"
@@ -106,10 +115,11 @@ class ComputeBook:
             user=user,
             insert_time=now,
             request_id=request_id,
+            scope=scope,
         )
-        self.ops[f"projects/{project}/zones/{zone}/operations/{name}"] = op
+        self.ops[op.key] = op
         if request_id is not None and self.options.compute_request_id_replay == "same_operation":
-            self._request_ids[(project, zone, request_id)] = name
+            self._request_ids[(project, op.scope, request_id)] = name
         self._trim_operations()
         return op
 
@@ -119,16 +129,19 @@ class ComputeBook:
             if oldest.done:
                 del self.ops[key]
                 if oldest.request_id is not None:  # forgotten with its operation
-                    self._request_ids.pop((oldest.project, oldest.zone, oldest.request_id), None)
+                    self._request_ids.pop((oldest.project, oldest.scope, oldest.request_id), None)
             else:
                 self.ops.move_to_end(key)
 
-    def replayed(self, project: str, zone: str, request_id: str | None) -> ZoneOperation | None:
+    def replayed(
+        self, project: str, zone: str, request_id: str | None, scope: str | None = None
+    ) -> ZoneOperation | None:
         """The operation an earlier request with this requestId started (research §9 row 5)."""
         if request_id is None:
             return None
-        name = self._request_ids.get((project, zone, request_id))
-        return self.ops.get(f"projects/{project}/zones/{zone}/operations/{name}") if name else None
+        scope = scope or f"zones/{zone}"
+        name = self._request_ids.get((project, scope, request_id))
+        return self.ops.get(f"projects/{project}/{scope}/operations/{name}") if name else None
 
     def operation(self, project: str, zone: str, name: str) -> ZoneOperation:
         self.check_zone(project, zone)
@@ -178,6 +191,52 @@ class ComputeBook:
         self.instances[inst.key] = inst
         self.index.setdefault(f"projects/{project}/zones/{zone}", SortedNames()).add(inst.name)
         return inst
+
+    def create_instance(
+        self,
+        project: str,
+        zone: str,
+        spec: dict[str, Any],
+        machine: MachineType,
+        *,
+        request_id: str | None = None,
+        group: str | None = None,
+    ) -> ZoneOperation:
+        """The one way an instance is created, by instances.insert or by a MIG (`group`, its
+        key): it takes capacity now (or when the insert ends, capacity_judged "end"), or is
+        doomed to fail as a stockout or over quota; its insert operation runs until RUNNING."""
+        over_quota = self.quota_error(zone, machine)  # before it counts itself
+        inst = self.spawn(project, zone, spec, machine)
+        inst.group = group
+        if over_quota is not None:
+            inst.doomed = over_quota  # the operation fails as a stockout's does, with 403
+        elif self.options.capacity_judged == "end":
+            inst.capacity_pending = True
+        elif not self.take_capacity(inst):
+            inst.doomed = self.stockout(project, zone, machine)
+        op = self.new_operation(project, zone, "insert", inst, request_id=request_id)
+        inst.insert_op = op.name
+        self.schedule(inst, "staging", self.state.timing.create_seconds / 2)
+        return op
+
+    def delete_instance(self, inst: Instance, request_id: str | None = None) -> ZoneOperation:
+        """instances.delete, or a MIG deleting its member: STOPPING, gone after delete_seconds."""
+        if inst.delete_op is not None:
+            running = self.ops.get(
+                f"projects/{inst.project}/zones/{inst.zone}/operations/{inst.delete_op}"
+            )
+            if running is not None and not running.done:
+                return running
+        op = self.new_operation(inst.project, inst.zone, "delete", inst, request_id=request_id)
+        if inst.status in CREATING:
+            # The insert did its part; a doomed one reports why it would have failed.
+            self.finish_op(inst.insert_op, inst, inst.doomed)
+        self.release_capacity(inst)
+        inst.delete_op = op.name
+        inst.preempting = False
+        self.set_status(inst, "STOPPING")
+        self.schedule(inst, "deleted", self.state.timing.delete_seconds)
+        return op
 
     def take_capacity(self, inst: Instance) -> bool:
         if not self.state.has_capacity(inst.zone, inst.machine.name, 1):
@@ -236,6 +295,8 @@ class ComputeBook:
             self.state.host_event("stop", inst.host)
         inst.status = status
         inst.bump()
+        if inst.group is not None:
+            self.groups.member_changed(inst)
 
     def remove(self, inst: Instance) -> None:
         """The instance is gone: free its name, address and capacity."""
@@ -246,12 +307,17 @@ class ComputeBook:
         self.index[f"projects/{inst.project}/zones/{inst.zone}"].discard(inst.name)
         self.state.release_address(inst.worker.ip)
         inst.bump()
+        if inst.group is not None:
+            self.groups.member_changed(inst)
 
     # -----------------------------------------------------------------------------------------
     # Transitions fired by timers.
 
     def tick(self, key: str, generation: int, now: float) -> None:
         step, _, name = key.partition("|")
+        if step == "mig":
+            self.groups.tick(name, now)
+            return
         inst = self.instances.get(name)
         if inst is None or inst.generation != generation:
             return  # changed since: the timer is stale
@@ -385,27 +451,11 @@ class ComputeBook:
         for inst in self.instances.values():
             if inst.status == "RUNNING":
                 self.state.host_event("stop", inst.host)
+        self.groups.reset()
         self._init_data()
 
     def snapshot(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "project": i.project,
-                "zone": i.zone,
-                "spec": i.spec,
-                "machine_type": i.machine.name,
-                "uid": i.uid,
-                "create_time": i.create_time,
-                "status": i.status,
-                "preempting": i.preempting,
-                "last_start": i.last_start,
-                "last_stop": i.last_stop,
-                "ip": i.worker.ip,
-                "host_key": i.worker.host_key.export_private_key("openssh").decode(),
-            }
-            for i in self.instances.values()
-            if i.doomed is None
-        ]
+        return [i.record() for i in self.instances.values() if i.doomed is None]
 
     def restore(self, snapshot: list[dict[str, Any]]) -> None:
         for raw in snapshot:

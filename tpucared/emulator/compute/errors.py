@@ -201,17 +201,22 @@ _COLLECTIONS = {
     "instances": "instances",
     "operations": "zoneOperations",
     "machineTypes": "machineTypes",
+    "instanceGroupManagers": "instanceGroupManagers",
+    "instanceTemplates": "instanceTemplates",
+    "resourcePolicies": "resourcePolicies",
 }
 
 
 def permission_for(method: str, path: str) -> str:
     """The IAM permission a compute request needs, e.g. `compute.instances.list`."""
-    parts = path.removeprefix("/compute/v1/").split("/")
+    parts = [p for p in path.removeprefix("/compute/v1/").split("/") if p != "global"]
     collection = next(
         (_COLLECTIONS[p] for p in reversed(parts[0::2]) if p in _COLLECTIONS), "zones"
     )
-    if parts[-1] in ("getGuestAttributes", "wait"):
-        action = "getGuestAttributes" if parts[-1] == "getGuestAttributes" else "get"
+    if parts[-1] in ("getGuestAttributes", "wait", "listManagedInstances", "resize"):
+        action = {"getGuestAttributes": "getGuestAttributes", "resize": "update"}.get(
+            parts[-1], "get"
+        )
     elif len(parts) % 2 == 1:  # a collection: projects/p/zones/z/instances
         action = "create" if method == "POST" else "list"
     else:

@@ -10,7 +10,9 @@ Metrics (the simplified ones of the research, and the method each counts):
     reads_per_region           instances.get / list, machineTypes.get, zoneOperations.get / list
     writes_per_region          instances.insert / delete
     heavy_weight_read_requests_per_region   zoneOperations.wait
-    default_per_region         instances.insert / delete / getGuestAttributes (legacy group)
+    default_per_region         instances.insert / delete / getGuestAttributes (legacy group),
+                               instanceGroupManagers.listManagedInstances (research §6.4)
+    (the other MIG, template and policy calls count as reads or writes, as instances do)
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def metrics_of(method: str, tail: str) -> tuple[str, ...]:
     """The metrics a compute request (its path after /compute/v1/) counts against."""
     if tail.endswith("/wait"):
         return ("heavy_weight_read_requests_per_region",)
-    if tail.endswith("/getGuestAttributes"):
+    if tail.endswith(("/getGuestAttributes", "/listManagedInstances")):
         return ("default_per_region",)
     if method in ("POST", "DELETE"):
         return ("writes_per_region", "default_per_region")

@@ -62,17 +62,7 @@ class ComputeRequests:
                 raise errors.stockout_http(book.stockout(project, zone, machine))
             if mode == "born_done":
                 return self._born_done(project, zone, spec, machine, request_id)
-        inst = book.spawn(project, zone, spec, machine)
-        if over_quota is not None:
-            inst.doomed = over_quota  # the operation fails as a stockout's does, with 403
-        elif not judged_now:
-            inst.capacity_pending = True
-        elif not book.take_capacity(inst):
-            inst.doomed = book.stockout(project, zone, machine)
-        op = book.new_operation(project, zone, "insert", inst, request_id=request_id)
-        inst.insert_op = op.name
-        book.schedule(inst, "staging", self.state.timing.create_seconds / 2)
-        return op
+        return book.create_instance(project, zone, spec, machine, request_id=request_id)
 
     def _born_done(
         self, project: str, zone: str, spec: dict[str, Any], machine: Any, request_id: str | None
@@ -91,21 +81,7 @@ class ComputeRequests:
         replay = book.replayed(project, zone, request_id)
         if replay is not None and replay.operation_type == "delete":
             return replay
-        inst = book.instance(project, zone, name)
-        if inst.delete_op is not None:
-            running = book.ops.get(f"projects/{project}/zones/{zone}/operations/{inst.delete_op}")
-            if running is not None and not running.done:
-                return running
-        op = book.new_operation(project, zone, "delete", inst, request_id=request_id)
-        if inst.status in CREATING:
-            # The insert did its part; a doomed one reports why it would have failed.
-            book.finish_op(inst.insert_op, inst, inst.doomed)
-        book.release_capacity(inst)
-        inst.delete_op = op.name
-        inst.preempting = False
-        book.set_status(inst, "STOPPING")
-        book.schedule(inst, "deleted", self.state.timing.delete_seconds)
-        return op
+        return book.delete_instance(book.instance(project, zone, name), request_id)
 
     def get(self, project: str, zone: str, name: str) -> dict[str, Any]:
         return self.book.instance(project, zone, name).to_json()

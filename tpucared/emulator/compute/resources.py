@@ -84,6 +84,7 @@ class Instance:
         worker_id_source: str = "both",
     ) -> None:
         self.project = project
+        self.group: str | None = None  # the key of the MIG it is a member of (compute/migs.py)
         self.zone = zone
         self.name = name
         self.spec = spec
@@ -157,6 +158,23 @@ class Instance:
         scheduling = self.spec.get("scheduling") or {}
         # STOP is the API's default action (research section 2.2).
         return "DELETE" if scheduling.get("instanceTerminationAction") == "DELETE" else "STOP"
+
+    def record(self) -> dict[str, Any]:
+        """What the persisted snapshot keeps of it (compute/book.py restores it)."""
+        return {
+            "project": self.project,
+            "zone": self.zone,
+            "spec": self.spec,
+            "machine_type": self.machine.name,
+            "uid": self.uid,
+            "create_time": self.create_time,
+            "status": self.status,
+            "preempting": self.preempting,
+            "last_start": self.last_start,
+            "last_stop": self.last_stop,
+            "ip": self.worker.ip,
+            "host_key": self.worker.host_key.export_private_key("openssh").decode(),
+        }
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -282,7 +300,8 @@ def _full(project: str, path: str) -> str:
 
 
 class ZoneOperation:
-    """A zonal operation (`compute#operation`)."""
+    """An operation (`compute#operation`): zonal, or regional / global with `scope`
+    (`regions/r`, `global`) for the resources that live there (compute/shared.py)."""
 
     def __init__(
         self,
@@ -297,9 +316,11 @@ class ZoneOperation:
         user: str,
         insert_time: float,
         request_id: str | None = None,
+        scope: str | None = None,
     ) -> None:
         self.project = project
         self.zone = zone
+        self.scope = scope or f"zones/{zone}"
         self.name = name
         self.uid = uid
         self.operation_type = operation_type
@@ -324,13 +345,16 @@ class ZoneOperation:
         self.end_time = now
         self.error = error
 
+    @property
+    def key(self) -> str:
+        return f"projects/{self.project}/{self.scope}/operations/{self.name}"
+
     def to_json(self) -> dict[str, Any]:
-        zone = zone_url(self.project, self.zone)
+        scope = f"{API}/projects/{self.project}/{self.scope}"
         out: dict[str, Any] = {
             "kind": "compute#operation",
             "id": str(self.uid),
             "name": self.name,
-            "zone": zone,
             "operationType": self.operation_type,
             "targetLink": self.target_link,
             "targetId": str(self.target_id),
@@ -339,8 +363,10 @@ class ZoneOperation:
             "progress": 100 if self.done else 0,
             "insertTime": rfc3339(self.insert_time),
             "startTime": rfc3339(self.insert_time),
-            "selfLink": f"{zone}/operations/{self.name}",
+            "selfLink": f"{scope}/operations/{self.name}",
         }
+        if self.scope != "global":
+            out["zone" if self.scope.startswith("zones/") else "region"] = scope
         if self.request_id:
             out["clientOperationId"] = self.request_id
         if self.status_message:

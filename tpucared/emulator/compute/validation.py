@@ -8,7 +8,8 @@ partial `zones/{z}/machineTypes/{mt}` or a full URL, of this zone, a TPU machine
 there), one boot disk built from `initializeParams.sourceImage`, the network interfaces, at most
 one service account, metadata items (key pattern, no duplicates), labels, tags, scheduling
 (provisioningModel, instanceTerminationAction, onHostMaintenance) and reservationAffinity.
-`request_id()` checks a requestId (a UUID, not the zero one).
+`request_id()` checks a requestId (a UUID, not the zero one). `properties()` and
+`template_machine_type()` check an instance template's properties the same way.
 """
 
 from __future__ import annotations
@@ -58,6 +59,13 @@ def instance_body(body: object, zone: str, catalog: Catalog) -> tuple[dict[str, 
         raise errors.bad_request("Invalid JSON payload received. The body must be an object.")
     name(body.get("name"))
     machine = machine_type(body.get("machineType"), zone, catalog)
+    properties(body)
+    return dict(body), machine
+
+
+def properties(body: dict[str, Any]) -> None:
+    """Everything of an instance body but its name and machine type: also an instance
+    template's `properties` (compute/shared.py)."""
     _disks(body.get("disks"))
     _network_interfaces(body.get("networkInterfaces"))
     _service_accounts(body.get("serviceAccounts"))
@@ -66,7 +74,18 @@ def instance_body(body: object, zone: str, catalog: Catalog) -> tuple[dict[str, 
     _tags(body.get("tags"))
     _scheduling(body.get("scheduling"))
     _reservation(body.get("reservationAffinity"))
-    return dict(body), machine
+
+
+def template_machine_type(value: object) -> MachineType:
+    """An instance template's machine type: a bare name (`tpu7x-standard-4t`, as templates
+    carry it) or a zonal path; offered in a zone or not is checked when a MIG uses it."""
+    field = "resource.properties.machineType"
+    if not value:
+        raise errors.required(field)
+    bare = value.rsplit("/", 1)[-1] if isinstance(value, str) else None
+    if bare not in MACHINE_TYPES:
+        raise errors.invalid(field, value, f"Machine type with name '{bare}' does not exist.")
+    return MACHINE_TYPES[str(bare)]
 
 
 def machine_type(value: object, zone: str, catalog: Catalog) -> MachineType:
