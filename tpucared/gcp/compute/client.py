@@ -15,6 +15,10 @@ shared with the TPU client; this module adds compute v1's URLs, calls and list s
   present instances look vanished. An empty page may leave `items` out.
 - Mutating calls answer a zonal `Operation` (operation.py), followed with
   zoneOperations.get (or `wait`, which returns within 2 minutes, DONE or not).
+- A multi-host slice's calls (slices.py, shared.py): workload policies (regional
+  resourcePolicies, followed with regionOperations.get), instance templates (global, with
+  globalOperations.get) and zonal instanceGroupManagers (insert / get / delete / list,
+  listManagedInstances); inserts and deletes carry a `requestId` as instances' do.
 """
 
 from __future__ import annotations
@@ -56,10 +60,11 @@ class ComputeClient(RestClient):
         *,
         params: Mapping[str, str] | None = None,
         body: Mapping[str, Any] | None = None,
+        scope: str | None = None,
     ) -> Operation:
         data = await self._call(call, method, url, params=params, body=body)
         try:
-            return Operation.from_json(data, project, zone)
+            return Operation.from_json(data, project, zone, scope=scope)
         except ValueError as exc:
             raise malformed_response(200, str(data), method=method, url=url, why=str(exc)) from exc
 
@@ -186,3 +191,131 @@ class ComputeClient(RestClient):
             return [Operation.from_json(item, project, zone) for item in items]
         except ValueError as exc:
             raise malformed_response(200, str(exc), method="GET", url=url, why=str(exc)) from exc
+
+    # -- workload policies (regional), instance templates (global) --------------------------------
+
+    async def insert_policy(
+        self, project: str, region: str, body: Mapping[str, Any], *, request_id: str | None = None
+    ) -> Operation:
+        scope = names.region_path(project, region)
+        params = {"requestId": request_id or str(uuid.uuid4())}
+        return await self._operation(
+            "resourcePolicies.insert",
+            "POST",
+            self._url(f"{scope}/resourcePolicies"),
+            project,
+            region,
+            params=params,
+            body=body,
+            scope=scope,
+        )
+
+    async def get_policy(self, project: str, region: str, name: str) -> JSON:
+        url = self._url(names.policy_path(project, region, name))
+        return await self._call("resourcePolicies.get", "GET", url)
+
+    async def delete_policy(self, project: str, region: str, name: str) -> Operation:
+        scope = names.region_path(project, region)
+        params = {"requestId": str(uuid.uuid4())}
+        return await self._operation(
+            "resourcePolicies.delete",
+            "DELETE",
+            self._url(names.policy_path(project, region, name)),
+            project,
+            region,
+            params=params,
+            scope=scope,
+        )
+
+    async def list_policies(self, project: str, region: str) -> list[JSON]:
+        url = self._url(f"{names.region_path(project, region)}/resourcePolicies")
+        return await self._list("resourcePolicies.list", url)
+
+    async def insert_template(
+        self, project: str, body: Mapping[str, Any], *, request_id: str | None = None
+    ) -> Operation:
+        scope = names.global_path(project)
+        params = {"requestId": request_id or str(uuid.uuid4())}
+        return await self._operation(
+            "instanceTemplates.insert",
+            "POST",
+            self._url(f"{scope}/instanceTemplates"),
+            project,
+            "global",
+            params=params,
+            body=body,
+            scope=scope,
+        )
+
+    async def get_template(self, project: str, name: str) -> JSON:
+        url = self._url(names.template_path(project, name))
+        return await self._call("instanceTemplates.get", "GET", url)
+
+    async def delete_template(self, project: str, name: str) -> Operation:
+        scope = names.global_path(project)
+        params = {"requestId": str(uuid.uuid4())}
+        return await self._operation(
+            "instanceTemplates.delete",
+            "DELETE",
+            self._url(names.template_path(project, name)),
+            project,
+            "global",
+            params=params,
+            scope=scope,
+        )
+
+    async def list_templates(
+        self, project: str, *, filter: str | None = None, fields: str | None = None
+    ) -> list[JSON]:
+        url = self._url(f"{names.global_path(project)}/instanceTemplates")
+        return await self._list("instanceTemplates.list", url, filter=filter, fields=fields)
+
+    async def get_scoped_operation(self, scope: str, name: str) -> Operation:
+        """regionOperations.get (`scope` `projects/P/regions/R`) or globalOperations.get
+        (`projects/P/global`)."""
+        call = "globalOperations.get" if scope.endswith("/global") else "regionOperations.get"
+        project = scope.split("/")[1]
+        url = self._url(f"{scope}/operations/{names.short_name(name)}")
+        return await self._operation(call, "GET", url, project, "", scope=scope)
+
+    # -- zonal managed instance groups ------------------------------------------------------------
+
+    async def insert_mig(
+        self, project: str, zone: str, body: Mapping[str, Any], *, request_id: str | None = None
+    ) -> Operation:
+        url = self._url(f"{names.zone_path(project, zone)}/instanceGroupManagers")
+        params = {"requestId": request_id or str(uuid.uuid4())}
+        return await self._operation(
+            "instanceGroupManagers.insert", "POST", url, project, zone, params=params, body=body
+        )
+
+    async def get_mig(self, project: str, zone: str, name: str) -> JSON:
+        url = self._url(names.mig_path(project, zone, name))
+        return await self._call("instanceGroupManagers.get", "GET", url)
+
+    async def delete_mig(
+        self, project: str, zone: str, name: str, *, request_id: str | None = None
+    ) -> Operation:
+        """Start deleting a MIG and its members. NOT_FOUND: gone already."""
+        url = self._url(names.mig_path(project, zone, name))
+        params = {"requestId": request_id or str(uuid.uuid4())}
+        return await self._operation(
+            "instanceGroupManagers.delete", "DELETE", url, project, zone, params=params
+        )
+
+    async def list_migs(
+        self, project: str, zone: str, *, fields: str | None = None, memo: PageMemo | None = None
+    ) -> list[JSON]:
+        url = self._url(f"{names.zone_path(project, zone)}/instanceGroupManagers")
+        return await self._list("instanceGroupManagers.list", url, fields=fields, memo=memo)
+
+    async def list_managed_instances(self, project: str, zone: str, name: str) -> list[JSON]:
+        """listManagedInstances: each member's `instance`, `instanceStatus`, `currentAction`
+        and `lastAttempt.errors` (where an INDIVIDUAL MIG's stockout shows). One page: a
+        slice's members are few (at most 64 hosts), and Google answers PAGELESS by default."""
+        url = self._url(names.mig_path(project, zone, name), "listManagedInstances")
+        data = await self._call("instanceGroupManagers.listManagedInstances", "POST", url)
+        items = data.get("managedInstances", [])
+        if not isinstance(items, list) or not all(isinstance(i, Mapping) for i in items):
+            raise malformed_response(200, str(items), method="POST", url=url, why="members")
+        return items

@@ -17,6 +17,22 @@ Beyond the port, `preemption` reads the zone's `compute.instances.preempted` ope
 one instance: the evidence that a lost spot VM was preempted, to ask only when one was lost;
 `preemptions` (the optional `PreemptionRecords` of ports/cloud.py) reads them once for every
 instance the daemon lost in a zone in one tick, as the core's `PreemptionRecord`s.
+Multi-host slices (`shape.hosts` > 1, issue 28): one zonal MIG per node (slices.py, shared.py):
+- `create` ensures the workload policy and the instance template (shared.py, waiting for
+  their operations within the caller's deadline), then inserts the MIG; the name it hands out
+  is `projects/P/zones/Z/instanceGroupManagers/M/operations/O` (names.py), which `poll`
+  routes to the slice's check: zoneOperations.get of O until it is DONE (its error, if any),
+  then instanceGroupManagers.get + listManagedInstances (slices.py `provisioning`): done when
+  every member exists, CAPACITY / QUOTA when a member's or the bulk check's errors say so.
+  So a slice's poll costs 1 request while the insert runs, then 2 (plus 1 for the insert's
+  operation, asked again) until it is provisioned.
+- `delete` is instanceGroupManagers.delete for a name that was a MIG at the zone's last
+  observation; for a name it has not seen, instances.delete, then on NOT_FOUND
+  instanceGroupManagers.delete (a name is never both: the zone would be unreadable).
+- `host_keys` of a slice: each member's `hostkeys/` guest attributes, keyed by worker id
+  (one listManagedInstances-free instances.list of the zone, then one get per member).
+- `preemptions` maps a member's `compute.instances.preempted` record to its slice's name.
+- `sweep` (the optional `SharedResources`): shared.py's.
 Errors are the client's `ApiError`s, which are the port's `CloudError`s.
 """
 
@@ -26,9 +42,10 @@ from collections.abc import Collection
 from datetime import datetime
 
 from tpucared.core.model.observed import PreemptionRecord, ZoneObservation
-from tpucared.core.model.specs import ErrorKind
+from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind, ErrorKind
 from tpucared.gcp.auth import TokenSource
-from tpucared.gcp.compute import bodies, names
+from tpucared.gcp.compute import bodies, names, shared
+from tpucared.gcp.compute import slices as slice_rules
 from tpucared.gcp.compute.client import ComputeClient
 from tpucared.gcp.compute.observe import INSTANCE_LIST_FIELDS, observe_zone
 from tpucared.gcp.compute.operation import PREEMPTED, Operation
@@ -66,6 +83,8 @@ class ComputeCloud:
         self._fields = list_fields
         self._caches: dict[tuple[str, str], NodeCache] = {}  # its instances at the last list
         self._pages: dict[tuple[str, str], PageMemo] = {}  # its list's pages as last read
+        self._slices: dict[tuple[str, str], set[str]] = {}  # its MIGs at the last observation
+        self._flex: set[str] = set()  # slice operations of flex-start MIGs (they wait)
 
     @classmethod
     def connect(
@@ -105,6 +124,7 @@ class ComputeCloud:
             fields=self._fields,
             cache=self._caches.setdefault(where, {}),
             pages=self._pages.setdefault(where, PageMemo()),
+            slices=self._slices.setdefault(where, set()),
         )
 
     async def create(
@@ -124,6 +144,8 @@ class ComputeCloud:
                 "Compute Engine fleets make one instance per slot: no queued resources, "
                 "no multislice (yet)",
             )
+        if shape.hosts > 1:
+            return await self._create_slice(project, zone, name, shape, reservation)
         try:
             body = bodies.instance_body(
                 shape, zone, name, reservation=reservation, boot_disk_gb=self._boot_disk_gb
@@ -132,14 +154,51 @@ class ComputeCloud:
             raise ApiError.of(ErrorKind.INVALID, str(exc)) from exc
         return operation_state(await self.client.insert_instance(project, zone, body))
 
+    async def _create_slice(
+        self, project: str, zone: str, name: str, shape: NodeShape, reservation: str | None
+    ) -> OperationState:
+        owner = shape.labels.get(OWNER_LABEL) or self.owner
+        fleet = shape.labels.get(FLEET_LABEL)
+        if not shape.topology or not owner or not fleet:
+            raise ApiError.of(
+                ErrorKind.INVALID, "a multi-host slice needs a topology, an owner and a fleet"
+            )
+        try:
+            template = shared.template_body(
+                shape, zone, reservation=reservation, boot_disk_gb=self._boot_disk_gb
+            )
+        except ValueError as exc:
+            raise ApiError.of(ErrorKind.INVALID, str(exc)) from exc
+        policy = await shared.ensure_policy(self.client, project, zone, owner, shape.topology)
+        template_path = await shared.ensure_template(self.client, project, template)
+        body = slice_rules.mig_body(
+            name, shape, owner=owner, fleet=fleet, template=template_path, policy=policy
+        )
+        op = await self.client.insert_mig(project, zone, body)
+        self._slices.setdefault((project, zone), set()).add(name)
+        path = names.slice_operation_path(project, zone, name, op.name)
+        if shape.capacity is CapacityKind.FLEX_START:
+            self._flex.add(path)
+        return OperationState(name=path, done=op.failed, error=op.exception(), verb="create")
+
     async def delete(
         self, project: str, zone: str, name: str, *, queued: str | None = None
     ) -> OperationState:
         if queued is not None:
             raise ApiError.of(ErrorKind.INVALID, "Compute Engine has no queued resources")
-        return operation_state(await self.client.delete_instance(project, zone, name))
+        if name in self._slices.get((project, zone), ()):
+            return operation_state(await self.client.delete_mig(project, zone, name))
+        try:
+            return operation_state(await self.client.delete_instance(project, zone, name))
+        except NotFoundError:
+            if (project, zone) in self._slices:
+                raise  # observed, and not a MIG there: an instance already gone
+        # Not observed yet (a restart): maybe a slice. NOT_FOUND here too: gone either way.
+        return operation_state(await self.client.delete_mig(project, zone, name))
 
     async def poll(self, operation: str) -> OperationState:
+        if "/instanceGroupManagers/" in operation:
+            return await self._poll_slice(operation)
         try:
             project, zone, name = names.operation_place(operation)
         except ValueError as exc:
@@ -147,7 +206,25 @@ class ComputeCloud:
             raise NotFoundError(str(exc)) from exc
         return operation_state(await self.client.get_operation(project, zone, name))
 
+    async def _poll_slice(self, operation: str) -> OperationState:
+        try:
+            project, zone, mig, op_name = names.slice_operation_place(operation)
+        except ValueError as exc:
+            raise NotFoundError(str(exc)) from exc
+        op = await self.client.get_operation(project, zone, op_name)
+        if not op.done or op.failed:
+            state = operation_state(op)
+            return OperationState(operation, state.done, state.error, "create", state.duration_s)
+        group = await self.client.get_mig(project, zone, mig)
+        members = await self.client.list_managed_instances(project, zone, mig)
+        done, error = slice_rules.provisioning(group, members, flex_start=operation in self._flex)
+        if done:
+            self._flex.discard(operation)
+        return OperationState(operation, done=done, error=error, verb="create")
+
     async def host_keys(self, project: str, zone: str, name: str) -> PublishedHostKeys:
+        if name in self._slices.get((project, zone), ()):
+            return await self._slice_keys(project, zone, name)
         try:
             body = await self.client.get_guest_attributes(project, zone, name, "hostkeys/")
         except NotFoundError:
@@ -161,6 +238,24 @@ class ComputeCloud:
         ]
         found = [(k, v) for k, v in pairs if k and v]
         return {0: found} if found else {}
+
+    async def _slice_keys(self, project: str, zone: str, name: str) -> PublishedHostKeys:
+        """Each member's host keys by worker id: one instances.list of the slice's members
+        (by name prefix), then one guest attributes get per member."""
+        members = await self.client.list_instances(
+            project,
+            zone,
+            filter=f"name eq {name}{slice_rules.MEMBER_SUFFIX.replace('###', '.*')}",
+            fields="nextPageToken,warning,items(name,metadata(items))",
+        )
+        mine = [m for m in members if slice_rules.member_of(m, project, zone) == name]
+        ordered = slice_rules.worker_order(mine)
+        out: dict[int, list[tuple[str, str]]] = {}
+        for index, member in enumerate(ordered or ()):
+            keys = await self.host_keys(project, zone, str(member["name"]))
+            if keys.get(0):
+                out[index] = list(keys[0])
+        return out
 
     async def preemption(self, project: str, zone: str, name: str) -> Operation | None:
         """The latest `compute.instances.preempted` operation of instance `name`, or None.
@@ -184,19 +279,37 @@ class ComputeCloud:
         zoneOperations.list (filtered by type; matched to the instances here, by path, since
         the host in `targetLink` is the API's own), however many were lost."""
         wanted = set(nodes)
+        # A slice's members are `{slice}-w-NNN`: their records are the slice's.
+        slices = wanted & self._slices.get((project, zone), set())
         ops = await self.client.list_operations(
             project, zone, filter=f'operationType="{PREEMPTED}"'
         )
         out = []
         for op in ops:
             name = op.target
+            if name is not None and name not in wanted:
+                name = _slice_of(name, slices) or name
             if op.operation_type != PREEMPTED or name not in wanted or op.target_link is None:
+                continue
+            if name in slices:
+                at = parse_time(op.insert_time or op.start_time or op.end_time)
+                out.append(PreemptionRecord(name=name, at=at, cloud_id=None, record=op.name))
                 continue
             if not names.names_instance(op.target_link, project, zone, name):
                 continue
             at = parse_time(op.insert_time or op.start_time or op.end_time)
             out.append(PreemptionRecord(name=name, at=at, cloud_id=op.target_id, record=op.name))
         return tuple(out)
+
+    async def sweep(self, project: str, zone: str) -> tuple[str, ...]:
+        """Our templates and workload policies no MIG of the zone (region) uses, deleted."""
+        return await shared.sweep(self.client, project, zone, self.owner)
+
+
+def _slice_of(member: str, slices: Collection[str]) -> str | None:
+    """The slice whose member `member` (`{slice}-w-NNN`) is, among `slices`."""
+    head, sep, number = member.rpartition("-w-")
+    return head if sep and number.isdigit() and head in slices else None
 
 
 def operation_state(op: Operation) -> OperationState:

@@ -5,6 +5,13 @@ client turns a path into a URL as `{endpoint}/compute/v1/{path}[/{verb}]`. An op
 name alone does not say where it lives (zoneOperations.get needs the project and the zone),
 so the name the Cloud port hands out (`OperationState.name`) is the operation's path,
 `projects/P/zones/Z/operations/O`, which `operation_place` takes apart again.
+
+A multi-host slice (slices.py) adds two more scopes and one name of ours: workload policies are
+regional (`projects/P/regions/R/resourcePolicies/N`, their operations `regions/R/operations`),
+instance templates global (`projects/P/global/instanceTemplates/N`, `global/operations`), and
+the name `create` hands out for a slice is `projects/P/zones/Z/instanceGroupManagers/M/
+operations/O` (`slice_operation_place`): the MIG's insert operation O, then the slice's own
+provisioning, which `poll` checks (ComputeCloud.poll routes on the path's shape).
 """
 
 from __future__ import annotations
@@ -48,6 +55,56 @@ def operation_place(path: str) -> tuple[str, str, str]:
     project, zone, name = parts[1], parts[3], parts[5]
     operation_path(project, zone, name)  # each piece checked
     return project, zone, name
+
+
+def region_path(project: str, region: str) -> str:
+    """`projects/P/regions/R`: the parent of workload policies and regional operations."""
+    return f"projects/{_segment(project, 'project')}/regions/{_segment(region, 'region')}"
+
+
+def global_path(project: str) -> str:
+    """`projects/P/global`: the parent of instance templates and global operations."""
+    return f"projects/{_segment(project, 'project')}/global"
+
+
+def policy_path(project: str, region: str, name: str) -> str:
+    return f"{region_path(project, region)}/resourcePolicies/{_segment(name, 'policy name')}"
+
+
+def template_path(project: str, name: str) -> str:
+    return f"{global_path(project)}/instanceTemplates/{_segment(name, 'template name')}"
+
+
+def mig_path(project: str, zone: str, name: str) -> str:
+    return f"{zone_path(project, zone)}/instanceGroupManagers/{_segment(name, 'MIG name')}"
+
+
+def slice_operation_path(project: str, zone: str, mig: str, operation: str) -> str:
+    """The name `create` hands out for a slice: its MIG's path and the insert's operation."""
+    return f"{mig_path(project, zone, mig)}/operations/{_segment(operation, 'operation name')}"
+
+
+def slice_operation_place(path: str) -> tuple[str, str, str, str]:
+    """(project, zone, MIG, operation) of a `slice_operation_path`; ValueError otherwise."""
+    parts = path.strip("/").split("/")
+    shape = ("projects", "zones", "instanceGroupManagers", "operations")
+    if len(parts) != 8 or (parts[0], parts[2], parts[4], parts[6]) != shape:
+        raise ValueError(f"not a slice operation's path: {path!r}")
+    project, zone, mig, operation = parts[1], parts[3], parts[5], parts[7]
+    slice_operation_path(project, zone, mig, operation)  # each piece checked
+    return project, zone, mig, operation
+
+
+def names_mig(url: str, project: str, zone: str) -> str | None:
+    """The MIG's name when a URL or path (a member's `created-by`) is a MIG of (project,
+    zone), else None."""
+    prefix = f"{zone_path(project, zone)}/instanceGroupManagers/"
+    path = url.rstrip("/")
+    at = path.find(prefix)
+    if at < 0 or (at > 0 and path[at - 1] != "/"):
+        return None
+    rest = path[at + len(prefix) :]
+    return rest if rest and "/" not in rest else None
 
 
 def region_of(zone: str) -> str:

@@ -14,6 +14,16 @@ Pages of `MAX_RESULTS` (500, compute v1's maximum and default) and a partial res
 unchanged page is not parsed and an unchanged instance not converted again.
 
 Compute Engine has no queued resources: asked for them, the observation lists none.
+
+Multi-host slices (slices.py): one instanceGroupManagers.list of the zone per tick as well, a
+partial response of what slices.py reads. The adapter cannot know whether a zone holds slice
+fleets, so it asks in every zone it observes: one more request per zone per tick (one page
+per 500 MIGs), whatever the zone holds. Our MIGs (by the owner and fleet their description
+carries) are nodes, one each, from their members: the listed instances whose `created-by`
+metadata names a MIG of the zone (hence `metadata(items)` in the instance fields). A member is
+never a node of its own; a member of a MIG that is not ours, or not listed (being deleted
+with it), is left out. A MIG without members yet is a node too (SLICE_CREATING or PENDING).
+`slices`: the names of the zone's MIGs at the last successful observation, for `delete`.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import structlog
 
 from tpucared.core.model.observed import ObservedNode, ZoneObservation
 from tpucared.core.model.specs import OWNER_LABEL, ErrorKind
+from tpucared.gcp.compute import slices as slice_rules
 from tpucared.gcp.compute.client import MAX_RESULTS
 from tpucared.gcp.compute.convert import instance_from_json
 from tpucared.gcp.errors import ApiError
@@ -41,7 +52,12 @@ log = structlog.get_logger(__name__)
 INSTANCE_LIST_FIELDS = (
     "nextPageToken,warning,items(name,id,status,labels,creationTimestamp,machineType,"
     "networkInterfaces(network,subnetwork,networkIP,accessConfigs(natIP)),"
-    "serviceAccounts(email),tags(items))"
+    "serviceAccounts(email),tags(items),metadata(items),scheduling(terminationTime))"
+)
+# What slices.py reads of a MIG.
+MIG_LIST_FIELDS = (
+    "nextPageToken,warning,items(name,id,description,creationTimestamp,targetSize,"
+    "currentActions,status,targetSizePolicy,instanceTemplate,resourcePolicies)"
 )
 
 
@@ -62,6 +78,7 @@ async def observe_zone(
     fields: str | None = INSTANCE_LIST_FIELDS,
     cache: NodeCache | None = None,
     pages: PageMemo | None = None,
+    slices: set[str] | None = None,
 ) -> ZoneObservation:
     """List the zone's instances of `owner` (every instance when None). `cache`: this zone's
     instances as converted at its previous successful list (updated here); `pages`: the
@@ -75,8 +92,24 @@ async def observe_zone(
             fields=fields,
             memo=pages,
         )
+        migs = await client.list_migs(project, zone, fields=MIG_LIST_FIELDS)
         fresh: dict[str, tuple[Mapping[str, Any], ObservedNode]] = {}
-        nodes = tuple(convert_cached(zone, item, cache, fresh, instance_from_json) for item in raw)
+        members: dict[str, list[Mapping[str, Any]]] = {}
+        singles = []
+        for item in raw:
+            group = slice_rules.member_of(item, project, zone)
+            if group is None:
+                singles.append(convert_cached(zone, item, cache, fresh, instance_from_json))
+            else:
+                members.setdefault(group, []).append(item)
+        ours = [m for m in migs if _ours(m, owner)]
+        made = [
+            slice_rules.slice_from_json(zone, m, members.get(str(m.get("name")), ())) for m in ours
+        ]
+        for node in made:
+            if node.state == slice_rules.SliceState.SLICE_NO_WORKER_IDS:
+                log.warning("slice.no_worker_ids", project=project, zone=zone, node=node.name)
+        nodes = (*singles, *made)
         refuse_duplicates(nodes)
     except ApiError as error:
         log.warning(
@@ -98,6 +131,16 @@ async def observe_zone(
     if cache is not None:  # only after a successful observation: a failed one tells nothing
         cache.clear()
         cache.update(fresh)
+    if slices is not None:
+        slices.clear()
+        slices.update(str(m.get("name")) for m in migs)
     return ZoneObservation(
         zone=zone, observed_at=now, nodes=nodes, queued_resources=() if queued_resources else None
     )
+
+
+def _ours(mig: Mapping[str, Any], owner: str | None) -> bool:
+    """A MIG this daemon made (its description names our owner and a fleet); every MIG
+    tpucared made when `owner` is None."""
+    labels = slice_rules.mig_labels(mig)
+    return labels is not None and (owner is None or labels.get(OWNER_LABEL) == owner)

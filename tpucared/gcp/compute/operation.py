@@ -44,10 +44,13 @@ class Operation:
     user: str | None = None  # "system" for a preemption
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], project: str, zone: str) -> Operation:
+    def from_json(
+        cls, data: Mapping[str, Any], project: str, zone: str, *, scope: str | None = None
+    ) -> Operation:
         """An Operation answered for a request in (`project`, `zone`): its path is built
-        from those, not from `selfLink` (Google writes its own host there). ValueError for
-        one without a name."""
+        from those, not from `selfLink` (Google writes its own host there); `scope`: the
+        parent of a regional or global one (`projects/P/regions/R`, `projects/P/global`).
+        ValueError for one without a name."""
         name = data.get("name")
         if not isinstance(name, str) or not name:
             raise ValueError("operation without a name")
@@ -56,7 +59,11 @@ class Operation:
             raise ValueError(f"operation {name}: error is not an object")
         return cls(
             name=name,
-            path=names.operation_path(project, zone, name),
+            path=(
+                f"{scope}/operations/{name}"
+                if scope is not None
+                else names.operation_path(project, zone, name)
+            ),
             status=_text(data, "status") or "PENDING",
             operation_type=_text(data, "operationType"),
             target_link=_text(data, "targetLink"),

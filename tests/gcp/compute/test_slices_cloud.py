@@ -1,0 +1,151 @@
+"""`ComputeCloud`'s multi-host slices against the emulator's MIG surface over loopback: a 4-host
+spot slice created as a MIG with its workload policy and template, followed to provisioned and
+observed as ONE RUNNING node with 4 endpoints in worker order; a stockout (INDIVIDUAL and BULK)
+as CAPACITY; a member preempted -> the slice DEAD, the record mapped to the slice; delete;
+sweep removing the template and the policy once nothing uses them."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from tpucared.core.model.observed import StateClass
+from tpucared.core.model.specs import CapacityKind, ErrorKind
+from tpucared.gcp.compute import ComputeCloud
+from tpucared.gcp.compute.shared import policy_name
+from tpucared.gcp.compute.slices import worker_id
+from tpucared.gcp.errors import NotFoundError
+
+from .support import OWNER, ZONE, Control, P, finished, shape
+
+NOW = datetime(2026, 11, 26, tzinfo=UTC)
+SLICE = {"topology": "2x2x4", "hosts": 4}
+FAST = {"create_seconds": 0.1, "delete_seconds": 0.05, "compute_mig_retry_seconds": 0.1}
+
+
+@pytest.fixture
+def emulator_options() -> dict[str, Any]:
+    return dict(FAST)
+
+
+async def observe_one(cloud: ComputeCloud) -> Any:
+    observation = await cloud.observe(P, ZONE, NOW, queued_resources=False)
+    assert observation.ok, observation.error_message
+    [node] = observation.nodes  # the members are not nodes of their own
+    return node
+
+
+async def observe_until(cloud: ComputeCloud, state_class: StateClass) -> Any:
+    """The one node once it is in `state_class` (members boot after the create is done)."""
+    seen = []
+    for _ in range(300):
+        node = await observe_one(cloud)
+        if node.state_class is state_class:
+            return node
+        seen.append(node.state)
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"never {state_class}: {sorted(set(seen))}")
+
+
+async def test_a_slice_is_created_provisioned_and_observed_as_one_node(
+    cloud: ComputeCloud, control: Control
+) -> None:
+    op = await cloud.create(P, ZONE, "iron-0", shape(**SLICE))
+    assert op.name.startswith(f"projects/{P}/zones/{ZONE}/instanceGroupManagers/iron-0/operations/")
+    done = await finished(cloud, op)
+    assert done.error is None, done.error
+    node = await observe_until(cloud, StateClass.USABLE)
+    assert node.name == "iron-0"
+    assert (node.state, node.state_class) == ("RUNNING", StateClass.USABLE)
+    assert node.owned_by(OWNER)
+    assert node.fleet == "iron"
+    assert node.accelerator_type == "tpu7x-standard-4t"
+    assert node.cloud_id
+    assert node.create_time is not None
+    assert [e.index for e in node.endpoints] == [0, 1, 2, 3]
+    assert len({e.internal_ip for e in node.endpoints}) == 4
+    log = await control.requests()
+    [insert] = [r for r in log if r["method"] == "POST" and r["path"].endswith("Managers")]
+    assert insert["query"]["requestId"]
+    # A second slice of the same spec reuses the policy and the template.
+    await finished(cloud, await cloud.create(P, ZONE, "iron-1", shape(**SLICE)))
+    log = await control.requests()
+    assert len([r for r in log if r["path"].endswith("/instanceTemplates")
+                and r["method"] == "POST"]) == 1  # fmt: skip
+    assert len([r for r in log if r["path"].endswith("/resourcePolicies")
+                and r["method"] == "POST"]) == 1  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "emulator_options",
+    [{**FAST, "compute_mig_worker_order": "shuffled", "compute_worker_id_source": source}
+     for source in ("agent-worker-number", "tpu-env")],
+)  # fmt: skip
+async def test_worker_order_is_the_tpu_worker_id_not_the_name_order(
+    cloud: ComputeCloud, emulator_options: dict[str, Any]
+) -> None:
+    await finished(cloud, await cloud.create(P, ZONE, "iron-0", shape(**SLICE)))
+    node = await observe_until(cloud, StateClass.USABLE)
+    assert node.state == "RUNNING"
+    listed = await cloud.client.list_instances(P, ZONE)
+    ip_to_worker = {i["networkInterfaces"][0]["networkIP"]: worker_id(i) for i in listed}
+    assert [ip_to_worker[e.internal_ip] for e in node.endpoints] == [0, 1, 2, 3]
+
+
+async def test_an_individual_stockout_is_capacity(cloud: ComputeCloud, control: Control) -> None:
+    await control.capacity(2)
+    op = await cloud.create(P, ZONE, "iron-0", shape(**SLICE))
+    done = await finished(cloud, op)
+    assert done.error is not None
+    assert done.error.kind is ErrorKind.CAPACITY
+    node = await observe_one(cloud)  # still listed: the planner deletes it
+    assert node.state_class is StateClass.CREATING
+    gone = await cloud.delete(P, ZONE, "iron-0")
+    assert (await finished(cloud, gone)).error is None
+    observation = await cloud.observe(P, ZONE, NOW, queued_resources=False)
+    assert observation.nodes == ()
+
+
+async def test_a_bulk_stockout_is_capacity(cloud: ComputeCloud, control: Control) -> None:
+    await control.capacity(2)
+    reserved = shape(**SLICE, capacity=CapacityKind.RESERVED)
+    op = await cloud.create(P, ZONE, "iron-0", reserved, reservation="r1")
+    done = await finished(cloud, op)
+    assert done.error is not None
+    assert done.error.kind is ErrorKind.CAPACITY
+    node = await observe_one(cloud)
+    assert node.state_class is StateClass.WAITING  # nothing made until all can be
+
+
+async def test_a_preempted_member_makes_the_slice_dead_and_its_record_the_slices(
+    cloud: ComputeCloud, control: Control
+) -> None:
+    await finished(cloud, await cloud.create(P, ZONE, "iron-0", shape(**SLICE)))
+    await observe_until(cloud, StateClass.USABLE)
+    await control.instance("iron-0-w-002", "preempt")
+    node = await observe_until(cloud, StateClass.DEAD)
+    assert node.name == "iron-0"
+    records = await cloud.preemptions(P, ZONE, ["iron-0"])
+    assert [r.name for r in records] == ["iron-0"]
+
+
+async def test_delete_and_sweep_leave_nothing(cloud: ComputeCloud, control: Control) -> None:
+    await finished(cloud, await cloud.create(P, ZONE, "iron-0", shape(**SLICE)))
+    await observe_until(cloud, StateClass.USABLE)
+    assert await cloud.sweep(P, ZONE) == ()  # in use
+    op = await cloud.delete(P, ZONE, "iron-0")
+    assert (await finished(cloud, op)).error is None
+    observation = await cloud.observe(P, ZONE, NOW, queued_resources=False)
+    assert observation.nodes == ()
+    swept = await cloud.sweep(P, ZONE)
+    assert len(swept) == 2
+    assert policy_name(OWNER, "2x2x4") in swept
+    assert await cloud.client.list_templates(P) == []
+    assert await cloud.client.list_policies(P, "us-central1") == []
+    # A delete of a name never observed tries the instance, then the MIG: gone either way.
+    fresh = ComputeCloud(cloud.client, owner=OWNER)
+    with pytest.raises(NotFoundError):
+        await fresh.delete(P, ZONE, "iron-9")
