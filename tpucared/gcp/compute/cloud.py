@@ -1,9 +1,11 @@
 """`ComputeCloud`: the Cloud port (tpucared/ports/cloud.py) over Compute Engine's `ComputeClient`.
 
 What the runtime holds for every `api = "compute"` fleet: single-host TPU VMs, one Compute
-Engine instance per slot. Each port call is one or two client calls, nothing decided here:
-- `observe` is `observe_zone` (observe.py), one instances.list filtered to our owner, with
-  this location's `NodeCache` and `PageMemo`; it never raises;
+Engine instance per slot, and multi-host slices, one MIG per slot (below). Each port call
+of a single VM is one or two client calls, nothing decided here:
+- `observe` is `observe_zone` (observe.py), one instances.list filtered to our owner and one
+  instanceGroupManagers.list, with this location's `NodeCache` and `PageMemo`; it never
+  raises;
 - `create` is instances.insert (bodies.py builds the body from the `NodeShape`; a shape
   Compute Engine cannot make, a queued slot or a multislice is INVALID before any request);
   `delete` is instances.delete (NOT_FOUND: gone already, the caller's to read so);
@@ -30,7 +32,7 @@ Multi-host slices (`shape.hosts` > 1, issue 28): one zonal MIG per node (slices.
   observation; for a name it has not seen, instances.delete, then on NOT_FOUND
   instanceGroupManagers.delete (a name is never both: the zone would be unreadable).
 - `host_keys` of a slice: each member's `hostkeys/` guest attributes, keyed by worker id
-  (one listManagedInstances-free instances.list of the zone, then one get per member).
+  (one instances.list of the slice's members by name, then one get per member).
 - `preemptions` maps a member's `compute.instances.preempted` record to its slice's name.
 - `sweep` (the optional `SharedResources`): shared.py's.
 Errors are the client's `ApiError`s, which are the port's `CloudError`s.
@@ -169,12 +171,20 @@ class ComputeCloud:
             )
         except ValueError as exc:
             raise ApiError.of(ErrorKind.INVALID, str(exc)) from exc
-        policy = await shared.ensure_policy(self.client, project, zone, owner, shape.topology)
-        template_path = await shared.ensure_template(self.client, project, template)
-        body = slice_rules.mig_body(
-            name, shape, owner=owner, fleet=fleet, template=template_path, policy=policy
-        )
-        op = await self.client.insert_mig(project, zone, body)
+        for again in (False, True):
+            policy = await shared.ensure_policy(self.client, project, zone, owner, shape.topology)
+            template_path = await shared.ensure_template(self.client, project, template)
+            body = slice_rules.mig_body(
+                name, shape, owner=owner, fleet=fleet, template=template_path, policy=policy
+            )
+            try:
+                op = await self.client.insert_mig(project, zone, body)
+                break
+            except NotFoundError as error:
+                # A sweep (of another slot's delete) removed the template or the policy
+                # between their ensure and this insert: make them again, once.
+                if again:
+                    raise ApiError.of(ErrorKind.TRANSIENT, str(error)) from error
         self._slices.setdefault((project, zone), set()).add(name)
         path = names.slice_operation_path(project, zone, name, op.name)
         if shape.capacity is CapacityKind.FLEX_START:
