@@ -39,7 +39,8 @@ lists.
 
 `--api compute` (issue 27, variant none only): Compute Engine fleets instead, seeded with N
 spot tpu7x-standard-4t instances RUNNING in the same fleets and zones, and instances.list pages
-of at most 500 (`maxResults`) against the TPU API's 1,000: bench/scale_api.py.
+of at most 500 (`maxResults`) against the TPU API's 1,000, plus one instanceGroupManagers.list
+a zone (multi-host slices, issue 28: `other_lists_per_tick`): bench/scale_api.py.
 
 Statistics: tick duration is summarized over the T ticks of one window (median and p99 of
 T samples: with T = 30 the p99 is close to the maximum, reported next to it).
@@ -61,7 +62,14 @@ from pathlib import Path
 from typing import Any
 
 from bench import common
-from bench.scale_api import APIS, expected_list_pages, fleet_keys, list_kind, page_parameter
+from bench.scale_api import (
+    APIS,
+    expected_list_pages,
+    fleet_keys,
+    list_kind,
+    other_lists,
+    page_parameter,
+)
 from bench.scale_api import request_kind as _request_kind
 from bench.scale_procs import (
     ROOT,
@@ -305,6 +313,7 @@ def measure(
     )
     sent = page_sizes[0] if len(page_sizes) == 1 and page_sizes[0] != "None" else None
     pages = expected_list_pages(size, int(sent) if sent else None, settings.api)
+    others = other_lists(size, settings.api)
     busy = [t for t in window if t["actions"]]
     # Slot probes the ticks started (each probes every worker of its slice, in one fan-out).
     probes = sum(int(t.get("probes", 0)) for t in window)
@@ -351,7 +360,9 @@ def measure(
             "by_call_per_tick": {k: round(v / ticks, 2) for k, v in sorted(kinds.items())},
             "page_size_sent": page_sizes,
             "list_pages_per_tick": pages,
-            "only_list_pages": set(kinds) <= {listed} and len(requests) == pages * ticks,
+            "other_lists_per_tick": others,
+            "only_list_pages": set(kinds) <= {listed, *others}
+            and len(requests) == (pages + sum(others.values())) * ticks,
         },
         "db": {**db, "events": stats},
         **({"storm": storm_row} if storm_row is not None else {}),

@@ -30,6 +30,12 @@ def list_kind(api: str) -> str:
     return "instances.list" if api == "compute" else "nodes.list"
 
 
+def other_lists(size: int, api: str) -> dict[str, int]:
+    """The lists a tick makes besides the node pages: Compute Engine's one
+    instanceGroupManagers.list per zone (gcp/compute/observe.py; no MIGs here: one page)."""
+    return {"instanceGroupManagers.list": len(fleet_layout(size))} if api == "compute" else {}
+
+
 def page_parameter(api: str) -> str:
     return "maxResults" if api == "compute" else "pageSize"
 
@@ -69,6 +75,8 @@ def _compute_kind(method: str, path: str) -> str:
         return "zoneOperations.list" if path.endswith("/operations") else "zoneOperations.get"
     if path.endswith("/instances"):
         return "instances.list" if method == "GET" else "instances.insert"
+    if path.endswith("/instanceGroupManagers"):  # the MIG list every tick (multi-host slices)
+        return "instanceGroupManagers.list" if method == "GET" else "instanceGroupManagers.insert"
     if "getGuestAttributes" in path:
         return "instances.getGuestAttributes"
     if "/instances/" in path:

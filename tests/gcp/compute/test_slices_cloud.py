@@ -14,10 +14,10 @@ import pytest
 
 from tpucared.core.model.observed import StateClass
 from tpucared.core.model.specs import CapacityKind, ErrorKind
-from tpucared.gcp.compute import ComputeCloud
+from tpucared.gcp.compute import ComputeCloud, shared
 from tpucared.gcp.compute.shared import policy_name
 from tpucared.gcp.compute.slices import worker_id
-from tpucared.gcp.errors import NotFoundError
+from tpucared.gcp.errors import ApiError, NotFoundError
 
 from .support import OWNER, ZONE, Control, P, finished, shape
 
@@ -67,6 +67,11 @@ async def test_a_slice_is_created_provisioned_and_observed_as_one_node(
     assert node.create_time is not None
     assert [e.index for e in node.endpoints] == [0, 1, 2, 3]
     assert len({e.internal_ip for e in node.endpoints}) == 4
+    # Host keys: each member's guest attributes, by worker id.
+    keys = await cloud.host_keys(P, ZONE, "iron-0")
+    assert sorted(keys) == [0, 1, 2, 3]
+    assert all(pairs for pairs in keys.values())
+    assert len({tuple(pairs) for pairs in keys.values()}) == 4  # four hosts, four keys
     log = await control.requests()
     [insert] = [r for r in log if r["method"] == "POST" and r["path"].endswith("Managers")]
     assert insert["query"]["requestId"]
@@ -149,3 +154,37 @@ async def test_delete_and_sweep_leave_nothing(cloud: ComputeCloud, control: Cont
     fresh = ComputeCloud(cloud.client, owner=OWNER)
     with pytest.raises(NotFoundError):
         await fresh.delete(P, ZONE, "iron-9")
+
+
+async def test_another_owners_slice_is_not_ours_and_its_members_are_no_nodes(
+    cloud: ComputeCloud,
+) -> None:
+    theirs = ComputeCloud(cloud.client, owner="someone-else")
+    op = await theirs.create(P, ZONE, "iron-0", shape(owner="someone-else", **SLICE))
+    await finished(theirs, op)
+    await observe_until_theirs(theirs)
+    observation = await cloud.observe(P, ZONE, NOW, queued_resources=False)
+    assert observation.ok, observation.error_message
+    assert observation.nodes == ()
+    # Their workload policy is theirs: another name, and our sweep leaves it and the template.
+    assert policy_name("someone-else", "2x2x4") != policy_name(OWNER, "2x2x4")
+    await finished(theirs, await theirs.delete(P, ZONE, "iron-0"))
+    assert await cloud.sweep(P, ZONE) == ()
+    assert len(await theirs.sweep(P, ZONE)) == 2
+
+
+async def observe_until_theirs(theirs: ComputeCloud) -> None:
+    node = await observe_until(theirs, StateClass.USABLE)
+    assert node.owner == "someone-else"
+
+
+async def test_a_workload_policy_of_our_name_with_another_topology_is_refused(
+    cloud: ComputeCloud,
+) -> None:
+    body = shared.policy_body(OWNER, "2x2x4")
+    body["workloadPolicy"]["acceleratorTopology"] = "2x2x2"
+    await cloud.client.insert_policy(P, "us-central1", body)
+    with pytest.raises(ApiError) as caught:
+        await cloud.create(P, ZONE, "iron-0", shape(**SLICE))
+    assert caught.value.kind is ErrorKind.INVALID
+    assert await cloud.client.list_migs(P, ZONE) == []  # no MIG on a policy not ours to use

@@ -100,6 +100,7 @@ def test_worker_order_from_tpu_env_then_the_name_suffix_else_unknown() -> None:
          SliceState.SLICE_PENDING, StateClass.WAITING),
         (mig(stable=False), four(status="STAGING"), SliceState.SLICE_CREATING, StateClass.CREATING),
         (mig(stable=False, creating=4), [], SliceState.SLICE_CREATING, StateClass.CREATING),
+        (mig(), [], SliceState.SLICE_INCOMPLETE, StateClass.DEAD),  # every member vanished
         (mig(), [*four()[:3], member(4, "NEWSTATE", worker=3)], "UNRECOGNIZED",
          StateClass.UNREADABLE),
     ],

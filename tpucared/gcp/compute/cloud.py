@@ -26,8 +26,8 @@ Multi-host slices (`shape.hosts` > 1, issue 28): one zonal MIG per node (slices.
   routes to the slice's check: zoneOperations.get of O until it is DONE (its error, if any),
   then instanceGroupManagers.get + listManagedInstances (slices.py `provisioning`): done when
   every member exists, CAPACITY / QUOTA when a member's or the bulk check's errors say so.
-  So a slice's poll costs 1 request while the insert runs, then 2 (plus 1 for the insert's
-  operation, asked again) until it is provisioned.
+  So a slice's poll costs 1 request while the insert runs, then 2 until it is provisioned
+  (3 at the poll that finds the insert done; after a restart, 3 at the first).
 - `delete` is instanceGroupManagers.delete for a name that was a MIG at the zone's last
   observation; for a name it has not seen, instances.delete, then on NOT_FOUND
   instanceGroupManagers.delete (a name is never both: the zone would be unreadable).
@@ -87,6 +87,7 @@ class ComputeCloud:
         self._pages: dict[tuple[str, str], PageMemo] = {}  # its list's pages as last read
         self._slices: dict[tuple[str, str], set[str]] = {}  # its MIGs at the last observation
         self._flex: set[str] = set()  # slice operations of flex-start MIGs (they wait)
+        self._inserted: set[str] = set()  # slice operations whose MIG insert is done
 
     @classmethod
     def connect(
@@ -221,15 +222,20 @@ class ComputeCloud:
             project, zone, mig, op_name = names.slice_operation_place(operation)
         except ValueError as exc:
             raise NotFoundError(str(exc)) from exc
-        op = await self.client.get_operation(project, zone, op_name)
-        if not op.done or op.failed:
-            state = operation_state(op)
-            return OperationState(operation, state.done, state.error, "create", state.duration_s)
+        if operation not in self._inserted:  # the MIG's insert first, once
+            op = await self.client.get_operation(project, zone, op_name)
+            if not op.done or op.failed:
+                state = operation_state(op)
+                return OperationState(
+                    operation, state.done, state.error, "create", state.duration_s
+                )
+            self._inserted.add(operation)
         group = await self.client.get_mig(project, zone, mig)
         members = await self.client.list_managed_instances(project, zone, mig)
         done, error = slice_rules.provisioning(group, members, flex_start=operation in self._flex)
         if done:
             self._flex.discard(operation)
+            self._inserted.discard(operation)
         return OperationState(operation, done=done, error=error, verb="create")
 
     async def host_keys(self, project: str, zone: str, name: str) -> PublishedHostKeys:

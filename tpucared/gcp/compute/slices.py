@@ -176,9 +176,10 @@ def slice_state(
         return _slice(SliceState.SLICE_RECREATED)
     creating = _count(mig, "creating") + _count(mig, "creatingWithoutRetries")
     running = all(s is InstanceStatus.RUNNING for s in statuses)
-    if len(statuses) < size and running and not creating and _stable(mig) and statuses:
+    waiting = _bulk_waiting(mig)
+    if len(statuses) < size and running and not creating and not waiting and _stable(mig):
         return _slice(SliceState.SLICE_INCOMPLETE)
-    if InstanceStatus.PENDING in statuses or _bulk_waiting(mig):
+    if InstanceStatus.PENDING in statuses or waiting:
         return _slice(SliceState.SLICE_PENDING)
     if running and len(statuses) == size and size:
         return _slice(SliceState.RUNNING if ordered else SliceState.SLICE_NO_WORKER_IDS)
