@@ -188,3 +188,24 @@ async def test_a_workload_policy_of_our_name_with_another_topology_is_refused(
         await cloud.create(P, ZONE, "iron-0", shape(**SLICE))
     assert caught.value.kind is ErrorKind.INVALID
     assert await cloud.client.list_migs(P, ZONE) == []  # no MIG on a policy not ours to use
+
+
+@pytest.mark.parametrize(
+    "emulator_options", [{**FAST, "compute_mig_on_member_loss": "recreate_member"}]
+)
+async def test_a_member_the_mig_recreates_makes_the_slice_dead_for_good(
+    cloud: ComputeCloud, control: Control, emulator_options: dict[str, Any]
+) -> None:
+    await finished(cloud, await cloud.create(P, ZONE, "iron-0", shape(**SLICE)))
+    await observe_until(cloud, StateClass.USABLE)
+    await control.instance("iron-0-w-003", "preempt")
+    await observe_until(cloud, StateClass.DEAD)
+    members = await cloud.client.list_managed_instances(P, ZONE, "iron-0")
+    for _ in range(300):  # the MIG makes the member again; the slice stays dead
+        members = await cloud.client.list_managed_instances(P, ZONE, "iron-0")
+        if all(m.get("instanceStatus") == "RUNNING" for m in members):
+            break
+        await asyncio.sleep(0.02)
+    assert all(m.get("instanceStatus") == "RUNNING" for m in members)
+    node = await observe_one(cloud)
+    assert (node.state, node.state_class) == ("SLICE_RECREATED", StateClass.DEAD)

@@ -187,3 +187,13 @@ def test_the_slice_operation_path_round_trips_and_is_told_apart() -> None:
         names.operation_place(path)
     assert names.names_mig(f"https://x/compute/v1/{MIG}", P, ZONE) == "iron-0"
     assert names.names_mig(f"projects/{P}/zones/other/instanceGroupManagers/a", P, ZONE) is None
+
+
+def test_a_member_of_another_id_than_when_the_slice_ran_makes_it_recreated() -> None:
+    ran = {m["name"]: m["id"] for m in four()}
+    assert slice_from_json(ZONE, mig(), four(), ran).state == "RUNNING"
+    members = four()
+    members[2]["id"] = "999"  # the MIG made worker 2 again: its workload is gone
+    node = slice_from_json(ZONE, mig(), members, ran)
+    assert (node.state, node.state_class) == (SliceState.SLICE_RECREATED, StateClass.DEAD)
+    assert slice_from_json(ZONE, mig(), members).state == "RUNNING"  # no memory: not told

@@ -86,6 +86,7 @@ class ComputeCloud:
         self._caches: dict[tuple[str, str], NodeCache] = {}  # its instances at the last list
         self._pages: dict[tuple[str, str], PageMemo] = {}  # its list's pages as last read
         self._slices: dict[tuple[str, str], set[str]] = {}  # its MIGs at the last observation
+        self._ran: dict[tuple[str, str], dict[str, dict[str, str | None]]] = {}  # slices.py
         self._flex: set[str] = set()  # slice operations of flex-start MIGs (they wait)
         self._inserted: set[str] = set()  # slice operations whose MIG insert is done
 
@@ -128,6 +129,7 @@ class ComputeCloud:
             cache=self._caches.setdefault(where, {}),
             pages=self._pages.setdefault(where, PageMemo()),
             slices=self._slices.setdefault(where, set()),
+            ran=self._ran.setdefault(where, {}),
         )
 
     async def create(

@@ -23,12 +23,13 @@ carries) are nodes, one each, from their members: the listed instances whose `cr
 metadata names a MIG of the zone (hence `metadata(items)` in the instance fields). A member is
 never a node of its own; a member of a MIG that is not ours, or not listed (being deleted
 with it), is left out. A MIG without members yet is a node too (SLICE_CREATING or PENDING).
-`slices`: the names of the zone's MIGs at the last successful observation, for `delete`.
+`slices`: the names of the zone's MIGs at the last successful observation, for `delete`;
+`ran`: each RUNNING slice's members, to tell a member the MIG recreated (slices.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +80,7 @@ async def observe_zone(
     cache: NodeCache | None = None,
     pages: PageMemo | None = None,
     slices: set[str] | None = None,
+    ran: dict[str, dict[str, str | None]] | None = None,
 ) -> ZoneObservation:
     """List the zone's instances of `owner` (every instance when None). `cache`: this zone's
     instances as converted at its previous successful list (updated here); `pages`: the
@@ -103,8 +105,12 @@ async def observe_zone(
             else:
                 members.setdefault(group, []).append(item)
         ours = [m for m in migs if _ours(m, owner)]
+        memory = ran if ran is not None else {}
         made = [
-            slice_rules.slice_from_json(zone, m, members.get(str(m.get("name")), ())) for m in ours
+            slice_rules.slice_from_json(
+                zone, m, members.get(str(m.get("name")), ()), memory.get(_key(m))
+            )
+            for m in ours
         ]
         for node in made:
             if node.state == slice_rules.SliceState.SLICE_NO_WORKER_IDS:
@@ -134,6 +140,8 @@ async def observe_zone(
     if slices is not None:
         slices.clear()
         slices.update(str(m.get("name")) for m in migs)
+    if ran is not None:
+        _remember(ran, ours, made, members)
     return ZoneObservation(
         zone=zone, observed_at=now, nodes=nodes, queued_resources=() if queued_resources else None
     )
@@ -144,3 +152,26 @@ def _ours(mig: Mapping[str, Any], owner: str | None) -> bool:
     tpucared made when `owner` is None."""
     labels = slice_rules.mig_labels(mig)
     return labels is not None and (owner is None or labels.get(OWNER_LABEL) == owner)
+
+
+def _key(mig: Mapping[str, Any]) -> str:
+    """A MIG incarnation: its name and id (a MIG made again under the name starts afresh)."""
+    return f"{mig.get('name')}/{mig.get('id')}"
+
+
+def _remember(
+    ran: dict[str, dict[str, str | None]],
+    migs: Sequence[Mapping[str, Any]],
+    nodes: Sequence[ObservedNode],
+    members: Mapping[str, list[Mapping[str, Any]]],
+) -> None:
+    """Each RUNNING slice's members (name -> id), kept while its MIG is listed."""
+    keys = {_key(m) for m in migs}
+    for stale in set(ran) - keys:
+        del ran[stale]
+    for mig, node in zip(migs, nodes, strict=True):
+        if node.state == slice_rules.SliceState.RUNNING:
+            ran[_key(mig)] = {
+                str(m.get("name")): m.get("id") if isinstance(m.get("id"), str) else None
+                for m in members.get(node.name, ())
+            }

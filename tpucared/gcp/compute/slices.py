@@ -16,7 +16,10 @@ Pure functions from compute v1 JSON, so every rule is testable without a server:
 - `slice_from_json`: the MIG and its members -> one `ObservedNode` named as the MIG (labels
   from the description, `cloud_id` the MIG's id, endpoints the members by worker id,
   `run_ends_at` the earliest member's `scheduling.terminationTime`, when a flex-start run has
-  one).
+  one). A member recreated by the MIG (DO_NOTHING should prevent it; a REPAIR policy or a
+  cloud that does it anyway) is told by `currentActions.recreating` while it happens and, once
+  done, by its instance id against the one the slice ran with (`ran`, observe.py's memory of
+  the zone; lost on a restart, when a recreated member RUNNING again is not told apart).
 - `provisioning`: what the slice's create operation says once the MIG exists (ComputeCloud
   .poll): done when every member exists; CAPACITY / QUOTA when a member's
   `lastAttempt.errors` (INDIVIDUAL) or the MIG's `bulkInstanceOperation.lastProgressCheck`
@@ -196,10 +199,16 @@ def _slice(state: SliceState) -> tuple[str, StateClass, str | None]:
 
 
 def slice_from_json(
-    zone: str, mig: Mapping[str, Any], members: Sequence[Mapping[str, Any]]
+    zone: str,
+    mig: Mapping[str, Any],
+    members: Sequence[Mapping[str, Any]],
+    ran: Mapping[str, str | None] | None = None,
 ) -> ObservedNode:
-    """One slice as the planner sees it. MalformedResource for a MIG or member that has not
-    the documented shape (the caller makes the zone unknown)."""
+    """One slice as the planner sees it. `ran`: its members (name -> instance id) when it
+    was last seen RUNNING: a member of another id since (recreated by the MIG, however
+    quickly) makes it SLICE_RECREATED, since the workload of that worker is gone.
+    MalformedResource for a MIG or member that has not the documented shape (the caller
+    makes the zone unknown)."""
     name = mig.get("name")
     if not isinstance(name, str) or not name:
         raise MalformedResource(f"MIG without a name in zone {zone}: {raw_excerpt(name)}")
@@ -209,6 +218,12 @@ def slice_from_json(
     ordered = worker_order(members)
     statuses = [parse_status(m.get("status")) for m in members]
     state, cls, rule = slice_state(mig, statuses, ordered is not None)
+    if (
+        ran
+        and cls is not K.DELETING
+        and any(n.name in ran and ran[n.name] != n.cloud_id for n in nodes)
+    ):
+        state, cls, rule = _slice(SliceState.SLICE_RECREATED)
     by_name = {n.name: n for n in nodes}
     endpoints: list[WorkerEndpoint] = []
     for index, member in enumerate(ordered or ()):
