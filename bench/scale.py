@@ -61,15 +61,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench import common
-from bench.scale_api import (
-    APIS,
-    expected_list_pages,
-    fleet_keys,
-    list_kind,
-    other_lists,
-    page_parameter,
-)
+from bench import common, scale_api
+from bench.scale_api import APIS, expected_list_pages, fleet_keys, list_kind, page_parameter
 from bench.scale_api import request_kind as _request_kind
 from bench.scale_procs import (
     ROOT,
@@ -313,7 +306,7 @@ def measure(
     )
     sent = page_sizes[0] if len(page_sizes) == 1 and page_sizes[0] != "None" else None
     pages = expected_list_pages(size, int(sent) if sent else None, settings.api)
-    others = other_lists(size, settings.api)
+    others = scale_api.other_lists(size, settings.api)
     busy = [t for t in window if t["actions"]]
     # Slot probes the ticks started (each probes every worker of its slice, in one fan-out).
     probes = sum(int(t.get("probes", 0)) for t in window)
