@@ -116,7 +116,7 @@ class Mig:
             return "DELETING"
         if inst is None:
             return "NONE" if member.lost else "RECREATING" if member.recreating else "CREATING"
-        if inst.status in CREATING:
+        if inst.status in CREATING or inst.status == "PENDING":  # PENDING: flex-start waiting
             return "RECREATING" if member.recreating else "CREATING"
         if inst.status == "STOPPING" and inst.delete_op is not None:
             return "RECREATING" if member.recreating else "DELETING"
@@ -272,7 +272,9 @@ class Migs:
 
     def _create(self, mig: Mig, member: Member) -> None:
         if mig.member_key(member) in self.book.instances:
-            return  # an instance of that name exists (not the group's): wait until it is gone
+            # An instance of that name exists (not the group's): try again later.
+            self.poke(mig, self.options.compute_mig_retry_seconds)
+            return
         spec = self.member_spec(mig, member)
         op = self.book.create_instance(mig.project, mig.zone, spec, mig.machine, group=mig.key)
         member.created, member.ran, member.lost, member.retry_at = True, False, False, None
@@ -344,9 +346,10 @@ class Migs:
             member.errors = [op.error.fields()["error"]["errors"][0]]
             if member.retry_at is None:
                 member.retry_at = now + self.options.compute_mig_retry_seconds
-                self.poke(mig, self.options.compute_mig_retry_seconds)
-            elif now >= member.retry_at - 1e-9:
+            if now >= member.retry_at - 1e-9:
                 self._create(mig, member)
+            else:
+                self.poke(mig, member.retry_at - now)
             return
         if member.lost:
             return
