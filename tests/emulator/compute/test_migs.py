@@ -2,8 +2,9 @@
 compute, REST): workload policies and instance templates (immutable, 409 on a second insert,
 400 resourceInUseByAnotherResource while a MIG uses them), a zonal MIG whose members are
 instances of the book with their worker ids, the topology check, requestId, INDIVIDUAL and BULK
-stockouts where Google shows them, and deletion. Member loss, resize, regional MIGs and the
-options: test_mig_behaviour.py."""
+stockouts where Google shows them, deletion, and faults and rate quotas on the MIG paths.
+Member loss, resize, regional MIGs and the options: test_mig_behaviour.py; SSH and metadata of
+members: test_mig_hosts.py."""
 
 from __future__ import annotations
 
