@@ -29,6 +29,8 @@ from mig_support import (
     until,
 )
 
+from tpucared.emulator.server import build_parser
+
 CONTROL = f"/_emulator/v1/projects/{P}/zones/{Z}/instances"
 
 
@@ -219,3 +221,9 @@ async def _checked(c: Clients) -> dict[str, object] | None:
     mig = await c.http.ok("GET", f"{MIGS}/iron-0")
     check = mig["status"]["bulkInstanceOperation"].get("lastProgressCheck", {})
     return dict(mig) if "error" in check else None
+
+
+def test_the_member_loss_option_is_on_the_command_line() -> None:
+    assert build_parser().parse_args([]).compute_mig_on_member_loss == "leave"
+    args = build_parser().parse_args(["--compute-mig-on-member-loss", "recreate_member"])
+    assert args.compute_mig_on_member_loss == "recreate_member"
