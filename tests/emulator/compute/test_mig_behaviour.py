@@ -2,11 +2,13 @@
 a member preempted, terminated or vanished is left (DO_NOTHING with compute_mig_on_member_loss
 "leave"), or created again under its name (REPAIR, or "recreate_member"); resize refused unless
 compute_mig_resize_supported; a regional BULK MIG with ANY_SINGLE_ZONE; the worker id keys and
-order; a flex-start template's BULK MIG waits like any BULK MIG."""
+order; a flex-start template's BULK MIG waits like any BULK MIG; groups, templates and
+policies in the state file; the member-loss option on the command line."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from compute_support import MT, P, Z, call
@@ -227,3 +229,24 @@ def test_the_member_loss_option_is_on_the_command_line() -> None:
     assert build_parser().parse_args([]).compute_mig_on_member_loss == "leave"
     args = build_parser().parse_args(["--compute-mig-on-member-loss", "recreate_member"])
     assert args.compute_mig_on_member_loss == "recreate_member"
+
+
+async def test_groups_templates_and_policies_survive_a_restart_with_a_state_file(
+    tmp_path: Path,
+) -> None:
+    state_file = str(tmp_path / "emulator.json")
+    async with official(state_file=state_file) as c:
+        before = await slice_of(c)
+    async with official(state_file=state_file) as c:
+        members = await managed(c)
+        assert [(m["name"], m["id"]) for m in members] == [(m["name"], m["id"]) for m in before]
+        mig = await call(c.migs.get, project=P, zone=Z, instance_group_manager="iron-0")
+        assert mig.status.is_stable
+        code, _ = await c.http("DELETE", f"/compute/v1/projects/{P}/global/instanceTemplates/tpl")
+        assert code == 400  # still in use
+        await c.http.ok("POST", f"{CONTROL}/iron-0-w-001:terminate")  # still its member
+        operation = await call(c.migs.delete, project=P, zone=Z, instance_group_manager="iron-0")
+        await call(operation.result, timeout=10)
+        assert list(await call(c.instances.list, project=P, zone=Z)) == []
+        await make_mig(c, name="iron-1")  # the template and the policy came back too
+        await all_running(c, 4, name="iron-1")

@@ -457,6 +457,12 @@ class ComputeBook:
     def snapshot(self) -> list[dict[str, Any]]:
         return [i.record() for i in self.instances.values() if i.doomed is None]
 
+    def snapshot_groups(self) -> dict[str, Any]:
+        return self.groups.snapshot()
+
+    def restore_groups(self, snapshot: dict[str, Any]) -> None:
+        self.groups.restore(snapshot)  # after the instances: members find theirs
+
     def restore(self, snapshot: list[dict[str, Any]]) -> None:
         for raw in snapshot:
             inst = self.spawn(
