@@ -15,6 +15,7 @@ Instance lifecycle (emulator side; `gone` = removed; research section 4):
     RUNNING -> STOPPING -> TERMINATED     preempted, instanceTerminationAction STOP (default)
     RUNNING -> STOPPING -> gone           preempted, instanceTerminationAction DELETE
     any -> TERMINATED                     control :terminate;   any -> gone   control :vanish
+    PENDING -> PROVISIONING ...           flex-start: waits for capacity (compute/flex.py)
 A preemption records a `compute.instances.preempted` operation by `system`; with a notice
 (`notice_seconds`, or the VM's own `preemptionNoticeDuration`), the VM's metadata
 `instance/preempted` is TRUE that long first. Spot VMs also die at random with
@@ -34,6 +35,8 @@ import structlog
 from tpucared.emulator.catalog import MACHINE_TYPES, MachineType
 from tpucared.emulator.compute import errors
 from tpucared.emulator.compute.errors import OpError
+from tpucared.emulator.compute.flex import STEPS as FLEX_STEPS
+from tpucared.emulator.compute.flex import FlexStart
 from tpucared.emulator.compute.resources import Instance, ZoneOperation
 from tpucared.emulator.paging import SortedNames
 from tpucared.emulator.resources import region_of
@@ -44,8 +47,12 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-Step = Literal["staging", "running", "deleted", "notice_over", "stopped", "expire"]
-CREATING = frozenset({"PROVISIONING", "STAGING"})
+Step = Literal[
+    "staging", "running", "deleted", "notice_over", "stopped", "expire",
+    "run_over", "run_ended", "flex_expire",
+]  # fmt: skip
+# Not yet created: a PENDING flex-start VM (waiting for capacity) counts as being created.
+CREATING = frozenset({"PENDING", "PROVISIONING", "STAGING"})
 USER = "emulated-user@example.com"  # who the API calls are by: there is no authentication
 
 
@@ -66,6 +73,7 @@ class ComputeBook:
         self.ops: OrderedDict[str, ZoneOperation] = OrderedDict()  # .../operations/n -> op
         self._request_ids: dict[tuple[str, str, str], str] = {}  # (project, zone, id) -> op
         self.quota: dict[tuple[str, str], int] = {}  # (region, family) -> chips (control API)
+        self.flex = FlexStart(self)  # flex-start VMs' capacity queues
 
     def now(self) -> float:
         return self.state.now()
@@ -190,6 +198,11 @@ class ComputeBook:
         if inst.holds_capacity:
             inst.holds_capacity = False
             self.state.hold_capacity(inst.zone, inst.machine.name, -1)
+            self.flex.serve(inst.zone, inst.machine.name)  # the earliest PENDING VM's turn
+
+    def provision_waiting(self, now: float) -> None:
+        """Capacity grew or freed (lifecycle.py, after `PUT /_emulator/v1/capacity`)."""
+        self.flex.serve_all()
 
     def stockout(self, project: str, zone: str, machine: MachineType) -> OpError:
         available = [
@@ -234,18 +247,20 @@ class ComputeBook:
         if inst.status == "RUNNING" and status != "RUNNING":
             inst.host.state = status
             self.state.host_event("stop", inst.host)
+        if inst.status == "PENDING":
+            self.flex.leave(inst)
         inst.status = status
         inst.bump()
 
     def remove(self, inst: Instance) -> None:
         """The instance is gone: free its name, address and capacity."""
-        if inst.status == "RUNNING":
+        if inst.status in ("RUNNING", "PENDING"):
             self.set_status(inst, "STOPPING")
-        self.release_capacity(inst)
         del self.instances[inst.key]
         self.index[f"projects/{inst.project}/zones/{inst.zone}"].discard(inst.name)
         self.state.release_address(inst.worker.ip)
         inst.bump()
+        self.release_capacity(inst)  # last: the next PENDING VM may take it
 
     # -----------------------------------------------------------------------------------------
     # Transitions fired by timers.
@@ -268,6 +283,8 @@ class ComputeBook:
             self.begin_preemption(inst, None)
         elif step == "stopped":
             self._stopped(inst, now)
+        elif step in FLEX_STEPS:
+            self.flex.tick(step, inst, now)
 
     def _staging(self, inst: Instance) -> None:
         if inst.capacity_pending:
@@ -290,6 +307,8 @@ class ComputeBook:
         self.state.host_event("start", inst.host)
         self.finish_op(inst.insert_op, inst)
         inst.insert_op = None
+        if inst.flex:
+            self.flex.started(inst)
         mean = self.state.timing.spot_mean_lifetime_seconds
         if mean and inst.spot:
             self.schedule(inst, "expire", self._rng.expovariate(1.0 / mean))
@@ -425,6 +444,9 @@ class ComputeBook:
 
     def _resume(self, inst: Instance) -> None:
         """A restored instance resumes its transition, with the full delay."""
+        if inst.status == "PENDING":
+            self.flex.enqueue(inst)  # at the back, in the snapshot's order
+            return
         if inst.status != "TERMINATED" and not inst.preempting:
             self.state.hold_capacity(inst.zone, inst.machine.name, 1)
             inst.holds_capacity = True

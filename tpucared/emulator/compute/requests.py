@@ -48,13 +48,20 @@ class ComputeRequests:
         replay = book.replayed(project, zone, request_id)
         if replay is not None and replay.operation_type == "insert":
             return replay
-        spec, machine = validation.instance_body(body, zone, book.catalog)
+        spec, machine = validation.instance_body(
+            body, zone, book.catalog, flex_min_run_seconds=self.options.compute_flex_min_run_seconds
+        )
         key = f"projects/{project}/zones/{zone}/instances/{spec['name']}"
         if key in book.instances:
             raise errors.already_exists(key)
         over_quota = book.quota_error(zone, machine)
         if over_quota is not None and self.options.compute_quota_mode == "sync_http":
             raise errors.quota_http(over_quota)
+        if (
+            over_quota is None
+            and (spec.get("scheduling") or {}).get("provisioningModel") == "FLEX_START"
+        ):
+            return self._flex_start(project, zone, spec, machine, request_id)
         mode = self.options.compute_stockout_mode
         judged_now = self.options.capacity_judged != "end"
         if over_quota is None and judged_now and not self.state.has_capacity(zone, machine.name, 1):
@@ -72,6 +79,16 @@ class ComputeRequests:
         op = book.new_operation(project, zone, "insert", inst, request_id=request_id)
         inst.insert_op = op.name
         book.schedule(inst, "staging", self.state.timing.create_seconds / 2)
+        return op
+
+    def _flex_start(
+        self, project: str, zone: str, spec: dict[str, Any], machine: Any, request_id: str | None
+    ) -> ZoneOperation:
+        """A flex-start VM never meets a stockout: it waits PENDING for capacity (flex.py)."""
+        book = self.book
+        inst = book.spawn(project, zone, spec, machine)
+        op = book.new_operation(project, zone, "insert", inst, request_id=request_id)
+        book.flex.insert(inst, op)
         return op
 
     def _born_done(
