@@ -24,16 +24,17 @@ Lifecycle (added to book.py's):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import structlog
 
 from tpucared.emulator.compute.errors import OpError
+from tpucared.emulator.compute.resources import Instance, ZoneOperation
 from tpucared.emulator.compute.validation import duration_seconds
 
 if TYPE_CHECKING:
-    from tpucared.emulator.compute.book import ComputeBook
-    from tpucared.emulator.compute.resources import Instance, ZoneOperation
+    from tpucared.emulator.options import EmulatorOptions
+    from tpucared.emulator.state import EmulatorState
 
 log = structlog.get_logger(__name__)
 
@@ -50,6 +51,36 @@ EXPIRED = OpError(
     503,
 )
 STEPS = frozenset({"run_over", "run_ended", "flex_expire"})
+FlexStep = Literal["staging", "run_over", "run_ended", "flex_expire"]  # the timers set here
+
+
+class Book(Protocol):
+    """What flex-start uses of compute/book.py's `ComputeBook` (which owns a `FlexStart`:
+    typed here so that flex.py need not import book.py)."""
+
+    state: EmulatorState
+    options: EmulatorOptions
+    instances: dict[str, Instance]
+
+    def now(self) -> float: ...
+
+    def schedule(self, inst: Instance, step: FlexStep, delay: float) -> None: ...
+
+    def set_status(self, inst: Instance, status: str) -> None: ...
+
+    def take_capacity(self, inst: Instance) -> bool: ...
+
+    def release_capacity(self, inst: Instance) -> None: ...
+
+    def remove(self, inst: Instance) -> None: ...
+
+    def finish_op(
+        self, op_name: str | None, inst: Instance, error: OpError | None = None
+    ) -> None: ...
+
+    def new_operation(
+        self, project: str, zone: str, operation_type: str, target: Instance, *, user: str = ...
+    ) -> ZoneOperation: ...
 
 
 def _seconds(inst: Instance, parent: str, key: str) -> float | None:
@@ -59,7 +90,7 @@ def _seconds(inst: Instance, parent: str, key: str) -> float | None:
 class FlexStart:
     """The FIFO queues of PENDING flex-start instances and the timers of their runs."""
 
-    def __init__(self, book: ComputeBook) -> None:
+    def __init__(self, book: Book) -> None:
         self.book = book
         self.options = book.options
         # (zone, machine type) -> instance keys in arrival order (a dict: ordered, O(1) pop).
