@@ -4,7 +4,8 @@ Served under `/compute/v1/` by the same aiohttp application as `/v2` (server.py)
 same request pipeline (middleware.py: faults, request log, clock), on the same emulated cloud
 (one clock, one timer heap, one capacity table, one set of loopback addresses): instances
 insert / get / list / delete / getGuestAttributes, zone operations get / list / wait, and
-machineTypes.get for the TPU machine types. Every RUNNING instance is a simulated worker host
+machineTypes.get for the TPU machine types. A flex-start instance waits PENDING for capacity,
+then runs for its maxRunDuration (flex.py). Every RUNNING instance is a simulated worker host
 (hosts/), SSH and metadata server, exactly like a one-worker TPU node. Shapes, wording and the
 behaviours Google has not documented (each an `EmulatorOptions.compute_*` option) follow
 docs/research/compute-engine.md.
@@ -16,6 +17,7 @@ Layout, in the order a request flows:
     validation  the checks of an insert body, in compute's wording
     filters     the `filter` expressions of lists
     book        the records (instances, operations) and their lifecycle, timers, preemptions
+    flex        flex-start: the capacity queue of PENDING instances, the run that ends
     resources   Instance, ZoneOperation, VmHost (the instance as the worker hosts see it)
     errors      compute's HTTP envelope and operation errors; faults' compute answers
     control     the control API's instance actions (:preempt, :terminate, :vanish)
