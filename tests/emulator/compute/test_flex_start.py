@@ -10,6 +10,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -225,3 +226,19 @@ async def test_googles_client_sees_a_bad_run_duration_as_bad_request(
     resource = compute_v1.Instance.from_json(json.dumps(flex("fs-0", run_s=60)))
     with pytest.raises(gexc.BadRequest, match="maxRunDuration"):
         await call(instances.insert, project=P, zone=Z, instance_resource=resource)
+
+
+async def test_a_restart_keeps_the_queue_and_the_planned_end(tmp_path: Path) -> None:
+    options = {"capacity": {(Z, MT): 1}, "state_file": str(tmp_path / "state.json")}
+    async with flex_emulator(**options) as (_, http):
+        await http.ok("POST", f"{ZONE}/instances", flex("fs-a"))
+        vm = await wait_status(http, "fs-a", "RUNNING")
+        assert vm is not None
+        await http.ok("POST", f"{ZONE}/instances", flex("fs-b"))
+    async with flex_emulator(**options) as (_, http):  # a new emulator on the saved state
+        again = await http.ok("GET", f"{ZONE}/instances/fs-a")
+        assert again["status"] == "RUNNING"
+        assert again["scheduling"]["terminationTime"] == vm["scheduling"]["terminationTime"]
+        assert (await http.ok("GET", f"{ZONE}/instances/fs-b"))["status"] == "PENDING"
+        await http.ok("DELETE", f"{ZONE}/instances/fs-a")
+        await wait_status(http, "fs-b", "RUNNING")

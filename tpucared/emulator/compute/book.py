@@ -441,6 +441,7 @@ class ComputeBook:
             inst.status, inst.preempting = raw["status"], bool(raw["preempting"])
             inst.last_start, inst.last_stop = raw["last_start"], raw["last_stop"]
             self._resume(inst)
+        self.flex.serve_all()  # once every restored instance holds its capacity again
 
     def _resume(self, inst: Instance) -> None:
         """A restored instance resumes its transition, with the full delay."""
