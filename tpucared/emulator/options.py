@@ -141,6 +141,9 @@ class EmulatorOptions:
     # A test knob, not a cloud behaviour: the least maxRunDuration a FLEX_START insert may ask
     # (Google's is 600 s, research row 18), lowered so that a test can run a 3-second flex run.
     compute_flex_min_run_seconds: float = 600.0
+    # A test knob too: how long a flex-start VM runs, whatever its maxRunDuration asks (and
+    # scheduling.terminationTime says so), for a daemon's test that cannot ask under 10 min.
+    compute_flex_run_seconds: float | None = None
 
     request_log_size: int = 100_000
     max_operations: int = 100_000  # finished operations kept for GET, oldest dropped first

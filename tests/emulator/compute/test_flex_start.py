@@ -109,6 +109,18 @@ async def test_the_run_ends_at_its_duration_with_no_operation_by_default() -> No
         assert (await http.ok("GET", OP, filter='user = "system"')).get("items") is None
 
 
+async def test_the_run_seconds_knob_shortens_a_ten_minute_run() -> None:
+    """`compute_flex_run_seconds` (a test knob): a run asked for 10 minutes, as a daemon's
+    config must, lasts 1 s, and terminationTime says so."""
+    async with flex_emulator(compute_flex_run_seconds=1.0) as (_, http):
+        await http.ok("POST", f"{ZONE}/instances", flex("fs-0", run_s=600))
+        vm = await wait_status(http, "fs-0", "RUNNING")
+        assert vm is not None
+        run = when(vm["scheduling"]["terminationTime"]) - when(vm["lastStartTimestamp"])
+        assert run == pytest.approx(1, abs=1e-5)
+        await wait_status(http, "fs-0", None)
+
+
 async def test_the_run_end_options() -> None:
     async with flex_emulator(
         compute_flex_run_end="terminate", compute_flex_run_end_records="system_op"

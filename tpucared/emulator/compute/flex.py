@@ -149,6 +149,8 @@ class FlexStart:
         run = _seconds(inst, "scheduling", "maxRunDuration")
         if run is None or inst.last_start is None:
             return
+        shortened = self.book.options.compute_flex_run_seconds
+        run = run if shortened is None else shortened
         inst.run_ends_at = inst.last_start + run
         inst.bump()
         # From the clock, not `now`: a restored instance resumes with its start in the past.
