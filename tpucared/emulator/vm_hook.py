@@ -13,9 +13,12 @@ from typing import Any, Protocol
 
 class VmBook(Protocol):
     """What the lifecycle tells the Compute Engine instances (compute/book.py's `ComputeBook`,
-    which attaches itself as `vms`): their timers, a reset, and the persisted snapshot."""
+    which attaches itself as `vms`): their timers, capacity that grew or freed (flex-start
+    VMs waiting for it), a reset, and the persisted snapshot."""
 
     def tick(self, key: str, generation: int, now: float) -> None: ...
+
+    def provision_waiting(self, now: float) -> None: ...
 
     def reset(self) -> None: ...
 
@@ -32,6 +35,9 @@ class NoVms:
     """The lifecycle without the Compute Engine surface (a bare `EmulatorState`)."""
 
     def tick(self, key: str, generation: int, now: float) -> None:
+        return None
+
+    def provision_waiting(self, now: float) -> None:
         return None
 
     def reset(self) -> None:

@@ -236,7 +236,7 @@ class Shared:
         if not isinstance(properties, dict):
             raise errors.required("resource.properties")
         machine = validation.template_machine_type(properties.get("machineType"))
-        validation.properties(properties)
+        validation.properties(properties, self.book.options.compute_flex_min_run_seconds)
         template = Template(project, region, dict(body), machine, self.book.uid(), self.book.now())
         if template.key in self.templates:
             raise errors.already_exists(template.key)

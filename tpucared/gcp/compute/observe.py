@@ -41,7 +41,7 @@ log = structlog.get_logger(__name__)
 INSTANCE_LIST_FIELDS = (
     "nextPageToken,warning,items(name,id,status,labels,creationTimestamp,machineType,"
     "networkInterfaces(network,subnetwork,networkIP,accessConfigs(natIP)),"
-    "serviceAccounts(email),tags(items))"
+    "serviceAccounts(email),tags(items),scheduling(terminationTime))"
 )
 
 
