@@ -142,7 +142,7 @@ class CloudLifecycle:
         self._timers: list[tuple[float, int, TimerKind, str, int]] = []
         self._timer_seq = 0
         self._host_events: list[HostEvent] = []
-        self._rescan = False  # capacity freed or grew: waiting queued resources may now fit
+        self._rescan = False  # capacity freed or grew: waiting QRs / flex VMs may now fit
 
     # -----------------------------------------------------------------------------------------
     # Time.
@@ -170,6 +170,7 @@ class CloudLifecycle:
         if self._rescan:
             self._rescan = False
             self.queued.provision_waiting(now)
+            self.vms.provision_waiting(now)  # flex-start VMs wait for capacity too
 
     def _fire(self, kind: TimerKind, key: str, generation: int, due: float) -> None:
         if kind == "qr_tick":

@@ -136,6 +136,28 @@ class EmulatorOptions:
     # Unconfirmed (row 24): an empty list page omits `items` (Google's usual JSON) or, when
     # True, sends "items": [].
     compute_empty_items_listed: bool = False
+    # Flex-start (scheduling.provisioningModel FLEX_START, research section 6.9; compute/
+    # flex.py). Unconfirmed: what the insert operation does while its VM is PENDING, waiting
+    # for capacity: "done_when_pending" (DONE once the VM is accepted and PENDING) or
+    # "done_when_running" (RUNNING until the VM is, as for any other insert).
+    compute_flex_insert_op: str = "done_when_pending"
+    # Documented: at scheduling.terminationTime (start of RUNNING + maxRunDuration) the
+    # termination action (DELETE) ends the VM: "delete" (STOPPING -> gone); "terminate"
+    # (STOPPING -> TERMINATED, the VM stays listed) for a daemon that must cope with either.
+    compute_flex_run_end: str = "delete"
+    # Unconfirmed (row 17): the operation that records the run's end. "none", or "system_op":
+    # a DONE operation by `system` whose operationType is invented (compute/flex.py RUN_END_OP).
+    compute_flex_run_end_records: str = "none"
+    # Unconfirmed (row 16): a PENDING VM whose params.requestValidForDuration runs out:
+    # "instance_deleted" (gone), "instance_terminated" (left TERMINATED) or "op_error" (gone,
+    # and its insert operation, kept RUNNING while PENDING, fails with an invented code).
+    compute_flex_expiry: str = "instance_deleted"
+    # A test knob, not a cloud behaviour: the least maxRunDuration a FLEX_START insert may ask
+    # (Google's is 600 s, research row 18), lowered so that a test can run a 3-second flex run.
+    compute_flex_min_run_seconds: float = 600.0
+    # A test knob too: how long a flex-start VM runs, whatever its maxRunDuration asks (and
+    # scheduling.terminationTime says so), for a daemon's test that cannot ask under 10 min.
+    compute_flex_run_seconds: float | None = None
 
     request_log_size: int = 100_000
     max_operations: int = 100_000  # finished operations kept for GET, oldest dropped first
@@ -152,6 +174,10 @@ class EmulatorOptions:
             "compute_worker_id_source": ("both", "agent-worker-number", "tpu-env", "none"),
             "compute_mig_worker_order": ("ordered", "shuffled"),
             "compute_mig_on_member_loss": ("leave", "recreate_member"),
+            "compute_flex_insert_op": ("done_when_pending", "done_when_running"),
+            "compute_flex_run_end": ("delete", "terminate"),
+            "compute_flex_run_end_records": ("none", "system_op"),
+            "compute_flex_expiry": ("instance_deleted", "instance_terminated", "op_error"),
         }
         if self.compute_rate_limit_status not in (403, 429):
             raise ValueError("compute_rate_limit_status must be 403 or 429")

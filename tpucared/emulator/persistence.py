@@ -1,7 +1,8 @@
 """Optional JSON snapshot of the emulated cloud, so `tpucared emulator --state-file` survives a
 restart the way a real project does: nodes and Compute Engine instances (with their ids,
-addresses and host keys; the instances through vm_hook.py's `VmBook`) and capacity limits come
-back; operations, queued resources and faults do not.
+addresses and host keys; the instances through vm_hook.py's `VmBook`), Compute Engine's managed
+instance groups, templates and workload policies, and capacity limits come back; operations,
+queued resources and faults do not.
 
 Loaded once at start, written once at stop (atomically: a temporary file, then rename).
 A node that was mid-transition (CREATING, DELETING, ...) resumes it with the full delay.
@@ -89,6 +90,7 @@ def save_state(state: EmulatorState, path: str | os.PathLike[str]) -> None:
         ],
         "nodes": nodes,
         "instances": instances,
+        "groups": state.vms.snapshot_groups(),
     }
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -116,6 +118,7 @@ def load_state(state: EmulatorState, path: str | os.PathLike[str]) -> None:
     for raw in snapshot.get("nodes", []):
         state.adopt(_node_from_json(raw))
     state.vms.restore(snapshot.get("instances", []))
+    state.vms.restore_groups(snapshot.get("groups", {}))
     log.info(
         "emulator.state_loaded",
         path=str(source),

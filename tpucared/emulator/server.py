@@ -258,6 +258,13 @@ def _compute_arguments(parser: argparse.ArgumentParser) -> None:
         choices=STOCKOUT_CODES,
         default=EmulatorOptions.compute_stockout_code,
     )
+    parser.add_argument(
+        "--compute-mig-on-member-loss",
+        choices=("leave", "recreate_member"),
+        default=EmulatorOptions.compute_mig_on_member_loss,
+        help="what a DO_NOTHING managed instance group does when a VM is lost: leave it "
+        "TERMINATED or gone (default), or create it again as REPAIR does",
+    )
 
 
 async def serve(options: EmulatorOptions, host: str, port: int) -> None:
@@ -291,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         os_login=args.os_login,
         compute_stockout_mode=args.compute_stockout_mode,
         compute_stockout_code=args.compute_stockout_code,
+        compute_mig_on_member_loss=args.compute_mig_on_member_loss,
         seed=args.seed,
         state_file=args.state_file,
     )

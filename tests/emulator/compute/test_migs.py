@@ -2,8 +2,9 @@
 compute, REST): workload policies and instance templates (immutable, 409 on a second insert,
 400 resourceInUseByAnotherResource while a MIG uses them), a zonal MIG whose members are
 instances of the book with their worker ids, the topology check, requestId, INDIVIDUAL and BULK
-stockouts where Google shows them, and deletion. Member loss, resize, regional MIGs and the
-options: test_mig_behaviour.py."""
+stockouts where Google shows them, deletion, and faults and rate quotas on the MIG paths.
+Member loss, resize, regional MIGs and the options: test_mig_behaviour.py; SSH and metadata of
+members: test_mig_hosts.py."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from mig_support import (
     template_body,
     until,
 )
+
+from tpucared.emulator.clock import ManualClock
 
 API = "https://www.googleapis.com/compute/v1"
 GROUP = f"projects/{P}/zones/{Z}/instanceGroupManagers/iron-0"
@@ -258,3 +261,23 @@ async def test_deleting_a_mig_deletes_its_members_then_the_group() -> None:
         # Nothing uses the template now.
         done = await call(c.templates.delete, project=P, instance_template="tpl")
         await call(done.result, timeout=10)
+
+
+async def test_faults_and_rate_quotas_cover_the_mig_paths() -> None:
+    clock = ManualClock(start=1_800_000_030.0)  # half a minute in: no refill during the test
+    # listManagedInstances counts against default_per_region (research §6.4), as writes do.
+    async with official(compute_rate_limits={"default_per_region": 4}, clock=clock) as c:
+        await make_policy(c)  # regions/us-central1: one of us-central1's four
+        await make_template(c)  # global: not us-central1's
+        await make_mig(c, mode="BULK")  # two
+        await c.http.ok("POST", f"{MIGS}/iron-0/listManagedInstances")  # three
+        await c.http.ok("GET", f"{MIGS}/iron-0")  # a read
+        await c.http.ok("POST", f"{MIGS}/iron-0/listManagedInstances")  # four
+        code, payload = await c.http("POST", f"{MIGS}/iron-0/listManagedInstances")
+        assert code == 403
+        assert payload["error"]["errors"][0]["reason"] == "rateLimitExceeded"
+        faults = {"paths": ["instanceGroupManagers"], "script": [{"kind": "permission"}]}
+        await c.http.ok("PUT", "/_emulator/v1/faults", faults)
+        code, payload = await c.http("GET", f"{MIGS}/iron-0")
+        assert code == 403
+        assert "compute.instanceGroupManagers.get" in payload["error"]["message"]

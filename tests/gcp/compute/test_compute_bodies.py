@@ -170,3 +170,22 @@ def test_what_compute_engine_cannot_make_is_refused_before_any_request() -> None
         instance_body(shape(capacity=None), ZONE, "a")
     with pytest.raises(ValueError, match="machine type"):
         instance_body(shape(accelerator_type=""), ZONE, "a")
+
+
+def test_flex_start_runs_for_its_duration_then_is_deleted() -> None:
+    body = instance_body(
+        shape(capacity=CapacityKind.FLEX_START, max_run_duration_s=7200), ZONE, "a"
+    )
+    assert body["scheduling"] == {
+        "provisioningModel": "FLEX_START",
+        "maxRunDuration": {"seconds": "7200"},
+        "instanceTerminationAction": "DELETE",
+        "onHostMaintenance": "TERMINATE",
+        "automaticRestart": False,
+    }
+    assert body["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
+    assert "params" not in body  # no requestValidForDuration: it waits until we delete it
+    with pytest.raises(ValueError, match="max run duration"):
+        instance_body(shape(capacity=CapacityKind.FLEX_START), ZONE, "a")
+    with pytest.raises(ValueError, match="max run duration"):
+        scheduling(CapacityKind.FLEX_START, None, 0)

@@ -188,8 +188,23 @@ def test_a_provisioning_instance_without_addresses_or_extras() -> None:
         {"serviceAccounts": "sa"},
         {"tags": {"items": "tpu"}},
         {"id": {"n": 1}},
+        {"scheduling": "FLEX_START"},
     ],
 )
 def test_a_field_of_the_wrong_type_is_malformed(overrides: dict[str, Any]) -> None:
     with pytest.raises(MalformedResource):
         instance_from_json(ZONE, instance(**overrides))
+
+
+def test_a_flex_start_vm_waits_then_has_a_planned_end() -> None:
+    pending = instance(status="PENDING", scheduling={"provisioningModel": "FLEX_START"})
+    node = instance_from_json(ZONE, pending)
+    assert node.state_class is StateClass.WAITING
+    assert node.run_ends_at is None
+    running = instance(
+        scheduling={"provisioningModel": "FLEX_START", "terminationTime": "2026-11-27T02:31:02Z"}
+    )
+    assert instance_from_json(ZONE, running).run_ends_at == datetime(
+        2026, 11, 27, 2, 31, 2, tzinfo=UTC
+    )
+    assert instance_from_json(ZONE, instance()).run_ends_at is None  # spot: no planned end

@@ -6,7 +6,8 @@ same request pipeline (middleware.py: faults, request log, clock), on the same e
 insert / get / list / delete / getGuestAttributes, zone operations get / list / wait,
 machineTypes.get for the TPU machine types, and multi-host slices as managed instance groups
 (zonal and regional instanceGroupManagers with listManagedInstances, instance templates,
-workload policies; regional and global operations get / wait). Every RUNNING instance is a
+workload policies; regional and global operations get / wait). A flex-start instance waits
+PENDING for capacity, then runs for its maxRunDuration (flex.py). Every RUNNING instance is a
 simulated worker host (hosts/), SSH and metadata server, exactly like a one-worker TPU node.
 Shapes, wording and the behaviours Google has not documented (each an
 `EmulatorOptions.compute_*` option) follow docs/research/compute-engine.md.
@@ -23,7 +24,9 @@ Layout, in the order a request flows:
     migs        the managed instance groups: records, members, bulk mode, repair, deletion
     book        the records (instances, operations) and their lifecycle, timers, preemptions;
                 the one instance creation function, for instances.insert and for MIGs
+    operations  the operations (zonal, regional, global) and requestId replay: the book's base
     hooks       what the book sees of the groups (and of an operation's target)
+    flex        flex-start: the capacity queue of PENDING instances, the run that ends
     resources   Instance, ZoneOperation, VmHost (the instance as the worker hosts see it)
     errors      compute's HTTP envelope and operation errors; faults' compute answers
     control     the control API's instance actions (:preempt, :terminate, :vanish)

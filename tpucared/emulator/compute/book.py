@@ -5,8 +5,9 @@ addresses, capacity limits and worker-host events it shares: an instance is a si
 host (hosts/) exactly like a one-worker TPU node, and `PUT /_emulator/v1/capacity` limits
 (zone, machine type) as it limits (zone, accelerator type); chip quotas per (region, machine
 family) are the book's own (`quota`). The API calls (compute/requests.py, behind
-compute/api.py) and the control API (compute/control.py) change the book through the methods
-here.
+compute/api.py), the managed instance groups (compute/migs.py, through `create_instance`, the
+one way an instance is made) and the control API (compute/control.py) change the book through
+the methods here; its operations are its base class's (compute/operations.py).
 
 Instance lifecycle (emulator side; `gone` = removed; research section 4):
     PROVISIONING -> STAGING -> RUNNING    create_seconds/2 each; the insert operation is DONE
@@ -15,6 +16,7 @@ Instance lifecycle (emulator side; `gone` = removed; research section 4):
     RUNNING -> STOPPING -> TERMINATED     preempted, instanceTerminationAction STOP (default)
     RUNNING -> STOPPING -> gone           preempted, instanceTerminationAction DELETE
     any -> TERMINATED                     control :terminate;   any -> gone   control :vanish
+    PENDING -> PROVISIONING ...           flex-start: waits for capacity (compute/flex.py)
 A preemption records a `compute.instances.preempted` operation by `system`; with a notice
 (`notice_seconds`, or the VM's own `preemptionNoticeDuration`), the VM's metadata
 `instance/preempted` is TRUE that long first. Spot VMs also die at random with
@@ -24,7 +26,6 @@ A preemption records a `compute.instances.preempted` operation by `system`; with
 from __future__ import annotations
 
 import random
-import secrets
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -34,7 +35,10 @@ import structlog
 from tpucared.emulator.catalog import MACHINE_TYPES, MachineType
 from tpucared.emulator.compute import errors
 from tpucared.emulator.compute.errors import OpError
-from tpucared.emulator.compute.hooks import Groups, NoGroups, Target
+from tpucared.emulator.compute.flex import STEPS as FLEX_STEPS
+from tpucared.emulator.compute.flex import FlexStart
+from tpucared.emulator.compute.hooks import Groups, NoGroups
+from tpucared.emulator.compute.operations import OperationBook
 from tpucared.emulator.compute.resources import Instance, ZoneOperation
 from tpucared.emulator.paging import SortedNames
 from tpucared.emulator.resources import region_of
@@ -45,12 +49,15 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-Step = Literal["staging", "running", "deleted", "notice_over", "stopped", "expire", "mig"]
-CREATING = frozenset({"PROVISIONING", "STAGING"})
-USER = "emulated-user@example.com"  # who the API calls are by: there is no authentication
+Step = Literal[
+    "staging", "running", "deleted", "notice_over", "stopped", "expire",
+    "run_over", "run_ended", "flex_expire", "mig",
+]  # fmt: skip
+# Not yet created: a PENDING flex-start VM (waiting for capacity) counts as being created.
+CREATING = frozenset({"PENDING", "PROVISIONING", "STAGING"})
 
 
-class ComputeBook:
+class ComputeBook(OperationBook):
     """Every project's and zone's instances and operations, in one emulated cloud."""
 
     def __init__(self, state: EmulatorState) -> None:
@@ -68,92 +75,7 @@ class ComputeBook:
         self.ops: OrderedDict[str, ZoneOperation] = OrderedDict()  # .../operations/n -> op
         self._request_ids: dict[tuple[str, str, str], str] = {}  # (project, scope, id) -> op
         self.quota: dict[tuple[str, str], int] = {}  # (region, family) -> chips (control API)
-
-    def now(self) -> float:
-        return self.state.now()
-
-    def random(self) -> float:
-        return self._rng.random()
-
-    def uid(self) -> int:
-        """A new resource id (a uint64, never 0)."""
-        return self._rng.getrandbits(63) or 1
-
-    # -----------------------------------------------------------------------------------------
-    # Zones and operations.
-
-    def check_zone(self, project: str, zone: str) -> None:
-        if not self.catalog.has_compute_zone(zone):
-            raise errors.not_found(f"projects/{project}/zones/{zone}")
-
-    def new_operation(
-        self,
-        project: str,
-        zone: str,
-        operation_type: str,
-        target: Target,
-        *,
-        user: str = USER,
-        request_id: str | None = None,
-        scope: str | None = None,
-    ) -> ZoneOperation:
-        """A RUNNING operation; `scope` (`regions/r`, `global`) for a regional or global one,
-        whose `zone` is then unused."""
-        now = self.now()
-        if user == "system":
-            name = f"systemevent-{int(now * 1000)}-{secrets.token_hex(6)}"
-        else:
-            name = f"operation-{int(now * 1000)}-{secrets.token_hex(6)}-{secrets.token_hex(4)}"
-        op = ZoneOperation(
-            project=project,
-            zone=zone,
-            name=name,
-            uid=self._rng.getrandbits(63) or 1,
-            operation_type=operation_type,
-            target_link=target.self_link,
-            target_id=target.uid,
-            user=user,
-            insert_time=now,
-            request_id=request_id,
-            scope=scope,
-        )
-        self.ops[op.key] = op
-        if request_id is not None and self.options.compute_request_id_replay == "same_operation":
-            self._request_ids[(project, op.scope, request_id)] = name
-        self._trim_operations()
-        return op
-
-    def _trim_operations(self) -> None:
-        for _ in range(len(self.ops) - self.options.max_operations):
-            key, oldest = next(iter(self.ops.items()))
-            if oldest.done:
-                del self.ops[key]
-                if oldest.request_id is not None:  # forgotten with its operation
-                    self._request_ids.pop((oldest.project, oldest.scope, oldest.request_id), None)
-            else:
-                self.ops.move_to_end(key)
-
-    def replayed(
-        self, project: str, zone: str, request_id: str | None, scope: str | None = None
-    ) -> ZoneOperation | None:
-        """The operation an earlier request with this requestId started (research §9 row 5)."""
-        if request_id is None:
-            return None
-        scope = scope or f"zones/{zone}"
-        name = self._request_ids.get((project, scope, request_id))
-        return self.ops.get(f"projects/{project}/{scope}/operations/{name}") if name else None
-
-    def operation(self, project: str, zone: str, name: str) -> ZoneOperation:
-        self.check_zone(project, zone)
-        op = self.ops.get(f"projects/{project}/zones/{zone}/operations/{name}")
-        if op is None:
-            raise errors.not_found(f"projects/{project}/zones/{zone}/operations/{name}")
-        return op
-
-    def finish_op(self, op_name: str | None, inst: Instance, error: OpError | None = None) -> None:
-        op = self.ops.get(f"projects/{inst.project}/zones/{inst.zone}/operations/{op_name}")
-        if op is not None:
-            op.finish(self.now(), error)
+        self.flex = FlexStart(self)  # flex-start VMs' capacity queues
 
     # -----------------------------------------------------------------------------------------
     # Instances: records.
@@ -204,10 +126,15 @@ class ComputeBook:
     ) -> ZoneOperation:
         """The one way an instance is created, by instances.insert or by a MIG (`group`, its
         key): it takes capacity now (or when the insert ends, capacity_judged "end"), or is
-        doomed to fail as a stockout or over quota; its insert operation runs until RUNNING."""
+        doomed to fail as a stockout or over quota; its insert operation runs until RUNNING.
+        A flex-start VM waits PENDING for capacity instead (flex.py)."""
         over_quota = self.quota_error(zone, machine)  # before it counts itself
         inst = self.spawn(project, zone, spec, machine)
         inst.group = group
+        if over_quota is None and inst.flex:
+            op = self.new_operation(project, zone, "insert", inst, request_id=request_id)
+            self.flex.insert(inst, op)
+            return op
         if over_quota is not None:
             inst.doomed = over_quota  # the operation fails as a stockout's does, with 403
         elif self.options.capacity_judged == "end":
@@ -249,6 +176,11 @@ class ComputeBook:
         if inst.holds_capacity:
             inst.holds_capacity = False
             self.state.hold_capacity(inst.zone, inst.machine.name, -1)
+            self.flex.serve(inst.zone, inst.machine.name)  # the earliest PENDING VM's turn
+
+    def provision_waiting(self, now: float) -> None:
+        """Capacity grew or freed (lifecycle.py, after `PUT /_emulator/v1/capacity`)."""
+        self.flex.serve_all()
 
     def stockout(self, project: str, zone: str, machine: MachineType) -> OpError:
         available = [
@@ -293,6 +225,8 @@ class ComputeBook:
         if inst.status == "RUNNING" and status != "RUNNING":
             inst.host.state = status
             self.state.host_event("stop", inst.host)
+        if inst.status == "PENDING":
+            self.flex.leave(inst)
         inst.status = status
         inst.bump()
         if inst.group is not None:
@@ -300,13 +234,13 @@ class ComputeBook:
 
     def remove(self, inst: Instance) -> None:
         """The instance is gone: free its name, address and capacity."""
-        if inst.status == "RUNNING":
+        if inst.status in ("RUNNING", "PENDING"):
             self.set_status(inst, "STOPPING")
-        self.release_capacity(inst)
         del self.instances[inst.key]
         self.index[f"projects/{inst.project}/zones/{inst.zone}"].discard(inst.name)
         self.state.release_address(inst.worker.ip)
         inst.bump()
+        self.release_capacity(inst)  # last: the next PENDING VM may take it
         if inst.group is not None:
             self.groups.member_changed(inst)
 
@@ -334,6 +268,8 @@ class ComputeBook:
             self.begin_preemption(inst, None)
         elif step == "stopped":
             self._stopped(inst, now)
+        elif step in FLEX_STEPS:
+            self.flex.tick(step, inst, now)
 
     def _staging(self, inst: Instance) -> None:
         if inst.capacity_pending:
@@ -356,6 +292,8 @@ class ComputeBook:
         self.state.host_event("start", inst.host)
         self.finish_op(inst.insert_op, inst)
         inst.insert_op = None
+        if inst.flex:
+            self.flex.started(inst)
         mean = self.state.timing.spot_mean_lifetime_seconds
         if mean and inst.spot:
             self.schedule(inst, "expire", self._rng.expovariate(1.0 / mean))
@@ -457,6 +395,12 @@ class ComputeBook:
     def snapshot(self) -> list[dict[str, Any]]:
         return [i.record() for i in self.instances.values() if i.doomed is None]
 
+    def snapshot_groups(self) -> dict[str, Any]:
+        return self.groups.snapshot()
+
+    def restore_groups(self, snapshot: dict[str, Any]) -> None:
+        self.groups.restore(snapshot)  # after the instances: members find theirs
+
     def restore(self, snapshot: list[dict[str, Any]]) -> None:
         for raw in snapshot:
             inst = self.spawn(
@@ -472,9 +416,13 @@ class ComputeBook:
             inst.status, inst.preempting = raw["status"], bool(raw["preempting"])
             inst.last_start, inst.last_stop = raw["last_start"], raw["last_stop"]
             self._resume(inst)
+        self.flex.serve_all()  # once every restored instance holds its capacity again
 
     def _resume(self, inst: Instance) -> None:
         """A restored instance resumes its transition, with the full delay."""
+        if inst.status == "PENDING":
+            self.flex.enqueue(inst)  # at the back, in the snapshot's order
+            return
         if inst.status != "TERMINATED" and not inst.preempting:
             self.state.hold_capacity(inst.zone, inst.machine.name, 1)
             inst.holds_capacity = True

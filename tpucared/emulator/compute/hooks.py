@@ -7,7 +7,7 @@ as `groups`) about their members through `Groups`, so the book never imports the
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from tpucared.emulator.compute.resources import Instance
 
@@ -24,13 +24,18 @@ class Target(Protocol):
 
 class Groups(Protocol):
     """What the book tells the managed instance groups (compute/migs.py's `Migs`, which
-    attaches itself as `groups`): their timers, a change to one of their members, a reset."""
+    attaches itself as `groups`): their timers, a change to one of their members, a reset,
+    and the persisted snapshot."""
 
     def tick(self, key: str, now: float) -> None: ...
 
     def member_changed(self, inst: Instance) -> None: ...
 
     def reset(self) -> None: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    def restore(self, snapshot: dict[str, Any]) -> None: ...
 
 
 class NoGroups:
@@ -42,3 +47,10 @@ class NoGroups:
 
     def reset(self) -> None:
         return None
+
+    def snapshot(self) -> dict[str, Any]:
+        return {}
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        if snapshot:
+            raise ValueError("this emulator state has no managed instance groups")

@@ -102,7 +102,8 @@ class MigRequests:
         # The template's body must make an instance of this zone (its machine type offered).
         validation.instance_body(
             {**template.properties, "name": "check", "machineType": f"zones/{zone}/machineTypes/"
-             f"{template.machine.name}"}, zone, book.catalog)  # fmt: skip
+             f"{template.machine.name}"}, zone, book.catalog,
+            flex_min_run_seconds=self.options.compute_flex_min_run_seconds)  # fmt: skip
         self.migs.migs[key] = mig
         for used in (template.key, policy.key if policy else None):
             if used is not None:

@@ -47,6 +47,9 @@ _ACTIONS = ("abandoning", "creating", "creatingWithoutRetries", "deleting", "non
 _SUFFIX = string.ascii_lowercase + string.digits
 
 
+_MEMBER_STATE = ("created", "ran", "lost", "recreating", "pending_recreate", "removing")
+
+
 class Member:
     """One VM the group wants: its name and worker id, and how its last creation went."""
 
@@ -116,7 +119,7 @@ class Mig:
             return "DELETING"
         if inst is None:
             return "NONE" if member.lost else "RECREATING" if member.recreating else "CREATING"
-        if inst.status in CREATING:
+        if inst.status in CREATING or inst.status == "PENDING":  # PENDING: flex-start waiting
             return "RECREATING" if member.recreating else "CREATING"
         if inst.status == "STOPPING" and inst.delete_op is not None:
             return "RECREATING" if member.recreating else "DELETING"
@@ -215,6 +218,47 @@ class Migs:
         self.shared.reset()
 
     # -----------------------------------------------------------------------------------------
+    # The persisted snapshot (persistence.py, through the book): operations are not kept, so a
+    # group being deleted goes on without its operation, and a failed member is tried again.
+
+    def snapshot(self) -> dict[str, Any]:
+        migs = [
+            {"project": m.project, "scope": m.scope, "zone": m.zone, "body": m.body,
+             "template": m.template.key, "policy": m.policy.key if m.policy else None,
+             "uid": m.uid, "create_time": m.create_time, "target_size": m.target_size,
+             "bulk_waiting": m.bulk_waiting, "deleting": m.deleting,
+             "next_number": m.next_number,
+             "members": [[x.name, x.worker_id, *(getattr(x, k) for k in _MEMBER_STATE)]
+                         for x in m.members]}
+            for m in self.migs.values()
+        ]  # fmt: skip
+        return {**self.shared.snapshot(), "migs": migs}
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        self.shared.restore(snapshot)
+        for raw in snapshot.get("migs", []):
+            policy = self.shared.policies.get(raw["policy"]) if raw["policy"] else None
+            template = self.shared.templates[raw["template"]]
+            mig = Mig(project=raw["project"], scope=raw["scope"], zone=raw["zone"],
+                      body=raw["body"], template=template, policy=policy, uid=int(raw["uid"]),
+                      now=float(raw["create_time"]))  # fmt: skip
+            mig.target_size, mig.bulk_waiting = int(raw["target_size"]), bool(raw["bulk_waiting"])
+            mig.deleting, mig.next_number = bool(raw["deleting"]), int(raw["next_number"])
+            for name, worker_id, *flags in raw["members"]:
+                member = Member(str(name), int(worker_id))
+                for key, value in zip(_MEMBER_STATE, flags, strict=True):
+                    setattr(member, key, bool(value))
+                mig.members.append(member)
+                inst = self.book.instances.get(mig.member_key(member))
+                if inst is not None:
+                    inst.group = mig.key
+            self.migs[mig.key] = mig
+            for used in (mig.template.key, policy.key if policy else None):
+                if used is not None:
+                    self.shared.users.setdefault(used, set()).add(mig.key)
+            self.poke(mig, 0.0)
+
+    # -----------------------------------------------------------------------------------------
     # Members: names, worker ids, bodies.
 
     def add_members(self, mig: Mig, count: int) -> None:
@@ -272,7 +316,9 @@ class Migs:
 
     def _create(self, mig: Mig, member: Member) -> None:
         if mig.member_key(member) in self.book.instances:
-            return  # an instance of that name exists (not the group's): wait until it is gone
+            # An instance of that name exists (not the group's): try again later.
+            self.poke(mig, self.options.compute_mig_retry_seconds)
+            return
         spec = self.member_spec(mig, member)
         op = self.book.create_instance(mig.project, mig.zone, spec, mig.machine, group=mig.key)
         member.created, member.ran, member.lost, member.retry_at = True, False, False, None
@@ -344,9 +390,10 @@ class Migs:
             member.errors = [op.error.fields()["error"]["errors"][0]]
             if member.retry_at is None:
                 member.retry_at = now + self.options.compute_mig_retry_seconds
-                self.poke(mig, self.options.compute_mig_retry_seconds)
-            elif now >= member.retry_at - 1e-9:
+            if now >= member.retry_at - 1e-9:
                 self._create(mig, member)
+            else:
+                self.poke(mig, member.retry_at - now)
             return
         if member.lost:
             return

@@ -48,13 +48,21 @@ class ComputeRequests:
         replay = book.replayed(project, zone, request_id)
         if replay is not None and replay.operation_type == "insert":
             return replay
-        spec, machine = validation.instance_body(body, zone, book.catalog)
+        spec, machine = validation.instance_body(
+            body, zone, book.catalog, flex_min_run_seconds=self.options.compute_flex_min_run_seconds
+        )
         key = f"projects/{project}/zones/{zone}/instances/{spec['name']}"
         if key in book.instances:
             raise errors.already_exists(key)
         over_quota = book.quota_error(zone, machine)
         if over_quota is not None and self.options.compute_quota_mode == "sync_http":
             raise errors.quota_http(over_quota)
+        if (
+            over_quota is None
+            and (spec.get("scheduling") or {}).get("provisioningModel") == "FLEX_START"
+        ):
+            # A flex-start VM never meets a stockout: it waits PENDING for capacity (flex.py).
+            return book.create_instance(project, zone, spec, machine, request_id=request_id)
         mode = self.options.compute_stockout_mode
         judged_now = self.options.capacity_judged != "end"
         if over_quota is None and judged_now and not self.state.has_capacity(zone, machine.name, 1):

@@ -28,6 +28,7 @@ from tpucared.emulator.resources import Node, region_of
 from tpucared.emulator.workers import Worker
 
 API = "https://www.googleapis.com/compute/v1"
+UNPLACED = frozenset({"PENDING", "PROVISIONING"})  # no host (CPU platform, external IP) yet
 # One count for every instance: a timer of a deleted instance never matches one recreated
 # under the same name.
 _GENERATIONS = itertools.count(1)
@@ -104,6 +105,10 @@ class Instance:
         self.preempting = False  # on its way out after a preemption (STOPPING)
         scheduling = spec.get("scheduling") or {}
         spot = scheduling.get("provisioningModel") == "SPOT" or bool(scheduling.get("preemptible"))
+        # Flex-start (compute/flex.py): PENDING until capacity, then a run of maxRunDuration
+        # that ends at `run_ends_at` (rendered as scheduling.terminationTime).
+        self.flex = scheduling.get("provisioningModel") == "FLEX_START"
+        self.run_ends_at: float | None = None
         self.host = VmHost(
             project=project,
             zone=zone,
@@ -211,9 +216,10 @@ class Instance:
                 **({"items": spec["metadata"]["items"]} if self.metadata else {}),
             },
             "selfLink": self.self_link,
-            "scheduling": {"automaticRestart": not self.spot, "onHostMaintenance": "TERMINATE",
-                           "preemptible": False, **(spec.get("scheduling") or {})},
-            "cpuPlatform": "Unknown CPU Platform" if self.status == "PROVISIONING" else "AMD Turin",
+            "scheduling": {"automaticRestart": not (self.spot or self.flex),
+                           "onHostMaintenance": "TERMINATE", "preemptible": False,
+                           **(spec.get("scheduling") or {})},
+            "cpuPlatform": "Unknown CPU Platform" if self.status in UNPLACED else "AMD Turin",
             "labelFingerprint": prints["labels"],
             "startRestricted": False,
             "deletionProtection": False,
@@ -221,6 +227,8 @@ class Instance:
         }  # fmt: skip
         if self.status_message:
             out["statusMessage"] = self.status_message
+        if self.run_ends_at is not None:
+            out["scheduling"]["terminationTime"] = rfc3339(self.run_ends_at)
         for key in (
             "description",
             "labels",
@@ -262,7 +270,7 @@ class Instance:
         for config in nic.get("accessConfigs") or []:
             rendered = {"kind": "compute#accessConfig", "type": "ONE_TO_ONE_NAT",
                         "name": "External NAT", "networkTier": "PREMIUM", **config}  # fmt: skip
-            if index == 0 and self.status not in ("PROVISIONING", "TERMINATED"):
+            if index == 0 and self.status not in UNPLACED | {"TERMINATED"}:
                 rendered["natIP"] = self.worker.ip  # loopback is both sides' address here
             configs.append(rendered)
         if configs:

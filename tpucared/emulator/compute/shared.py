@@ -140,6 +140,24 @@ class Shared:
         self.templates: dict[str, Template] = {}
         self.users: dict[str, set[str]] = {}  # policy or template key -> keys of MIGs using it
 
+    def snapshot(self) -> dict[str, Any]:
+        """What the persisted state keeps (persistence.py, through the book)."""
+        return {
+            "policies": [[p.project, p.region, p.body, p.uid, p.create_time]
+                         for p in self.policies.values()],
+            "templates": [[t.project, t.region, t.body, t.uid, t.create_time]
+                          for t in self.templates.values()],
+        }  # fmt: skip
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        for project, region, body, uid, created in snapshot.get("policies", []):
+            policy = Policy(project, region, body, int(uid), float(created))
+            self.policies[policy.key] = policy
+        for project, region, body, uid, created in snapshot.get("templates", []):
+            machine = validation.template_machine_type(body["properties"].get("machineType"))
+            template = Template(project, region, body, machine, int(uid), float(created))
+            self.templates[template.key] = template
+
     def check_region(self, project: str, region: str) -> None:
         if not any(region_of(z) == region for z in self.book.catalog.compute_zones()):
             raise errors.not_found(f"projects/{project}/regions/{region}")
@@ -218,7 +236,7 @@ class Shared:
         if not isinstance(properties, dict):
             raise errors.required("resource.properties")
         machine = validation.template_machine_type(properties.get("machineType"))
-        validation.properties(properties)
+        validation.properties(properties, self.book.options.compute_flex_min_run_seconds)
         template = Template(project, region, dict(body), machine, self.book.uid(), self.book.now())
         if template.key in self.templates:
             raise errors.already_exists(template.key)

@@ -8,6 +8,9 @@ partial `zones/{z}/machineTypes/{mt}` or a full URL, of this zone, a TPU machine
 there), one boot disk built from `initializeParams.sourceImage`, the network interfaces, at most
 one service account, metadata items (key pattern, no duplicates), labels, tags, scheduling
 (provisioningModel, instanceTerminationAction, onHostMaintenance) and reservationAffinity.
+A FLEX_START VM needs `maxRunDuration` of 600 s to 7 days (the flex-start bounds, research
+section 9 row 18; the floor is `compute_flex_min_run_seconds` for tests) and the DELETE
+termination action, and may carry `params.requestValidForDuration` (how long it waits).
 `request_id()` checks a requestId (a UUID, not the zero one). `properties()` and
 `template_machine_type()` check an instance template's properties the same way.
 """
@@ -31,6 +34,8 @@ _MACHINE = re.compile(
 )
 PROVISIONING_MODELS = ("SPOT", "STANDARD", "RESERVATION_BOUND", "FLEX_START")
 TERMINATION_ACTIONS = ("DELETE", "STOP", "INSTANCE_TERMINATION_ACTION_UNSPECIFIED")
+FLEX_MIN_RUN_S = 600.0  # 10 minutes to 7 days (research section 9, row 18)
+FLEX_MAX_RUN_S = 7 * 24 * 3600.0
 RESERVATION_TYPES = ("ANY_RESERVATION", "SPECIFIC_RESERVATION", "NO_RESERVATION", "UNSPECIFIED")
 
 
@@ -54,16 +59,18 @@ def request_id(value: str | None) -> str | None:
     return value
 
 
-def instance_body(body: object, zone: str, catalog: Catalog) -> tuple[dict[str, Any], MachineType]:
+def instance_body(
+    body: object, zone: str, catalog: Catalog, *, flex_min_run_seconds: float = FLEX_MIN_RUN_S
+) -> tuple[dict[str, Any], MachineType]:
     if not isinstance(body, dict):
         raise errors.bad_request("Invalid JSON payload received. The body must be an object.")
     name(body.get("name"))
     machine = machine_type(body.get("machineType"), zone, catalog)
-    properties(body)
+    properties(body, flex_min_run_seconds)
     return dict(body), machine
 
 
-def properties(body: dict[str, Any]) -> None:
+def properties(body: dict[str, Any], flex_min_run_seconds: float = FLEX_MIN_RUN_S) -> None:
     """Everything of an instance body but its name and machine type: also an instance
     template's `properties` (compute/shared.py)."""
     _disks(body.get("disks"))
@@ -73,6 +80,7 @@ def properties(body: dict[str, Any]) -> None:
     _labels(body.get("labels"))
     _tags(body.get("tags"))
     _scheduling(body.get("scheduling"))
+    _flex_start(body, flex_min_run_seconds)
     _reservation(body.get("reservationAffinity"))
 
 
@@ -235,6 +243,49 @@ def _scheduling(value: object) -> None:
             "resource.scheduling.automaticRestart",
             True,
             "Preemptible instances cannot be automatically restarted.",
+        )
+
+
+def duration_seconds(value: object) -> float | None:
+    """A protobuf Duration `{seconds: "600", nanos: 0}` in seconds; None if it is not one."""
+    if not isinstance(value, dict) or not str(value.get("seconds", "0")).isdigit():
+        return None
+    nanos = value.get("nanos", 0)
+    if not isinstance(nanos, int) or not 0 <= nanos < 10**9:
+        return None
+    return int(value.get("seconds", 0)) + nanos / 1e9
+
+
+def _flex_start(body: dict[str, Any], min_run_s: float) -> None:
+    scheduling = body.get("scheduling") or {}
+    params = body.get("params")
+    valid_for = params.get("requestValidForDuration") if isinstance(params, dict) else None
+    if valid_for is not None and (duration_seconds(valid_for) or 0) <= 0:
+        raise errors.invalid("resource.params.requestValidForDuration", valid_for)
+    if scheduling.get("provisioningModel") != "FLEX_START":
+        return
+    if scheduling.get("preemptible"):
+        raise errors.invalid(
+            "resource.scheduling.preemptible",
+            True,
+            "Flex-start instances cannot be preemptible or Spot.",
+        )
+    run = scheduling.get("maxRunDuration")
+    if run is None:
+        raise errors.required("resource.scheduling.maxRunDuration")
+    seconds = duration_seconds(run)
+    if seconds is None or not min_run_s <= seconds <= FLEX_MAX_RUN_S:
+        raise errors.invalid(
+            "resource.scheduling.maxRunDuration",
+            run.get("seconds") if isinstance(run, dict) else run,
+            f"Max run duration for Flex-start instances must be between {int(min_run_s)} "
+            f"and {int(FLEX_MAX_RUN_S)} seconds.",
+        )
+    if scheduling.get("instanceTerminationAction") != "DELETE":
+        raise errors.invalid(
+            "resource.scheduling.instanceTerminationAction",
+            scheduling.get("instanceTerminationAction"),
+            "Flex-start instances require the DELETE termination action.",
         )
 
 

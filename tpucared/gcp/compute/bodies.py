@@ -21,6 +21,12 @@ Choices, on purpose:
   SPECIFIC_RESERVATION on `compute.googleapis.com/reservation-name` = the reservation's name,
   which Compute Engine needs (it has no "any reservation, or fail": ANY_RESERVATION falls
   back to on-demand capacity).
+- flex-start is `provisioningModel: FLEX_START` with `maxRunDuration` = the shape's
+  `max_run_duration_s` and `instanceTerminationAction: DELETE` (at the run's end the cloud
+  deletes the VM: nothing to clean up), and `reservationAffinity: NO_RESERVATION`, as
+  SkyPilot sends it (research §6.2, §6.9). No `params.requestValidForDuration`: Google
+  documents no default to send, and without one the VM waits PENDING until capacity comes or
+  the daemon deletes it.
 - One access config (`ONE_TO_ONE_NAT`) unless `enable_external_ips` is false: without one
   the VM has no external address and nobody outside the VPC can SSH into it.
 - The service account is `default` (the project's Compute Engine one, what gcloud and the
@@ -70,9 +76,19 @@ def default_image(machine_type: str) -> str:
     )
 
 
-def scheduling(capacity: CapacityKind, on_preemption: str | None) -> dict[str, Any]:
-    """Instance.scheduling for a capacity tier."""
+def scheduling(
+    capacity: CapacityKind, on_preemption: str | None, max_run_duration_s: int | None = None
+) -> dict[str, Any]:
+    """Instance.scheduling for a capacity tier. ValueError for flex-start without a run
+    duration (the adapter reports it as INVALID)."""
     body: dict[str, Any] = {"onHostMaintenance": "TERMINATE", "automaticRestart": False}
+    if capacity is CapacityKind.FLEX_START:
+        if not max_run_duration_s:
+            raise ValueError("flex-start capacity needs a max run duration (max_run_duration)")
+        body["provisioningModel"] = "FLEX_START"
+        body["maxRunDuration"] = {"seconds": str(max_run_duration_s)}  # int64: a JSON string
+        body["instanceTerminationAction"] = "DELETE"
+        return body
     if capacity is CapacityKind.SPOT:
         action = on_preemption or DEFAULT_ON_PREEMPTION
         if action not in TERMINATION_ACTIONS:
@@ -159,7 +175,7 @@ def instance_body(
             }
         ],
         "metadata": {"items": [{"key": k, "value": v} for k, v in metadata.items()]},
-        "scheduling": scheduling(shape.capacity, shape.on_preemption),
+        "scheduling": scheduling(shape.capacity, shape.on_preemption, shape.max_run_duration_s),
     }
     if shape.capacity is CapacityKind.RESERVED:
         if not reservation:
@@ -169,6 +185,8 @@ def instance_body(
             "key": RESERVATION_KEY,
             "values": [reservation],
         }
+    elif shape.capacity is CapacityKind.FLEX_START:
+        body["reservationAffinity"] = {"consumeReservationType": "NO_RESERVATION"}
     if shape.labels:
         body["labels"] = dict(shape.labels)
     if shape.tags:

@@ -11,6 +11,8 @@ about everything else, as tpu/convert.py is (the readers are gcp/fields.py's):
   raises `MalformedResource`: the caller makes the whole zone unknown for the tick.
 - The worker's addresses: `networkInterfaces[0].networkIP` (internal) and its first access
   config's `natIP` (external, when it has one).
+- A flex-start VM's `scheduling.terminationTime` (RFC 3339, set once it runs: start +
+  maxRunDuration) is `run_ends_at`, when the cloud ends the run by itself.
 - `accelerator_type` is the machine type's short name (`tpu7x-standard-4t`), the name the
   fleet asked for.
 """
@@ -80,6 +82,9 @@ def instance_from_json(zone: str, data: Mapping[str, Any]) -> ObservedNode:
     machine_type = optional_str(data, "machineType", what)
     network = optional_str(interfaces[0], "network", what) if interfaces else None
     subnetwork = optional_str(interfaces[0], "subnetwork", what) if interfaces else None
+    scheduling = data.get("scheduling")
+    if scheduling is not None and not isinstance(scheduling, Mapping):
+        raise MalformedResource(f"{what}: scheduling is not an object: {raw_excerpt(scheduling)}")
     return ObservedNode(
         name=short_name(name),
         zone=zone,
@@ -90,6 +95,7 @@ def instance_from_json(zone: str, data: Mapping[str, Any]) -> ObservedNode:
         create_time=parse_time(data.get("creationTimestamp")),
         endpoints=_endpoints(interfaces, what),
         raw_state=raw_excerpt(raw) if status is InstanceStatus.UNRECOGNIZED else None,
+        run_ends_at=parse_time(scheduling.get("terminationTime")) if scheduling else None,
         made=NodeMade(
             network=network,
             subnetwork=subnetwork,

@@ -1,0 +1,79 @@
+"""A flex-start VM through `ComputeCloud` against the emulator: created PENDING (WAITING to the
+planner) while the machine type has no capacity, RUNNING once it has, with `run_ends_at` read
+from scheduling.terminationTime (start + maxRunDuration), then gone when the run ends. The
+emulator allows one-second runs here (`compute_flex_min_run_seconds`, a test knob)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from tpucared.core.model.observed import ObservedNode, StateClass
+from tpucared.core.model.specs import CapacityKind, ErrorKind
+from tpucared.gcp.compute import ComputeClient, ComputeCloud
+from tpucared.gcp.errors import ApiError
+
+from .support import ZONE, Control, P, finished, shape
+
+NOW = datetime(2026, 11, 26, tzinfo=UTC)
+
+
+@pytest.fixture
+def emulator_options(emulator_options: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **emulator_options,
+        "create_seconds": 0.1,
+        "delete_seconds": 0.05,
+        "compute_flex_min_run_seconds": 1,
+    }
+
+
+async def observed(cloud: ComputeCloud, name: str) -> ObservedNode | None:
+    observation = await cloud.observe(P, ZONE, NOW, queued_resources=False)
+    assert observation.ok, observation.error_message
+    return next((n for n in observation.nodes if n.name == name), None)
+
+
+async def until(cloud: ComputeCloud, name: str, state: str | None) -> ObservedNode | None:
+    for _ in range(200):
+        node = await observed(cloud, name)
+        if (node.state if node else None) == state:
+            return node
+        await asyncio.sleep(0.03)
+    raise AssertionError(f"{name} never {state or 'gone'}")
+
+
+async def test_a_flex_vm_waits_runs_with_its_end_and_ends(
+    cloud: ComputeCloud, control: Control
+) -> None:
+    await control.capacity(0)
+    flex = shape(capacity=CapacityKind.FLEX_START, max_run_duration_s=2)
+    done = await finished(cloud, await cloud.create(P, ZONE, "iron-0", flex))
+    assert done.error is None  # the emulator's default: the insert is DONE once PENDING
+    node = await observed(cloud, "iron-0")
+    assert node is not None
+    assert node.state == "PENDING"
+    assert node.state_class is StateClass.WAITING
+    assert node.run_ends_at is None
+
+    await control.capacity(1)
+    running = await until(cloud, "iron-0", "RUNNING")
+    assert running is not None
+    assert running.state_class is StateClass.USABLE
+    assert running.run_ends_at is not None
+    # Read through the list's partial response (INSTANCE_LIST_FIELDS): start + 2 s.
+    now = datetime.now(UTC)
+    assert now < running.run_ends_at <= now + timedelta(seconds=2)
+    await until(cloud, "iron-0", None)  # the run ended: the cloud deleted it
+
+
+async def test_flex_without_a_run_duration_is_invalid_before_any_request(
+    cloud: ComputeCloud, client: ComputeClient
+) -> None:
+    with pytest.raises(ApiError) as caught:
+        await cloud.create(P, ZONE, "iron-0", shape(capacity=CapacityKind.FLEX_START))
+    assert caught.value.kind is ErrorKind.INVALID
+    assert not client.request_counts
