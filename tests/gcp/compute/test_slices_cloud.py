@@ -209,3 +209,26 @@ async def test_a_member_the_mig_recreates_makes_the_slice_dead_for_good(
     assert all(m.get("instanceStatus") == "RUNNING" for m in members)
     node = await observe_one(cloud)
     assert (node.state, node.state_class) == ("SLICE_RECREATED", StateClass.DEAD)
+
+
+async def test_a_flex_start_slice_waits_for_capacity_then_runs_until_its_planned_end(
+    cloud: ComputeCloud, control: Control
+) -> None:
+    await control.capacity(0)
+    flex = shape(**SLICE, capacity=CapacityKind.FLEX_START, max_run_duration_s=3600)
+    op = await cloud.create(P, ZONE, "iron-0", flex)
+    for _ in range(20):  # a stockout is no failure: flex-start waits by design
+        op = await cloud.poll(op.name)
+        assert op.error is None, op.error
+        await asyncio.sleep(0.02)
+    node = await observe_until(cloud, StateClass.WAITING)
+    assert node.stuck_rule == "queued"
+    await control.capacity(4)
+    node = await observe_until(cloud, StateClass.USABLE)
+    assert len(node.endpoints) == 4
+    assert node.run_ends_at is not None
+    assert node.run_ends_at > node.create_time
+    template = (await cloud.client.list_templates(P))[0]["properties"]
+    assert template["scheduling"]["provisioningModel"] == "FLEX_START"
+    [group] = await cloud.client.list_migs(P, ZONE)
+    assert group["targetSizePolicy"]["mode"] == "BULK"
