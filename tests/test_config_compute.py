@@ -3,11 +3,13 @@ on_preemption, beside TPU API fleets; what loads, and each mistake as one line."
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from config_support import MINIMAL, load, problems
 
+from tpucared.config import load_config
 from tpucared.core.model.machines import MACHINE_TYPES, chips_of
 from tpucared.core.model.specs import CapacityKind, FleetSpec, NodeOptions
 
@@ -336,3 +338,38 @@ def test_bad_compute_config(tmp_path: Path, text: str, expected: list[str]) -> N
         assert any(line.startswith(want) for line in found), (want, found)
     # One mistake, one line.
     assert len(found) == len(expected), found
+
+
+def test_the_gce_example_s_issue_28_fleets_load(tmp_path: Path) -> None:
+    """deploy/examples/gce.toml's commented multi-host and flex-start fleets, uncommented
+    with the guard widened as their comment says, load as they claim."""
+    example = Path(__file__).parent.parent / "deploy" / "examples" / "gce.toml"
+    head, _, tail = example.read_text().partition("# Issue 28, commented out")
+    # Only the commented TOML lines (tables, keys), not the prose around them.
+    fleets = "\n".join(
+        found.group(1)
+        for line in tail.splitlines()
+        if (found := re.fullmatch(r"# (\[.*|[a-z_]+ = .*)", line))
+    )
+    text = (
+        head.replace("max_nodes = 12", "max_nodes = 18")
+        .replace(
+            'capacity = ["spot", "preemptible"]', 'capacity = ["spot", "preemptible", "flex-start"]'
+        )
+        .replace(
+            'machine_types = ["tpu7x-standard-4t"]',
+            'machine_types = ["tpu7x-standard-4t", "ct6e-standard-4t"]',
+        )
+        .replace('"us-east5-b"]', '"us-east5-b", "us-east5-a"]')
+        + fleets
+    )
+    path = tmp_path / "gce.toml"
+    path.write_text(text)
+    config = load_config(path)
+    pod, flex = config.fleet("pod"), config.fleet("flex")
+    assert (pod.node.topology, pod.hosts) == ("2x2x2", 2)
+    assert (flex.capacity, flex.hosts, flex.node.max_run_duration_s) == (
+        CapacityKind.FLEX_START,
+        4,
+        7 * 86400,
+    )
