@@ -54,6 +54,7 @@ def cloud_values(cloud: CloudFacts) -> dict[str, object]:
         "unhealthy_since": cloud.unhealthy_since,
         "cloud_id": cloud.cloud_id,
         "create_time": cloud.create_time,
+        "run_ends_at": cloud.run_ends_at,
     }
 
 

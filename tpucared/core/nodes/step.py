@@ -246,11 +246,13 @@ def cloud_facts(step: Step, s: Sighting, *, endpoints: bool = False) -> CloudFac
     node, qr = s.node, s.queued
     health: str | None = None
     cloud_id, create_time = inc.cloud_id, inc.create_time
+    run_ends_at = inc.run_ends_at  # kept once the node is gone: its loss is judged by it
     if node is not None:
         state = str(node.state)  # a plain string in the record, whatever the adapter's type
         health = node.health
         cloud_id = node.cloud_id or cloud_id
         create_time = node.create_time or create_time
+        run_ends_at = node.run_ends_at or run_ends_at
     elif qr is not None:
         state = queued_pseudo_state(qr.state)
     else:
@@ -268,6 +270,7 @@ def cloud_facts(step: Step, s: Sighting, *, endpoints: bool = False) -> CloudFac
         cloud_id=cloud_id,
         create_time=create_time,
         endpoints=node.endpoints if endpoints and node is not None else None,
+        run_ends_at=run_ends_at,
     )
 
 
@@ -279,6 +282,7 @@ def _differs(inc: IncarnationRecord, f: CloudFacts) -> bool:
         or f.unhealthy_since != inc.unhealthy_since
         or f.cloud_id != inc.cloud_id
         or f.create_time != inc.create_time
+        or f.run_ends_at != inc.run_ends_at
     )
 
 
