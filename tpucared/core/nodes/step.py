@@ -20,6 +20,7 @@ from tpucared.core.model.observed import StateClass
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, ErrorKind
 from tpucared.core.nodes import create_backoff as budget
+from tpucared.core.nodes import flex
 from tpucared.core.nodes.cloud import ABSENT, is_unhealthy, queued_pseudo_state
 from tpucared.core.nodes.preemption import loss_of
 from tpucared.core.vocab.actions import (
@@ -146,15 +147,26 @@ class Step:
 def die(step: Step, reason: str, facts: CloudFacts, s: Sighting, *, lost: bool = False) -> None:
     """An unplanned death of a READY node: DEAD, then delete (or DELETED if nothing is left).
     `lost`: a dead state or a vanishing, which a cloud whose node states do not say
-    "preempted" may explain by its preemption records (core/nodes/preemption.py)."""
-    step.move(
-        P.DEAD,
-        reason,
-        end_reason=reason,
-        cloud=facts,
-        slot_update=budget.node_died(step.view, step.inc),
-        loss=loss_of(step.view, step.inc, reason) if lost else None,
-    )
+    "preempted" may explain by its preemption records (core/nodes/preemption.py), unless it
+    is a flex-start run's end (core/nodes/flex.py): neither a preemption nor a failure."""
+    spec = step.view.specs.get(step.inc.fleet)
+    if lost and flex.run_ended(spec, facts.run_ends_at, facts.cloud_state_since or step.now):
+        step.move(
+            P.DEAD,
+            f"{reason}: {flex.how(facts.run_ends_at)}",
+            end_reason=flex.RUN_ENDED,
+            cloud=facts,
+            slot_update=flex.run_over(step.view, step.inc),
+        )
+    else:
+        step.move(
+            P.DEAD,
+            reason,
+            end_reason=reason,
+            cloud=facts,
+            slot_update=budget.node_died(step.view, step.inc),
+            loss=loss_of(step.view, step.inc, reason) if lost else None,
+        )
     if s.gone:
         step.move(P.DELETED, "nothing left to delete")
     else:
@@ -177,7 +189,20 @@ def fail_dead(step: Step, reason: str, kind: ErrorKind, facts: CloudFacts, s: Si
 
 
 def external_delete(step: Step, facts: CloudFacts) -> None:
-    """Someone else is deleting the node: follow it to DELETING; the slot counts a death."""
+    """Someone else is deleting the node: follow it to DELETING; the slot counts a death,
+    unless it is the cloud ending a flex-start run (core/nodes/flex.py)."""
+    spec = step.view.specs.get(step.inc.fleet)
+    if step.phase is P.READY and flex.run_ended(
+        spec, facts.run_ends_at, facts.cloud_state_since or step.now
+    ):
+        step.move(
+            P.DELETING,
+            f"being deleted by the cloud: {flex.how(facts.run_ends_at)}",
+            end_reason=flex.RUN_ENDED,
+            cloud=facts,
+            slot_update=flex.run_over(step.view, step.inc),
+        )
+        return
     step.move(
         P.DELETING,
         "being deleted outside tpucared",
