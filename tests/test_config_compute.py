@@ -3,11 +3,13 @@ on_preemption, beside TPU API fleets; what loads, and each mistake as one line."
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from config_support import MINIMAL, load, problems
 
+from tpucared.config import load_config
 from tpucared.core.model.machines import MACHINE_TYPES, chips_of
 from tpucared.core.model.specs import CapacityKind, FleetSpec, NodeOptions
 
@@ -126,6 +128,34 @@ def test_the_guard_knows_machine_types(tmp_path: Path) -> None:
     assert config.guard.machine_types == frozenset({"tpu7x-standard-4t"})
 
 
+def test_a_multi_host_fleet(tmp_path: Path) -> None:
+    spec = iron(tmp_path, compute('topology = "2x2x4"\nslices = 2'))
+    assert (spec.node.topology, spec.hosts, spec.slices) == ("2x2x4", 4, 2)
+    assert spec.node.max_run_duration_s is None
+    # The topology is part of the spec: changing it is a recorded spec change.
+    assert spec.spec_hash() != iron(tmp_path, compute("slices = 2")).spec_hash()
+    one = iron(tmp_path, compute())
+    assert (one.node.topology, one.hosts) == (None, 1)
+
+
+def test_a_flex_start_fleet(tmp_path: Path) -> None:
+    spec = iron(tmp_path, compute('capacity = "flex-start"\nmax_run_duration = "7d"'))
+    assert spec.capacity is CapacityKind.FLEX_START
+    assert spec.flex_start
+    assert (spec.node.max_run_duration_s, spec.node.on_preemption) == (7 * 86400, None)
+    short = iron(tmp_path, compute('capacity = "flex-start"\nmax_run_duration = "10m"'))
+    assert short.node.max_run_duration_s == 600
+    assert spec.spec_hash() != short.spec_hash()
+
+
+def test_new_node_fields_at_none_keep_the_hash() -> None:
+    """A fleet with node options from before issue 28 keeps its hash: topology and
+    max_run_duration_s at None are left out of it."""
+    options = NodeOptions(network="tpu-net", on_preemption="stop")
+    spec = FleetSpec("iron", ("us-central1-c",), "tpu7x-standard-4t", "", 2, node=options)
+    assert spec.spec_hash() == "7f74ff021038eb22"  # as main computed it before the fields
+
+
 def test_the_machine_types_table_agrees_with_the_suffix() -> None:
     for name, machine in MACHINE_TYPES.items():
         assert chips_of(name) == machine.chips, name
@@ -224,6 +254,76 @@ BAD = [
         ['fleet "iron": machine_type: "tpu7x-standard-4t" is not allowed by the guard'],
     ),
     (
+        "tpu-with-topology",
+        MINIMAL + 'topology = "2x2x4"\n',
+        ['fleet "sweep": topology: only for api = "compute" fleets (Compute Engine)'],
+    ),
+    (
+        "unknown-topology",
+        compute('topology = "2x2x3"'),
+        [
+            'fleet "iron": topology: "2x2x3" is not a tpu7x-standard-4t topology: one of '
+            "2x2x1, 2x2x2, 2x2x4, 2x4x4, 4x4x4, 4x4x8, 4x8x8, 8x8x8, 8x8x16, 8x16x16"
+        ],
+    ),
+    (
+        "v5p-has-no-2x2x4",
+        compute('topology = "2x2x4"').replace("tpu7x-standard-4t", "ct5p-hightpu-4t"),
+        ['fleet "iron": topology: "2x2x4" is not a ct5p-hightpu-4t topology: one of 2x2x1, '],
+    ),
+    (
+        "bad-topology-syntax",
+        compute('topology = "2-2-4"'),
+        ['fleet "iron": topology: expected a topology like "2x2x4"'],
+    ),
+    (
+        "tpu-flex-start",
+        MINIMAL + 'capacity = "flex-start"\nmax_run_duration = "7d"\n',
+        [
+            'fleet "sweep": capacity: "flex-start" only on api = "compute" fleets: the TPU '
+            "API's flex-start goes through queued resources, which tpucared does not support"
+        ],
+    ),
+    (
+        "flex-start-without-run",
+        compute('capacity = "flex-start"'),
+        [
+            'fleet "iron": max_run_duration: required with capacity = "flex-start": '
+            "how long a run lasts, 10m to 7d"
+        ],
+    ),
+    (
+        "flex-start-run-too-short",
+        compute('capacity = "flex-start"\nmax_run_duration = "5m"'),
+        ['fleet "iron": max_run_duration: expected 10m to 7d, got 5m'],
+    ),
+    (
+        "flex-start-run-too-long",
+        compute('capacity = "flex-start"\nmax_run_duration = "8d"'),
+        ['fleet "iron": max_run_duration: expected 10m to 7d, got 8d'],
+    ),
+    (
+        "run-without-flex-start",
+        compute('max_run_duration = "1d"'),
+        [
+            'fleet "iron": max_run_duration: only with capacity = "flex-start" '
+            "(how long a flex-start run lasts)"
+        ],
+    ),
+    (
+        "flex-start-with-on-preemption",
+        compute('capacity = "flex-start"\nmax_run_duration = "1d"\non_preemption = "stop"'),
+        ['fleet "iron": on_preemption: only for capacity = "spot"'],
+    ),
+    (
+        "guard-max-nodes-counts-hosts",
+        compute('topology = "2x2x4"') + "[guard]\nmax_nodes = 9\n",
+        [
+            "guard.max_nodes: the fleets ask for 10 nodes (sweep 2, iron 2x4 hosts), "
+            "more than the 9 allowed"
+        ],
+    ),
+    (
         "guard-max-nodes-counts-both",
         compute() + "[guard]\nmax_nodes = 3\n",
         ["guard.max_nodes: the fleets ask for 4 nodes (sweep 2, iron 2), more than the 3"],
@@ -238,3 +338,38 @@ def test_bad_compute_config(tmp_path: Path, text: str, expected: list[str]) -> N
         assert any(line.startswith(want) for line in found), (want, found)
     # One mistake, one line.
     assert len(found) == len(expected), found
+
+
+def test_the_gce_example_s_issue_28_fleets_load(tmp_path: Path) -> None:
+    """deploy/examples/gce.toml's commented multi-host and flex-start fleets, uncommented
+    with the guard widened as their comment says, load as they claim."""
+    example = Path(__file__).parent.parent / "deploy" / "examples" / "gce.toml"
+    head, _, tail = example.read_text().partition("# Issue 28, commented out")
+    # Only the commented TOML lines (tables, keys), not the prose around them.
+    fleets = "\n".join(
+        found.group(1)
+        for line in tail.splitlines()
+        if (found := re.fullmatch(r"# (\[.*|[a-z_]+ = .*)", line))
+    )
+    text = (
+        head.replace("max_nodes = 12", "max_nodes = 18")
+        .replace(
+            'capacity = ["spot", "preemptible"]', 'capacity = ["spot", "preemptible", "flex-start"]'
+        )
+        .replace(
+            'machine_types = ["tpu7x-standard-4t"]',
+            'machine_types = ["tpu7x-standard-4t", "ct6e-standard-4t"]',
+        )
+        .replace('"us-east5-b"]', '"us-east5-b", "us-east5-a"]')
+        + fleets
+    )
+    path = tmp_path / "gce.toml"
+    path.write_text(text)
+    config = load_config(path)
+    pod, flex = config.fleet("pod"), config.fleet("flex")
+    assert (pod.node.topology, pod.hosts) == ("2x2x2", 2)
+    assert (flex.capacity, flex.hosts, flex.node.max_run_duration_s) == (
+        CapacityKind.FLEX_START,
+        4,
+        7 * 86400,
+    )

@@ -140,6 +140,7 @@ def test_docs_list_exactly_the_families_with_their_types_and_labels() -> None:
         (2, "attempt.preempted", {}),
         (3, "node.deleting", {"delete_calls": 1}),
         (4, "node.ready", {}),
+        (5, "node.run_ended", {}),
     ]
     m.observe_events(
         EventRecord(n, T0, kind, "", fleet="f", slot=0, details=details)
@@ -155,3 +156,26 @@ def test_docs_list_exactly_the_families_with_their_types_and_labels() -> None:
     }
     for name, (_, labels) in exposed.items():
         assert documented[name][1] == labels, name
+
+
+def test_a_flex_start_run_end_is_counted_and_is_no_preemption() -> None:
+    """`node.run_ended` counts in tpucared_flex_runs_ended_total; the node.dead beside it
+    adds no preemption and starts no recovery wait."""
+    m = DaemonMetrics()
+    ended: dict[str, object] = {
+        "from": "ready",
+        "end_reason": "run ended",
+        "slot_update": {"add_preemptions": 0},
+    }
+    steps: list[tuple[int, str, dict[str, object]]] = [
+        (1, "node.dead", ended),
+        (2, "node.run_ended", {}),
+        (3, "node.ready", {}),
+    ]
+    m.observe_events(
+        EventRecord(n, T0 + timedelta(minutes=n), kind, "", fleet="f", slot=0, details=details)
+        for n, kind, details in steps
+    )
+    assert value(m, "tpucared_flex_runs_ended_total", fleet="f") == 1
+    assert value(m, "tpucared_preemptions_total", fleet="f") is None
+    assert value(m, "tpucared_recovery_seconds_count", fleet="f") is None

@@ -4,6 +4,7 @@ the one-live-incarnation rule, deletes, call outcomes, cloud facts, adoption and
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -13,6 +14,7 @@ from tpucared.core.model.lifecycle import TRANSITIONS
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import ErrorKind
+from tpucared.core.nodes.flex import RUN_ENDED
 from tpucared.core.vocab.actions import CloudFacts, RecordCloud
 from tpucared.store import (
     IllegalTransition,
@@ -395,3 +397,28 @@ async def test_outcome_events_say_what_was_learnt_never_the_keep_sentinel(seeded
         "sweep-0: error quota",
     ]
     assert not any("KEEP" in m for m in messages)
+
+
+async def test_a_flex_start_run_end_has_its_own_event(seeded: Store):
+    """A transition ended "run ended" (core/nodes/flex.py) also appends `node.run_ended`,
+    with the planned end: its own event, which the metrics count."""
+    inc = await request(seeded)
+    ends = T0 + timedelta(days=7)
+    async with seeded.write() as tx:
+        await tx.transition(inc.id, P.REQUESTED, P.CREATING, T1)
+        await tx.transition(
+            inc.id,
+            P.CREATING,
+            P.READY,
+            T1,
+            cloud=replace(facts("RUNNING", T1), run_ends_at=ends),
+        )
+        await tx.transition(inc.id, P.READY, P.DEAD, T1, end_reason=RUN_ENDED)  # fmt: skip
+    assert (await node_events(seeded, inc.id))[-2:] == [
+        ("node.dead", "dead"),
+        ("node.run_ended", None),
+    ]
+    async with seeded.read() as r:
+        [event] = [e for e in await r.events(since_id=0, limit=100) if e.kind == "node.run_ended"]
+    assert event.details == {"run_ends_at": ends.isoformat()}
+    assert "the flex-start run ended" in event.message

@@ -3,18 +3,22 @@
 Part of pass two (`build.py` calls it for each fleet). A TPU API fleet names its nodes by
 `accelerator_type` and `runtime_version`; a Compute Engine fleet (issue 27: one TPU VM per
 slot) by `machine_type` (the known table, core/model/machines.py), an optional `image` and,
-for spot capacity, `on_preemption`. Another API's keys on a fleet are one line naming them,
-whichever are set. `machine` hands both to the `FleetSpec` in the same two fields, as the
-Cloud port reads them (ports/cloud.py `NodeShape`).
+for spot capacity, `on_preemption`; issue 28 adds `topology` (a multi-host slice, a pair of
+`TOPOLOGIES`) and `capacity = "flex-start"` with its `max_run_duration` (10 minutes to 7
+days). Another API's keys on a fleet are one line naming them, whichever are set. `machine`
+hands both to the `FleetSpec` in the same two fields, as the Cloud port reads them
+(ports/cloud.py `NodeShape`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 
 from tpucared.config.problems import Problems
 from tpucared.config.schema import FleetTable
-from tpucared.core.model.machines import MACHINE_TYPES
+from tpucared.core.model import durations
+from tpucared.core.model.machines import MACHINE_TYPES, TOPOLOGIES, hosts_of
 from tpucared.core.model.specs import COMPUTE_API, CapacityKind, Provisioning
 
 
@@ -36,7 +40,12 @@ def machine(raw: FleetTable) -> tuple[str, str]:
 
 # Each API's own keys: the others' are one line, whichever of them are set.
 _TPU_KEYS = ("accelerator_type", "runtime_version")
-_COMPUTE_KEYS = ("machine_type", "image", "on_preemption")
+_COMPUTE_KEYS = ("machine_type", "image", "on_preemption", "topology")
+
+# A flex-start run's bounds: Google's resize requests take "between 10m (10 minutes) and 7d
+# (7 days)" (docs/research/compute-engine.md §6.9); the generic maxRunDuration's are wider.
+MIN_RUN = timedelta(minutes=10)
+MAX_RUN = timedelta(days=7)
 
 
 def _set_keys(raw: FleetTable, keys: Sequence[str]) -> list[str]:
@@ -44,6 +53,15 @@ def _set_keys(raw: FleetTable, keys: Sequence[str]) -> list[str]:
 
 
 def _check_tpu(raw: FleetTable, at: str, problems: Problems) -> None:
+    if raw.capacity is CapacityKind.FLEX_START:
+        # One line for the fleet's flex-start, its max_run_duration included.
+        problems.add(
+            f"{at}: capacity",
+            '"flex-start" only on api = "compute" fleets: the TPU API\'s flex-start goes '
+            "through queued resources, which tpucared does not support",
+        )
+    elif raw.max_run_duration is not None:
+        problems.add(f"{at}: max_run_duration", _ONLY_FLEX)
     wrong = _set_keys(raw, _COMPUTE_KEYS)
     if wrong:
         # Most likely a Compute Engine fleet without its `api`: say so once, not also that
@@ -83,6 +101,54 @@ def _check_compute(raw: FleetTable, at: str, problems: Problems) -> None:
             f'only for capacity = "spot" (what a preempted spot VM becomes), '
             f'got capacity = "{raw.capacity.value}"',
         )
+    _check_topology(raw, at, problems)
+    _check_flex(raw, at, problems)
+
+
+_ONLY_FLEX = 'only with capacity = "flex-start" (how long a flex-start run lasts)'
+
+
+def _check_topology(raw: FleetTable, at: str, problems: Problems) -> None:
+    """The (machine_type, topology) pair must be one of `TOPOLOGIES`."""
+    if raw.topology is None or raw.machine_type is None:
+        return
+    if hosts_of(raw.machine_type, raw.topology) is None:
+        known = ", ".join(TOPOLOGIES.get(raw.machine_type, {})) or "none"
+        problems.add(
+            f"{at}: topology",
+            f'"{raw.topology}" is not a {raw.machine_type} topology: one of {known}',
+        )
+
+
+def _check_flex(raw: FleetTable, at: str, problems: Problems) -> None:
+    """Flex-start needs its run's length; nothing else takes one."""
+    run = raw.max_run_duration
+    if raw.capacity is not CapacityKind.FLEX_START:
+        if run is not None:
+            problems.add(f"{at}: max_run_duration", _ONLY_FLEX)
+        return
+    if run is None:
+        problems.add(
+            f"{at}: max_run_duration",
+            'required with capacity = "flex-start": how long a run lasts, 10m to 7d',
+        )
+    elif not MIN_RUN <= run <= MAX_RUN:
+        problems.add(f"{at}: max_run_duration", f"expected 10m to 7d, got {durations.fmt(run)}")
+
+
+def max_run_duration_s(raw: FleetTable) -> int | None:
+    """A flex-start `compute` fleet's run length in whole seconds (maxRunDuration's unit)."""
+    if raw.api != COMPUTE_API or raw.capacity is not CapacityKind.FLEX_START:
+        return None
+    run = raw.max_run_duration
+    return None if run is None else int(run.total_seconds())
+
+
+def topology(raw: FleetTable) -> str | None:
+    """A `compute` fleet's multi-host topology; None for one VM (none given, or one host)."""
+    if raw.api != COMPUTE_API or raw.topology is None:
+        return None
+    return raw.topology
 
 
 def on_preemption(raw: FleetTable) -> str | None:

@@ -34,7 +34,14 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tpucared.config.apis import affinity_value, check_api_keys, machine, on_preemption
+from tpucared.config.apis import (
+    affinity_value,
+    check_api_keys,
+    machine,
+    max_run_duration_s,
+    on_preemption,
+    topology,
+)
 from tpucared.config.guard import build_guard
 from tpucared.config.messages import dotted
 from tpucared.config.node_options import node_options
@@ -320,6 +327,8 @@ def _fleet_spec(
         problems=problems,
         api=raw.api,
         on_preemption=on_preemption(raw),
+        topology=topology(raw),
+        max_run_duration_s=max_run_duration_s(raw),
     )
     project = DEFAULT_PROJECT if raw.project in (None, own_project) else str(raw.project)
     what, boots = machine(raw)

@@ -2,7 +2,8 @@
 
 A guard (e.g. the terms of a TRC grant) pins the project and allows only some zones,
 accelerator types (TPU API fleets) or machine types (`compute` fleets) and capacity kinds,
-and at most so many nodes across all fleets, so a typo in a fleet cannot spend money.
+and at most so many nodes across all fleets (a multi-host `compute` slice counts its VMs), so
+a typo in a fleet cannot spend money.
 `build_guard` makes the frozen `GuardConfig` and adds a problem for every fleet or key outside
 it; `build.py` calls it with the rest.
 """
@@ -15,6 +16,7 @@ from tpucared.config.problems import Problems
 from tpucared.config.schema import ConfigFile, FleetTable, GuardTable
 from tpucared.config.syntax import as_written
 from tpucared.config.values import GuardConfig
+from tpucared.core.model.machines import hosts_of
 from tpucared.core.model.specs import COMPUTE_API, CapacityKind
 
 
@@ -52,11 +54,14 @@ def build_guard(raw: GuardTable | None, root: ConfigFile, problems: Problems) ->
                         f"{as_written(value)} is not allowed by the guard "
                         f"(allowed: {', '.join(sorted(allowed)) or 'nothing'})",
                     )
-    # Every slice is a node: a multislice fleet of size 2 with 4 slices asks for 8.
-    total = sum(f.size * f.slices for f in root.fleet)
+    # Every slice is a node: a multislice fleet of size 2 with 4 slices asks for 8; a
+    # multi-host `compute` slice is that many VMs, each its own instance (issue 28).
+    total = sum(f.size * f.slices * _hosts(f) for f in root.fleet)
     if guard.max_nodes is not None and total > guard.max_nodes:
         sizes = ", ".join(
-            f"{f.name} {f.size}" + (f"x{f.slices} slices" if f.slices > 1 else "")
+            f"{f.name} {f.size}"
+            + (f"x{f.slices} slices" if f.slices > 1 else "")
+            + (f"x{_hosts(f)} hosts" if _hosts(f) > 1 else "")
             for f in root.fleet
         )
         problems.add(
@@ -82,6 +87,14 @@ def _type_check(
     if fleet.api == COMPUTE_API:
         return ("machine_type", [fleet.machine_type or ""], guard.machine_types)
     return ("accelerator_type", [fleet.accelerator_type or ""], guard.accelerator_types)
+
+
+def _hosts(fleet: FleetTable) -> int:
+    """VMs of one slice: a `compute` fleet's topology's (1 for an unknown pair, which is
+    its own config error), 1 for a TPU API node."""
+    if fleet.api != COMPUTE_API or fleet.machine_type is None:
+        return 1
+    return hosts_of(fleet.machine_type, fleet.topology) or 1
 
 
 def _values(kinds: frozenset[CapacityKind] | None) -> frozenset[str] | None:

@@ -1,5 +1,6 @@
 """A fleet's node options (`network`, `subnetwork`, `service_account`, `tags`, `metadata`,
-`data_disks`, `reservation`, a `compute` fleet's `on_preemption`): their syntax on the table,
+`data_disks`, `reservation`, a `compute` fleet's `on_preemption`, `topology` and
+`max_run_duration`): their syntax on the table,
 and the rules across keys.
 
 Part of pass one (the per-value patterns, used by `schema.py`) and pass two (`node_options`,
@@ -116,6 +117,8 @@ def node_options(
     problems: Problems,
     api: str = DEFAULT_API,
     on_preemption: str | None = None,
+    topology: str | None = None,
+    max_run_duration_s: int | None = None,
 ) -> NodeOptions:
     """The fleet's `NodeOptions`, with each rule across keys it breaks added to `problems`."""
     for key in RESERVED_METADATA:
@@ -152,6 +155,8 @@ def node_options(
         data_disks=tuple(DataDisk(source, mode) for source, mode in data_disks),
         reservation=reservation,
         on_preemption=on_preemption,
+        topology=topology,
+        max_run_duration_s=max_run_duration_s,
     )
 
 

@@ -41,6 +41,7 @@ from tpucared.config.syntax import (
     Project,
     RuntimeVersion,
     StopSignal,
+    Topology,
     UserName,
     Zone,
     one_or_more,
@@ -128,13 +129,16 @@ class FleetTable(Table):
     zones: Annotated[list[Zone], unique_list("at least one zone")]
     # Which cloud API keeps the nodes. "tpu": nodes of the Cloud TPU API, named by
     # accelerator_type and runtime_version; "compute": Compute Engine TPU VMs, named by
-    # machine_type, image and on_preemption (build.py requires the right ones).
+    # machine_type, image, on_preemption, topology and, for flex-start, max_run_duration
+    # (build.py requires the right ones).
     api: Api = "tpu"
     accelerator_type: AcceleratorType | None = None
     runtime_version: RuntimeVersion | None = None
     machine_type: MachineTypeName | None = None
     image: Image | None = None  # default: the machine type's generation's (core/model/machines.py)
     on_preemption: OnPreemption | None = None  # spot only; default "stop"
+    topology: Topology | None = None  # compute only: a multi-host slice; omitted: one VM
+    max_run_duration: Duration | None = None  # compute, capacity "flex-start" only (required)
     size: int = Field(ge=0, le=10000)
     capacity: Annotated[CapacityKind, _lax()] = CapacityKind.SPOT
     provisioning: Annotated[Provisioning, _lax()] = Provisioning.DIRECT

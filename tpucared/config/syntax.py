@@ -157,6 +157,9 @@ OnPreemption = Annotated[
         '"stop" (the VM stays, TERMINATED, until tpucared deletes it) or "delete"',
     ),
 ]
+# A multi-host slice's shape (issue 28): chips along each axis, "4x4" or "2x2x4"; whether the
+# machine type makes it is a rule across keys (apis.py).
+Topology = Annotated[str, pattern(r"[1-9][0-9]*(?:x[1-9][0-9]*){1,2}", 'a topology like "2x2x4"')]
 RuntimeVersion = Annotated[
     str, pattern(r"[a-z0-9][a-z0-9._-]*", 'a runtime version like "tpu-ubuntu2204-base"')
 ]

@@ -9,6 +9,8 @@ one call per tick (`DaemonMetrics.refresh`).
 Definitions (also in docs/metrics.md):
 - preemption: an event whose slot update adds preemptions (`budget.node_died`: preempted,
   terminated, vanished, unhealthy, stuck, deleted outside tpucared), counted per fleet.
+- flex-start run end: a `node.run_ended` event (core/nodes/flex.py), counted per fleet; it
+  is no preemption and no loss the recovery latency waits on.
 - dead-to-delete: from `node.dead` (the tick that found the node dead) to the first delete
   call recorded for it (`node.deleting` with `delete_calls == 1`). Nodes that needed no
   delete (vanished) are not measured.
@@ -25,6 +27,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from tpucared.core.model.records import AttemptOutcome, EventRecord
+from tpucared.core.nodes.flex import RUN_ENDED
 
 SlotKey = tuple[str, int]
 _OUTCOMES = frozenset(o.value for o in AttemptOutcome)
@@ -42,6 +45,13 @@ class Preempted:
 
 
 @dataclass(frozen=True)
+class RunEnded:
+    """A flex-start node's run ended (`node.run_ended`): neither a preemption nor a failure."""
+
+    fleet: str
+
+
+@dataclass(frozen=True)
 class Latency:
     kind: LatencyKind
     fleet: str
@@ -54,7 +64,7 @@ class AttemptEnded:
     outcome: str  # an AttemptOutcome value
 
 
-Observation = Preempted | Latency | AttemptEnded
+Observation = Preempted | Latency | AttemptEnded | RunEnded
 
 
 class LifecycleTracker:
@@ -79,6 +89,8 @@ class LifecycleTracker:
             return []
         if e.kind.startswith("attempt.") and e.kind[len("attempt.") :] in _OUTCOMES:
             return [AttemptEnded(e.fleet, e.kind[len("attempt.") :])]
+        if e.kind == "node.run_ended":
+            return [RunEnded(e.fleet)]
         if e.slot is None:
             return []
         return self._slot_event(e, (e.fleet, e.slot))
@@ -88,7 +100,12 @@ class LifecycleTracker:
         added = _added_preemptions(e.details)
         if added:
             found.append(Preempted(key[0], added))
-        serving_lost = added > 0 or (e.kind == "node.dead" and e.details.get("from") == "ready")
+        # A flex-start run's end is no loss to recover from: the slot waits for capacity anew.
+        serving_lost = added > 0 or (
+            e.kind == "node.dead"
+            and e.details.get("from") == "ready"
+            and e.details.get("end_reason") != RUN_ENDED
+        )
         if serving_lost:
             # The first loss counts: if the replacement dies too, the slot is still down.
             self._lost_at.setdefault(key, e.at)

@@ -60,6 +60,7 @@ from tpucared.runtime.nodes.executor import Executor
 from tpucared.runtime.nodes.observer import Observer
 from tpucared.runtime.nodes.operations import OperationWatcher, PollSchedule
 from tpucared.runtime.nodes.preemptions import PreemptionReader
+from tpucared.runtime.nodes.sweeps import Sweeper
 from tpucared.runtime.notifications import Notifications
 from tpucared.runtime.oslogin import oslogin_of, start_os_login
 from tpucared.runtime.reconciler import PlanFilter, Reconciler, Tick
@@ -124,6 +125,7 @@ class Daemon:
             max_creates=config.policy.max_creates, on_attempt=on_attempt, guard=guard,
         )  # fmt: skip
         self.workloads = None if workloads is None else self._slot_jobs(workloads)
+        self.sweeper = Sweeper(self.clouds, config.gcp.project, self.tasks)
         self.reconciler = Reconciler(
             specs=config.fleets if specs is None else specs,
             policy=config.policy,
@@ -139,6 +141,7 @@ class Daemon:
             guard=guard,
             poll_interval=poll,
             preemptions=PreemptionReader(self.clouds, config.gcp.project, deadline=poll),
+            sweeper=self.sweeper,
         )
         self.loop = ReconcileLoop(self.reconciler, self.clock, self.wakeup, poll, on_tick=on_tick)
 

@@ -13,7 +13,9 @@ The limits, by what waits:
 - an operation poll: `operation_poll_deadline(poll)`; each poll runs on its own, so a hung
   one delays only its own operation (runtime/nodes/operations.py);
 - a create or delete POST: `MUTATION_DEADLINE_S`; it holds one of the `policy.max_creates`
-  create places (or a delete place) at most that long.
+  create places (or a delete place) at most that long;
+- a sweep of shared resources (runtime/nodes/sweeps.py): `SWEEP_DEADLINE_S`, several deletes;
+  in its own task, it holds no tick.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ MIN_DEADLINE_S = 2.0
 # A create or delete POST: longer than any healthy one (the API answers with an operation at
 # once), short enough that a hung one releases its create place soon.
 MUTATION_DEADLINE_S = 30.0
+# A sweep of shared resources: several deletes (templates, policies) and their lists.
+SWEEP_DEADLINE_S = 120.0
 
 
 def operation_poll_deadline(poll_interval: float) -> float:

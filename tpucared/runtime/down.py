@@ -76,6 +76,8 @@ async def down(
         until = _watch(result, config, names, res.clock.monotonic() + give_up_after, report, res)
         with TwoStageSignals(daemon.stop):
             code = await daemon.run(until=until)
+        if result.finished:  # the down fleets' shared resources (templates, policies) too
+            await daemon.sweeper.now([f for f in config.fleets if f.name in names], ())
         result.exit_code = code if result.finished else max(code, 1)
         return result
 

@@ -71,6 +71,7 @@ from tpucared.runtime.nodes.observer import (
 )
 from tpucared.runtime.nodes.operations import OperationWatcher
 from tpucared.runtime.nodes.preemptions import PreemptionReader
+from tpucared.runtime.nodes.sweeps import Sweeper
 from tpucared.runtime.workload.jobs import Dispatch, WorkloadJobs
 from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.store import Snapshot, Store
@@ -129,6 +130,7 @@ class Reconciler:
         guard: Callable[[], None] | None = None,
         poll_interval: float = 0.0,
         preemptions: PreemptionReader | None = None,
+        sweeper: Sweeper | None = None,
     ) -> None:
         self.specs = tuple(specs)
         self.policy = policy
@@ -156,6 +158,7 @@ class Reconciler:
         # The last lists: what was listed, what they showed, when (monotonic).
         self._listed: tuple[Zones, tuple[ZoneObservation, ...], float] | None = None
         self._preemptions = preemptions  # None: lost nodes' ends as the lists showed them
+        self._sweeper = sweeper  # None: no shared resources swept (nodes/sweeps.py)
 
     async def tick(self, reason: str = "poll", *, quiet: bool | None = None) -> Tick:
         """One tick. `quiet` (default: the reason is "backoff over"): nothing since the last
@@ -163,6 +166,8 @@ class Reconciler:
         started = self._clock.monotonic()
         if self._live is None:  # first tick: which zones do remembered nodes live in
             self._live = tuple((await self._store.load_snapshot()).nodes.values())
+            if self._sweeper is not None:  # a crash may have left shared resources unused
+                self._sweeper.at_start(self.specs, self._live)
         zones = zones_to_observe(self.specs, self._live)
         quiet = reason == "backoff over" if quiet is None else quiet
         observations = self._reusable(quiet, zones, started)
@@ -187,7 +192,10 @@ class Reconciler:
         planned = self._clock.monotonic()
         if self._guard is not None:
             self._guard()
-        execution = await self._executor.execute(node_plan, {i.id: i for i in self._live})
+        live = {i.id: i for i in self._live}
+        execution = await self._executor.execute(node_plan, live)
+        if self._sweeper is not None:  # its own tasks: never holds the tick
+            self._sweeper.after_plan(node_plan, live, self.specs)
         dispatch = None
         if self._workloads is not None:
             # After the node actions are recorded, so a slot's launch cannot race its own

@@ -165,6 +165,7 @@ class NodeRow(Base):
     slice: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     # The cloud API that made (or adopted) it, core `FleetSpec.api` (migration 0008).
     api: Mapped[str] = mapped_column(String(16), default="tpu", server_default=text("'tpu'"))
+    run_ends_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # flex-start (0009)
 
 
 class WorkerRow(Base):

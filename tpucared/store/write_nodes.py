@@ -28,6 +28,7 @@ from tpucared.core.model.lifecycle import check_transition, is_terminal
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, NodePhase, WorkerRecord
 from tpucared.core.model.specs import DEFAULT_API, DEFAULT_PROJECT, ErrorKind
+from tpucared.core.nodes.flex import RUN_ENDED, how
 from tpucared.core.vocab.actions import CloudFacts, RecordCloud, SlotUpdate
 from tpucared.store import convert
 from tpucared.store.errors import LiveIncarnationExists, NotFound, StaleWrite
@@ -54,6 +55,7 @@ def cloud_values(cloud: CloudFacts) -> dict[str, object]:
         "unhealthy_since": cloud.unhealthy_since,
         "cloud_id": cloud.cloud_id,
         "create_time": cloud.create_time,
+        "run_ends_at": cloud.run_ends_at,
     }
 
 
@@ -219,6 +221,13 @@ class NodeWrites(WriterBase):
             now,
             **details,
         )
+        if end_reason == RUN_ENDED:
+            # A flex-start run's end has its own event (docs/logs.md, the metrics' count).
+            when = inc.run_ends_at.isoformat() if inc.run_ends_at else None
+            await self._node_event(
+                inc, "node.run_ended", f"{inc.node_name}: {how(inc.run_ends_at)}", now,
+                run_ends_at=when,
+            )  # fmt: skip
         return inc
 
     async def begin_delete(

@@ -98,6 +98,9 @@ class IncarnationRecord:
     # The cloud API that made or adopted it (`FleetSpec.api`): the one that lists, polls and
     # deletes it, even once its fleet is gone from the config.
     api: str = DEFAULT_API
+    # A flex-start node's planned end (`ObservedNode.run_ends_at`, migration 0009): its loss
+    # near then is the run's end (core/nodes/flex.py), not a preemption. None: no such end.
+    run_ends_at: datetime | None = None
 
     @property
     def key(self) -> tuple[str, int, int]:

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
+from tpucared.core.model.machines import hosts_of
+
 # Labels every node we create carries (contract). A node without both is never touched.
 FLEET_LABEL = "tpucared-fleet"
 OWNER_LABEL = "tpucared-owner"
@@ -139,6 +141,15 @@ class NodeOptions:
     # What a preempted spot VM becomes where the cloud lets one choose (a `compute` fleet's
     # `on_preemption`: "stop" or "delete"); None: no choice (TPU API fleets, other tiers).
     on_preemption: str | None = None
+    # A `compute` fleet's multi-host slice (issue 28): its `topology` ("2x2x4"), hosts by
+    # core/model/machines.py `hosts_of`; None: one VM.
+    topology: str | None = None
+    # A flex-start `compute` fleet's `max_run_duration`, in seconds; None for other tiers.
+    max_run_duration_s: int | None = None
+
+
+# NodeOptions fields younger than stored spec hashes: left out of a hash while None.
+_NEWER_NODE_FIELDS = ("topology", "max_run_duration_s")
 
 
 # The project of a fleet, a node or a list that lives in the daemon's own project
@@ -181,6 +192,18 @@ class FleetSpec:
     api: str = DEFAULT_API
 
     @property
+    def hosts(self) -> int:
+        """VMs of one slice: a multi-host `compute` fleet's topology's, else 1 (a TPU API
+        pod's workers are one node's, as its accelerator type says)."""
+        if self.node.topology is None:
+            return 1
+        return hosts_of(self.accelerator_type, self.node.topology) or 1
+
+    @property
+    def flex_start(self) -> bool:
+        return self.capacity is CapacityKind.FLEX_START
+
+    @property
     def multislice(self) -> bool:
         return self.slices > 1
 
@@ -207,6 +230,10 @@ class FleetSpec:
         fields = asdict(self)
         if self.node == NodeOptions():
             del fields["node"]  # fleets from before node options keep their hash
+        else:
+            for name in _NEWER_NODE_FIELDS:  # ... and before multi-host and flex-start
+                if fields["node"][name] is None:
+                    del fields["node"][name]
         if self.project == DEFAULT_PROJECT:
             del fields["project"]  # ... and from before fleets named a project
         if self.slices == 1 and self.multislice_hold == DEFAULT_MULTISLICE_HOLD:

@@ -18,6 +18,8 @@ table of `core/model/lifecycle.py`, never imports `core/planning/`.
                     after `multislice_hold`; one preemption counted per loss of the slot.
 - `preemption`      a lost node's end worded by its cloud's preemption records, where its
                     state does not say "preempted" (Compute Engine); the runtime reads them.
+- `flex`            a flex-start node's run end (its planned end, less a lag): neither a
+                    preemption nor a failure; the slot asks again at once.
 - `create_backoff`  a slot's backoff after failed creates, zone rotation, counters.
 - `outcomes`        which phase a create/delete call's outcome belongs to (the runtime asks).
 - `op_timing`       when to poll a create's operation first, from the zone's failing creates.

@@ -20,6 +20,7 @@ from tpucared.core.model.observed import StateClass
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, ErrorKind
 from tpucared.core.nodes import create_backoff as budget
+from tpucared.core.nodes import flex
 from tpucared.core.nodes.cloud import ABSENT, is_unhealthy, queued_pseudo_state
 from tpucared.core.nodes.preemption import loss_of
 from tpucared.core.vocab.actions import (
@@ -146,15 +147,26 @@ class Step:
 def die(step: Step, reason: str, facts: CloudFacts, s: Sighting, *, lost: bool = False) -> None:
     """An unplanned death of a READY node: DEAD, then delete (or DELETED if nothing is left).
     `lost`: a dead state or a vanishing, which a cloud whose node states do not say
-    "preempted" may explain by its preemption records (core/nodes/preemption.py)."""
-    step.move(
-        P.DEAD,
-        reason,
-        end_reason=reason,
-        cloud=facts,
-        slot_update=budget.node_died(step.view, step.inc),
-        loss=loss_of(step.view, step.inc, reason) if lost else None,
-    )
+    "preempted" may explain by its preemption records (core/nodes/preemption.py), unless it
+    is a flex-start run's end (core/nodes/flex.py): neither a preemption nor a failure."""
+    spec = step.view.specs.get(step.inc.fleet)
+    if lost and flex.run_ended(spec, facts.run_ends_at, facts.cloud_state_since or step.now):
+        step.move(
+            P.DEAD,
+            f"{reason}: {flex.how(facts.run_ends_at)}",
+            end_reason=flex.RUN_ENDED,
+            cloud=facts,
+            slot_update=flex.run_over(step.view, step.inc),
+        )
+    else:
+        step.move(
+            P.DEAD,
+            reason,
+            end_reason=reason,
+            cloud=facts,
+            slot_update=budget.node_died(step.view, step.inc),
+            loss=loss_of(step.view, step.inc, reason) if lost else None,
+        )
     if s.gone:
         step.move(P.DELETED, "nothing left to delete")
     else:
@@ -177,7 +189,20 @@ def fail_dead(step: Step, reason: str, kind: ErrorKind, facts: CloudFacts, s: Si
 
 
 def external_delete(step: Step, facts: CloudFacts) -> None:
-    """Someone else is deleting the node: follow it to DELETING; the slot counts a death."""
+    """Someone else is deleting the node: follow it to DELETING; the slot counts a death,
+    unless it is the cloud ending a flex-start run (core/nodes/flex.py)."""
+    spec = step.view.specs.get(step.inc.fleet)
+    if step.phase is P.READY and flex.run_ended(
+        spec, facts.run_ends_at, facts.cloud_state_since or step.now
+    ):
+        step.move(
+            P.DELETING,
+            f"being deleted by the cloud: {flex.how(facts.run_ends_at)}",
+            end_reason=flex.RUN_ENDED,
+            cloud=facts,
+            slot_update=flex.run_over(step.view, step.inc),
+        )
+        return
     step.move(
         P.DELETING,
         "being deleted outside tpucared",
@@ -246,11 +271,13 @@ def cloud_facts(step: Step, s: Sighting, *, endpoints: bool = False) -> CloudFac
     node, qr = s.node, s.queued
     health: str | None = None
     cloud_id, create_time = inc.cloud_id, inc.create_time
+    run_ends_at = inc.run_ends_at  # kept once the node is gone: its loss is judged by it
     if node is not None:
         state = str(node.state)  # a plain string in the record, whatever the adapter's type
         health = node.health
         cloud_id = node.cloud_id or cloud_id
         create_time = node.create_time or create_time
+        run_ends_at = node.run_ends_at or run_ends_at
     elif qr is not None:
         state = queued_pseudo_state(qr.state)
     else:
@@ -268,6 +295,7 @@ def cloud_facts(step: Step, s: Sighting, *, endpoints: bool = False) -> CloudFac
         cloud_id=cloud_id,
         create_time=create_time,
         endpoints=node.endpoints if endpoints and node is not None else None,
+        run_ends_at=run_ends_at,
     )
 
 
@@ -279,6 +307,7 @@ def _differs(inc: IncarnationRecord, f: CloudFacts) -> bool:
         or f.unhealthy_since != inc.unhealthy_since
         or f.cloud_id != inc.cloud_id
         or f.create_time != inc.create_time
+        or f.run_ends_at != inc.run_ends_at
     )
 
 

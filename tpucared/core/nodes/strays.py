@@ -220,6 +220,7 @@ def _facts(r: Resource, now: datetime) -> CloudFacts:
             cloud_id=n.cloud_id,
             create_time=n.create_time,
             endpoints=n.endpoints,
+            run_ends_at=n.run_ends_at,
         )
     assert r.queued is not None
     return CloudFacts(

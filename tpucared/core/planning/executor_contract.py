@@ -214,6 +214,7 @@ def _with_facts(inc: IncarnationRecord, f: CloudFacts) -> IncarnationRecord:
         unhealthy_since=f.unhealthy_since,
         cloud_id=f.cloud_id,
         create_time=f.create_time,
+        run_ends_at=f.run_ends_at,
     )
 
 

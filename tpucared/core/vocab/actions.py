@@ -119,6 +119,7 @@ class CloudFacts:
     cloud_id: str | None
     create_time: datetime | None
     endpoints: tuple[WorkerEndpoint, ...] | None = None  # None: leave WorkerRecords alone
+    run_ends_at: datetime | None = None  # a flex-start node's planned end (ObservedNode's)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,5 +7,8 @@
                 which deletes are in flight (the planner holds what they may reach).
 - `preemptions` reads the cloud's preemption records for the nodes a plan lost, once per
                 location, only in a tick with such a loss (core/nodes/preemption.py words the ends).
+- `sweeps`      sweeps the shared resources (ports/cloud.py `SharedResources`) of a location
+                after a multi-host node there is DELETED, at start and at the end of `down`
+                (core/nodes/sweep.py says where), each in its own task.
 - `operations`  polls every create/delete operation in flight, records its end, wakes the loop.
 """

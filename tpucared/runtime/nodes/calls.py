@@ -37,6 +37,7 @@ from datetime import datetime
 
 import structlog
 
+from tpucared.core.model.machines import hosts_of
 from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord
 from tpucared.core.model.specs import ErrorKind, NodeOptions
 from tpucared.core.nodes import outcomes
@@ -88,6 +89,10 @@ class NodeTemplate:
             service_account_scopes=o.service_account_scopes or DEFAULT_SA_SCOPES,
             data_disks=o.data_disks,
             on_preemption=o.on_preemption,
+            topology=o.topology,
+            # The config checked the pair (config/apis.py): 1 is only ever "no topology".
+            hosts=hosts_of(a.accelerator_type, o.topology) or 1,
+            max_run_duration_s=o.max_run_duration_s,
         )
 
     def project_of(self, project: str) -> str:

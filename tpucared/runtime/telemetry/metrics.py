@@ -42,6 +42,7 @@ from tpucared.inspect.lifecycle import (
     LatencyKind,
     LifecycleTracker,
     Preempted,
+    RunEnded,
 )
 from tpucared.runtime.telemetry.slot_series import SlotSeries
 from tpucared.store import Store
@@ -94,6 +95,12 @@ class DaemonMetrics:
         )
         self.preemptions = _counter(
             r, "tpucared_preemptions", "Nodes lost while serving (preempted, ...)", "fleet"
+        )
+        self.flex_runs_ended = _counter(
+            r,
+            "tpucared_flex_runs_ended",
+            "Flex-start runs ended at their max_run_duration (not preemptions)",
+            "fleet",
         )
         self.creates = _counter(
             r, "tpucared_create_attempts", "Create calls by outcome", "fleet", "zone", "outcome"
@@ -217,6 +224,8 @@ class DaemonMetrics:
         for fact in self._lifecycle.feed(events):
             if isinstance(fact, Preempted):
                 self.preemptions.labels(fact.fleet).inc(fact.count)
+            elif isinstance(fact, RunEnded):
+                self.flex_runs_ended.labels(fact.fleet).inc()
             elif isinstance(fact, AttemptEnded):
                 self.workload_attempts.labels(fact.fleet, fact.outcome).inc()
             elif isinstance(fact, Latency):
