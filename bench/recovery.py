@@ -39,8 +39,9 @@ Statistics are over a handful of samples (bench/common.py): quote the median.
 
 The same run measures a 2-slice multislice slot too (bench/recovery_multi.py, issue 13): at
 each poll interval right after the single slice, with the ratio of their medians
-(`--variant single|multislice|compute` runs one), and then a Compute Engine fleet of one spot
-tpu7x-standard-4t VM (bench/recovery_compute.py, issue 27), with compute / TPU ratios.
+(`--variant single|multislice|compute|compute_slice` runs one), and then Compute Engine fleets
+(bench/recovery_compute.py): one spot tpu7x-standard-4t VM (issue 27) and one 4-VM spot TPU7x
+slice, a managed instance group (issue 28), each with compute / TPU ratios.
 The rig (emulator, daemon, the workers' files, log readers) is bench/recovery_rig.py.
 """
 
@@ -77,7 +78,7 @@ DETAIL = rig.DETAIL
 TARGET_OVERHEAD_S = 10.0
 # Every variant at each poll interval (single slice, 2 slices, a Compute Engine VM): 8
 # samples each keeps the full run near 18 minutes (1,068 s on 2026-11-26).
-VARIANTS = ("single", "multislice", "compute")
+VARIANTS = ("single", "multislice", "compute", "compute_slice")
 FULL = Settings(samples={10.0: 8, 2.0: 8}, create_seconds=10.0, delete_seconds=1.0)
 QUICK = Settings(samples={2.0: 2}, create_seconds=4.0, delete_seconds=1.0)
 
@@ -163,14 +164,13 @@ def run(
     """`scratch`: keep the daemons' configs and logs there (default: a temporary directory).
     `daemon_root`: the source tree the daemon runs from (another one for a before/after).
     `variants`: "single" (one v4-32 slice), "multislice" (bench/recovery_multi.py), "compute"
-    (bench/recovery_compute.py), or several: at each poll interval one after the other, so
-    their figures share the machine's load."""
+    and "compute_slice" (bench/recovery_compute.py), or several: at each poll interval one
+    after the other, so their figures share the machine's load."""
     settings = settings or (QUICK if quick else FULL)
     rng = random.Random(settings.seed)
     # The same draws for both (the same moments in the poll cycle, the same create times):
     # sample i of the 2 slices is paired with sample i of the single slice.
     multi_rng = random.Random(settings.seed)
-    compute_rng = random.Random(settings.seed)  # and sample i of the Compute Engine VM
     result: dict[str, Any] = {
         "method": __doc__.split("Method.", 1)[1].split("Statistics")[0].strip() if __doc__ else "",
         "parameters": {
@@ -192,10 +192,13 @@ def run(
             "recovery": [],
             "versus_single": [],
         }
-    if "compute" in variants:
-        result["compute"] = {
+    shapes = [compute.SHAPES[v] for v in variants if v in compute.SHAPES]
+    # Each Compute Engine variant's own draws, seeded like the single slice's (paired samples).
+    compute_rngs = {shape.variant: random.Random(settings.seed) for shape in shapes}
+    for shape in shapes:
+        result[shape.variant] = {
             "method": compute.__doc__.split("Method.", 1)[1].strip() if compute.__doc__ else "",
-            "parameters": compute.parameters(),
+            "parameters": compute.parameters(shape),
             "recovery": [],
             "versus_tpu": [],
         }
@@ -215,14 +218,15 @@ def run(
                     if result["recovery"]:
                         versus = multi.versus_single(result["recovery"][-1], m)
                         result["multislice"]["versus_single"].append(versus)
-                if "compute" in variants:
+                for shape in shapes:
                     c = compute.measure_poll(
-                        cloud, where, poll, settings, compute_rng, progress, daemon_root
-                    )
-                    result["compute"]["recovery"].append(c)
+                        cloud, where, poll, settings, compute_rngs[shape.variant], progress,
+                        daemon_root, shape,
+                    )  # fmt: skip
+                    result[shape.variant]["recovery"].append(c)
                     if result["recovery"]:
                         versus = compute.versus_tpu(result["recovery"][-1], c)
-                        result["compute"]["versus_tpu"].append(versus)
+                        result[shape.variant]["versus_tpu"].append(versus)
     return result
 
 
@@ -264,8 +268,9 @@ def render(result: Mapping[str, Any]) -> str:
     for v in m["versus_single"]:
         ratios = ", ".join(f"{k} {common.format_ratio(v[k]['ratio'])}" for k in multi.RATIOS)
         blocks.append(f"2 slices / 1 slice at poll {v['poll_interval_s']:g}s (medians): {ratios}")
-    if result.get("compute"):
-        blocks += compute.render(result["compute"], _table)
+    for variant in compute.SHAPES:
+        if result.get(variant):
+            blocks += compute.render(result[variant], _table)
     return "\n\n".join(blocks)
 
 
@@ -286,8 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         "--variant",
         choices=("all", "both", *VARIANTS),
         default="all",
-        help="the single-slice slot, the 2-slice multislice slot, the Compute Engine VM, or"
-        " all (the default)",
+        help="the single-slice slot, the 2-slice multislice slot, the Compute Engine VM, the"
+        " Compute Engine 4-VM slice, or all (the default)",
     )
     args = parser.parse_args(argv)
     # "both": the two TPU API variants, as before issue 27

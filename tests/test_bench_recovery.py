@@ -1,7 +1,8 @@
 """The recovery benchmark (bench/recovery.py) works end to end in quick mode: the real daemon
 process, the emulator with SSH worker hosts, a v4-32 slot preempted twice, then a slot of two
 v4-32 slices (bench/recovery_multi.py) whose slice 1 is preempted twice, then a Compute
-Engine fleet's spot tpu7x-standard-4t VM (bench/recovery_compute.py, issue 27) preempted twice.
+Engine fleet's spot tpu7x-standard-4t VM (bench/recovery_compute.py, issue 27) preempted twice,
+then a 4-VM spot TPU7x slice, a managed instance group (issue 28), one of its VMs preempted twice.
 
 Not a performance test: it checks the result file bench.run writes is well-formed, every
 component of every sample is positive, the components add up to the total, the cloud's parts
@@ -80,8 +81,36 @@ def test_the_recovery_benchmark_runs_end_to_end_in_quick_mode(tmp_path: Path) ->
         for name in ("total", "overhead"):
             s1, s2 = single["components_s"][name]["median"], two["components_s"][name]["median"]
             assert versus[name]["ratio"] == pytest.approx(s2 / s1, abs=1e-3)
-    ce = result["compute"]
+    for variant, shape in compute.SHAPES.items():
+        check_compute(result, variant, shape, create=create, delete=delete, spread=spread)
+    ce = [m for v in compute.SHAPES for m in result[v]["recovery"]]
+    measured_rows = (*result["recovery"], *ms["recovery"], *ce)
+    assert len(lines) == sum(m["samples"] for m in measured_rows)
+    rendered = recovery.render(result)
+    assert "overhead" in rendered
+    assert "2 slices / 1 slice" in rendered
+    assert "Compute Engine compute / TPU API" in rendered
+    assert "Compute Engine compute_slice / TPU API" in rendered
+    assert "2x2x4 slice (4 VMs)" in rendered
+
+
+def check_compute(
+    result: dict[str, Any],
+    variant: str,
+    shape: compute.Shape,
+    *,
+    create: float,
+    delete: float,
+    spread: float,
+) -> None:
+    """A Compute Engine variant: its components as the TPU slice's, its samples paired with
+    the single slice's, and its compute / TPU ratios of medians and p90s."""
+    ce = result[variant]
     assert ce["parameters"]["machine_type"] == "tpu7x-standard-4t"
+    assert (ce["parameters"]["topology"], ce["parameters"]["workers"]) == (
+        shape.topology,
+        shape.workers,
+    )
     assert [m["poll_interval_s"] for m in ce["recovery"]] == [
         m["poll_interval_s"] for m in result["recovery"]
     ]
@@ -111,12 +140,6 @@ def test_the_recovery_benchmark_runs_end_to_end_in_quick_mode(tmp_path: Path) ->
             p90 = [round(common.percentile(x["samples"], 90), 4) for x in (t, c)]
             assert [versus[name]["tpu_p90"], versus[name]["compute_p90"]] == p90
             assert versus[name]["ratio_p90"] == pytest.approx(p90[1] / p90[0], abs=1e-3)
-    measured_rows = (*result["recovery"], *ms["recovery"], *ce["recovery"])
-    assert len(lines) == sum(m["samples"] for m in measured_rows)
-    rendered = recovery.render(result)
-    assert "overhead" in rendered
-    assert "2 slices / 1 slice" in rendered
-    assert "Compute Engine / TPU API" in rendered
 
 
 def check_components(
