@@ -50,6 +50,12 @@ def test_no_sweep_for_one_host_a_tpu_node_or_a_delete_not_yet_confirmed() -> Non
     assert after_plan(Plan(T0, actions=(to(1, P.DELETED),)), NODES, SPECS, frozenset()) == ()
 
 
+def test_a_failed_create_of_a_multi_host_node_sweeps_its_location() -> None:
+    """Its template or policy may have been made before the group's insert failed."""
+    plan = Plan(T0, actions=(to(2, P.FAILED, P.REQUESTED),))
+    assert after_plan(plan, NODES, SPECS, APIS) == ((COMPUTE_API, "", Z1),)
+
+
 def test_a_removed_fleet_s_node_sweeps_its_location() -> None:
     plan = Plan(T0, actions=(to(5, P.DELETED),))
     assert after_plan(plan, NODES, SPECS, APIS) == ((COMPUTE_API, "", Z2),)

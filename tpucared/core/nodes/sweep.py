@@ -5,10 +5,11 @@ multi-host slices, issue 28: an instance template per fleet spec, a workload pol
 and topology), through the optional port `SharedResources.sweep(project, zone)`
 (ports/cloud.py), which deletes those no node uses any more. The runtime
 (runtime/nodes/sweeps.py) sweeps a location once a tick's plan confirms a node of a
-multi-host fleet there DELETED (`after_plan`), once per location at daemon start
-(`at_start`: a crash may have left some), and at the end of `tpucared down`. A fleet gone
-from the config may have been multi-host: its nodes' locations are swept too. Pure: the
-runtime says which cloud APIs have the port.
+multi-host fleet there DELETED, or ends its create FAILED (the create may have made the
+template or the policy before the group's insert failed) (`after_plan`), once per location
+at daemon start (`at_start`: a crash may have left some), and at the end of `tpucared
+down`. A fleet gone from the config may have been multi-host: its nodes' locations are swept
+too. Pure: the runtime says which cloud APIs have the port.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tpucared.core.vocab.actions import Transition
 from tpucared.core.vocab.plan import Plan
 
 Location = tuple[str, str, str]  # (api, project as the core names it, zone)
+_ENDED = frozenset({NodePhase.DELETED, NodePhase.FAILED})
 
 
 def _shares(spec: FleetSpec | None) -> bool:
@@ -35,12 +37,13 @@ def after_plan(
     apis: Collection[str],
 ) -> tuple[Location, ...]:
     """The locations to sweep after `plan`: each (api, project, zone) where it moves a node of
-    a multi-host fleet (or one gone from the config) to DELETED, on a cloud in `apis` (those
-    with `SharedResources`); each once, sorted. `nodes`: the live incarnations by id."""
+    a multi-host fleet (or one gone from the config) to DELETED or FAILED, on a cloud in
+    `apis` (those with `SharedResources`); each once, sorted. `nodes`: the live incarnations
+    by id."""
     found: set[Location] = set()
     for a in plan.of(Transition):
         inc = nodes.get(a.incarnation_id)
-        if a.new is not NodePhase.DELETED or inc is None or inc.api not in apis:
+        if a.new not in _ENDED or inc is None or inc.api not in apis:
             continue
         if _shares(specs.get(inc.fleet)):
             found.add((inc.api, inc.project, inc.zone))

@@ -6,7 +6,9 @@ After a tick whose plan confirms a multi-host node DELETED (`after_plan`), once 
 location, each within `deadline` (runtime/deadlines.py). A sweep never blocks a tick: its
 task is spawned on the daemon's TaskSet; a failure is logged at warning (`sweep.failed`) and
 the next confirmed delete (or start) sweeps again. A location whose sweep is still running
-is not swept twice at once.
+is not swept twice at once: it is swept once more when that sweep ends, since the running one
+may have listed the location's groups before the delete that asked again was confirmed (a
+policy or template it then saw in use would stay behind until the next delete there).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Sweeper:
         self._tasks = tasks
         self.deadline = deadline
         self._running: set[sweep.Location] = set()
+        self._again: set[sweep.Location] = set()  # asked for while running: once more after
 
     @property
     def apis(self) -> frozenset[str]:
@@ -75,6 +78,7 @@ class Sweeper:
             return
         for place in places:
             if place in self._running:
+                self._again.add(place)
                 continue
             self._running.add(place)
             self._tasks.spawn(self._one(place), name=f"sweep {place[1] or 'default'}/{place[2]}")
@@ -95,3 +99,6 @@ class Sweeper:
                 log.info("sweep.deleted", api=api, project=real, zone=zone, names=list(deleted))
         finally:
             self._running.discard(place)
+            if place in self._again:
+                self._again.discard(place)
+                self._spawn([place])
