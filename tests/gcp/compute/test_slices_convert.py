@@ -128,8 +128,13 @@ def test_a_malformed_member_or_mig_raises() -> None:
 
 
 def test_provisioning_done_capacity_quota_and_flex_waiting() -> None:
-    made = [{"instance": "x", "instanceStatus": "PROVISIONING"}] * 4
+    booting = [{"instance": "x", "instanceStatus": "PROVISIONING"}] * 4
+    assert provisioning(mig(), booting) == (False, None)  # made, not up yet
+    made = [{"instance": "x", "instanceStatus": "RUNNING"}] * 4
     assert provisioning(mig(), made) == (True, None)
+    # A VM already lost is past its making too: the list tells the rest.
+    assert provisioning(mig(), [*made[:3], {"instanceStatus": "TERMINATED"}]) == (True, None)
+    assert provisioning(mig(), [*made[:3], {"instanceStatus": "PENDING"}]) == (False, None)
     assert provisioning(mig(), [*made[:3], {"currentAction": "CREATING"}]) == (False, None)
     stockout = {"currentAction": "CREATING", "lastAttempt": {"errors": STOCKOUT}}
     done, error = provisioning(mig(), [*made[:3], stockout])

@@ -25,7 +25,8 @@ Multi-host slices (`shape.hosts` > 1, issue 28): one zonal MIG per node (slices.
   is `projects/P/zones/Z/instanceGroupManagers/M/operations/O` (names.py), which `poll`
   routes to the slice's check: zoneOperations.get of O until it is DONE (its error, if any),
   then instanceGroupManagers.get + listManagedInstances (slices.py `provisioning`): done when
-  every member exists, CAPACITY / QUOTA when a member's or the bulk check's errors say so.
+  every member is past its making (RUNNING, or lost already), CAPACITY / QUOTA when a
+  member's or the bulk check's errors say so.
   So a slice's poll costs 1 request while the insert runs, then 2 until it is provisioned
   (3 at the poll that finds the insert done; after a restart, 3 at the first).
 - `delete` is instanceGroupManagers.delete for a name that was a MIG at the zone's last

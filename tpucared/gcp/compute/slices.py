@@ -21,7 +21,7 @@ Pure functions from compute v1 JSON, so every rule is testable without a server:
   done, by its instance id against the one the slice ran with (`ran`, observe.py's memory of
   the zone; lost on a restart, when a recreated member RUNNING again is not told apart).
 - `provisioning`: what the slice's create operation says once the MIG exists (ComputeCloud
-  .poll): done when every member exists; CAPACITY / QUOTA when a member's
+  .poll): done when every member is RUNNING (or lost already); CAPACITY / QUOTA when a member's
   `lastAttempt.errors` (INDIVIDUAL) or the MIG's `bulkInstanceOperation.lastProgressCheck`
   (BULK; not flex-start, which waits for capacity by design) say so; running otherwise.
 """
@@ -286,6 +286,16 @@ def provisioning(
         if error.kind in (ErrorKind.CAPACITY, ErrorKind.QUOTA):
             return True, error
     target = mig.get("targetSize")
-    made = [m for m in members if m.get("instanceStatus")]
+    # Done once every VM is past its making (RUNNING, or already lost: the list says so), as
+    # a single VM's insert ends RUNNING: the wake that follows finds the slice READY, not one
+    # poll interval early with its VMs still booting (then READY only at the next tick).
+    made = [m for m in members if _made(m.get("instanceStatus"))]
     done = isinstance(target, int) and target > 0 and len(made) >= target
     return done, None
+
+
+def _made(status: object) -> bool:
+    if not status:
+        return False
+    cls, _ = INSTANCE_STATES[parse_status(status)]
+    return cls not in (StateClass.CREATING, StateClass.WAITING)
