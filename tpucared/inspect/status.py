@@ -16,6 +16,8 @@ backoff; the line goes once a job of the slot runs again), then which daemon lea
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -29,9 +31,9 @@ from tpucared.core.model.records import (
     WorkerRecord,
     WorkloadAttemptRecord,
 )
-from tpucared.core.model.specs import location_name
+from tpucared.core.model.specs import CapacityKind, location_name
 from tpucared.core.planning.stockout import in_stockout
-from tpucared.inspect.fmt import NONE, duration, iso, table, truncate
+from tpucared.inspect.fmt import NONE, clock_time, duration, iso, table, truncate
 from tpucared.inspect.leader import leader_doc, leader_lines
 from tpucared.store.snapshot import FleetStatus, SliceStatus, SlotStatus, ZoneHealth
 
@@ -72,7 +74,7 @@ def status_document(
                 "spec_hash": f.fleet.spec_hash,
                 "applied_at": iso(f.fleet.applied_at),
                 "down": f.fleet.down,
-                "slots": [_slot_doc(s, f.fleet.down) for s in f.slots],
+                "slots": [_slot_doc(s, f.fleet.down, flex_start(f)) for s in f.slots],
                 "failing_zones": [z.zone for z in f.failing_zones],
             }
             for f in fleets
@@ -107,7 +109,31 @@ def waiting_for_capacity(s: SlotStatus, down: bool = False) -> bool:
     return in_stockout(s.slot, s.last_create, s.node, down=down)
 
 
-def _slot_doc(s: SlotStatus, down: bool = False) -> dict[str, Any]:
+def flex_start(f: FleetStatus) -> bool:
+    """The fleet asks for flex-start capacity, as its stored spec says."""
+    return _capacity(f.fleet.spec_json) == CapacityKind.FLEX_START.value
+
+
+@functools.lru_cache(maxsize=256)
+def _capacity(spec_json: str) -> object:
+    try:
+        spec = json.loads(spec_json)
+    except ValueError:
+        return None
+    return spec.get("capacity") if isinstance(spec, dict) else None
+
+
+def flex_waiting_since(s: SlotStatus, flex: bool) -> datetime | None:
+    """Since when a flex-start slot's node waits for capacity (the Dynamic Workload
+    Scheduler's PENDING, or its create not yet accepted): its create's request; None when it
+    does not wait so."""
+    node = s.node
+    if not flex or node is None or node.phase not in (NodePhase.REQUESTED, NodePhase.CREATING):
+        return None
+    return node.requested_at
+
+
+def _slot_doc(s: SlotStatus, down: bool = False, flex: bool = False) -> dict[str, Any]:
     slot = s.slot
     return {
         "slot": slot.index,
@@ -121,6 +147,8 @@ def _slot_doc(s: SlotStatus, down: bool = False) -> dict[str, Any]:
         "last_error": slot.last_error,
         "done": slot.done,
         "waiting_for_capacity": waiting_for_capacity(s, down),
+        # A flex-start slot's node waiting for capacity: since when (null otherwise).
+        "waiting_for_flex_start_since": iso(flex_waiting_since(s, flex)),
         "node": None if s.node is None else _node_doc(s.node, s.workers),
         "workload": None if s.last_attempt is None else _attempt_doc(s.last_attempt),
         "job_failure": None if s.job_failure is None else _job_failure_doc(s.job_failure),
@@ -159,6 +187,7 @@ def _node_doc(node: IncarnationRecord, workers: Sequence[WorkerRecord]) -> dict[
         "dead_at": iso(node.dead_at),
         "deleted_at": iso(node.deleted_at),
         "end_reason": node.end_reason,
+        "run_ends_at": iso(node.run_ends_at),  # a flex-start node's planned end, else null
         "error": None if node.error is None else node.error.value,
         "operation": node.operation,
         "queued_resource": node.queued_resource,
@@ -248,7 +277,7 @@ def _rows(f: FleetStatus, s: SlotStatus, now: datetime) -> list[list[str]]:
         return [row]
     ready = [p for p in s.slices if p.node.phase is NodePhase.READY]
     row[2] = f"{f.fleet.name}-{s.slot.index} ({len(s.slices)} slices)"
-    if row[4] not in ("done", "waiting for capacity"):
+    if row[4] != "done" and not row[4].startswith("waiting for"):
         row[4] = "ready" if len(ready) == len(s.slices) else f"{len(ready)}/{len(s.slices)} ready"
     row[5] = NONE
     uptimes = [now - p.node.ready_at for p in ready if p.node.ready_at is not None]
@@ -276,6 +305,10 @@ def _row(f: FleetStatus, s: SlotStatus, now: datetime) -> list[str]:
         phase = "done"  # finished for good: the deleted node is not a problem to look into
     elif waiting_for_capacity(s, f.fleet.down):
         phase = "waiting for capacity"  # the create failed on a stockout; retrying, not gave up
+    elif (since := flex_waiting_since(s, flex_start(f))) is not None:
+        phase = f"waiting for flex-start capacity since {clock_time(since)}"
+    elif node is not None and node.phase is NodePhase.READY and node.run_ends_at is not None:
+        phase = f"ready, run ends in {duration(node.run_ends_at - now)}"
     uptime = NONE
     if node is not None and node.phase is NodePhase.READY and node.ready_at is not None:
         uptime = duration(now - node.ready_at)

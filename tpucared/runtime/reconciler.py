@@ -164,10 +164,8 @@ class Reconciler:
         """One tick. `quiet` (default: the reason is "backoff over"): nothing since the last
         tick that the lists could show (module docstring)."""
         started = self._clock.monotonic()
-        if self._live is None:  # first tick: which zones do remembered nodes live in
-            self._live = tuple((await self._store.load_snapshot()).nodes.values())
-            if self._sweeper is not None:  # a crash may have left shared resources unused
-                self._sweeper.at_start(self.specs, self._live)
+        if self._live is None:
+            self._live = await self._first_tick()
         zones = zones_to_observe(self.specs, self._live)
         quiet = reason == "backoff over" if quiet is None else quiet
         observations = self._reusable(quiet, zones, started)
@@ -221,6 +219,14 @@ class Reconciler:
         self.last = tick
         _log_tick(tick)
         return tick
+
+    async def _first_tick(self) -> tuple[IncarnationRecord, ...]:
+        """The remembered nodes (which zones they live in); the start's sweep of shared
+        resources (a crash may have left some unused)."""
+        live = tuple((await self._store.load_snapshot()).nodes.values())
+        if self._sweeper is not None:
+            self._sweeper.at_start(self.specs, live)
+        return live
 
     async def _plan(self, observations: tuple[ZoneObservation, ...], snapshot: Snapshot) -> Plan:
         """The pure plan (with the workload planner's when there are workloads), its lost
