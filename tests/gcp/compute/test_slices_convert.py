@@ -12,6 +12,7 @@ from tpucared.core.model.observed import StateClass
 from tpucared.core.model.specs import CapacityKind, ErrorKind
 from tpucared.gcp.compute import names, shared
 from tpucared.gcp.compute.slices import (
+    FLEX_MARK,
     SLICE_STATES,
     SliceState,
     mig_body,
@@ -151,6 +152,10 @@ def test_provisioning_done_capacity_quota_and_flex_waiting() -> None:
     assert error is not None
     assert error.kind is ErrorKind.CAPACITY
     assert provisioning(bulk, [], flex_start=True) == (False, None)
+    # A restarted daemon knows a flex-start slice by its description: it still waits.
+    flex = {**bulk, "description": f"tpucared-owner={OWNER} tpucared-fleet=iron {FLEX_MARK}"}
+    assert provisioning(flex, []) == (False, None)
+    assert mig_labels(flex) == {"tpucared-owner": OWNER, "tpucared-fleet": "iron"}
 
 
 def test_the_mig_body_and_the_template() -> None:

@@ -6,7 +6,9 @@ Pure functions from compute v1 JSON, so every rule is testable without a server:
   `targetSize` = hosts, the workload policy, `defaultActionOnFailure: DO_NOTHING`: tpucared
   replaces a broken slice whole, never the MIG half of one; BULK mode for flex-start and
   reserved slices, INDIVIDUAL otherwise). MIGs have no labels: `description` carries our
-  owner and fleet (`tpucared-owner=O tpucared-fleet=F`), which `mig_labels` reads back.
+  owner and fleet (`tpucared-owner=O tpucared-fleet=F`), which `mig_labels` reads back, and
+  `tpucared-capacity=flex-start` on a flex-start slice, so that `provisioning` knows it waits
+  even after a restart.
 - `member_of`: the MIG (of this zone) an instance belongs to, by its `created-by` metadata.
 - `worker_order`: members by TPU worker id: `agent-worker-number`, else `tpu-env`'s
   `WORKER_ID`, else the rank of the `-NNN` name suffix; None when a member has none (then
@@ -72,19 +74,36 @@ SLICE_STATES: Mapping[str, tuple[StateClass, str | None]] = {
 }
 
 
-def mig_description(owner: str, fleet: str) -> str:
-    return f"{OWNER_LABEL}={owner} {FLEET_LABEL}={fleet}"
+# In a flex-start slice's description: its provisioning waits for capacity by design (a
+# restarted daemon must not read the bulk check's stockout as a failed create).
+FLEX_MARK = "tpucared-capacity=flex-start"
+
+
+def mig_description(owner: str, fleet: str, *, flex_start: bool = False) -> str:
+    text = f"{OWNER_LABEL}={owner} {FLEET_LABEL}={fleet}"
+    return f"{text} {FLEX_MARK}" if flex_start else text
+
+
+def _description_pairs(mig: Mapping[str, Any]) -> dict[str, str]:
+    description = mig.get("description")
+    if not isinstance(description, str):
+        return {}
+    return dict(p.split("=", 1) for p in description.split() if "=" in p)
 
 
 def mig_labels(mig: Mapping[str, Any]) -> dict[str, str] | None:
     """Our owner and fleet labels from a MIG's description; None for a MIG not made by us."""
-    description = mig.get("description")
-    if not isinstance(description, str):
+    pairs = _description_pairs(mig)
+    labels = {k: pairs.get(k, "") for k in (OWNER_LABEL, FLEET_LABEL)}
+    if not all(labels.values()) or not set(pairs) <= {*labels, FLEX_MARK.split("=")[0]}:
         return None
-    pairs = dict(p.split("=", 1) for p in description.split() if "=" in p)
-    if set(pairs) != {OWNER_LABEL, FLEET_LABEL} or not all(pairs.values()):
-        return None
-    return pairs
+    return labels
+
+
+def is_flex_start(mig: Mapping[str, Any]) -> bool:
+    """Whether we made this slice flex-start (its description says so)."""
+    key, value = FLEX_MARK.split("=")
+    return _description_pairs(mig).get(key) == value
 
 
 def mig_body(
@@ -94,7 +113,9 @@ def mig_body(
     bulk = shape.capacity in BULK_TIERS
     return {
         "name": name,
-        "description": mig_description(owner, fleet),
+        "description": mig_description(
+            owner, fleet, flex_start=shape.capacity is CapacityKind.FLEX_START
+        ),
         "instanceTemplate": template,
         "baseInstanceName": f"{name}{MEMBER_SUFFIX}",
         "targetSize": shape.hosts,
@@ -279,7 +300,7 @@ def provisioning(
     bulk = status.get("bulkInstanceOperation") if isinstance(status, Mapping) else None
     check = bulk.get("lastProgressCheck") if isinstance(bulk, Mapping) else None
     bulk_errors = _errors_of(check.get("error") if isinstance(check, Mapping) else None)
-    if bulk_errors is not None and not flex_start:
+    if bulk_errors is not None and not (flex_start or is_flex_start(mig)):
         found.append(bulk_errors)
     for errors in found:
         error = classify_compute_operation(errors, operation=where)
