@@ -12,9 +12,9 @@ every VM a simulated SSH worker host.
 - "multi": a multislice slot of 2 slices (2 MIGs of 2 VMs each, topology 2x2x2): the job runs
   on all 4 VMs with the MEGASCALE variables; one VM of slice 1 preempted -> slice 1's MIG
   replaced, slice 0's kept, the job relaunched on all 4.
-- "flex": a flex-start VM that waits for capacity, runs, reaches its run duration (the
-  emulator shortens the run: `compute_flex_run_seconds`) and asks again: the end is counted
-  as neither a preemption nor a failure.
+- "flex": a flex-start VM, and a flex-start 2-VM slice (a BULK MIG), that waits for capacity,
+  runs, reaches its run duration (the emulator shortens the run: `compute_flex_run_seconds`)
+  and asks again: the end is counted as neither a preemption nor a failure.
 """
 
 from __future__ import annotations
@@ -278,8 +278,9 @@ async def test_a_multislice_slot_of_two_compute_slices(
     assert await daemon.wait(SLOW) == 0
 
 
+@pytest.mark.parametrize("topology", [None, "2x2x2"], ids=["vm", "slice"])
 async def test_a_flex_start_fleet_waits_runs_reaches_its_end_and_asks_again(
-    control: Control, daemons: Callable[[Path], Daemon], tmp_path: Path
+    control: Control, daemons: Callable[[Path], Daemon], tmp_path: Path, topology: str | None
 ) -> None:
     results = tmp_path / "results"
     results.mkdir()
@@ -288,7 +289,11 @@ async def test_a_flex_start_fleet_waits_runs_reaches_its_end_and_asks_again(
         capacity="flex-start",
         max_run_duration="10m",
         workload=_workload(tmp_path, results),
+        **({} if topology is None else {"topology": topology}),
     )
+    # The node as the cloud shows it: the VM, or the slice (its MIG, its first VM's status).
+    node_vm = "flex-0" if topology is None else "flex-0-w-001"
+    hosts = 1 if topology is None else 2
     config = _config(tmp_path, control, fleet)
     db = tmp_path / "state.db"
     capacity = {"zone": ZONE, "machine_type": MACHINE, "available": 0}
@@ -296,19 +301,21 @@ async def test_a_flex_start_fleet_waits_runs_reaches_its_end_and_asks_again(
     daemon = await daemons(config).start()
 
     async def pending() -> bool:
-        vm = (await instances(control)).get("flex-0")
+        if topology is not None:  # a bulk MIG makes no VM until it can make them all
+            return "flex-0" in await migs(control)
+        vm = (await instances(control)).get(node_vm)
         return vm is not None and vm["status"] == "PENDING"
 
-    await wait_for(pending, SLOW, "flex-0 PENDING, waiting for capacity")
+    await wait_for(pending, SLOW, "flex-0 waiting for capacity")
     await asyncio.sleep(0.5)  # a few ticks: waiting is what it was asked to do
     code, out, err = await tpucared("status", "-c", str(config))
     assert code == 0, err
     assert "waiting for flex-start capacity since" in out, out
-    assert (await instances(control))["flex-0"]["status"] == "PENDING"
+    assert await pending()
 
     await control._call("PUT", "/capacity", {**capacity, "available": None})
-    await wait_for(lambda: _launched(results, "flex-0", 1), SLOW, "flex-0 running attempt 1")
-    first = (await instances(control))["flex-0"]["id"]
+    await wait_for(lambda: _launched(results, "flex-0", 1, hosts), SLOW, "attempt 1 running")
+    first = (await instances(control))[node_vm]["id"]
     code, out, err = await tpucared("status", "-c", str(config), "--json")
     assert code == 0, err
     node = json.loads(out)["fleets"][0]["slots"][0]["node"]
@@ -316,8 +323,8 @@ async def test_a_flex_start_fleet_waits_runs_reaches_its_end_and_asks_again(
 
     # The cloud ends the run (deletes the VM) at its duration: the slot asks again at once,
     # and the job goes on with attempt 2; neither a preemption nor a failure.
-    await wait_for(lambda: _launched(results, "flex-0", 2), SLOW, "flex-0 running attempt 2")
-    assert (await instances(control))["flex-0"]["id"] != first
+    await wait_for(lambda: _launched(results, "flex-0", 2, hosts), SLOW, "attempt 2 running")
+    assert (await instances(control))[node_vm]["id"] != first
     slots = query(db, "SELECT preemptions, failures FROM slots WHERE fleet = 'flex'")
     assert [(r["preemptions"], r["failures"]) for r in slots] == [(0, 0)]
     ended = query(db, "SELECT end_reason FROM nodes WHERE fleet = 'flex' AND ready_at IS NOT NULL")
@@ -329,5 +336,5 @@ async def test_a_flex_start_fleet_waits_runs_reaches_its_end_and_asks_again(
     assert await daemon.wait(SLOW) == 0
 
 
-async def _launched(results: Path, slot: str, attempt: int) -> bool:
-    return any(row[0] == attempt for row in launches(results, slot))
+async def _launched(results: Path, slot: str, attempt: int, workers: int = 1) -> bool:
+    return len([row for row in launches(results, slot) if row[0] == attempt]) >= workers
