@@ -96,25 +96,9 @@ async def observe_zone(
         )
         migs = await client.list_migs(project, zone, fields=MIG_LIST_FIELDS)
         fresh: dict[str, tuple[Mapping[str, Any], ObservedNode]] = {}
-        members: dict[str, list[Mapping[str, Any]]] = {}
-        singles = []
-        for item in raw:
-            group = slice_rules.member_of(item, project, zone)
-            if group is None:
-                singles.append(convert_cached(zone, item, cache, fresh, instance_from_json))
-            else:
-                members.setdefault(group, []).append(item)
+        singles, members = _split(raw, project, zone, cache, fresh)
         ours = [m for m in migs if _ours(m, owner)]
-        memory = ran if ran is not None else {}
-        made = [
-            slice_rules.slice_from_json(
-                zone, m, members.get(str(m.get("name")), ()), memory.get(_key(m))
-            )
-            for m in ours
-        ]
-        for node in made:
-            if node.state == slice_rules.SliceState.SLICE_NO_WORKER_IDS:
-                log.warning("slice.no_worker_ids", project=project, zone=zone, node=node.name)
+        made = _slices(project, zone, ours, members, ran if ran is not None else {})
         nodes = (*singles, *made)
         refuse_duplicates(nodes)
     except ApiError as error:
@@ -128,12 +112,8 @@ async def observe_zone(
         # An instance we cannot read: the zone is unreadable, rather than the instance
         # dropped and thought vanished (or not ours).
         log.warning("zone.list_unreadable", project=project, zone=zone, error=str(error))
-        return ZoneObservation(
-            zone=zone,
-            observed_at=now,
-            error=ErrorKind.MALFORMED,
-            error_message=f"malformed list: {error}",
-        )
+        malformed = f"malformed list: {error}"
+        return ZoneObservation(zone, now, error=ErrorKind.MALFORMED, error_message=malformed)
     if cache is not None:  # only after a successful observation: a failed one tells nothing
         cache.clear()
         cache.update(fresh)
@@ -145,6 +125,44 @@ async def observe_zone(
     return ZoneObservation(
         zone=zone, observed_at=now, nodes=nodes, queued_resources=() if queued_resources else None
     )
+
+
+def _split(
+    raw: Sequence[Mapping[str, Any]],
+    project: str,
+    zone: str,
+    cache: NodeCache | None,
+    fresh: dict[str, tuple[Mapping[str, Any], ObservedNode]],
+) -> tuple[list[ObservedNode], dict[str, list[Mapping[str, Any]]]]:
+    """The zone's instances: those of no group as nodes (converted, or from `cache`), and
+    the members of each group by its name (a slice's workers, never nodes of their own)."""
+    singles: list[ObservedNode] = []
+    members: dict[str, list[Mapping[str, Any]]] = {}
+    for item in raw:
+        group = slice_rules.member_of(item, project, zone)
+        if group is None:
+            singles.append(convert_cached(zone, item, cache, fresh, instance_from_json))
+        else:
+            members.setdefault(group, []).append(item)
+    return singles, members
+
+
+def _slices(
+    project: str,
+    zone: str,
+    migs: Sequence[Mapping[str, Any]],
+    members: Mapping[str, list[Mapping[str, Any]]],
+    ran: Mapping[str, dict[str, str | None]],
+) -> list[ObservedNode]:
+    """Each of our MIGs as one node, its members its workers (slices.py)."""
+    made = [
+        slice_rules.slice_from_json(zone, m, members.get(str(m.get("name")), ()), ran.get(_key(m)))
+        for m in migs
+    ]
+    for node in made:
+        if node.state == slice_rules.SliceState.SLICE_NO_WORKER_IDS:
+            log.warning("slice.no_worker_ids", project=project, zone=zone, node=node.name)
+    return made
 
 
 def _ours(mig: Mapping[str, Any], owner: str | None) -> bool:
