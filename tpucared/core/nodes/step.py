@@ -149,16 +149,7 @@ def die(step: Step, reason: str, facts: CloudFacts, s: Sighting, *, lost: bool =
     `lost`: a dead state or a vanishing, which a cloud whose node states do not say
     "preempted" may explain by its preemption records (core/nodes/preemption.py), unless it
     is a flex-start run's end (core/nodes/flex.py): neither a preemption nor a failure."""
-    spec = step.view.specs.get(step.inc.fleet)
-    if lost and flex.run_ended(spec, facts.run_ends_at, facts.cloud_state_since or step.now):
-        step.move(
-            P.DEAD,
-            f"{reason}: {flex.how(facts.run_ends_at)}",
-            end_reason=flex.RUN_ENDED,
-            cloud=facts,
-            slot_update=flex.run_over(step.view, step.inc),
-        )
-    else:
+    if not (lost and _run_ended(step, P.DEAD, reason, facts)):
         step.move(
             P.DEAD,
             reason,
@@ -191,17 +182,7 @@ def fail_dead(step: Step, reason: str, kind: ErrorKind, facts: CloudFacts, s: Si
 def external_delete(step: Step, facts: CloudFacts) -> None:
     """Someone else is deleting the node: follow it to DELETING; the slot counts a death,
     unless it is the cloud ending a flex-start run (core/nodes/flex.py)."""
-    spec = step.view.specs.get(step.inc.fleet)
-    if step.phase is P.READY and flex.run_ended(
-        spec, facts.run_ends_at, facts.cloud_state_since or step.now
-    ):
-        step.move(
-            P.DELETING,
-            f"being deleted by the cloud: {flex.how(facts.run_ends_at)}",
-            end_reason=flex.RUN_ENDED,
-            cloud=facts,
-            slot_update=flex.run_over(step.view, step.inc),
-        )
+    if step.phase is P.READY and _run_ended(step, P.DELETING, "being deleted by the cloud", facts):
         return
     step.move(
         P.DELETING,
@@ -210,6 +191,22 @@ def external_delete(step: Step, facts: CloudFacts) -> None:
         cloud=facts,
         slot_update=budget.node_died(step.view, step.inc),
     )
+
+
+def _run_ended(step: Step, phase: NodePhase, why: str, facts: CloudFacts) -> bool:
+    """If the node's loss is its flex-start run's end (core/nodes/flex.py), move it to `phase`
+    as such (neither a preemption nor a failure: no backoff) and say True."""
+    spec = step.view.specs.get(step.inc.fleet)
+    if not flex.run_ended(spec, facts.run_ends_at, facts.cloud_state_since or step.now):
+        return False
+    step.move(
+        phase,
+        f"{why}: {flex.how(facts.run_ends_at)}",
+        end_reason=flex.RUN_ENDED,
+        cloud=facts,
+        slot_update=flex.run_over(step.view, step.inc),
+    )
+    return True
 
 
 def _end_without_delete(step: Step, why: str) -> None:
