@@ -75,6 +75,19 @@ def cli_env() -> dict[str, str]:
     return env
 
 
+async def tpucared(*args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
+    """`python -m tpucared ARGS` as a person runs it (the test's environment, from the
+    repository): (exit code, stdout, stderr), within 60 s."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tpucared", *args,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=cli_env(), cwd=REPO,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(stdin or b""), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
 @dataclass
 class Daemon:
     """One `python -m tpucared run -c CONFIG` process; its output goes to `log_path`."""

@@ -8,7 +8,6 @@ import asyncio
 import hashlib
 import json
 import signal
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,18 +16,17 @@ import pytest
 from runtime_support import (
     OWNER,
     PROJECT,
-    REPO,
     SLOW,
     ZONE,
     Control,
     Daemon,
-    cli_env,
     converged,
     labels,
     live_nodes,
     ours,
     query,
     short,
+    tpucared,
     wait_for,
     write_config,
 )
@@ -42,23 +40,6 @@ pytestmark = pytest.mark.slow
 
 Daemons = Callable[[Path], Daemon]
 MUTATING = ("POST", "PUT", "PATCH", "DELETE")
-
-
-async def tpucared(*args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tpucared",
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=cli_env(),
-        cwd=REPO,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(stdin or b""), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 def digest(*paths: Path) -> dict[str, str | None]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,13 +23,12 @@ from typing import Any
 import pytest
 from runtime_support import (
     PROJECT,
-    REPO,
     SLOW,
     Control,
     Daemon,
-    cli_env,
     hosts_emulator_options,
     query,
+    tpucared,
     wait_for,
 )
 
@@ -82,17 +80,6 @@ def _config(tmp_path: Path, control: Control, results: Path) -> Path:
         policy={"vanish_grace": "1s", "create_grace": "10s"},
     )
     return daemon_config.write(tmp_path / "fleet.toml", config)
-
-
-async def tpucared(*args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tpucared", *args,
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=cli_env(), cwd=REPO,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 def attempts(results: Path) -> dict[str, list[int]]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,13 +29,12 @@ from typing import Any
 import pytest
 from runtime_support import (
     PROJECT,
-    REPO,
     SLOW,
     Control,
     Daemon,
-    cli_env,
     hosts_emulator_options,
     query,
+    tpucared,
     wait_for,
 )
 
@@ -107,17 +105,6 @@ def _compute_fleet(name: str, **keys: Any) -> dict[str, Any]:
         runtime_version=None,
         **keys,
     )
-
-
-async def tpucared(*args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tpucared", *args,
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=cli_env(), cwd=REPO,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 def launches(results: Path, slot: str) -> list[tuple[int, int, int, str]]:

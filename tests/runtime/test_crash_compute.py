@@ -7,8 +7,9 @@ Leaner than test_crash.py (fewer rounds): the same machinery under another cloud
 
 The same for a fleet of multi-host slices (issue 28: each slot a MIG of 2 VMs with a workload
 policy and an instance template): the chaos hits the slices' VMs, and besides converging to
-`size` whole slices, the daemon never leaves more than the one template and the one policy
-the fleet uses, and `down` after the last kill leaves no MIG, template or policy."""
+`size` whole slices, the daemon never leaves more than the one template and the policies
+(one per region) the fleet uses, and `down` after the last kill leaves no MIG, template or
+policy."""
 
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ from runtime_support import (
     SLOW,
     Control,
     Daemon,
-    cli_env,
     live_nodes,
     query,
+    tpucared,
     wait_for,
 )
 
@@ -123,7 +124,9 @@ async def _converged(control: Control, db: Path, topology: str | None) -> bool:
     else:
         groups = await _migs(control)
         nodes = {n: (m["zone"].rsplit("/", 1)[-1], m["id"]) for n, m in groups.items()}
-        if len(nodes) != SIZE or await _shared(control) != (1, 1):
+        # One template (global), one workload policy per region a slice lives in: no more.
+        regions = {zone.rsplit("-", 1)[0] for zone, _ in nodes.values()}
+        if len(nodes) != SIZE or await _shared(control) != (1, len(regions)):
             return False
     for name, (zone, cloud_id) in nodes.items():
         row = live.get(int(name.rsplit("-", 1)[1]))
@@ -174,7 +177,7 @@ async def test_kill_9_at_random_moments_a_compute_fleet_converges(
         await wait_for(
             lambda: _converged(control, db, topology), SLOW, f"convergence after restart {rounds}"
         )
-        # A slice fleet's convergence includes its one template and one policy: any other the
+        # A slice fleet's convergence includes its template and its policies: any other the
         # kills left behind was swept (_converged); a fleet of single VMs makes none.
         if topology is None:
             assert await _shared(control) == (0, 0)
@@ -201,20 +204,9 @@ async def test_kill_9_at_random_moments_a_compute_fleet_converges(
     assert rounds >= MIN_ROUNDS
     assert _counters(db)["nodes"] > SIZE + rounds  # every round replaced at least one VM
     # Nothing leaked: `down` removes every instance, MIG, template and policy of ours.
-    code, _, err = await _down(config)
+    code, _, err = await tpucared("down", "-c", str(config), "--yes")
     assert code == 0, err
     await wait_for(lambda: _nothing_left(control), SLOW, "no instance, MIG, template or policy")
-
-
-async def _down(config: Path) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tpucared", "down", "-c", str(config), "--yes",
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=cli_env(), cwd=REPO,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 async def _nothing_left(control: Control) -> bool:
