@@ -20,7 +20,7 @@ import pytest
 
 from bench import run as harness
 from bench import writerate
-from tpucared.runtime.nodes.executor import RECORD_BATCH
+from tpucared.runtime.nodes.executor import BATCH_S, RECORD_BATCH
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -67,8 +67,13 @@ def test_the_writerate_benchmark_runs_end_to_end_in_quick_mode(tmp_path: Path) -
             assert r["done"] == r["actions"], r  # every fleet, slot and adoption carried out
         ticks = result["quiet_tick"][engine]
         positive_phase(ticks["ticks"])
-        assert ticks["transactions_per_tick"] == 2  # the RecordCloud batch, the zone's row
-        assert ticks["cloud_batch"]["transactions"] == params["quiet_ticks"]
+        # A tick: the RecordCloud batch and the zone's row; the batch may commit early once
+        # open for BATCH_S (a loaded machine: the fresh-clone CI saw 2.25 a tick), so each
+        # extra transaction needs BATCH_S of the batches' wall time.
+        batch = ticks["cloud_batch"]
+        early = batch["transactions"] - params["quiet_ticks"]
+        assert 0 <= early <= batch["wall_s"] / BATCH_S, batch
+        assert ticks["transactions_per_tick"] == pytest.approx(2 + early / params["quiet_ticks"])
         assert ticks["zone_health"]["transactions"] == params["quiet_ticks"]
         storm = result["storm"][engine]
         assert storm["preempted"] == size
