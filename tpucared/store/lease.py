@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import func, insert, or_, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tpucared.core.leadership.lease import (
@@ -40,7 +40,7 @@ from tpucared.core.leadership.lease import (
     next_step,
 )
 from tpucared.store.errors import LeaseLost
-from tpucared.store.models import EventRow, LeaderLeaseRow
+from tpucared.store.models import LeaderLeaseRow
 from tpucared.store.reads import lease_record, read_lease
 from tpucared.store.write_base import WriterBase, event_row
 
@@ -143,9 +143,7 @@ class LeaseWrites(WriterBase):
             },
         }
         message = f"{_who(after.holder)} leads (epoch {after.epoch}), {was}"
-        await self._conn.execute(insert(EventRow).values(event_row(
-            LEADER_CHANGED, message, now, details=details
-        )))  # fmt: skip
+        self._events_rows([event_row(LEADER_CHANGED, message, now, details=details)])
 
     async def release_lease(self, me: Holder, epoch: int) -> bool:
         """Give the lease up at a clean stop; False when it was no longer ours."""
@@ -164,9 +162,7 @@ class LeaseWrites(WriterBase):
             return False
         details = {"host": me.host, "pid": me.pid, "instance": me.instance, "epoch": epoch}
         message = f"{_who(me)} released the lease (epoch {epoch}): a standby may take it now"
-        await self._conn.execute(
-            insert(EventRow).values(event_row(LEADER_RELEASED, message, now, details=details))
-        )
+        self._events_rows([event_row(LEADER_RELEASED, message, now, details=details)])
         return True
 
 

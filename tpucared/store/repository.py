@@ -4,7 +4,8 @@ It owns one async engine and hands out transactions: `read()` (a deferred read t
 consistent view, never blocks or is blocked by the daemon's writes under WAL; REPEATABLE READ,
 READ ONLY on PostgreSQL) and `write()` (an
 immediate write transaction whose effects commit together, or not at all when the block
-raises). The common reads have one-call shortcuts. Every result is a frozen record from
+raises), and `grouped(work)` (a small write that may share its transaction with other tasks':
+groups.py). The common reads have one-call shortcuts. Every result is a frozen record from
 `tpucared.core.model` or `tpucared.store.snapshot`.
 
     store = Store.open(config.daemon.db)
@@ -31,10 +32,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -48,10 +49,13 @@ from tpucared.store.engine import (
     read_options,
     unavailable_error,
 )
+from tpucared.store.groups import WriteGroups
 from tpucared.store.lease import Fence
 from tpucared.store.reads import Reader
 from tpucared.store.snapshot import FleetStatus, Snapshot
 from tpucared.store.tx import Tx
+
+T = TypeVar("T")
 
 # How long a write transaction waits for the others of this process before giving up.
 WRITE_QUEUE_TIMEOUT_S = 120.0
@@ -75,6 +79,8 @@ class Store:
         # The daemon's leader lease (store/lease.py): every write checks its epoch first.
         # None (the CLI, `down`, tests): writes are not fenced.
         self.fence: Fence | None = None
+        # Small writes from many tasks, committed together (groups.py).
+        self.groups = WriteGroups(self)
 
     @classmethod
     def open(
@@ -85,6 +91,7 @@ class Store:
         return cls(make_engine(setting, read_only=read_only, **engine_kwargs))
 
     async def close(self) -> None:
+        await self.groups.close()
         await self.engine.dispose()
 
     async def __aenter__(self) -> Store:
@@ -135,9 +142,16 @@ class Store:
                 async with queue, self.engine.begin() as conn:
                     if fenced and self.fence is not None:
                         await self.fence.check(conn)
-                    yield Tx(conn)
+                    tx = Tx(conn)
+                    yield tx
+                    await tx.flush_events()  # before the commit (write_base.py)
         finally:
             self._writing.discard(task)
+
+    async def grouped(self, work: Callable[[Tx], Awaitable[T]]) -> T:
+        """`work(tx)` in a transaction it may share with other callers' (groups.py): its
+        result once committed, or its own exception (undone alone), or the transaction's."""
+        return await self.groups.run(work)
 
     @asynccontextmanager
     async def _queue(self) -> AsyncIterator[None]:

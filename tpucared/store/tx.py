@@ -27,5 +27,10 @@ class Tx(NodeWrites, AdoptWrites, WorkloadWrites, PruneWrites, LeaseWrites):
         """A part of the transaction that is undone alone when its block raises (a SAVEPOINT):
         the rest of the transaction goes on and still commits together. The executor gives
         each action of a batch one, so a stale action never undoes the others."""
-        async with self._conn.begin_nested():
-            yield
+        appended = len(self._events)
+        try:
+            async with self._conn.begin_nested():
+                yield
+        except BaseException:
+            del self._events[appended:]  # its events are undone with it
+            raise

@@ -28,7 +28,7 @@ from tpucared.core.model.lifecycle import LIVE_PHASES, IllegalTransition, check_
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.vocab.actions import Adopt, OpenSlot
 from tpucared.store.errors import LiveIncarnationExists
-from tpucared.store.models import LIVE_NODE_SQL, EventRow, NodeRow, SlotRow, WorkerRow
+from tpucared.store.models import LIVE_NODE_SQL, NodeRow, SlotRow, WorkerRow
 from tpucared.store.write_base import WriterBase, event_row, new_run_id
 from tpucared.store.write_nodes import cloud_values, entering
 
@@ -96,7 +96,7 @@ class AdoptWrites(WriterBase):
                         "host_keys": [],
                     }
                 )
-        await self._conn.execute(insert(EventRow), events)
+        self._events_rows(events)
         if workers:
             await self._conn.execute(insert(WorkerRow), workers)
         return refusals
@@ -138,7 +138,7 @@ class AdoptWrites(WriterBase):
         if events is None:
             return new
         events += new.values()
-        await self._conn.execute(insert(EventRow), events)
+        self._events_rows(events)
         return {}
 
     async def _live(

@@ -16,13 +16,14 @@ Which method carries out which action (see core/vocab/actions.py for the contrac
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql.elements import ClauseElement
 
 from tpucared.core.model.lifecycle import check_transition, is_terminal
 from tpucared.core.model.observed import WorkerEndpoint
@@ -69,6 +70,32 @@ def entering(current: IncarnationRecord, new: NodePhase, now: datetime) -> dict[
     return values
 
 
+# The compare-and-set UPDATEs by the columns they write (and the SQL of any expression among
+# them, e.g. `delete_calls + 1`): built and compiled once each, then executed with the values
+# as parameters. A statement built anew per call cost more than its execution (SQLAlchemy's
+# coercion and cache key of every value), thousands of times a tick in a preemption storm.
+_CAS_STATEMENTS: dict[tuple[tuple[str, str], ...], Any] = {}
+
+
+def _cas_statement(values: Mapping[str, object]) -> Any:
+    shape = tuple(
+        (k, str(v) if isinstance(v, ClauseElement) else "") for k, v in sorted(values.items())
+    )
+    stmt = _CAS_STATEMENTS.get(shape)
+    if stmt is None:
+        columns = {
+            k: v if isinstance(v, ClauseElement) else bindparam(f"v_{k}") for k, v in values.items()
+        }
+        stmt = (
+            update(NodeRow)
+            .where(NodeRow.id == bindparam("cas_id"), NodeRow.phase == bindparam("cas_expected"))
+            .values(columns)
+            .returning(*NodeRow.__table__.c)
+        )
+        _CAS_STATEMENTS[shape] = stmt
+    return stmt
+
+
 @dataclass(frozen=True)
 class CloudWrites:
     """What `record_clouds` did: the incarnations it changed, and the stale actions' ids."""
@@ -88,13 +115,10 @@ class NodeWrites(WriterBase):
         self, incarnation_id: int, expected: NodePhase, values: dict[str, object]
     ) -> IncarnationRecord:
         """UPDATE the incarnation only if its phase is still `expected`; StaleWrite if not."""
-        stmt = (
-            update(NodeRow)
-            .where(NodeRow.id == incarnation_id, NodeRow.phase == expected)
-            .values(values)
-            .returning(*NodeRow.__table__.c)
-        )
-        row = (await self._conn.execute(stmt)).mappings().one_or_none()
+        params = {f"v_{k}": v for k, v in values.items() if not isinstance(v, ClauseElement)}
+        params.update(cas_id=incarnation_id, cas_expected=expected)
+        stmt = _cas_statement(values)
+        row = (await self._conn.execute(stmt, params)).mappings().one_or_none()
         if row is None:
             current = await self._require_incarnation(incarnation_id)
             raise StaleWrite(f"phase of node incarnation {incarnation_id}", expected, current.phase)

@@ -1,0 +1,108 @@
+"""Writes committed together: `Store.grouped` (groups.py) and the events a transaction
+inserts in one statement at its commit (write_base.py `_event`), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from store_support import ENGINES, T0
+
+from tpucared.core.model.records import IncarnationRecord, NodePhase
+from tpucared.store import StaleWrite, Store, Tx
+from tpucared.store.errors import LeaseLost
+
+P = NodePhase
+
+
+@pytest.fixture(params=ENGINES)
+def engine_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+async def _requested(store: Store, slots: int) -> list[IncarnationRecord]:
+    async with store.write() as tx:
+        return [
+            await tx.request_node("sweep", s, f"sweep-{s}", "z-a", "v4-32", T0)
+            for s in range(slots)
+        ]
+
+
+def _outcome(inc: IncarnationRecord, expected: NodePhase) -> object:
+    async def work(tx: Tx) -> IncarnationRecord:
+        return await tx.record_outcome(inc.id, expected, T0, operation=f"op-{inc.slot}")
+
+    return work
+
+
+async def test_concurrent_writes_share_transactions_and_a_stale_one_is_undone_alone(
+    seeded: Store,
+):
+    incs = await _requested(seeded, 3)
+    before = seeded.groups.groups
+    # Slot 1's expectation is wrong: its caller alone gets StaleWrite.
+    works = [_outcome(incs[0], P.REQUESTED), _outcome(incs[1], P.READY)]
+    works += [_outcome(incs[2], P.REQUESTED)]
+    results = await asyncio.gather(
+        *(seeded.grouped(w) for w in works),  # type: ignore[arg-type]
+        return_exceptions=True,
+    )
+    assert isinstance(results[1], StaleWrite)
+    assert [r.operation for r in (results[0], results[2])] == ["op-0", "op-2"]  # type: ignore[union-attr]
+    assert seeded.groups.groups - before == 1  # three callers, one transaction
+    snap = await seeded.load_snapshot()
+    assert [snap.nodes[("sweep", s, 0)].operation for s in range(3)] == ["op-0", None, "op-2"]
+    async with seeded.read() as r:
+        outcome_events = [
+            e for e in await r.events(since_id=0, limit=100) if e.kind == "node.outcome"
+        ]
+    # The undone one's event went with it; the others' are there, in their order.
+    assert [e.slot for e in outcome_events] == [0, 2]
+
+
+async def test_a_failed_transaction_fails_every_caller_of_its_group(seeded: Store):
+    incs = await _requested(seeded, 2)
+
+    class Refuse:
+        """A fence that says this process no longer leads: the whole transaction fails."""
+
+        async def check(self, conn: object) -> None:
+            raise LeaseLost("not leading")
+
+    seeded.fence = Refuse()  # type: ignore[assignment]
+    results = await asyncio.gather(
+        *(seeded.grouped(_outcome(i, P.REQUESTED)) for i in incs),  # type: ignore[arg-type]
+        return_exceptions=True,
+    )
+    assert [type(r) for r in results] == [LeaseLost, LeaseLost]
+    seeded.fence = None
+    snap = await seeded.load_snapshot()
+    assert [snap.nodes[("sweep", s, 0)].operation for s in range(2)] == [None, None]
+    # The flusher survived it: the next writes go through.
+    assert (await seeded.grouped(_outcome(incs[0], P.REQUESTED))).operation == "op-0"  # type: ignore[arg-type]
+
+
+async def test_a_cancelled_caller_that_had_not_started_writes_nothing(seeded: Store):
+    incs = await _requested(seeded, 2)
+    async with seeded.write():  # holds the write queue: the group waits behind it
+        first = asyncio.create_task(seeded.grouped(_outcome(incs[0], P.REQUESTED)))  # type: ignore[arg-type]
+        second = asyncio.create_task(seeded.grouped(_outcome(incs[1], P.REQUESTED)))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        first.cancel()
+    assert (await second).operation == "op-1"
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    snap = await seeded.load_snapshot()
+    assert snap.nodes[("sweep", 0, 0)].operation is None
+
+
+async def test_events_keep_their_order_and_are_seen_inside_the_transaction(seeded: Store):
+    async with seeded.write() as tx:
+        inc = await tx.request_node("sweep", 0, "sweep-0", "z-a", "v4-32", T0)  # buffered
+        notice = await tx.append_event("notice", "now", T0)  # immediate: after the buffer
+        await tx.record_outcome(inc.id, P.REQUESTED, T0, operation="op")  # buffered
+        seen = [e.kind for e in await tx.events(since_id=notice.id - 1, limit=10)]
+        assert seen == ["notice", "node.outcome"]
+    async with seeded.read() as r:
+        kinds = [e.kind for e in await r.events(since_id=0, limit=100)]
+    assert kinds[-3:] == ["node.requested", "notice", "node.outcome"]

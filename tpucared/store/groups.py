@@ -1,0 +1,114 @@
+"""`WriteGroups`: many small, independent writes committed in one transaction.
+
+Where it sits: `Store.grouped(work)`, used by the writers that record what the cloud said,
+one node at a time and from many tasks at once: a create or delete call's outcome
+(runtime/nodes/calls.py) and an operation's end (runtime/nodes/operations.py). Each is a
+few statements; alone, each paid a transaction of its own (BEGIN, the leader fence's check, a
+COMMIT that syncs the WAL), which in a preemption storm (100 deletes and their operations a
+tick) queued the tick's own writes behind hundreds of them (docs/benchmarks.md).
+
+How: `work(tx)` joins the pending list and its caller waits. One flusher task takes what is
+pending (at most `GROUP_MAX`) and runs it in one `Store.write()`, each work in a savepoint of
+its own, in the order they came: one that raises (e.g. `StaleWrite`) is undone alone and its
+caller gets the exception; the others commit together. Results are handed out only after the
+commit; if the transaction fails as a whole (the lease lost, the database gone), every work of
+it gets that error, as its own transaction would have. No timer gathers them: the works that
+arrive while the flusher waits for this process's write queue, or writes, form the next group.
+
+A caller cancelled before its work started is dropped (as if cancelled before its own
+`write()`); cancelled later, its work may still commit (as if cancelled after its commit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from tpucared.store.repository import Store
+    from tpucared.store.tx import Tx
+
+T = TypeVar("T")
+
+GROUP_MAX = 256  # works per transaction: as executor.RECORD_BATCH, for the same reasons
+
+
+@dataclass
+class _Work:
+    run: Callable[[Tx], Awaitable[Any]]
+    done: asyncio.Future[Any]
+
+
+class WriteGroups:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._pending: list[_Work] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self.groups = 0  # transactions committed or tried (for tests and the benchmarks)
+
+    async def run(self, work: Callable[[Tx], Awaitable[T]]) -> T:
+        """`work(tx)` in a savepoint of a transaction shared with other works; its result
+        once that transaction has committed."""
+        loop = asyncio.get_running_loop()
+        item = _Work(work, loop.create_future())
+        self._pending.append(item)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = loop.create_task(self._flush(), name="store write groups")
+        result: T = await item.done
+        return result
+
+    async def close(self) -> None:
+        """Stop the flusher (`Store.close`): what is pending fails as cancelled."""
+        flusher, self._flusher = self._flusher, None
+        if flusher is not None and not flusher.done():
+            flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
+        for item in self._pending:
+            item.done.cancel()
+        self._pending.clear()
+
+    async def _flush(self) -> None:
+        while self._pending:
+            await self._commit()
+
+    def _take(self) -> list[_Work]:
+        """The next group: what is pending, but for callers cancelled before it started."""
+        group = [w for w in self._pending[:GROUP_MAX] if not w.done.done()]
+        del self._pending[:GROUP_MAX]
+        return group
+
+    async def _commit(self) -> None:
+        self.groups += 1
+        group: list[_Work] = []
+        outcomes: list[tuple[_Work, bool, Any]] = []
+        try:
+            async with self._store.write() as tx:
+                group = self._take()  # once this process's turn to write has come
+                for item in group:
+                    try:
+                        async with tx.savepoint():
+                            outcomes.append((item, True, await item.run(tx)))
+                    except Exception as exc:  # its caller's to handle, not the group's
+                        outcomes.append((item, False, exc))
+        except BaseException as exc:
+            for item in group or self._take():
+                if item.done.done():
+                    continue
+                if isinstance(exc, asyncio.CancelledError):
+                    item.done.cancel()
+                else:
+                    item.done.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise  # cancelled: the callers were told; the flusher stops
+            return
+        for item, ok, value in outcomes:
+            if item.done.done():
+                continue  # its caller was cancelled meanwhile
+            if ok:
+                item.done.set_result(value)
+            else:
+                item.done.set_exception(value)
