@@ -21,7 +21,7 @@ from sqlalchemy import event
 
 from tpucared.config import load_config
 from tpucared.core.model.records import NodePhase
-from tpucared.core.model.specs import CapacityKind, ErrorKind
+from tpucared.core.model.specs import CapacityKind, ErrorKind, Provisioning
 from tpucared.core.planning.executor_contract import apply_intent
 from tpucared.core.vocab.actions import Adopt, CreateNode, DeleteNode, OpenSlot, Transition
 from tpucared.core.vocab.plan import Plan
@@ -30,7 +30,7 @@ from tpucared.gcp.tpu import TpuClient, TpuCloud
 from tpucared.gcp.tpu.bodies import NodeShape
 from tpucared.runtime.daemon import Daemon
 from tpucared.runtime.nodes.calls import NodeTemplate, record_interrupted_calls
-from tpucared.runtime.nodes.executor import RECORD_BATCH, Executor
+from tpucared.runtime.nodes.executor import OVER_BUDGET, RECORD_BATCH, Executor
 from tpucared.runtime.reconciler import Tick
 from tpucared.store import StaleWrite, Store
 from tpucared.store.migrate import upgrade_to_head
@@ -422,3 +422,39 @@ async def test_a_tick_spends_its_budget_and_leaves_the_rest_to_the_next(
         assert "the tick's budget" in execution.outcomes[-1][1]
         stored = {s for (s,) in query(h.db, "SELECT slot FROM slots WHERE slot >= 10")}
         assert stored == set(slots[:RECORD_BATCH])
+
+
+async def test_a_spent_budget_still_sends_the_plans_creates(
+    tmp_path: Path, control: Control
+) -> None:
+    """A storm's deletes and transitions filled every tick's budget; the creates, last in a
+    plan, were postponed tick after tick and the fleet did not come back. They run anyway."""
+    async with harness(tmp_path, control, size=0) as h:
+        await h.tick()
+        now = datetime.now(UTC)
+        first = [OpenSlot(reason="test", fleet="sweep", slot=s) for s in range(RECORD_BATCH)]
+        later = [OpenSlot(reason="test", fleet="sweep", slot=s) for s in range(500, 505)]
+        create = CreateNode(
+            reason="test",
+            fleet="sweep",
+            slot=0,
+            node_name="sweep-0",
+            zone=ZONE,
+            accelerator_type="v5litepod-8",
+            runtime_version="v2-alpha-tpuv5-lite",
+            capacity=CapacityKind.SPOT,
+            provisioning=Provisioning.DIRECT,
+            labels={"tpucared-fleet": "sweep", "tpucared-owner": OWNER},
+            queued_resource=None,
+            attempt=1,
+        )
+        plan = Plan(now, (*first, *later, create))
+        execution = await Executor(h.store, h.daemon.calls, budget=0.0).execute(plan)
+        outcomes = {id(a): o for a, o in execution.outcomes}
+        assert [outcomes[id(a)] for a in later] == [OVER_BUDGET] * len(later)
+        assert outcomes[id(create)] == "done"
+        await h.calls_done()
+        sent = [r for r in await control.requests() if r["method"] == "POST"]
+        assert [r["path"].rsplit("/", 1)[-1] for r in sent] == ["nodes"]  # the one create
+        rows = query(h.db, "SELECT node_name, phase FROM nodes")
+        assert [(r["node_name"], r["phase"]) for r in rows] == [("sweep-0", "creating")]

@@ -192,6 +192,7 @@ class Reconciler:
             self._guard()
         live = {i.id: i for i in self._live}
         execution = await self._executor.execute(node_plan, live)
+        self._watcher.forget_deleted(execution.deleted())
         if self._sweeper is not None:  # its own tasks: never holds the tick
             self._sweeper.after_plan(node_plan, live, self.specs)
         dispatch = None

@@ -1,4 +1,4 @@
-"""When to poll a create's operation first: learnt from the zone's own failing creates.
+"""When to poll an operation first: learnt from the zone's own recent operations.
 
 A create that meets a stockout fails when its operation ends, after a time the API alone
 decides (2 s in the emulator; unknown for the real one, and likely to differ by zone and
@@ -9,8 +9,11 @@ a hair after their median, so one poll usually finds it done, at once. A create 
 find capacity takes longer than a failing one (the node boots), so polling at the failures'
 median never sees it late. Too few failures yet (or none recent): the fixed schedule.
 
-The runtime (runtime/nodes/operations.py) keeps the recent failing-create durations per
-(zone, accelerator type) and asks `first_create_poll`.
+Deletes the same way, from the zone's recent deletes (all of them: a delete has one outcome
+worth waiting for): in a preemption storm, a fixed schedule cost three polls per delete.
+
+The runtime (runtime/nodes/operations.py) keeps the recent failing-create and delete
+durations per (zone, accelerator type) and asks `first_create_poll` for either.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from tpucared.runtime.deadlines import MUTATION_DEADLINE_S, answered_within
 from tpucared.runtime.nodes.operations import OperationWatcher
 from tpucared.runtime.tasks import TaskSet
 from tpucared.runtime.wakeup import Wakeup
-from tpucared.store import StaleWrite, Store
+from tpucared.store import StaleWrite, Store, Tx
 from tpucared.store.errors import LeaseLost
 
 log = structlog.get_logger(__name__)
@@ -255,30 +255,33 @@ class CloudCalls:
         started: float,
     ) -> None:
         now = self._clock.now()
-        recorded = True
+
+        async def record(tx: Tx) -> bool:
+            current = await tx.incarnation(inc.id)
+            phase = None if current is None else outcomes.accepted_create_phase(current.phase)
+            if current is None or phase is None:
+                return False
+            if phase is not current.phase:
+                await tx.transition(
+                    inc.id,
+                    current.phase,
+                    phase,
+                    now,
+                    reason=f"{inc.node_name}: create accepted",
+                    operation=op.name,
+                )
+            else:
+                await tx.record_outcome(
+                    inc.id,
+                    phase,
+                    now,
+                    operation=op.name,
+                    reason=f"{inc.node_name}: create accepted (node already listed)",
+                )
+            return True
+
         try:
-            async with self._store.write() as tx:
-                current = await tx.incarnation(inc.id)
-                phase = None if current is None else outcomes.accepted_create_phase(current.phase)
-                if current is None or phase is None:
-                    recorded = False
-                elif phase is not current.phase:
-                    await tx.transition(
-                        inc.id,
-                        current.phase,
-                        phase,
-                        now,
-                        reason=f"{inc.node_name}: create accepted",
-                        operation=op.name,
-                    )
-                else:
-                    await tx.record_outcome(
-                        inc.id,
-                        phase,
-                        now,
-                        operation=op.name,
-                        reason=f"{inc.node_name}: create accepted (node already listed)",
-                    )
+            recorded = await self._store.grouped(record)
         except StaleWrite:
             recorded = False
         _log_action(action, "accepted", operation=op.name, latency_s=self._since(started))
@@ -310,11 +313,12 @@ class CloudCalls:
             message=error.message,
             incarnation_id=inc.id,
         )
-        async with self._store.write() as tx:
+
+        async def record(tx: Tx) -> bool:
             current = await tx.incarnation(inc.id)
             phase = outcomes.call_phase("create")
-            still_requested = current is not None and current.phase is phase
-            if still_requested:
+            still = current is not None and current.phase is phase
+            if still:
                 await tx.record_outcome(
                     inc.id,
                     phase,
@@ -324,6 +328,9 @@ class CloudCalls:
                     reason=f"{inc.node_name}: create refused: {error}",
                 )
             await tx.record_create_attempt(attempt)
+            return still
+
+        still_requested = await self._store.grouped(record)
         if self._on_attempt is not None:
             self._on_attempt(attempt)
         _log_action(
@@ -378,27 +385,30 @@ class CloudCalls:
         started: float,
     ) -> None:
         now = self._clock.now()
+
+        async def record(tx: Tx) -> None:
+            if error is None:
+                assert op is not None
+                await tx.record_outcome(
+                    inc.id,
+                    outcomes.call_phase("delete"),
+                    now,
+                    operation=op.name,
+                    reason=f"{inc.node_name}: delete accepted",
+                )
+            else:
+                await tx.record_outcome(
+                    inc.id,
+                    outcomes.call_phase("delete"),
+                    now,
+                    operation=None,
+                    error=error.kind,
+                    reason=f"{inc.node_name}: delete refused: {error}",
+                )
+
         recorded = True
         try:
-            async with self._store.write() as tx:
-                if error is None:
-                    assert op is not None
-                    await tx.record_outcome(
-                        inc.id,
-                        outcomes.call_phase("delete"),
-                        now,
-                        operation=op.name,
-                        reason=f"{inc.node_name}: delete accepted",
-                    )
-                else:
-                    await tx.record_outcome(
-                        inc.id,
-                        outcomes.call_phase("delete"),
-                        now,
-                        operation=None,
-                        error=error.kind,
-                        reason=f"{inc.node_name}: delete refused: {error}",
-                    )
+            await self._store.grouped(record)
         except StaleWrite:
             recorded = False
         latency = self._since(started)

@@ -21,8 +21,9 @@ plan asks for again, exactly as after a crash between two single-action transact
 
 The execution is bounded: once its budget has passed (the daemon gives it the poll interval,
 `EXECUTE_BUDGET_S` by default), the batches left are not started (their actions are
-"postponed: the tick's budget"): the next tick plans again from what the lists show, so a
-burst holds observation up by at most about one poll.
+"postponed: the tick's budget"), but for the plan's creates: the next tick plans again from
+what the lists show, so a burst holds observation up by at most about one poll, and the
+creates a fleet's recovery waits for are never starved by it.
 
 core/planning/executor_contract.py `apply_intent` is the same contract as a pure function; the
 runtime tests compare the two. Every action gets one canonical log line: what, why, and how it
@@ -96,6 +97,14 @@ class Execution:
     def deletes(self) -> list[DeleteNode]:
         return [a for a in self.done if isinstance(a, DeleteNode)]
 
+    def deleted(self) -> set[int]:
+        """The incarnations this plan moved to DELETED."""
+        return {
+            a.incarnation_id
+            for a in self.done
+            if isinstance(a, Transition) and a.new is NodePhase.DELETED
+        }
+
 
 class Executor:
     def __init__(
@@ -131,8 +140,20 @@ class Executor:
         at = 0
         while at < len(actions):
             if at and self._monotonic() - started > self._budget:
-                result.outcomes += [(a, OVER_BUDGET) for a in actions[at:]]
-                log.info("execution.over_budget", budget_s=self._budget, left=len(actions) - at)
+                # The creates still run: few (the create limits bound them), they are what a
+                # fleet's recovery waits for, and they come last in a plan, so a storm whose
+                # deletes and transitions fill every tick's budget would starve them.
+                left = actions[at:]
+                creates: list[Action] = [a for a in left if isinstance(a, CreateNode)]
+                kept = {id(a) for a in creates}
+                result.outcomes += [(a, OVER_BUDGET) for a in left if id(a) not in kept]
+                log.info(
+                    "execution.over_budget", budget_s=self._budget, left=len(left) - len(creates)
+                )
+                while creates:
+                    outcomes = await self._record_batch(creates, plan.now, live or {})
+                    result.outcomes += outcomes
+                    creates = creates[len(outcomes) :]
                 break
             batch = actions[at : at + RECORD_BATCH]
             outcomes = await self._record_batch(batch, plan.now, live or {})

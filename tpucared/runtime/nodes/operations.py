@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -44,7 +44,7 @@ from tpucared.runtime.clock import Clock
 from tpucared.runtime.clouds import CloudMap
 from tpucared.runtime.deadlines import answered_within
 from tpucared.runtime.wakeup import Wakeup
-from tpucared.store import KEEP, Store
+from tpucared.store import KEEP, Store, Tx
 
 log = structlog.get_logger(__name__)
 
@@ -95,6 +95,7 @@ class Watched:
     # What the operation acts on: (project, zone, queued resource or node name).
     target: tuple[str, str, str] = ("", "", "")
     api: str = DEFAULT_API  # the cloud that handed it out: the node's (IncarnationRecord.api)
+    queued: bool = False  # it acts on a queued resource (shared by a multislice's slices)
 
 
 class OperationWatcher:
@@ -116,6 +117,8 @@ class OperationWatcher:
         self._schedule = schedule or PollSchedule()
         # (zone, accelerator type) -> how long its recent failing creates took (op_timing.py).
         self._failing: dict[tuple[str, str], deque[float]] = {}
+        # (zone, accelerator type) -> how long its recent deletes took, likewise.
+        self._deleting_took: dict[tuple[str, str], deque[float]] = {}
         self._watched: dict[str, Watched] = {}
         self._finished: deque[str] = deque(maxlen=_FINISHED_MEMORY)
         self._finished_set: set[str] = set()
@@ -153,6 +156,7 @@ class OperationWatcher:
             started=started,
             next_poll=self._clock.monotonic() + first,
             target=(inc.project, inc.zone, inc.queued_resource or inc.node_name),
+            queued=inc.queued_resource is not None,
         )
         self._changed.set("watch")
 
@@ -169,6 +173,25 @@ class OperationWatcher:
         """The delete operations still running: (what each reaches, as (project, zone,
         queued resource or node), and its incarnation)."""
         return [(w.target, w.incarnation_id) for w in self._watched.values() if w.verb == "delete"]
+
+    def forget_deleted(self, incarnation_ids: Collection[int]) -> None:
+        """The lists showed these incarnations' nodes gone (the planner moved them to
+        DELETED): their delete operations need no more polls, and the names they held are free
+        (a wake, so the slots' creates go out now rather than when a poll sees the operations
+        end). In a preemption storm those polls were most of the requests. Not a queued
+        resource's: its slices share it, and the resource may outlive a slice's node."""
+        done = [
+            w
+            for w in self._watched.values()
+            if w.verb == "delete"
+            and w.incarnation_id in incarnation_ids
+            and not w.queued
+            and w.name not in self._polling
+        ]
+        for w in done:
+            self._forget(w.name)
+        if done:
+            self._wakeup.set(f"{len(done)} deleted node(s) gone from the lists", quiet=True)
 
     def adopt(self, live: Iterable[IncarnationRecord]) -> None:
         """Watch operations recorded on live incarnations that nobody watches (a previous
@@ -268,9 +291,10 @@ class OperationWatcher:
         )
         lost = op is None
         attempt = _attempt(w, error, latency) if verb == "create" and not lost else None
-        if attempt is not None and op is not None:
-            self._learn(w, error, op)
-        async with self._store.write() as tx:
+        if op is not None:
+            self._learn(w, verb, error, op)
+
+        async def record(tx: Tx) -> None:
             inc = await tx.incarnation(w.incarnation_id)
             if inc is not None and inc.operation == w.name:
                 failed = error if outcomes.operation_error_fits(verb, inc.phase) else None
@@ -286,6 +310,8 @@ class OperationWatcher:
                 )
             if attempt is not None:
                 await tx.record_create_attempt(attempt)
+
+        await self._store.grouped(record)
         if attempt is not None and self._on_attempt is not None:
             self._on_attempt(attempt)
         self._forget(w.name)
@@ -306,22 +332,30 @@ class OperationWatcher:
         self._wakeup.set(f"{verb} operation of {w.node_name} finished", quiet=stockout)
 
     def _first_poll(self, inc: IncarnationRecord, verb: Verb, started: float | None) -> float:
-        """Seconds from now to the first poll: a create's learnt from its zone's recent
-        failing creates (core/nodes/op_timing.py), counted from the call's start."""
+        """Seconds from now to the first poll: learnt from the recent operations of the same
+        verb, zone and type (a create's from the failing ones; core/nodes/op_timing.py),
+        counted from the call's start."""
         default = self._schedule.first
-        recent = self._failing.get((inc.zone, inc.accelerator_type))
-        if verb != "create" or not recent or started is None:
+        learnt = self._failing if verb == "create" else self._deleting_took
+        recent = learnt.get((inc.zone, inc.accelerator_type))
+        if not recent or started is None:
             return default
         after_call = first_create_poll(recent, default, self._schedule.rule.cap)
         return max(0.0, after_call - (self._clock.monotonic() - started))
 
-    def _learn(self, w: Watched, error: CloudError | None, op: OperationState) -> None:
-        """A create's operation ended: a stockout's duration (the API's own createTime to
-        endTime, not when a poll happened to see it: that would only ever grow) is what the
-        next create of the zone and type most likely takes; a success ends the history."""
+    def _learn(self, w: Watched, verb: str, error: CloudError | None, op: OperationState) -> None:
+        """An operation ended: how long it took (the API's own createTime to endTime, not when
+        a poll happened to see it: that would only ever grow) is what the next one of its
+        zone and type most likely takes. For a create, a stockout's; a success ends the
+        history. For a delete, any that succeeded."""
         key = (w.zone, w.accelerator_type)
         took = op.duration_s
-        if error is not None and error.kind is ErrorKind.CAPACITY and took is not None:
+        if verb == "delete":
+            if error is None and took is not None:
+                self._deleting_took.setdefault(key, deque(maxlen=RECENT)).append(took)
+        elif verb != "create":
+            return
+        elif error is not None and error.kind is ErrorKind.CAPACITY and took is not None:
             self._failing.setdefault(key, deque(maxlen=RECENT)).append(took)
         elif error is None:
             self._failing.pop(key, None)  # capacity is back: the history is over
