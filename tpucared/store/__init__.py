@@ -9,6 +9,8 @@ after a restart; the CLI's read-only commands and people with `sqlite3` read it 
 - `migrate`: Alembic upgrades at start-up, safe when processes race; drift check for CI.
   (Not imported here: read-only commands need not load Alembic.)
 - `repository`: `Store`, the handle: `read()` / `write()` transactions, one-call reads.
+- `groups`: `Store.grouped(work)`, many tasks' small writes committed in one transaction.
+- `statements`: statements built once and run with parameters (the compare-and-set UPDATE).
 - `reads` / `writes`: the queries (`Reader`) and the changes (`Tx`), returning core records.
 - `snapshot`: `Snapshot` (the planner's input) and the status read models.
 - `errors`: `StaleWrite` (lost compare-and-set), `IllegalTransition`, `NotFound`, and

@@ -24,12 +24,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-if TYPE_CHECKING:
-    from tpucared.store.repository import Store
-    from tpucared.store.tx import Tx
+from tpucared.store.tx import Tx
 
 T = TypeVar("T")
 
@@ -43,8 +42,8 @@ class _Work:
 
 
 class WriteGroups:
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self, write: Callable[[], AbstractAsyncContextManager[Tx]]) -> None:
+        self._write = write  # the Store's `write`
         self._pending: list[_Work] = []
         self._flusher: asyncio.Task[None] | None = None
         self.groups = 0  # transactions committed or tried (for tests and the benchmarks)
@@ -86,7 +85,7 @@ class WriteGroups:
         group: list[_Work] = []
         outcomes: list[tuple[_Work, bool, Any]] = []
         try:
-            async with self._store.write() as tx:
+            async with self._write() as tx:
                 group = self._take()  # once this process's turn to write has come
                 for item in group:
                     try:

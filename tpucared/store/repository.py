@@ -80,7 +80,7 @@ class Store:
         # None (the CLI, `down`, tests): writes are not fenced.
         self.fence: Fence | None = None
         # Small writes from many tasks, committed together (groups.py).
-        self.groups = WriteGroups(self)
+        self.groups = WriteGroups(self.write)
 
     @classmethod
     def open(

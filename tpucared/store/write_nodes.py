@@ -16,12 +16,12 @@ Which method carries out which action (see core/vocab/actions.py for the contrac
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ClauseElement
 
@@ -34,6 +34,7 @@ from tpucared.core.vocab.actions import CloudFacts, RecordCloud, SlotUpdate
 from tpucared.store import convert
 from tpucared.store.errors import LiveIncarnationExists, NotFound, StaleWrite
 from tpucared.store.models import NodeRow, WorkerRow
+from tpucared.store.statements import cas_statement
 from tpucared.store.write_base import KEEP, Keep, WriterBase, given, slot_update_details
 
 # Column recording when an incarnation entered each phase.
@@ -70,32 +71,6 @@ def entering(current: IncarnationRecord, new: NodePhase, now: datetime) -> dict[
     return values
 
 
-# The compare-and-set UPDATEs by the columns they write (and the SQL of any expression among
-# them, e.g. `delete_calls + 1`): built and compiled once each, then executed with the values
-# as parameters. A statement built anew per call cost more than its execution (SQLAlchemy's
-# coercion and cache key of every value), thousands of times a tick in a preemption storm.
-_CAS_STATEMENTS: dict[tuple[tuple[str, str], ...], Any] = {}
-
-
-def _cas_statement(values: Mapping[str, object]) -> Any:
-    shape = tuple(
-        (k, str(v) if isinstance(v, ClauseElement) else "") for k, v in sorted(values.items())
-    )
-    stmt = _CAS_STATEMENTS.get(shape)
-    if stmt is None:
-        columns = {
-            k: v if isinstance(v, ClauseElement) else bindparam(f"v_{k}") for k, v in values.items()
-        }
-        stmt = (
-            update(NodeRow)
-            .where(NodeRow.id == bindparam("cas_id"), NodeRow.phase == bindparam("cas_expected"))
-            .values(columns)
-            .returning(*NodeRow.__table__.c)
-        )
-        _CAS_STATEMENTS[shape] = stmt
-    return stmt
-
-
 @dataclass(frozen=True)
 class CloudWrites:
     """What `record_clouds` did: the incarnations it changed, and the stale actions' ids."""
@@ -117,7 +92,7 @@ class NodeWrites(WriterBase):
         """UPDATE the incarnation only if its phase is still `expected`; StaleWrite if not."""
         params = {f"v_{k}": v for k, v in values.items() if not isinstance(v, ClauseElement)}
         params.update(cas_id=incarnation_id, cas_expected=expected)
-        stmt = _cas_statement(values)
+        stmt = cas_statement(values)
         row = (await self._conn.execute(stmt, params)).mappings().one_or_none()
         if row is None:
             current = await self._require_incarnation(incarnation_id)
