@@ -13,8 +13,11 @@ import aiohttp
 import pytest
 from emulator_http import Http
 
+from tpucared.core.model.specs import ErrorKind
 from tpucared.emulator import EmulatorServer, running_emulator
+from tpucared.emulator.clock import ManualClock
 from tpucared.emulator.resources import Node
+from tpucared.gcp.errors import classify_http
 
 P, Z = "api-proj", "us-central2-b"
 NODES = f"/v2/projects/{P}/locations/{Z}/nodes"
@@ -263,3 +266,28 @@ async def test_worker_hosts_hook_follows_the_node_in_real_time() -> None:
         await asyncio.sleep(0.02)
         assert [c[:2] for c in hosts.calls] == [("start", "h"), ("stop", "h")]
     assert hosts.closed
+
+
+async def test_creates_beyond_the_per_minute_quota_are_refused_until_the_next_minute(
+    session: aiohttp.ClientSession,
+) -> None:
+    """`create_requests_per_minute` (research section 9 row 26): the reported TPU API
+    refusal, 429 RESOURCE_EXHAUSTED "Maximum number of CreateNode requests per minute", per
+    project and minute of the emulator's clock; tpucared classifies it as a rate limit."""
+    clock = ManualClock(start=1_800_000_000.0)  # a minute's start
+    async with running_emulator(clock=clock, create_requests_per_minute=2) as server:
+        http = Http(server.url, session)
+        assert [(await http("POST", NODES, SPEC, nodeId=f"q{i}"))[0] for i in range(2)] == [200] * 2
+        status, body = await http("POST", NODES, SPEC, nodeId="q2")
+        assert status == 429
+        error = body["error"]
+        assert error["status"] == "RESOURCE_EXHAUSTED"
+        assert "Maximum number of CreateNode requests per minute" in error["message"]
+        assert classify_http(status, body).kind is ErrorKind.RATE_LIMITED
+        status, _ = await http("GET", f"{NODES}/q2")
+        assert status == 404  # refused: nothing made
+        # Another project has its own quota; the next minute has room again.
+        other = NODES.replace(P, "other-proj")
+        assert (await http("POST", other, SPEC, nodeId="q3"))[0] == 200
+        clock.advance(60)
+        assert (await http("POST", NODES, SPEC, nodeId="q2"))[0] == 200

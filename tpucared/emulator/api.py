@@ -52,6 +52,7 @@ class Route:
 class V2Api:
     def __init__(self, state: EmulatorState) -> None:
         self.state = state
+        self._creates_this_minute: dict[tuple[str, int], int] = {}  # (project, minute) -> n
         list_extra = LIST_PARAMS | {"filter", "orderBy"}
         self.routes = [
             Route("GET", rf"projects/{_ID}/locations", self.list_locations,
@@ -149,7 +150,24 @@ class V2Api:
 
     async def create_node(self, r: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
         body = await _body(r)
+        self._count_create(m[1])
         return self.state.create_node(m[1], m[2], q.get("nodeId"), body).to_json()
+
+    def _count_create(self, project: str) -> None:
+        """The per-minute nodes.create quota (`create_requests_per_minute`), counted per
+        project and minute of the emulator's clock, refused ones not counted."""
+        limit = self.state.options.create_requests_per_minute
+        if limit is None:
+            return
+        key = (project, int(self.state.now() // 60))
+        used = self._creates_this_minute.get(key, 0)
+        if used >= limit:
+            raise errors.create_rate_exceeded(limit, project)
+        # Only this minute's counts are kept.
+        self._creates_this_minute = {
+            k: v for k, v in self._creates_this_minute.items() if k[1] == key[1]
+        }
+        self._creates_this_minute[key] = used + 1
 
     async def get_node(self, _: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
         return self.state.get_node(m[1], m[2], m[3]).to_json()

@@ -188,6 +188,26 @@ def rate_limited(retry_after_s: float | None) -> ApiError:
     )
 
 
+def create_rate_exceeded(limit: int, project: str) -> ApiError:
+    """Over the per-minute nodes.create quota (`create_requests_per_minute`), worded as
+    reported (research section 9 row 26): 429 RESOURCE_EXHAUSTED."""
+    details = [
+        _detail(
+            "google.rpc.ErrorInfo",
+            reason="RATE_LIMIT_EXCEEDED",
+            domain="googleapis.com",
+            metadata={"service": "tpu.googleapis.com", "quota_limit_value": str(limit)},
+        )
+    ]
+    return ApiError(
+        "RESOURCE_EXHAUSTED",
+        f"Quota exceeded for quota metric 'Create requests' and limit 'Maximum number of "
+        f"CreateNode requests per minute' of service 'tpu.googleapis.com' for consumer "
+        f"'project_number:{project}'.",
+        details,
+    )
+
+
 def unavailable() -> ApiError:
     return ApiError("UNAVAILABLE", "The service is currently unavailable.")
 

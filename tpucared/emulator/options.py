@@ -49,6 +49,11 @@ class EmulatorOptions:
 
     # (zone, accelerator type) -> how many nodes of that type may exist at once. Absent: no limit.
     capacity: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    # nodes.create requests a project may send per minute (the clock's minute), beyond which
+    # they are refused with HTTP 429 "Maximum number of CreateNode requests per minute". Not
+    # published by Google: ~91 is the only figure reported (tpu.googleapis.com/qps/create,
+    # research section 9 row 26). None: no limit.
+    create_requests_per_minute: int | None = None
 
     # nodes.list page size when the client sends none: small, so that a client ignoring
     # nextPageToken misses nodes in tests instead of in production.
