@@ -26,6 +26,7 @@ from tpucared.core.model.specs import (
     FleetSpec,
     Provisioning,
 )
+from tpucared.core.nodes.create_rate import NO_CREATES_SENT, CreatesSent
 from tpucared.core.nodes.slots import NO_DELETES, DeletesInFlight
 from tpucared.core.planning.planner import plan
 from tpucared.core.vocab.actions import Action, DeleteNode, Transition
@@ -221,6 +222,7 @@ def run(
     policy: Policy | None = None,
     reported: frozenset[str] = frozenset(),
     deleting: DeletesInFlight = NO_DELETES,
+    sent: CreatesSent = NO_CREATES_SENT,
 ) -> Plan:
     specs = list(specs)
     return plan(
@@ -232,6 +234,7 @@ def run(
         OWNER,
         reported=reported,
         deleting=deleting,
+        sent=sent,
     )
 
 

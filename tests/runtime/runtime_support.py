@@ -39,7 +39,7 @@ def write_config(
     fleet: str = "sweep",
     zones: tuple[str, ...] = (ZONE,),
     poll: str = "300ms",
-    policy: Mapping[str, str] | None = None,
+    policy: Mapping[str, object] | None = None,
     timeouts: Mapping[str, str] | None = None,
     extra_fleets: str = "",
     name: str = "fleet.toml",

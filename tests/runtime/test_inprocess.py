@@ -11,7 +11,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -458,3 +458,27 @@ async def test_a_spent_budget_still_sends_the_plans_creates(
         assert [r["path"].rsplit("/", 1)[-1] for r in sent] == ["nodes"]  # the one create
         rows = query(h.db, "SELECT node_name, phase FROM nodes")
         assert [(r["node_name"], r["phase"]) for r in rows] == [("sweep-0", "creating")]
+
+
+async def test_the_create_rate_holds_what_the_last_minutes_sends_fill(
+    tmp_path: Path, control: Control
+) -> None:
+    """`policy.creates_per_minute` (issue 31): the daemon remembers when it sent each create;
+    with a rate of 2, a 4-slot fleet sends 2 creates, and the next tick still holds the other
+    two slots, for the rate, until the first sends are a minute old."""
+    async with harness(tmp_path, control, size=4, policy={"creates_per_minute": 2}) as h:
+        first = await h.tick()
+        await h.calls_done()
+        assert [c.slot for c in first.plan.of(CreateNode)] == [0, 1]
+        second = await h.tick()
+        assert not second.plan.of(CreateNode)
+        held = {hold.slot: hold for hold in second.plan.holds}
+        assert set(held) == {2, 3}
+        assert all("create rate: 2 creates in the last minute" in h.reason for h in held.values())
+        sent = h.daemon.calls.creates_sent()
+        assert [len(times) for times in sent.values()] == [2]
+        (until,) = {hold.until for hold in held.values()}
+        assert until is not None
+        assert until == min(next(iter(sent.values()))) + timedelta(minutes=1)
+        posts = [r for r in await control.requests() if r["method"] == "POST"]
+        assert len(posts) == 2

@@ -424,6 +424,7 @@ def _policy(raw: PolicyTable, problems: Problems) -> Policy | None:
     if problems or len(rules) < 3:
         return None
     return Policy(
+        creates_per_minute=raw.creates_per_minute,
         max_creates=raw.max_creates,
         max_creates_per_fleet=raw.max_creates_per_fleet,
         capacity_backoff=rules["capacity"],

@@ -159,8 +159,9 @@ class FleetTable(Table):
 
 
 class PolicyTable(Table):
-    max_creates: int = Field(default=8, ge=1)
-    max_creates_per_fleet: int = Field(default=4, ge=1)
+    creates_per_minute: int = Field(default=60, ge=1)
+    max_creates: int = Field(default=256, ge=1)
+    max_creates_per_fleet: int = Field(default=256, ge=1)
     capacity_backoff: Duration = timedelta(seconds=4)
     capacity_backoff_cap: Duration = timedelta(seconds=4)
     # The random share of each capacity wait (1 = full jitter over [0, wait]).

@@ -237,12 +237,14 @@ class Reconciler:
             plan = make_plan(
                 self.specs, observations, snapshot, now, self.policy, self.owner,
                 reported=self.reported, deleting=self._executor.deletes_in_flight(),
+                sent=self._executor.creates_sent(),
             )  # fmt: skip
         else:
             probes = self._workloads.collect(snapshot)
             plan = plan_tick(
                 self.specs, observations, snapshot, probes, now, self.policy, self.owner,
                 reported=self.reported, deleting=self._executor.deletes_in_flight(),
+                sent=self._executor.creates_sent(),
             )  # fmt: skip
         lost = preemption.losses(plan)
         if lost and self._preemptions is not None:

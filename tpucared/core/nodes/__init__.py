@@ -21,6 +21,9 @@ table of `core/model/lifecycle.py`, never imports `core/planning/`.
 - `flex`            a flex-start node's run end (its planned end, less a lag): neither a
                     preemption nor a failure; the slot asks again at once.
 - `create_backoff`  a slot's backoff after failed creates, zone rotation, counters.
+- `create_rate`     at most `creates_per_minute` creates sent in any 60 s per cloud API and
+                    project (the runtime passes in when it sent the last minute's).
 - `outcomes`        which phase a create/delete call's outcome belongs to (the runtime asks).
-- `op_timing`       when to poll a create's operation first, from the zone's failing creates.
+- `op_timing`       when to poll an operation first, from the zone's recent operations
+                    (failing creates; deletes).
 """

@@ -9,8 +9,9 @@ a node that is found gone this tick is recreated in the same plan. Rules:
   passed (`next_create_at`); the old node is still being deleted (its name is not free
   yet); the zone to try was not listed successfully this tick (no creates blind); the name
   is taken in every zone by something we must not touch; the create limits are reached
-  (Policy.max_creates, max_creates_per_fleet); or a delete of the name it would create is
-  still in flight (`delete_in_flight`). Each such case is a Hold, for people;
+  (Policy.max_creates, max_creates_per_fleet in flight; Policy.creates_per_minute sent, per
+  cloud API and project: core/nodes/create_rate.py); or a delete of the name it would create
+  is still in flight (`delete_in_flight`). Each such case is a Hold, for people;
 - zones are tried from the slot's `next_zone` (core/nodes/create_backoff.py rotates it on
   stockouts), skipping zones where the name is held by a resource we must not touch;
 - lower slots first, fleets interleaved in config order, so every fleet gets its slot 0
@@ -50,6 +51,7 @@ from tpucared.core.model.specs import (
     Provisioning,
     location_name,
 )
+from tpucared.core.nodes.create_rate import NO_CREATES_SENT, CreateRate, CreatesSent
 from tpucared.core.vocab.actions import (
     Action,
     CreateNode,
@@ -134,15 +136,18 @@ def plan_creates(
     in_flight: Counter[str],
     slots: Mapping[tuple[str, int], SlotRecord],
     deleting: DeletesInFlight = NO_DELETES,
+    sent: CreatesSent = NO_CREATES_SENT,
 ) -> tuple[list[Action], list[Hold]]:
     """`claimed`: slices with a serving incarnation (or an adopt) after this plan's actions,
     with its zone; `busy`: slices whose previous node is still DEAD/DELETING, with that phase;
     `in_flight`: creates in flight per fleet (counted towards the limits); `slots`: slot
     records this plan changes (a create failure found this tick moves the zone and sets the
-    backoff); `deleting`: the deletes in flight (`delete_in_flight`)."""
+    backoff); `deleting`: the deletes in flight (`delete_in_flight`); `sent`: when the
+    creates of the last minute were sent (core/nodes/create_rate.py)."""
     actions: list[Action] = []
     holds: list[Hold] = []
     total = sum(in_flight.values())
+    rate = CreateRate(view.policy.creates_per_minute, sent, view.now)
     wanted = sorted(
         (index, view.order(spec.name), spec)
         for spec in view.specs.values()
@@ -157,6 +162,8 @@ def plan_creates(
                 continue
             previous = _previous(spec, index, piece, busy)
             why_not, until = _why_not_now(view, spec, slot, previous, total, in_flight)
+            if why_not is None:
+                why_not, until = rate.why_not((spec.api, spec.project))
             zone, note = (None, "") if why_not else _pick_zone(view, spec, slot, name, claimed)
             if zone is None:
                 holds.append(
@@ -179,6 +186,7 @@ def plan_creates(
             # Counted while the call is in flight; a queued resource then waits uncounted.
             in_flight[spec.name] += 1
             total += 1
+            rate.count((spec.api, spec.project))
             actions.append(create)
     return actions, holds
 

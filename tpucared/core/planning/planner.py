@@ -34,6 +34,7 @@ from tpucared.core.model.records import NodePhase
 from tpucared.core.model.specs import ErrorKind, FleetSpec, NodeOptions, error_text
 from tpucared.core.model.specs import location_name as where
 from tpucared.core.nodes import multislice
+from tpucared.core.nodes.create_rate import NO_CREATES_SENT, CreatesSent
 from tpucared.core.nodes.incarnations import SERVING, plan_incarnation
 from tpucared.core.nodes.slots import (
     NO_DELETES,
@@ -87,16 +88,21 @@ def plan(
     *,
     reported: frozenset[str] = frozenset(),
     deleting: DeletesInFlight = NO_DELETES,
+    sent: CreatesSent = NO_CREATES_SENT,
 ) -> Plan:
     """Everything to do at `now`. `reported`: notice keys told before (the previous plan's
     `standing`); their notices are left out. `deleting`: the deletes the runtime has in
-    flight (core/nodes/slots.py `DeletesInFlight`)."""
+    flight (core/nodes/slots.py `DeletesInFlight`); `sent`: when it sent the creates of the
+    last minute (core/nodes/create_rate.py)."""
     view = View(specs, tuple(observations), snapshot, now, policy, owner)
-    return plan_view(view, reported, deleting)
+    return plan_view(view, reported, deleting, sent)
 
 
 def plan_view(
-    view: View, reported: frozenset[str] = frozenset(), deleting: DeletesInFlight = NO_DELETES
+    view: View,
+    reported: frozenset[str] = frozenset(),
+    deleting: DeletesInFlight = NO_DELETES,
+    sent: CreatesSent = NO_CREATES_SENT,
 ) -> Plan:
     """`plan` for a `View` already built: the workload planner reads the same view, and at
     10,000 nodes building it is as costly as the node rules that follow (bench/scale.py)."""
@@ -122,7 +128,7 @@ def plan_view(
     claimed, busy, in_flight = _slot_states(view, phases, adopts)
     flat_nodes = [a for _, acts in node_actions for a in acts]
     slots = updated_slots(view, flat_nodes)
-    creates, holds = plan_creates(view, claimed, busy, in_flight, slots, deleting)
+    creates, holds = plan_creates(view, claimed, busy, in_flight, slots, deleting, sent)
     held, slice_holds = multislice.plan_holds(view, phases)
     holds += slice_holds
 

@@ -22,6 +22,7 @@ from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import FleetSpec
 from tpucared.core.nodes import multislice
+from tpucared.core.nodes.create_rate import NO_CREATES_SENT, CreatesSent
 from tpucared.core.nodes.slots import NO_DELETES, DeletesInFlight
 from tpucared.core.planning.planner import NodesOutcome, plan_view
 from tpucared.core.vocab.actions import Action, Adopt, DeleteNode, Notice, Transition
@@ -47,12 +48,13 @@ def plan_tick(
     reported: frozenset[str] = frozenset(),
     workload_policy: WorkloadPolicy | None = None,
     deleting: DeletesInFlight = NO_DELETES,
+    sent: CreatesSent = NO_CREATES_SENT,
 ) -> Plan:
     """`planner.plan` plus the workload actions for `probes` (tracked, see
     workload_inputs.track). With no probes, running attempts are left alone and nothing is
     launched, so `tpucared plan` may pass none."""
     view = View(specs, tuple(observations), snapshot, now, policy, owner)
-    node_plan = plan_view(view, reported, deleting)
+    node_plan = plan_view(view, reported, deleting, sent)
     work = plan_workloads(
         view,
         nodes_outcome(view, node_plan.actions),

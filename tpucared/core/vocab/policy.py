@@ -40,15 +40,20 @@ ERROR_BACKOFF = BackoffRule(base=10 * _M, cap=30 * _M, floor=10 * _M)
 
 @dataclass(frozen=True)
 class Policy:
+    # Create requests sent in any 60 s, per cloud API and project: the limit that binds by
+    # default (core/nodes/create_rate.py). Under the ~91 a minute the TPU API is reported to
+    # allow per project (docs/daemon.md, "Request quotas").
+    creates_per_minute: int = 60
     # Creates in flight (incarnations in REQUESTED, or CREATING by direct provisioning) across
     # all fleets and per fleet. Queued resources waiting for capacity do not count: queueing
-    # every slot at once is their point.
-    max_creates: int = 8
-    max_creates_per_fleet: int = 4
+    # every slot at once is their point. High enough that the rate binds: a real create takes
+    # minutes, so 60 a minute means up to a few hundred in flight.
+    max_creates: int = 256
+    max_creates_per_fleet: int = 256
     # After a stockout: try the next zone at once; once every zone of the fleet failed in a
     # row, create again 3.6-4 s after the last create was posted (capacity frees at any
     # moment; be there first). The API cost is
-    # bounded per fleet by max_creates_per_fleet, whatever the number of slots hunting.
+    # bounded by creates_per_minute, whatever the number of slots hunting.
     capacity_backoff: BackoffRule = CAPACITY_BACKOFF
     # Rate limits, conflicts, 5xx, and creates whose outcome was never recorded.
     transient_backoff: BackoffRule = TRANSIENT_BACKOFF
@@ -67,7 +72,7 @@ class Policy:
     timeouts: Mapping[str, timedelta | None] = field(default_factory=lambda: DEFAULT_TIMEOUTS)
 
     def __post_init__(self) -> None:
-        if self.max_creates < 1 or self.max_creates_per_fleet < 1:
+        if min(self.max_creates, self.max_creates_per_fleet, self.creates_per_minute) < 1:
             raise ValueError("create limits must be at least 1")
         if self.max_delete_calls < 1:
             raise ValueError("max_delete_calls must be at least 1")

@@ -31,6 +31,7 @@ the create did go through) instead of waiting out the `requested` / `deleting` t
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -41,6 +42,7 @@ from tpucared.core.model.machines import hosts_of
 from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord
 from tpucared.core.model.specs import ErrorKind, NodeOptions
 from tpucared.core.nodes import outcomes
+from tpucared.core.nodes.create_rate import WINDOW, CreatesSent, RateKey
 from tpucared.core.nodes.slots import CallTarget, DeletesInFlight, call_target, delete_in_flight
 from tpucared.core.vocab.actions import CreateNode, DeleteNode
 from tpucared.ports.cloud import DEFAULT_SA_SCOPES, CloudError, NodeShape, OperationState
@@ -139,6 +141,9 @@ class CloudCalls:
         # resource is in flight, retries included (`name_busy`).
         self._deleting: dict[tuple[str, str, str], int] = {}
         self._name_waited = False  # an action waited for one of those: wake when it ends
+        # When each create of the last minute was sent, by (api, project): the create rate's
+        # input (core/nodes/create_rate.py).
+        self._sent: dict[RateKey, deque[datetime]] = {}
 
     def busy(self, incarnation_id: int) -> bool:
         """A call for this incarnation is in flight: its next one must wait (one call per
@@ -158,6 +163,14 @@ class CloudCalls:
         for key, holder in self._watcher.deletes():
             found.setdefault(key, set()).add(holder)
         return {key: frozenset(holders) for key, holders in found.items()}
+
+    def creates_sent(self) -> CreatesSent:
+        """When the creates of the last minute were sent (older ones are forgotten here)."""
+        now = self._clock.now()
+        for times in self._sent.values():
+            while times and now - times[0] >= WINDOW:
+                times.popleft()
+        return {key: tuple(times) for key, times in self._sent.items() if times}
 
     def wake_when_deletes_end(self) -> None:
         """The plan held an action for a delete in flight: wake the loop when one ends."""
@@ -233,6 +246,7 @@ class CloudCalls:
     async def _call_create(self, a: CreateNode) -> OperationState:
         if self._guard is not None:
             self._guard()
+        self._sent.setdefault((a.api, a.project), deque()).append(self._clock.now())
         t = self._template
         # Multislice: nodes `{queued_resource}-0..` (core/nodes/slots.py names them so).
         call = self._clouds.of(a.api).create(

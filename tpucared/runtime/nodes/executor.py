@@ -42,6 +42,7 @@ import structlog
 
 from tpucared.core.model.lifecycle import IllegalTransition
 from tpucared.core.model.records import IncarnationRecord, NodePhase
+from tpucared.core.nodes.create_rate import CreatesSent
 from tpucared.core.nodes.slots import DeletesInFlight
 from tpucared.core.vocab.actions import (
     Action,
@@ -123,6 +124,10 @@ class Executor:
     def deletes_in_flight(self) -> DeletesInFlight:
         """What the planner must know of the calls in flight (CloudCalls)."""
         return self._calls.deletes_in_flight()
+
+    def creates_sent(self) -> CreatesSent:
+        """When the creates of the last minute were sent (CloudCalls), for the create rate."""
+        return self._calls.creates_sent()
 
     def wake_when_deletes_end(self, plan: Plan) -> None:
         """If `plan` holds something for a delete in flight, the loop wakes when one ends."""
