@@ -46,6 +46,8 @@ class CreateRate:
             key: sorted(t for t in times if now - t < WINDOW) for key, times in sent.items()
         }
         self._planned: Counter[RateKey] = Counter()
+        # The same answer for every slot held once the room is gone (thousands in a storm).
+        self._answers: dict[tuple[RateKey, int], tuple[str, datetime | None]] = {}
 
     def why_not(self, key: RateKey) -> tuple[str | None, datetime | None]:
         """Why a create of `key` must wait, and until when (None: the next plan), or
@@ -54,15 +56,19 @@ class CreateRate:
         used = len(recent) + self._planned[key]
         if used < self._limit:
             return None, None
-        # The room comes back when enough of the oldest sends leave the window.
-        over = used - self._limit
-        until = recent[over] + WINDOW if over < len(recent) else None
-        api, project = key
-        where = f"project {project}" if project != DEFAULT_PROJECT else "the project"
-        return (
-            f"create rate: {used} creates in the last minute for the {api} API in {where} "
-            f"(policy.creates_per_minute = {self._limit})"
-        ), until
+        answer = self._answers.get((key, used))
+        if answer is None:
+            # The room comes back when enough of the oldest sends leave the window.
+            over = used - self._limit
+            until = recent[over] + WINDOW if over < len(recent) else None
+            api, project = key
+            where = f"project {project}" if project != DEFAULT_PROJECT else "the project"
+            why = (
+                f"create rate: {used} creates in the last minute for the {api} API in {where} "
+                f"(policy.creates_per_minute = {self._limit})"
+            )
+            answer = self._answers[(key, used)] = (why, until)
+        return answer
 
     def count(self, key: RateKey) -> None:
         self._planned[key] += 1
