@@ -31,7 +31,7 @@ from tpucared.core.model.records import (
     WorkloadAttemptRecord,
 )
 from tpucared.core.workload.job_failures import JOB_FAILED, JOB_RECOVERED
-from tpucared.store import convert
+from tpucared.store import convert, statements
 from tpucared.store.cache import RecordCache
 from tpucared.store.models import (
     LIVE_NODE_SQL,
@@ -90,11 +90,13 @@ class Reader:
                 return cached
         return [build(r) for r in await self._rows(stmt)]
 
-    async def _rows(self, stmt: Executable) -> Sequence[Mapping[str, Any]]:
+    async def _rows(
+        self, stmt: Executable, params: Mapping[str, Any] | None = None
+    ) -> Sequence[Mapping[str, Any]]:
         """The rows as plain dicts. SQLAlchemy's `RowMapping` answers `column in row` in
         Python (microseconds a call), and `convert` asks it for every field of every row:
         at 10,000 live incarnations a tick, that was most of the snapshot's cost."""
-        result = await self._conn.execute(stmt)
+        result = await self._conn.execute(stmt, params)
         keys = tuple(result.keys())
         return [dict(zip(keys, row, strict=True)) for row in result.all()]
 
@@ -105,12 +107,11 @@ class Reader:
         return convert.fleet(rows[0]) if rows else None
 
     async def slot(self, fleet: str, slot: int) -> SlotRecord | None:
-        stmt = select(SlotRow.__table__).where(SlotRow.fleet == fleet, SlotRow.slot == slot)
-        rows = await self._rows(stmt)
+        rows = await self._rows(statements.SLOT, {"slot_fleet": fleet, "slot_index": slot})
         return convert.slot(rows[0]) if rows else None
 
     async def incarnation(self, incarnation_id: int) -> IncarnationRecord | None:
-        rows = await self._rows(select(NodeRow.__table__).where(NodeRow.id == incarnation_id))
+        rows = await self._rows(statements.INCARNATION, {"inc_id": incarnation_id})
         return convert.incarnation(rows[0]) if rows else None
 
     async def workload_attempt(self, attempt_id: int) -> WorkloadAttemptRecord | None:

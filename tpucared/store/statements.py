@@ -10,10 +10,29 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import bindparam, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.sql.elements import ClauseElement
 
-from tpucared.store.models import NodeRow
+from tpucared.store.models import NodeRow, SlotRow
+
+# One incarnation by id (`inc_id`), one slot by (`slot_fleet`, `slot_index`): read before most
+# writes.
+INCARNATION = select(NodeRow.__table__).where(NodeRow.id == bindparam("inc_id"))
+SLOT = select(SlotRow.__table__).where(
+    SlotRow.fleet == bindparam("slot_fleet"), SlotRow.slot == bindparam("slot_index")
+)
+# The planner's slot bookkeeping (SlotUpdate): absolute backoff fields, preemptions added.
+SLOT_UPDATE = (
+    update(SlotRow)
+    .where(SlotRow.fleet == bindparam("slot_fleet"), SlotRow.slot == bindparam("slot_index"))
+    .values(
+        create_failures=bindparam("v_create_failures"),
+        next_create_at=bindparam("v_next_create_at"),
+        next_zone=bindparam("v_next_zone"),
+        last_error=bindparam("v_last_error"),
+        preemptions=SlotRow.preemptions + bindparam("v_add_preemptions"),
+    )
+)
 
 # The compare-and-set UPDATEs by the columns they write (and the SQL of any expression among
 # them, e.g. `delete_calls + 1`): built and compiled once each, then executed with the values

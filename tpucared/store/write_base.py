@@ -30,7 +30,7 @@ from tpucared.core.model.records import (
     SlotRecord,
 )
 from tpucared.core.vocab.actions import SlotUpdate
-from tpucared.store import convert
+from tpucared.store import convert, statements
 from tpucared.store.cache import RecordCache
 from tpucared.store.errors import NotFound
 from tpucared.store.models import CreateAttemptRow, EventRow, FleetRow, SlotRow, ZoneHealthRow
@@ -281,23 +281,21 @@ class WriterBase(Reader):
             await self.open_slot(fleet, index, now)
         return await self.slots(fleet)
 
-    async def apply_slot_update(self, su: SlotUpdate) -> SlotRecord:
+    async def apply_slot_update(self, su: SlotUpdate) -> None:
         """The planner's slot bookkeeping (SlotUpdate): absolute create backoff fields, plus
         `add_preemptions` added to the counter. Normally passed to `transition`, which
-        applies it in the same compare-and-set transaction."""
-        await self._require_slot(su.fleet, su.slot)
-        await self._conn.execute(
-            update(SlotRow)
-            .where(SlotRow.fleet == su.fleet, SlotRow.slot == su.slot)
-            .values(
-                create_failures=su.create_failures,
-                next_create_at=su.next_create_at,
-                next_zone=su.next_zone,
-                last_error=su.last_error,
-                preemptions=SlotRow.preemptions + su.add_preemptions,
-            )
-        )
-        return await self._require_slot(su.fleet, su.slot)
+        applies it in the same compare-and-set transaction. `NotFound` if there is no slot."""
+        params = {
+            "slot_fleet": su.fleet,
+            "slot_index": su.slot,
+            "v_create_failures": su.create_failures,
+            "v_next_create_at": su.next_create_at,
+            "v_next_zone": su.next_zone,
+            "v_last_error": su.last_error,
+            "v_add_preemptions": su.add_preemptions,
+        }
+        if (await self._conn.execute(statements.SLOT_UPDATE, params)).rowcount != 1:
+            raise NotFound(f"slot {su.fleet}/{su.slot}")
 
     async def update_slot(
         self,
