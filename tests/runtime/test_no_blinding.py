@@ -1,7 +1,8 @@
 """No single request blinds the real daemon (`python -m tpucared run`) against the emulator.
 
 - A zone whose list hangs (the `malformed` fault's `slow_headers`, 60 s, on that zone only)
-  beside a healthy one: a preemption in the healthy zone is deleted within poll + 2 s.
+  beside a healthy one: a preemption in the healthy zone is deleted within poll + 2 s (the
+  hung zone's list deadline) and the tick's own work.
 - A stop while a request hangs: SIGTERM ends the daemon within 2 s, and the next start
   reconciles the call it cut (the fleet converges, nothing leaked or doubled).
 - A zone that answers endless pages for a minute: a bounded number of requests per minute
@@ -37,6 +38,7 @@ from runtime_support import (
 )
 
 from bench import daemon_config
+from tpucared.runtime.deadlines import MIN_DEADLINE_S
 
 pytestmark = pytest.mark.slow
 
@@ -90,7 +92,10 @@ async def test_a_hung_zone_does_not_delay_a_preemption_in_a_healthy_one(
     found = await wait_for(deleted, SLOW, "the healthy zone's preempted node deleted")
     took = float(found[0]["time"]) - preempted_at
     print(f"healthy zone's preemption deleted {took:.2f} s later, beside a hung zone")
-    assert took < poll + 2.0, took
+    # Worst case: the preemption lands just after a tick's healthy list; the next tick comes a
+    # poll later and waits out the hung zone's deadline (2 s) before it plans and deletes.
+    # Which case a run meets depends on the phase of the ticks (2.1 s and 4.07 s seen).
+    assert took < poll + MIN_DEADLINE_S + 0.5, took
     assert deletes(await control.requests(), HUNG) == []  # nothing concluded in the hung zone
     assert daemon.log_events()  # the daemon logged as usual
     timed_out = [e for e in daemon.log_events() if e.get("event") == "zone.list_timed_out"]
