@@ -56,7 +56,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,7 @@ from bench.scale_procs import (
     ZONES,
     DaemonProcess,
     EmulatorProcess,
+    add_emulator_command,
     count_rows,
     daemon_config,
     db_size_mb,
@@ -84,7 +85,15 @@ from bench.scale_procs import (
     wait_until,
 )
 from bench.scale_report import profile_top, render, render_row
-from bench.scale_storm import Storm, storm_figures, wait_recovered
+from bench.scale_storm import (
+    Storm,
+    StormSettings,
+    add_storm_arguments,
+    set_create_seconds,
+    storm_figures,
+    storm_settings,
+    wait_recovered,
+)
 
 VARIANTS = ("none", "probe", "storm")
 PROBE_SETTLE_S = 30.0
@@ -110,9 +119,9 @@ class Settings:
     converge_limit: float | None = None
     # Every node's type: v5litepod-8 is one worker per slice, v5litepod-16 four.
     accelerator_type: str = TYPE
-    # Storm variant: seconds to wait after the storm for every slot READY again (then the
-    # row says it did not recover).
-    recovery_limit: float = 600.0
+    # Storm variant: the recovery wait, the emulator's create quota and time, the daemon's
+    # policy (bench/scale_storm.py).
+    storm: StormSettings = field(default_factory=StormSettings)
     api: str = "tpu"  # or "compute": Compute Engine fleets (bench/scale_api.py)
 
 
@@ -154,6 +163,7 @@ def measure(
         timeout=budget,
         accelerator_type=settings.accelerator_type,
         api=settings.api,
+        create_quota=settings.storm.create_quota if variant == "storm" else None,
     )
     log(f"scale {variant} n={size}: emulator seeded in {time.monotonic() - t0:.1f} s")
     config = daemon_config(
@@ -165,6 +175,7 @@ def measure(
         ssh_port=ssh_port or 22,
         accelerator_type=settings.accelerator_type,
         fleet_keys=fleet_keys(settings.api),
+        policy=settings.storm.policy if variant == "storm" else None,
     )
     daemon = DaemonProcess(
         directory,
@@ -249,6 +260,7 @@ def measure(
         wall_start = time.monotonic()
         storm = Storm(emulator.url, size, every=poll) if variant == "storm" else None
         if storm is not None:
+            set_create_seconds(emulator.url, settings.storm.create_seconds)
             storm.start()
 
         def window_done() -> bool:
@@ -266,17 +278,10 @@ def measure(
         storm_row = None
         if storm is not None:
             storm.stop()
-            recovered_at = wait_recovered(
-                lambda: count_rows(daemon.db, ready_sql) == size, settings.recovery_limit
+            recovery = wait_recovered(
+                lambda: size - count_rows(daemon.db, ready_sql), settings.storm.recovery_limit
             )
-            storm_requests = emulator.requests(storm.started_at)
-            creates = [
-                r
-                for r in storm_requests
-                if _request_kind(r) == "nodes.create"
-                and storm.ended_at <= r["time"] <= (recovered_at or time.time())
-            ]
-            storm_row = storm_figures(storm, storm_requests, recovered_at, len(creates))
+            storm_row = storm_figures(storm, emulator.requests(storm.started_at), recovery)
         profile: list[str] | None = None
         if settings.profile:
             daemon.process.send_signal(signal.SIGUSR2)
@@ -419,15 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     description = __doc__.split("\n")[0] if __doc__ else None
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=description)
     sub = parser.add_subparsers(dest="command")
-    emulator = sub.add_parser("emulator", help="(internal) the seeded emulator process")
-    emulator.add_argument("--nodes", type=int, required=True)
-    emulator.add_argument("--ssh-keys", required=True)
-    emulator.add_argument("--ssh-port", type=int, default=None)
-    emulator.add_argument("--hosts-dir", default=None)
-    emulator.add_argument("--hosts-timeout", type=float, default=600.0)
-    emulator.add_argument("--seed", type=int, default=1)
-    emulator.add_argument("--type", default=TYPE)
-    emulator.add_argument("--api", choices=APIS, default="tpu")
+    add_emulator_command(sub)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
         "--type", default=TYPE, help=f"every node's accelerator type (default {TYPE})"
@@ -440,12 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output-dir", type=Path, default=common.RESULTS_DIR)
     parser.add_argument("--name", default="scale", help="result file name (default: scale)")
     parser.add_argument("--profile", action="store_true", help="cProfile the daemon (diagnostic)")
-    parser.add_argument(
-        "--recovery-limit",
-        type=float,
-        default=600.0,
-        help="storm: seconds to wait for every slot READY again after the storm",
-    )
+    add_storm_arguments(parser)
     parser.add_argument(
         "--gc-threshold", type=int, default=None, help="gc.set_threshold(N) in the daemon"
     )
@@ -473,7 +465,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         gc_threshold=args.gc_threshold,
         converge_limit=args.converge_limit,
         accelerator_type=args.type,
-        recovery_limit=args.recovery_limit,
+        storm=storm_settings(args),
         api=args.api,
     )
     if args.api == "compute" and set(settings.variants) != {"none"}:

@@ -14,7 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -100,6 +100,20 @@ def fleet_layout(size: int) -> list[tuple[str, str, int]]:
     return [(f"scale{i}", zone, base + (1 if i < extra else 0)) for i, zone in enumerate(ZONES)]
 
 
+def add_emulator_command(sub: Any) -> None:
+    """`python -m bench.scale emulator ...`: the seeded emulator process (internal)."""
+    emulator = sub.add_parser("emulator", help="(internal) the seeded emulator process")
+    emulator.add_argument("--nodes", type=int, required=True)
+    emulator.add_argument("--ssh-keys", required=True)
+    emulator.add_argument("--ssh-port", type=int, default=None)
+    emulator.add_argument("--hosts-dir", default=None)
+    emulator.add_argument("--hosts-timeout", type=float, default=600.0)
+    emulator.add_argument("--seed", type=int, default=1)
+    emulator.add_argument("--type", default=TYPE)
+    emulator.add_argument("--api", choices=("tpu", "compute"), default="tpu")
+    emulator.add_argument("--create-quota", type=int, default=None)
+
+
 async def serve_emulator(args: argparse.Namespace) -> None:
     """The emulator process: seed, serve, report readiness on stdout, run until SIGTERM."""
     from tpucared.emulator import EmulatorOptions
@@ -120,6 +134,7 @@ async def serve_emulator(args: argparse.Namespace) -> None:
         ssh_port=args.ssh_port or 22,
         hosts_dir=args.hosts_dir,
         seed=args.seed,
+        create_requests_per_minute=args.create_quota,
     )
     server = EmulatorServer(options)
     state = server.state
@@ -191,6 +206,7 @@ class EmulatorProcess:
         timeout: float,
         accelerator_type: str = TYPE,
         api: str = "tpu",
+        create_quota: int | None = None,
     ) -> None:
         self.log = (directory / "emulator.log").open("ab")
         argv = [
@@ -200,6 +216,8 @@ class EmulatorProcess:
         ]  # fmt: skip
         if ssh_port is not None:
             argv += ["--ssh-port", str(ssh_port), "--hosts-dir", str(directory / "hosts")]
+        if create_quota is not None:
+            argv += ["--create-quota", str(create_quota)]
         self.process = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT, env=_clean_env()
         )
@@ -269,8 +287,10 @@ def daemon_config(
     ssh_port: int,
     accelerator_type: str = TYPE,
     fleet_keys: dict[str, Any] | None = None,
+    policy: Mapping[str, Any] | None = None,
 ) -> Path:
-    """`fleet_keys`: laid over each [[fleet]] (a Compute Engine fleet: bench/scale_api.py)."""
+    """`fleet_keys`: laid over each [[fleet]] (a Compute Engine fleet: bench/scale_api.py);
+    `policy`: the daemon's [policy] table (the storm's)."""
     compute = (fleet_keys or {}).get("api") == "compute"
     fleets = [
         configs.fleet(
@@ -292,6 +312,7 @@ def daemon_config(
         owner=OWNER,
         poll=f"{poll:g}s",
         ssh={"user": SSH_USER, "port": ssh_port},
+        **({"policy": dict(policy)} if policy else {}),
     )
     return configs.write(directory / "fleet.toml", config)
 

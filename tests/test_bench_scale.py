@@ -11,6 +11,7 @@ for Compute Engine fleets (`--api compute`, issue 27): one instances.list page p
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 
 from bench import run as harness
-from bench import scale, scale_api
+from bench import scale, scale_api, scale_storm
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -118,3 +119,43 @@ def test_expected_list_pages_of_compute_engine() -> None:
     assert scale_api.request_kind(
         {"method": "GET", "path": "/compute/v1/projects/p/zones/z/instances"}
     ) == "instances.list"  # fmt: skip
+
+
+def test_the_storm_variant_deletes_every_preemption_and_recovers_within_the_create_quota(
+    tmp_path: Path,
+) -> None:
+    """`--variant storm` (issue 31), small: 200 nodes, 2 preempted every tick (1 %), the
+    emulator refusing more than 91 creates a minute and making nodes in 0.5 s. Every
+    preemption is deleted, the fleet is whole again, and the daemon's create rate (60 a
+    minute by default) never meets the emulator's quota."""
+    storm = scale.StormSettings(recovery_limit=60.0, create_seconds=0.5)
+    settings = dataclasses.replace(scale.QUICK, variants=("storm",), storm=storm)
+    result = scale.run(True, settings=settings, progress=lambda _: None)
+
+    assert result["failures"] == [], result["failures"]
+    (row,) = result["results"]
+    figures = row["storm"]
+    assert figures["per_round"] == 2
+    assert figures["preempted"] >= 2, figures  # a round every poll while the window lasts
+    assert figures["delete_missing"] == 0, figures
+    assert figures["delete_delay_s"]["max"] <= 3 * scale.QUICK.poll_interval + 5, figures
+    assert figures["recovery_s"] is not None, figures
+    assert figures["missing_at_end"] == 0
+    assert figures["creates_refused_for_quota"] == 0, figures
+
+
+def test_the_storm_settings_take_policy_values_as_toml() -> None:
+    parser = scale_storm_parser()
+    args = parser.parse_args(["--policy", "creates_per_minute=91", "--policy", "max_creates = 8"])
+    settings = scale_storm.storm_settings(args)
+    assert settings.policy == {"creates_per_minute": 91, "max_creates": 8}
+    assert settings.create_quota == scale_storm.REPORTED_CREATE_QUOTA
+    assert (
+        scale_storm.storm_settings(parser.parse_args(["--create-quota", "0"])).create_quota is None
+    )
+
+
+def scale_storm_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    scale_storm.add_storm_arguments(parser)
+    return parser

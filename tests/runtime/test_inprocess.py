@@ -29,8 +29,9 @@ from tpucared.gcp import NoAuth
 from tpucared.gcp.tpu import TpuClient, TpuCloud
 from tpucared.gcp.tpu.bodies import NodeShape
 from tpucared.runtime.daemon import Daemon
-from tpucared.runtime.nodes.calls import NodeTemplate, record_interrupted_calls
+from tpucared.runtime.nodes.calls import NodeTemplate
 from tpucared.runtime.nodes.executor import OVER_BUDGET, RECORD_BATCH, Executor
+from tpucared.runtime.nodes.interrupted import record_interrupted_calls
 from tpucared.runtime.reconciler import Tick
 from tpucared.store import StaleWrite, Store
 from tpucared.store.migrate import upgrade_to_head

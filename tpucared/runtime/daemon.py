@@ -55,8 +55,9 @@ from tpucared.runtime.errors import StartupError
 from tpucared.runtime.leader import LeaseKeeper
 from tpucared.runtime.loop import ReconcileLoop, TickHook
 from tpucared.runtime.maintenance import Maintenance
-from tpucared.runtime.nodes.calls import CloudCalls, NodeTemplate, record_interrupted_calls
+from tpucared.runtime.nodes.calls import CloudCalls, NodeTemplate
 from tpucared.runtime.nodes.executor import Executor
+from tpucared.runtime.nodes.interrupted import record_interrupted_calls
 from tpucared.runtime.nodes.observer import Observer
 from tpucared.runtime.nodes.operations import OperationWatcher, PollSchedule
 from tpucared.runtime.nodes.preemptions import PreemptionReader

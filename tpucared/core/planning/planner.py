@@ -109,18 +109,7 @@ def plan_view(
     now = view.now
     records = fleet_records(view)
 
-    node_actions: list[tuple[tuple[int, int, int], list[Action]]] = []
-    phases: dict[int, NodePhase] = {}
-    for inc in view.live:
-        if not view.managed(inc.fleet):
-            continue  # left alone; core/nodes/strays.py tells a person
-        acts, phase = plan_incarnation(view, inc)
-        phases[inc.id] = phase
-        if acts:  # most incarnations have none: nothing to order
-            # Scale-down deletes the highest slots first.
-            node_actions.append(((view.order(inc.fleet), -inc.slot, inc.id), acts))
-    node_actions.sort(key=lambda item: item[0])
-
+    node_actions, phases = _incarnations(view)
     occupied = {i.key for i in view.live if phases.get(i.id, i.phase) in LIVE_PHASES}
     strays = plan_strays(view, occupied)
     adopts = [a for a in strays if isinstance(a, Adopt)]
@@ -177,6 +166,24 @@ def _hold_deletes(
             Hold(fleet=a.fleet, slot=a.slot, node_name=a.node_name, reason=waits, on_delete=True)
         )
     return kept
+
+
+def _incarnations(
+    view: View,
+) -> tuple[list[tuple[tuple[int, int, int], list[Action]]], dict[int, NodePhase]]:
+    """Each managed live incarnation's actions (in the plan's order: fleets in config order,
+    scale-down's highest slots first) and the phase they leave it in."""
+    node_actions: list[tuple[tuple[int, int, int], list[Action]]] = []
+    phases: dict[int, NodePhase] = {}
+    for inc in view.live:
+        if not view.managed(inc.fleet):
+            continue  # left alone; core/nodes/strays.py tells a person
+        acts, phase = plan_incarnation(view, inc)
+        phases[inc.id] = phase
+        if acts:  # most incarnations have none: nothing to order
+            node_actions.append(((view.order(inc.fleet), -inc.slot, inc.id), acts))
+    node_actions.sort(key=lambda item: item[0])
+    return node_actions, phases
 
 
 def _slot_states(

@@ -11,4 +11,5 @@
                 after a multi-host node there is DELETED, at start and at the end of `down`
                 (core/nodes/sweep.py says where), each in its own task.
 - `operations`  polls every create/delete operation in flight, records its end, wakes the loop.
+- `interrupted` at start, the calls a previous process left without an outcome: TRANSIENT.
 """

@@ -21,11 +21,7 @@ Fencing (runtime/leader.py): `guard` runs right before every create and delete r
 raises `LeaseLost` unless this process leads; so do the outcome's writes (the store's fence).
 Either way the call's task ends quietly, leaving the intent as recorded for the next leader.
 
-`record_interrupted_calls` runs once when the daemon starts: no call of the previous process
-can still be in flight, so a create intent (REQUESTED) or a delete (DELETING) whose outcome
-was never recorded gets the outcome a call cut off by a dropped connection would have had,
-TRANSIENT. The planner then retries after the short transient backoff (adopting the node if
-the create did go through) instead of waiting out the `requested` / `deleting` timeouts.
+What became of the calls a previous process left in flight: interrupted.py.
 """
 
 from __future__ import annotations
@@ -40,7 +36,7 @@ import structlog
 
 from tpucared.core.model.machines import hosts_of
 from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord
-from tpucared.core.model.specs import ErrorKind, NodeOptions
+from tpucared.core.model.specs import NodeOptions
 from tpucared.core.nodes import outcomes
 from tpucared.core.nodes.create_rate import WINDOW, CreatesSent, RateKey
 from tpucared.core.nodes.slots import CallTarget, DeletesInFlight, call_target, delete_in_flight
@@ -141,9 +137,7 @@ class CloudCalls:
         # resource is in flight, retries included (`name_busy`).
         self._deleting: dict[tuple[str, str, str], int] = {}
         self._name_waited = False  # an action waited for one of those: wake when it ends
-        # When each create of the last minute was sent, by (api, project): the create rate's
-        # input (core/nodes/create_rate.py).
-        self._sent: dict[RateKey, deque[datetime]] = {}
+        self._sent: dict[RateKey, deque[datetime]] = {}  # the create rate's input: `creates_sent`
 
     def busy(self, incarnation_id: int) -> bool:
         """A call for this incarnation is in flight: its next one must wait (one call per
@@ -165,7 +159,8 @@ class CloudCalls:
         return {key: frozenset(holders) for key, holders in found.items()}
 
     def creates_sent(self) -> CreatesSent:
-        """When the creates of the last minute were sent (older ones are forgotten here)."""
+        """When the creates of the last minute were sent, by (api, project), for the create
+        rate (core/nodes/create_rate.py); older ones are forgotten here."""
         now = self._clock.now()
         for times in self._sent.values():
             while times and now - times[0] >= WINDOW:
@@ -460,43 +455,3 @@ def _log_action(action: CreateNode | DeleteNode, outcome: str, **fields: object)
         outcome=outcome,
         **fields,
     )
-
-
-async def record_interrupted_calls(store: Store, clock: Clock) -> list[IncarnationRecord]:
-    """At start-up, before any call of this process: record the calls a previous process
-    left without an outcome (see the module docstring). Returns the incarnations changed."""
-    snapshot = await store.load_snapshot()
-    now = clock.now()
-    changed = []
-    for inc in sorted(snapshot.nodes.values(), key=lambda i: i.id):
-        what = outcomes.interrupted_call(inc.phase, inc.error)
-        if what is None:
-            continue
-        message = f"the outcome of the {what} call was lost: tpucared stopped during it"
-        try:
-            async with store.write() as tx:
-                if what == "create":
-                    inc = await tx.record_outcome(
-                        inc.id,
-                        inc.phase,
-                        now,
-                        error=ErrorKind.TRANSIENT,
-                        last_error=message,
-                        reason=f"{inc.node_name}: {message}",
-                    )
-                else:
-                    # A delete operation the previous run was waiting on is dropped too: a
-                    # repeated delete is harmless (CONFLICT while it runs, NOT_FOUND after).
-                    inc = await tx.record_outcome(
-                        inc.id,
-                        inc.phase,
-                        now,
-                        error=ErrorKind.TRANSIENT,
-                        operation=None,
-                        reason=f"{inc.node_name}: {message}",
-                    )
-        except StaleWrite:
-            continue
-        log.info("call.interrupted", node=inc.node_name, call=what)
-        changed.append(inc)
-    return changed
