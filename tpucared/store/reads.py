@@ -76,6 +76,9 @@ class Reader:
         self._conn = conn
         self._cache = cache
 
+    async def _before_event_read(self) -> None:
+        """A write transaction inserts the events it appended first (write_base.py)."""
+
     async def _records(
         self,
         name: str,
@@ -239,6 +242,7 @@ class Reader:
     ) -> list[EventRecord]:
         """Events in id order. With `since_id`, the first `limit` events after it (for
         `events --follow`: pass the last id seen); without, the newest `limit` events."""
+        await self._before_event_read()
         stmt = select(EventRow.__table__)
         if fleet is not None:
             stmt = stmt.where(EventRow.fleet == fleet)
@@ -255,6 +259,7 @@ class Reader:
         """Per slot whose workload jobs are failing (its newest `workload.job_failed` or
         `workload.job_recovered` event is a failure, core/workload/job_failures.py): that
         failure. One scan of the events; they are pruned after `daemon.events_retention`."""
+        await self._before_event_read()
         kinds = (JOB_FAILED, JOB_RECOVERED)
         newest = (
             select(func.max(EventRow.id))
@@ -268,6 +273,7 @@ class Reader:
         return {(e.fleet, e.slot): e for e in events if e.fleet is not None and e.slot is not None}
 
     async def last_event_id(self) -> int:
+        await self._before_event_read()
         value = (await self._conn.execute(select(func.max(EventRow.id)))).scalar()
         return int(value or 0)
 

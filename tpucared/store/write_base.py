@@ -35,7 +35,7 @@ from tpucared.store.cache import RecordCache
 from tpucared.store.errors import NotFound
 from tpucared.store.models import CreateAttemptRow, EventRow, FleetRow, SlotRow, ZoneHealthRow
 from tpucared.store.reads import Reader
-from tpucared.store.snapshot import SlotKey, ZoneHealth
+from tpucared.store.snapshot import ZoneHealth
 
 
 class _Keep(Enum):
@@ -131,31 +131,10 @@ class WriterBase(Reader):
         stmt = insert(EventRow).values(row).returning(*EventRow.__table__.c)
         return convert.event((await self._conn.execute(stmt)).mappings().one())
 
-    def _event(
-        self,
-        kind: str,
-        message: str,
-        now: datetime,
-        *,
-        fleet: str | None = None,
-        slot: int | None = None,
-        node: str | None = None,
-        incarnation_id: int | None = None,
-        details: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Append one event, inserted with the others at `flush_events`."""
-        self._events.append(
-            event_row(
-                kind,
-                message,
-                now,
-                fleet=fleet,
-                slot=slot,
-                node=node,
-                incarnation_id=incarnation_id,
-                details=details,
-            )
-        )
+    def _event(self, kind: str, message: str, now: datetime, **where: Any) -> None:
+        """Append one event (`event_row`'s fleet, slot, node, incarnation_id, details),
+        inserted with the others at `flush_events`."""
+        self._events.append(event_row(kind, message, now, **where))
 
     def _events_rows(self, rows: list[dict[str, Any]]) -> None:
         """Append many `event_row`s, in order (the bulk writes)."""
@@ -181,26 +160,9 @@ class WriterBase(Reader):
             details=details,
         )
 
-    # -- event reads see the events appended in this transaction ------------------------------
-
-    async def events(
-        self,
-        since_id: int | None = None,
-        limit: int = 100,
-        fleet: str | None = None,
-        *,
-        incarnation_id: int | None = None,
-    ) -> list[EventRecord]:
+    async def _before_event_read(self) -> None:
+        """Event reads in this transaction see the events appended so far."""
         await self.flush_events()
-        return await super().events(since_id, limit, fleet, incarnation_id=incarnation_id)
-
-    async def job_failures(self) -> dict[SlotKey, EventRecord]:
-        await self.flush_events()
-        return await super().job_failures()
-
-    async def last_event_id(self) -> int:
-        await self.flush_events()
-        return await super().last_event_id()
 
     # -- fleets -------------------------------------------------------------------------------
 
