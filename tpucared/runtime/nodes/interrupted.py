@@ -16,7 +16,7 @@ from tpucared.core.model.records import IncarnationRecord
 from tpucared.core.model.specs import ErrorKind
 from tpucared.core.nodes import outcomes
 from tpucared.runtime.clock import Clock
-from tpucared.store import StaleWrite, Store
+from tpucared.store import KEEP, StaleWrite, Store
 
 log = structlog.get_logger(__name__)
 
@@ -34,26 +34,19 @@ async def record_interrupted_calls(store: Store, clock: Clock) -> list[Incarnati
         message = f"the outcome of the {what} call was lost: tpucared stopped during it"
         try:
             async with store.write() as tx:
-                if what == "create":
-                    inc = await tx.record_outcome(
-                        inc.id,
-                        inc.phase,
-                        now,
-                        error=ErrorKind.TRANSIENT,
-                        last_error=message,
-                        reason=f"{inc.node_name}: {message}",
-                    )
-                else:
-                    # A delete operation the previous run was waiting on is dropped too: a
-                    # repeated delete is harmless (CONFLICT while it runs, NOT_FOUND after).
-                    inc = await tx.record_outcome(
-                        inc.id,
-                        inc.phase,
-                        now,
-                        error=ErrorKind.TRANSIENT,
-                        operation=None,
-                        reason=f"{inc.node_name}: {message}",
-                    )
+                create = what == "create"
+                inc = await tx.record_outcome(
+                    inc.id,
+                    inc.phase,
+                    now,
+                    error=ErrorKind.TRANSIENT,
+                    # A create's message is its slot's last error. A delete operation the
+                    # previous run was waiting on is dropped: a repeated delete is harmless
+                    # (CONFLICT while it runs, NOT_FOUND after).
+                    last_error=message if create else KEEP,
+                    operation=KEEP if create else None,
+                    reason=f"{inc.node_name}: {message}",
+                )
         except StaleWrite:
             continue
         log.info("call.interrupted", node=inc.node_name, call=what)
