@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from sqlalchemy import event
 from store_support import ENGINES, T0
 
 from tpucared.core.model.records import IncarnationRecord, NodePhase
@@ -106,3 +107,78 @@ async def test_events_keep_their_order_and_are_seen_inside_the_transaction(seede
     async with seeded.read() as r:
         kinds = [e.kind for e in await r.events(since_id=0, limit=100)]
     assert kinds[-3:] == ["node.requested", "notice", "node.outcome"]
+
+
+def _savepoints(store: Store) -> list[str]:
+    """The SAVEPOINT statements `store` runs from now on (SQLAlchemy's engine events)."""
+    seen: list[str] = []
+
+    def count(conn: object, cursor: object, statement: str, *args: object) -> None:
+        if statement.startswith("SAVEPOINT"):
+            seen.append(statement)
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", count)
+    return seen
+
+
+async def test_apply_each_shares_one_savepoint_until_a_work_is_refused(seeded: Store):
+    incs = await _requested(seeded, 3)
+    savepoints = _savepoints(seeded)
+    undone: list[int] = []
+    async with seeded.write() as tx:
+        fine = await tx.apply_each([_outcome(incs[0], P.REQUESTED)] * 2)  # type: ignore[list-item]
+        assert len(savepoints) == 1  # two works, one savepoint
+        # The last one's expectation is wrong: the chunk is undone and run again, each alone.
+        works = [_outcome(incs[1], P.REQUESTED), _outcome(incs[2], P.READY)]
+        mixed = await tx.apply_each(works, undone=lambda: undone.append(1))  # type: ignore[arg-type]
+        assert len(savepoints) == 1 + 1 + 2
+    assert [r.error for r in fine] == [None, None]
+    assert mixed[0].error is None
+    assert mixed[0].value.operation == "op-1"
+    assert isinstance(mixed[1].error, StaleWrite)
+    assert mixed[1].value is None
+    assert undone == [1]
+    snap = await seeded.load_snapshot()
+    ops = [snap.nodes[("sweep", s, 0)].operation for s in range(3)]
+    assert ops == ["op-0", "op-1", None]
+    async with seeded.read() as r:
+        outcome_events = [
+            e.slot for e in await r.events(since_id=0, limit=100) if e.kind == "node.outcome"
+        ]
+    assert outcome_events == [0, 0, 1]  # the refused one's event went with it, once
+
+
+async def test_apply_each_raises_what_is_not_a_refusal(seeded: Store):
+    incs = await _requested(seeded, 1)
+
+    async def broken(tx: Tx) -> None:
+        raise RuntimeError("a bug, not a refusal")
+
+    with pytest.raises(RuntimeError):
+        async with seeded.write() as tx:
+            await tx.apply_each(
+                [_outcome(incs[0], P.REQUESTED), broken],  # type: ignore[list-item]
+                refusals=(StaleWrite,),
+            )
+    snap = await seeded.load_snapshot()
+    assert snap.nodes[("sweep", 0, 0)].operation is None  # the transaction went as a whole
+
+
+async def test_events_inserted_inside_an_undone_savepoint_are_not_lost(seeded: Store):
+    """An event read (or `append_event`) inside a savepoint inserts the buffer, the events
+    appended before the savepoint among them; undoing the savepoint undoes those rows, so
+    they go back into the buffer and still commit."""
+    async with seeded.write() as tx:
+        inc = await tx.request_node("sweep", 0, "sweep-0", "z-a", "v4-32", T0)  # buffered
+
+        async def undone() -> None:
+            async with tx.savepoint():
+                await tx.append_event("notice", "inside", T0)  # inserts the buffer first
+                await tx.record_outcome(inc.id, P.READY, T0, operation="op")  # stale
+
+        with pytest.raises(StaleWrite):
+            await undone()
+    async with seeded.read() as r:
+        kinds = [e.kind for e in await r.events(since_id=0, limit=100)]
+    assert "node.requested" in kinds
+    assert "notice" not in kinds

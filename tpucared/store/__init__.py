@@ -11,7 +11,8 @@ after a restart; the CLI's read-only commands and people with `sqlite3` read it 
 - `repository`: `Store`, the handle: `read()` / `write()` transactions, one-call reads.
 - `groups`: `Store.grouped(work)`, many tasks' small writes committed in one transaction.
 - `statements`: statements built once and run with parameters (the compare-and-set UPDATE).
-- `reads` / `writes`: the queries (`Reader`) and the changes (`Tx`), returning core records.
+- `reads` / `writes`: the queries (`Reader`) and the changes (`Tx`), returning core records;
+  `Tx.apply_each` applies many small writes, each undone alone if refused.
 - `snapshot`: `Snapshot` (the planner's input) and the status read models.
 - `errors`: `StaleWrite` (lost compare-and-set), `IllegalTransition`, `NotFound`, and
   `DatabaseError` (a file tpucared must not use: broken, newer, someone else's, locked).
@@ -35,12 +36,13 @@ from tpucared.store.errors import (
 from tpucared.store.reads import Reader
 from tpucared.store.repository import Store
 from tpucared.store.snapshot import FleetStatus, SliceStatus, SlotKey, SlotStatus, Snapshot
-from tpucared.store.tx import Tx
+from tpucared.store.tx import Applied, Tx
 from tpucared.store.write_base import KEEP
 from tpucared.store.write_nodes import CloudWrites
 
 __all__ = [
     "KEEP",
+    "Applied",
     "AttemptRunning",
     "CasConflict",
     "CloudWrites",

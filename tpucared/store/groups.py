@@ -8,9 +8,12 @@ COMMIT that syncs the WAL), which in a preemption storm (100 deletes and their o
 tick) queued the tick's own writes behind hundreds of them (docs/benchmarks.md).
 
 How: `work(tx)` joins the pending list and its caller waits. One flusher task takes what is
-pending (at most `GROUP_MAX`) and runs it in one `Store.write()`, each work in a savepoint of
-its own, in the order they came: one that raises (e.g. `StaleWrite`) is undone alone and its
-caller gets the exception; the others commit together. Results are handed out only after the
+pending, `CHUNK` works at a time for at most `GROUP_S`, and runs it in one `Store.write()`, in
+the order they came, as if
+each work had a savepoint of its own (`Tx.apply_each`, which shares one among up to `CHUNK`
+and runs them again alone only when one raises): one that raises (e.g. `StaleWrite`) is
+undone alone and its caller gets the exception; the others commit together. A work may run
+twice, so it only writes. Results are handed out only after the
 commit; if the transaction fails as a whole (the lease lost, the database gone), every work of
 it gets that error, as its own transaction would have. No timer gathers them: the works that
 arrive while the flusher waits for this process's write queue, or writes, form the next group.
@@ -23,16 +26,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from tpucared.store.tx import Tx
+from tpucared.store.tx import Applied, Tx
 
 T = TypeVar("T")
 
-GROUP_MAX = 256  # works per transaction: as executor.RECORD_BATCH, for the same reasons
+# Seconds a group takes more works for, once its transaction is open: it holds this process's
+# write queue (the tick's own writes wait behind it), and each work is a few statements.
+GROUP_S = 0.1
+CHUNK = 32  # works per shared savepoint (`Tx.apply_each`): one refusal runs them all again
 
 
 @dataclass
@@ -74,27 +81,27 @@ class WriteGroups:
         while self._pending:
             await self._commit()
 
-    def _take(self) -> list[_Work]:
-        """The next group: what is pending, but for callers cancelled before it started."""
-        group = [w for w in self._pending[:GROUP_MAX] if not w.done.done()]
-        del self._pending[:GROUP_MAX]
-        return group
+    def _take(self, most: int) -> list[_Work]:
+        """The next `most` pending works, but for callers cancelled before they started."""
+        taken = [w for w in self._pending[:most] if not w.done.done()]
+        del self._pending[:most]
+        return taken
 
     async def _commit(self) -> None:
         self.groups += 1
         group: list[_Work] = []
-        outcomes: list[tuple[_Work, bool, Any]] = []
+        outcomes: list[tuple[_Work, Applied[Any]]] = []
         try:
             async with self._write() as tx:
-                group = self._take()  # once this process's turn to write has come
-                for item in group:
-                    try:
-                        async with tx.savepoint():
-                            outcomes.append((item, True, await item.run(tx)))
-                    except Exception as exc:  # its caller's to handle, not the group's
-                        outcomes.append((item, False, exc))
+                began = time.monotonic()  # once this process's turn to write has come
+                while self._pending and time.monotonic() - began < GROUP_S:
+                    part = self._take(CHUNK)
+                    group += part
+                    # An exception is its caller's to handle, not the group's.
+                    results = await tx.apply_each([item.run for item in part])
+                    outcomes += zip(part, results, strict=True)
         except BaseException as exc:
-            for item in group or self._take():
+            for item in group or self._take(CHUNK):
                 if item.done.done():
                     continue
                 if isinstance(exc, asyncio.CancelledError):
@@ -104,10 +111,10 @@ class WriteGroups:
             if not isinstance(exc, Exception):
                 raise  # cancelled: the callers were told; the flusher stops
             return
-        for item, ok, value in outcomes:
+        for item, result in outcomes:
             if item.done.done():
                 continue  # its caller was cancelled meanwhile
-            if ok:
-                item.done.set_result(value)
+            if result.error is None:
+                item.done.set_result(result.value)
             else:
-                item.done.set_exception(value)
+                item.done.set_exception(result.error)

@@ -29,8 +29,8 @@ from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.vocab.actions import Adopt, OpenSlot
 from tpucared.store.errors import LiveIncarnationExists
 from tpucared.store.models import LIVE_NODE_SQL, NodeRow, SlotRow, WorkerRow
+from tpucared.store.node_values import cloud_values, entering
 from tpucared.store.write_base import WriterBase, event_row, new_run_id
-from tpucared.store.write_nodes import cloud_values, entering
 
 # What a bulk method says of each action: None (written) or why it was refused.
 Refusal = LiveIncarnationExists | IllegalTransition | None

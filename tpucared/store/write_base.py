@@ -66,6 +66,19 @@ def slot_update_details(su: SlotUpdate) -> dict[str, Any]:
     }
 
 
+def slot_update_params(su: SlotUpdate) -> dict[str, Any]:
+    """`statements.SLOT_UPDATE`'s parameters for `su`."""
+    return {
+        "slot_fleet": su.fleet,
+        "slot_index": su.slot,
+        "v_create_failures": su.create_failures,
+        "v_next_create_at": su.next_create_at,
+        "v_next_zone": su.next_zone,
+        "v_last_error": su.last_error,
+        "v_add_preemptions": su.add_preemptions,
+    }
+
+
 def event_row(
     kind: str,
     message: str,
@@ -146,7 +159,7 @@ class WriterBase(Reader):
             rows, self._events = self._events, []
             await self._conn.execute(insert(EventRow), rows)
 
-    async def _node_event(
+    def _node_event(
         self, inc: IncarnationRecord, kind: str, message: str, now: datetime, **details: Any
     ) -> None:
         self._event(
@@ -247,15 +260,7 @@ class WriterBase(Reader):
         """The planner's slot bookkeeping (SlotUpdate): absolute create backoff fields, plus
         `add_preemptions` added to the counter. Normally passed to `transition`, which
         applies it in the same compare-and-set transaction. `NotFound` if there is no slot."""
-        params = {
-            "slot_fleet": su.fleet,
-            "slot_index": su.slot,
-            "v_create_failures": su.create_failures,
-            "v_next_create_at": su.next_create_at,
-            "v_next_zone": su.next_zone,
-            "v_last_error": su.last_error,
-            "v_add_preemptions": su.add_preemptions,
-        }
+        params = slot_update_params(su)
         if (await self._conn.execute(statements.SLOT_UPDATE, params)).rowcount != 1:
             raise NotFound(f"slot {su.fleet}/{su.slot}")
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ClauseElement
 
-from tpucared.core.model.lifecycle import check_transition, is_terminal
+from tpucared.core.model.lifecycle import check_transition
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, NodePhase, WorkerRecord
 from tpucared.core.model.specs import DEFAULT_API, DEFAULT_PROJECT, ErrorKind
@@ -34,41 +34,14 @@ from tpucared.core.vocab.actions import CloudFacts, RecordCloud, SlotUpdate
 from tpucared.store import convert
 from tpucared.store.errors import LiveIncarnationExists, NotFound, StaleWrite
 from tpucared.store.models import NodeRow, WorkerRow
+from tpucared.store.node_values import (
+    check_slot_update,
+    cloud_values,
+    deleting_values,
+    transition_values,
+)
 from tpucared.store.statements import cas_statement
 from tpucared.store.write_base import KEEP, Keep, WriterBase, given, slot_update_details
-
-# Column recording when an incarnation entered each phase.
-PHASE_AT: Final = {
-    NodePhase.REQUESTED: "requested_at",
-    NodePhase.CREATING: "creating_at",
-    NodePhase.READY: "ready_at",
-    NodePhase.DEAD: "dead_at",
-    NodePhase.DELETING: "deleting_at",
-    NodePhase.DELETED: "deleted_at",
-    NodePhase.FAILED: "failed_at",
-}
-
-
-def cloud_values(cloud: CloudFacts) -> dict[str, object]:
-    return {
-        "cloud_state": cloud.cloud_state,
-        "cloud_state_since": cloud.cloud_state_since,
-        "health": cloud.health,
-        "unhealthy_since": cloud.unhealthy_since,
-        "cloud_id": cloud.cloud_id,
-        "create_time": cloud.create_time,
-        "run_ends_at": cloud.run_ends_at,
-    }
-
-
-def entering(current: IncarnationRecord, new: NodePhase, now: datetime) -> dict[str, object]:
-    """Columns stamped when `current` enters phase `new`."""
-    values: dict[str, object] = {"phase": new, "phase_since": now, PHASE_AT[new]: now}
-    if new is NodePhase.DELETING and current.dead_at is None:
-        values["dead_at"] = now  # its useful life ended when we decided to delete it
-    if is_terminal(new):
-        values["operation"] = None  # nothing is in flight for a finished incarnation
-    return values
 
 
 @dataclass(frozen=True)
@@ -152,7 +125,7 @@ class NodeWrites(WriterBase):
             # uq_nodes_live_name: another slot's live incarnation has this name in this zone.
             raise LiveIncarnationExists(f"live node {zone}/{node_name}", None, str(exc)) from exc
         inc = convert.incarnation(row)
-        await self._node_event(
+        self._node_event(
             inc,
             "node.requested",
             reason or f"{node_name}: create requested in {zone} ({accelerator_type})",
@@ -189,45 +162,46 @@ class NodeWrites(WriterBase):
         """
         check_transition(expected, new)
         current = await self._require_incarnation(incarnation_id)
-        if slot_update is not None and (slot_update.fleet, slot_update.slot) != (
-            current.fleet,
-            current.slot,
-        ):
-            raise ValueError(
-                f"slot update for {slot_update.fleet}/{slot_update.slot} "
-                f"on an incarnation of {current.fleet}/{current.slot}"
-            )
-        values = entering(current, new, now)
-        values["error"] = None
-        values.update(given(end_reason=end_reason, operation=operation))
-        if cloud is not None:
-            values.update(cloud_values(cloud))
+        check_slot_update(current, slot_update)
+        values = transition_values(current, new, now, end_reason, operation, cloud)
         inc = await self._cas(incarnation_id, expected, values)
         if cloud is not None and cloud.endpoints is not None:
             await self.set_workers(inc.id, cloud.endpoints)
         if slot_update is not None:
             await self.apply_slot_update(slot_update)
+        self._transition_events(
+            inc, expected, new, now, reason, end_reason, operation, cloud, slot_update
+        )
+        return inc
+
+    def _transition_events(
+        self,
+        inc: IncarnationRecord,
+        expected: NodePhase,
+        new: NodePhase,
+        now: datetime,
+        reason: str,
+        end_reason: str | Keep | None,
+        operation: str | Keep | None,
+        cloud: CloudFacts | None,
+        slot_update: SlotUpdate | None,
+    ) -> None:
+        """The events of `transition`: `node.<new>`, and `node.run_ended` for a flex-start
+        run's end (docs/logs.md, the metrics' count)."""
         details: dict[str, Any] = {"from": expected.value, "to": new.value}
         details.update(given(end_reason=end_reason, operation=operation))
         if cloud is not None:
             details["cloud"] = cloud_values(cloud)
         if slot_update is not None:
             details["slot_update"] = slot_update_details(slot_update)
-        await self._node_event(
-            inc,
-            f"node.{new.value}",
-            reason or f"{inc.node_name}: {expected.value} -> {new.value}",
-            now,
-            **details,
-        )
+        message = reason or f"{inc.node_name}: {expected.value} -> {new.value}"
+        self._node_event(inc, f"node.{new.value}", message, now, **details)
         if end_reason == RUN_ENDED:
-            # A flex-start run's end has its own event (docs/logs.md, the metrics' count).
             when = inc.run_ends_at.isoformat() if inc.run_ends_at else None
-            await self._node_event(
+            self._node_event(
                 inc, "node.run_ended", f"{inc.node_name}: {how(inc.run_ends_at)}", now,
                 run_ends_at=when,
             )  # fmt: skip
-        return inc
 
     async def begin_delete(
         self,
@@ -242,18 +216,21 @@ class NodeWrites(WriterBase):
         `expected`; move to DELETING unless already there (end_reason if given); count the
         call (`delete_calls`, `last_delete_at`) and clear `error`."""
         current = await self._require_incarnation(incarnation_id)
-        values: dict[str, object] = {
-            "delete_calls": NodeRow.delete_calls + 1,
-            "last_delete_at": now,
-            "error": None,
-        }
-        if expected is not NodePhase.DELETING:
-            check_transition(expected, NodePhase.DELETING)
-            values.update(entering(current, NodePhase.DELETING, now))
-        if end_reason is not None:
-            values["end_reason"] = end_reason
+        values = deleting_values(current, expected, now, end_reason)
+        values["delete_calls"] = NodeRow.delete_calls + 1  # in SQL: the row as it stands
         inc = await self._cas(incarnation_id, expected, values)
-        await self._node_event(
+        self._deleting_event(inc, expected, now, reason, end_reason)
+        return inc
+
+    def _deleting_event(
+        self,
+        inc: IncarnationRecord,
+        expected: NodePhase,
+        now: datetime,
+        reason: str,
+        end_reason: str | None,
+    ) -> None:
+        self._node_event(
             inc,
             "node.deleting",
             reason or f"{inc.node_name}: delete call {inc.delete_calls}",
@@ -263,7 +240,6 @@ class NodeWrites(WriterBase):
             delete_calls=inc.delete_calls,
             end_reason=end_reason,
         )
-        return inc
 
     async def record_outcome(
         self,
@@ -289,9 +265,7 @@ class NodeWrites(WriterBase):
             await self.update_slot(inc.fleet, inc.slot, now, last_error=last_error)
         details = given(operation=operation, error=error, last_error=last_error)
         what = _outcome_summary(operation, error, last_error)
-        await self._node_event(
-            inc, "node.outcome", reason or f"{inc.node_name}: {what}", now, **details
-        )
+        self._node_event(inc, "node.outcome", reason or f"{inc.node_name}: {what}", now, **details)
         return inc
 
     async def record_cloud(
@@ -355,7 +329,7 @@ class NodeWrites(WriterBase):
         if cloud.endpoints is not None:
             await self.set_workers(inc.id, cloud.endpoints)
         health = f", health {inc.health}" if inc.health else ""
-        await self._node_event(
+        self._node_event(
             inc,
             "node.cloud",
             reason or f"{inc.node_name}: cloud {inc.cloud_state}{health}",

@@ -93,7 +93,7 @@ class WorkloadWrites(WriterBase):
             .returning(*WorkloadAttemptRow.__table__.c)
         )
         attempt = convert.workload_attempt((await self._conn.execute(stmt)).mappings().one())
-        await self._node_event(
+        self._node_event(
             inc,
             "attempt.started",
             reason or f"{inc.fleet}/{inc.slot}: attempt {number} on {inc.node_name}",
@@ -142,7 +142,7 @@ class WorkloadWrites(WriterBase):
             )
         inc = await self.incarnation(attempt.incarnation_id)
         assert inc is not None  # a foreign key
-        await self._node_event(
+        self._node_event(
             inc,
             f"attempt.{outcome.value}",
             reason

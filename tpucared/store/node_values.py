@@ -1,0 +1,90 @@
+"""The columns each write of a node incarnation changes: pure functions of the row as it stands.
+
+Where it sits: `write_nodes` (one write, a compare-and-set each), `write_many` (a run of them
+in a few statements) and `write_adopt` compute what they write here, so the three cannot
+disagree on what entering a phase stamps.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final
+
+from tpucared.core.model.lifecycle import check_transition, is_terminal
+from tpucared.core.model.records import IncarnationRecord, NodePhase
+from tpucared.core.vocab.actions import CloudFacts, SlotUpdate
+from tpucared.store.write_base import Keep, given
+
+# Column recording when an incarnation entered each phase.
+PHASE_AT: Final = {
+    NodePhase.REQUESTED: "requested_at",
+    NodePhase.CREATING: "creating_at",
+    NodePhase.READY: "ready_at",
+    NodePhase.DEAD: "dead_at",
+    NodePhase.DELETING: "deleting_at",
+    NodePhase.DELETED: "deleted_at",
+    NodePhase.FAILED: "failed_at",
+}
+
+
+def cloud_values(cloud: CloudFacts) -> dict[str, object]:
+    return {
+        "cloud_state": cloud.cloud_state,
+        "cloud_state_since": cloud.cloud_state_since,
+        "health": cloud.health,
+        "unhealthy_since": cloud.unhealthy_since,
+        "cloud_id": cloud.cloud_id,
+        "create_time": cloud.create_time,
+        "run_ends_at": cloud.run_ends_at,
+    }
+
+
+def entering(current: IncarnationRecord, new: NodePhase, now: datetime) -> dict[str, object]:
+    """Columns stamped when `current` enters phase `new`."""
+    values: dict[str, object] = {"phase": new, "phase_since": now, PHASE_AT[new]: now}
+    if new is NodePhase.DELETING and current.dead_at is None:
+        values["dead_at"] = now  # its useful life ended when we decided to delete it
+    if is_terminal(new):
+        values["operation"] = None  # nothing is in flight for a finished incarnation
+    return values
+
+
+def transition_values(
+    current: IncarnationRecord,
+    new: NodePhase,
+    now: datetime,
+    end_reason: str | Keep | None,
+    operation: str | Keep | None,
+    cloud: CloudFacts | None,
+) -> dict[str, object]:
+    """The columns `transition` writes (see its docstring)."""
+    values = entering(current, new, now)
+    values["error"] = None
+    values.update(given(end_reason=end_reason, operation=operation))
+    if cloud is not None:
+        values.update(cloud_values(cloud))
+    return values
+
+
+def deleting_values(
+    current: IncarnationRecord, expected: NodePhase, now: datetime, end_reason: str | None
+) -> dict[str, object]:
+    """The columns `begin_delete` writes, but for the call count (`delete_calls + 1`)."""
+    values: dict[str, object] = {"last_delete_at": now, "error": None}
+    if expected is not NodePhase.DELETING:
+        check_transition(expected, NodePhase.DELETING)
+        values.update(entering(current, NodePhase.DELETING, now))
+    if end_reason is not None:
+        values["end_reason"] = end_reason
+    return values
+
+
+def check_slot_update(current: IncarnationRecord, slot_update: SlotUpdate | None) -> None:
+    if slot_update is not None and (slot_update.fleet, slot_update.slot) != (
+        current.fleet,
+        current.slot,
+    ):
+        raise ValueError(
+            f"slot update for {slot_update.fleet}/{slot_update.slot} "
+            f"on an incarnation of {current.fleet}/{current.slot}"
+        )
