@@ -2,7 +2,8 @@
 (tpucared/ports/cloud.py, held in runtime/clouds.py); nothing here names a cloud API.
 
 - `observer`    the observe step: one list per (project, zone), all zones at once.
-- `executor`    each node action in plan order, as core/vocab/actions.py says; intent first.
+- `executor`    each node action in plan order, as core/vocab/actions.py says; intent first;
+                runs of one kind written together (`records`: the record-only ones alone).
 - `calls`       the create and delete calls, in the background, and their recorded outcomes;
                 which deletes are in flight (the planner holds what they may reach).
 - `preemptions` reads the cloud's preemption records for the nodes a plan lost, once per

@@ -53,7 +53,7 @@ from tpucared.store.errors import LeaseLost
 
 log = structlog.get_logger(__name__)
 
-MAX_DELETES = 32  # delete calls in flight at once: deletes are cheap, but not free
+MAX_DELETES = 128  # delete calls in flight at once: deletes are cheap, but not free
 
 NO_OPTIONS = NodeOptions()
 

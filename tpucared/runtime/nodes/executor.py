@@ -9,15 +9,21 @@ action for an incarnation that still has a call in flight, or whose name a delet
 (or one written earlier in this plan) may still reach, is postponed to the next tick (one
 call per node at a time).
 
-Actions are applied in batches of up to `RECORD_BATCH` (committed early once open for
-`BATCH_S`, so the lease keeper's renewal never waits long behind one), in the plan's order: one
-transaction each, every action in a savepoint of its own, so a stale action is undone alone
-and the others still commit; the calls of a batch's intents start after its commit. Why:
-each commit syncs the WAL (store/engine.py). Adopting 10,000 nodes after a lost database is
-20,000 record actions: one sync each took ~300 s; and a preemption storm's 100 deletes a
-tick, each intent in its own transaction behind the calls' outcome writes, held a tick for
-30 s (docs/benchmarks.md). A crash loses at most the batch in flight, whose actions the next
-plan asks for again, exactly as after a crash between two single-action transactions.
+Actions are applied in batches of up to `RECORD_BATCH` (committed early once `BATCH_S` after
+its turn to write came, so the lease keeper's renewal never waits long behind one), in the
+plan's order: one transaction each, every action as if in a savepoint of its own, so a stale
+action is undone alone and the others still commit; the calls of a batch's intents start after
+its commit. A batch is cut into runs of one kind (`_runs`), each written as cheaply as it can:
+OpenSlot and Adopt in bulk (`Tx.open_slots`, `Tx.adopt_many`); Transition and DeleteNode in a
+few statements for the whole run (`Tx.cas_many`: a storm tick's READY -> DEAD, DEAD -> DELETING,
+DELETING -> DELETED); the rest one by one, `CHUNK` to a shared savepoint (`Tx.apply_each`).
+Why: each commit syncs the WAL (store/engine.py), and each statement costs trips to the
+database driver's thread (about 1 ms on this 2-core machine, several under load). Adopting
+10,000 nodes after a lost database is 20,000 record actions: one sync each took ~300 s; a
+preemption storm's hundreds of actions a tick, at two statements and a savepoint each, took
+every tick's whole budget (docs/benchmarks.md). A crash loses at most the batch in flight,
+whose actions the next plan asks for again, exactly as after a crash between two
+single-action transactions.
 
 The execution is bounded: once its budget has passed (the daemon gives it the poll interval,
 `EXECUTE_BUDGET_S` by default), the batches left are not started (their actions are
@@ -33,10 +39,9 @@ ended.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 import structlog
 
@@ -49,24 +54,23 @@ from tpucared.core.vocab.actions import (
     Adopt,
     CreateNode,
     DeleteNode,
-    HoldSlices,
     Notice,
     OpenSlot,
-    RecordCloud,
-    RecordFleet,
     Severity,
     Transition,
 )
 from tpucared.core.vocab.plan import Plan
 from tpucared.runtime.nodes.calls import CloudCalls
-from tpucared.store import KEEP, NotFound, StaleWrite, Store, Tx
+from tpucared.runtime.nodes.records import DONE, record
+from tpucared.store import Applied, NotFound, StaleWrite, Store, Tx
+from tpucared.store.write_many import CasAction, ConcurrentChange
 
 log = structlog.get_logger(__name__)
 
 # Record-only actions per transaction: large enough that the sync per commit no longer
 # dominates, small enough that another process's writer (`tpucared down`) waits well under
 # its busy_timeout for one batch.
-RECORD_BATCH = 256
+RECORD_BATCH = 1024
 # Seconds a tick's execution may run before the batches left wait for the next tick.
 EXECUTE_BUDGET_S = 1.0
 # Seconds one batch's transaction may stay open before it commits and the next one starts: the
@@ -74,8 +78,9 @@ EXECUTE_BUDGET_S = 1.0
 # so none may last long, however loaded the machine (a CI run saw a 256-intent batch outlast
 # a 3 s lease).
 BATCH_S = 0.5
+# Actions per shared savepoint (`Tx.apply_each`): a refused one runs its chunk's again alone.
+CHUNK = 32
 
-DONE = "done"
 POSTPONED = "postponed: a call for this node (or a delete of its name) is still in flight"
 OVER_BUDGET = "postponed: the tick's budget is spent"
 STALE = "skipped: stale"
@@ -176,24 +181,22 @@ class Executor:
         order = {id(a): i for i, a in enumerate(batch)}
         outcomes: list[tuple[Action, str]] = []
         intents = _Intents(self._calls)
-        began = self._monotonic()
         try:
             async with self._store.write() as tx:
+                began = self._monotonic()  # BATCH_S counts from the turn to write, not before
                 for run in _runs(batch):
                     if outcomes and self._monotonic() - began > BATCH_S:
                         break
-                    if len(run) > 1 and all(_in_bulk(a) for a in run):
+                    if len(run) > 1 and _kind(run[0]) == BULK:
                         outcomes += await self._record_run(tx, run, now)
                         continue
-                    for action in run:
+                    if len(run) > 1 and _kind(run[0]) == CAS:
+                        outcomes += await self._record_cas(tx, run, now, intents, live)
+                        continue
+                    for at in range(0, len(run), CHUNK):
                         if outcomes and self._monotonic() - began > BATCH_S:
                             break
-                        with structlog.contextvars.bound_contextvars(**_context(action, live)):
-                            if isinstance(action, CreateNode | DeleteNode):
-                                done = await self._outcome(self._intent(tx, action, now, intents))
-                            else:
-                                done = await self._outcome(self._record(tx, action, now))
-                        outcomes.append((action, done))
+                        outcomes += await self._apply(tx, run[at : at + CHUNK], now, intents, live)
         except BaseException:
             intents.abandon()  # nothing of the batch was written: no call goes out
             raise
@@ -222,18 +225,86 @@ class Executor:
                 outcomes.append((action, DONE if refusal is None else _refused(refusal)))
         return outcomes
 
-    async def _outcome(self, applying: Coroutine[Any, Any, str]) -> str:
+    async def _record_cas(
+        self,
+        tx: Tx,
+        run: list[Action],
+        now: datetime,
+        intents: _Intents,
+        live: Mapping[int, IncarnationRecord],
+    ) -> list[tuple[Action, str]]:
+        """A run of Transition and DeleteNode actions in a few statements (`Tx.cas_many`),
+        each written or refused as it would be alone. A delete's call-in-flight checks come
+        first, in order, for the whole run: one that waits for the name of a delete refused
+        later in the run is postponed a tick, where alone it would have gone ahead. Should
+        the run meet a concurrent change, it is undone and applied action by action."""
+        outcomes: dict[int, str] = {}
+        writes: list[tuple[int, CasAction]] = []
+        for i, action in enumerate(run):
+            assert isinstance(action, Transition | DeleteNode)
+            if isinstance(action, DeleteNode):
+                if self._calls.busy(action.incarnation_id) or self._calls.name_busy(action):
+                    outcomes[i] = POSTPONED
+                    continue
+                self._calls.reserve_delete(action)
+            writes.append((i, action))
+        reserved = [a for _, a in writes if isinstance(a, DeleteNode)]
         try:
-            return await applying
-        except StaleWrite as exc:
-            # Expected now and then: a call's outcome or another process wrote first.
-            return f"{STALE}: {exc}"
-        except NotFound as exc:
-            return f"skipped: {exc}"
-        except IllegalTransition as exc:
-            # A planner bug; skipping keeps every other slot working while it is fixed.
-            log.error("plan.illegal_transition", error=str(exc))
-            return f"skipped: {exc}"
+            async with tx.savepoint():
+                results = await tx.cas_many([a for _, a in writes], now)
+        except BaseException as exc:
+            for delete in reserved:
+                self._calls.unreserve_delete(delete)
+            if not isinstance(exc, ConcurrentChange):
+                raise
+            log.warning("execution.concurrent_change", error=str(exc), actions=len(run))
+            done: list[tuple[Action, str]] = []
+            for at in range(0, len(run), CHUNK):
+                done += await self._apply(tx, run[at : at + CHUNK], now, intents, live)
+            return done
+        for (i, action), result in zip(writes, results, strict=True):
+            if isinstance(result, IncarnationRecord):
+                outcomes[i] = DONE
+                if isinstance(action, DeleteNode):
+                    intents.deleting(action, result)
+                continue
+            if isinstance(action, DeleteNode):
+                self._calls.unreserve_delete(action)
+            with structlog.contextvars.bound_contextvars(**_context(action, live)):
+                outcomes[i] = _outcome(Applied(error=result))
+        return [(action, outcomes[i]) for i, action in enumerate(run)]
+
+    async def _apply(
+        self,
+        tx: Tx,
+        chunk: list[Action],
+        now: datetime,
+        intents: _Intents,
+        live: Mapping[int, IncarnationRecord],
+    ) -> list[tuple[Action, str]]:
+        """Each action as if in a savepoint of its own (`Tx.apply_each`: one shared, the
+        actions run again alone if one is refused, the chunk's intents forgotten first)."""
+        mark = intents.mark()
+
+        def work(action: Action) -> Callable[[Tx], Awaitable[str]]:
+            async def apply(tx: Tx) -> str:
+                with structlog.contextvars.bound_contextvars(**_context(action, live)):
+                    if isinstance(action, CreateNode | DeleteNode):
+                        return await self._intent(tx, action, now, intents)
+                    return await record(tx, action, now)
+
+            return apply
+
+        applied = await tx.apply_each(
+            [work(a) for a in chunk],
+            refusals=(StaleWrite, NotFound, IllegalTransition),
+            undone=lambda: intents.forget_since(mark),
+        )
+        out: list[tuple[Action, str]] = []
+        for action, result in zip(chunk, applied, strict=True):
+            with structlog.contextvars.bound_contextvars(**_context(action, live)):
+                out.append((action, _outcome(result)))
+        return out
 
     def _log(self, action: Action, outcome: str) -> None:
         if isinstance(action, Notice):
@@ -257,105 +328,36 @@ class Executor:
             case CreateNode():
                 if self._calls.name_busy(action):
                     return POSTPONED
-                async with tx.savepoint():
-                    inc = await tx.request_node(
-                        action.fleet,
-                        action.slot,
-                        action.node_name,
-                        action.zone,
-                        action.accelerator_type,
-                        now,
-                        queued_resource=action.queued_resource,
-                        reason=action.reason,
-                        project=action.project,
-                        slice_index=action.slice,
-                        api=action.api,
-                    )
+                inc = await tx.request_node(
+                    action.fleet,
+                    action.slot,
+                    action.node_name,
+                    action.zone,
+                    action.accelerator_type,
+                    now,
+                    queued_resource=action.queued_resource,
+                    reason=action.reason,
+                    project=action.project,
+                    slice_index=action.slice,
+                    api=action.api,
+                )
                 intents.created(action, inc)
             case DeleteNode():
                 if self._calls.busy(action.incarnation_id) or self._calls.name_busy(action):
                     return POSTPONED
                 self._calls.reserve_delete(action)  # a later action of the plan waits for it
                 try:
-                    async with tx.savepoint():
-                        inc = await tx.begin_delete(
-                            action.incarnation_id,
-                            action.expected,
-                            now,
-                            end_reason=action.end_reason,
-                            reason=action.reason,
-                        )
+                    inc = await tx.begin_delete(
+                        action.incarnation_id,
+                        action.expected,
+                        now,
+                        end_reason=action.end_reason,
+                        reason=action.reason,
+                    )
                 except BaseException:
                     self._calls.unreserve_delete(action)
                     raise
                 intents.deleting(action, inc)
-        return DONE
-
-    async def _record(self, tx: Tx, action: Action, now: datetime) -> str:
-        """An action that only writes records, in its own savepoint of the batch's `tx`."""
-        async with tx.savepoint():
-            match action:
-                case OpenSlot():
-                    await tx.open_slot(action.fleet, action.slot, now, reason=action.reason)
-                case RecordFleet():
-                    await tx.record_fleet(
-                        action.fleet, action.spec_hash, action.spec_json, now, reason=action.reason
-                    )
-                case Transition():
-                    await tx.transition(
-                        action.incarnation_id,
-                        action.expected,
-                        action.new,
-                        now,
-                        reason=action.reason,
-                        end_reason=action.end_reason if action.end_reason is not None else KEEP,
-                        cloud=action.cloud,
-                        slot_update=action.slot_update,
-                    )
-                case HoldSlices():
-                    await tx.update_slot(
-                        action.fleet, action.slot, now, held_since=action.since,
-                        reason=action.reason,
-                    )  # fmt: skip
-                case RecordCloud():
-                    await tx.record_cloud(
-                        action.incarnation_id,
-                        action.expected,
-                        action.cloud,
-                        now,
-                        reason=action.reason,
-                    )
-                case Adopt():
-                    # A node beyond the fleet's size has no slot record yet; its row needs
-                    # one (nodes -> slots), even though it is adopted only to be deleted.
-                    await tx.open_slot(action.fleet, action.slot, now, reason=action.reason)
-                    await tx.adopt(
-                        action.fleet,
-                        action.slot,
-                        action.node_name,
-                        action.zone,
-                        action.accelerator_type,
-                        action.phase,
-                        action.cloud,
-                        now,
-                        queued_resource=action.queued_resource,
-                        end_reason=action.end_reason,
-                        reason=action.reason,
-                        slice_index=action.slice,
-                        project=action.project,
-                        api=action.api,
-                    )
-                case Notice():
-                    await tx.append_event(
-                        "notice",
-                        action.reason,
-                        now,
-                        fleet=action.fleet,
-                        node=action.node,
-                        details={"severity": action.severity.value, "key": action.key},
-                    )
-                case _:
-                    raise TypeError(f"the executor does not know {action!r}")
         return DONE
 
 
@@ -366,6 +368,17 @@ class _Intents:
         self._calls = calls
         self._creates: list[tuple[CreateNode, IncarnationRecord]] = []
         self._deletes: list[tuple[DeleteNode, IncarnationRecord]] = []
+
+    def mark(self) -> tuple[int, int]:
+        return len(self._creates), len(self._deletes)
+
+    def forget_since(self, mark: tuple[int, int]) -> None:
+        """The intents noted since `mark` were undone (`Tx.apply_each`): no call for them,
+        their deletes' names free again."""
+        creates, deletes = mark
+        for delete, _ in self._deletes[deletes:]:
+            self._calls.unreserve_delete(delete)
+        del self._creates[creates:], self._deletes[deletes:]
 
     def created(self, action: CreateNode, inc: IncarnationRecord) -> None:
         self._creates.append((action, inc))
@@ -384,22 +397,42 @@ class _Intents:
             self._calls.unreserve_delete(delete)
 
 
-def _in_bulk(action: Action) -> bool:
-    """Actions `Tx.open_slots` / `Tx.adopt_many` write for many at once."""
-    return isinstance(action, OpenSlot) or (
+BULK = "bulk"  # written for many at once by `Tx.open_slots` / `Tx.adopt_many`
+CAS = "cas"  # compare-and-sets written for many at once by `Tx.cas_many`
+ONE = "one"  # one at a time
+
+
+def _kind(action: Action) -> str:
+    if isinstance(action, OpenSlot) or (
         isinstance(action, Adopt) and action.phase is not NodePhase.REQUESTED
-    )
+    ):
+        return BULK
+    if isinstance(action, Transition | DeleteNode):
+        return CAS
+    return ONE
 
 
 def _runs(batch: list[Action]) -> list[list[Action]]:
-    """The batch cut into maximal runs of bulk actions and of the others."""
+    """The batch cut into maximal runs of actions of one kind."""
     runs: list[list[Action]] = []
     for action in batch:
-        if runs and _in_bulk(runs[-1][-1]) == _in_bulk(action):
+        if runs and _kind(runs[-1][-1]) == _kind(action):
             runs[-1].append(action)
         else:
             runs.append([action])
     return runs
+
+
+def _outcome(applied: Applied[str]) -> str:
+    """An action's outcome: DONE or POSTPONED as it said, or why it was refused."""
+    match applied.error:
+        case None:
+            assert applied.value is not None
+            return applied.value
+        case StaleWrite() | IllegalTransition() as refusal:
+            return _refused(refusal)
+        case error:
+            return f"skipped: {error}"  # NotFound
 
 
 def _refused(refusal: StaleWrite | IllegalTransition) -> str:
