@@ -77,6 +77,7 @@ from bench.scale_procs import (
     daemon_config,
     db_size_mb,
     fleet_layout,
+    keep_logs,
     log_problems,
     probe_design,
     proc_cpu_seconds,
@@ -123,6 +124,7 @@ class Settings:
     # policy (bench/scale_storm.py).
     storm: StormSettings = field(default_factory=StormSettings)
     api: str = "tpu"  # or "compute": Compute Engine fleets (bench/scale_api.py)
+    keep_logs: Path | None = None  # copy each run's daemon and emulator logs here (diagnostic)
 
 
 FULL = Settings(sizes=(1000, 10000), variants=VARIANTS, ticks=30, poll_interval=2.0)
@@ -415,6 +417,9 @@ def run(
                         {"nodes": size, "variant": variant, "error": str(exc)[-2000:]}
                     )
                     continue
+                finally:
+                    if settings.keep_logs is not None:
+                        keep_logs(Path(tmp) / f"{variant}-{size}", settings.keep_logs)
                 progress(render_row(row))  # one line: the table comes once, at the end
                 result["results"].append(row)
     return result
@@ -437,6 +442,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output-dir", type=Path, default=common.RESULTS_DIR)
     parser.add_argument("--name", default="scale", help="result file name (default: scale)")
     parser.add_argument("--profile", action="store_true", help="cProfile the daemon (diagnostic)")
+    parser.add_argument(
+        "--keep-logs", type=Path, default=None, help="copy the daemon's and emulator's logs here"
+    )
     add_storm_arguments(parser)
     parser.add_argument(
         "--gc-threshold", type=int, default=None, help="gc.set_threshold(N) in the daemon"
@@ -467,6 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         accelerator_type=args.type,
         storm=storm_settings(args),
         api=args.api,
+        keep_logs=args.keep_logs,
     )
     if args.api == "compute" and set(settings.variants) != {"none"}:
         parser.error("--api compute measures the variant none only (no SSH hosts, no storm)")

@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import resource
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -436,3 +437,13 @@ def log_problems(path: Path, limit: int = 5) -> str:
             problems.append(line[:300])
     last = list(dict.fromkeys(reversed(problems)))[:limit]
     return f"{path.name}: {len(problems)} warning/error lines, last: {last}"
+
+
+def keep_logs(directory: Path, into: Path) -> None:
+    """Copy a run's logs and config (not its database, keys or hosts) to `into` (`--keep-logs`)."""
+    shutil.copytree(
+        directory,
+        into / directory.name,
+        ignore=shutil.ignore_patterns("*.db*", "hosts", "id_*"),
+        dirs_exist_ok=True,
+    )
