@@ -42,6 +42,9 @@ spot tpu7x-standard-4t instances RUNNING in the same fleets and zones, and insta
 of at most 500 (`maxResults`) against the TPU API's 1,000, plus one instanceGroupManagers.list
 a zone (multi-host slices, issue 28: `other_lists_per_tick`): bench/scale_api.py.
 
+`--db postgresql` (issue 31): the daemon's database on a real PostgreSQL server started for
+the run (the tests' server, `fsync=off`), one database a measurement: bench/scale_db.py.
+
 Statistics: tick duration is summarized over the T ticks of one window (median and p99 of
 T samples: with T = 30 the p99 is close to the maximum, reported next to it).
 """
@@ -56,7 +59,6 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,7 @@ from typing import Any
 from bench import common, scale_api
 from bench.scale_api import APIS, expected_list_pages, fleet_keys, list_kind, page_parameter
 from bench.scale_api import request_kind as _request_kind
+from bench.scale_db import DATABASES, BenchDb, databases
 from bench.scale_procs import (
     ROOT,
     SSH_USER,
@@ -73,9 +76,7 @@ from bench.scale_procs import (
     DaemonProcess,
     EmulatorProcess,
     add_emulator_command,
-    count_rows,
     daemon_config,
-    db_size_mb,
     fleet_layout,
     keep_logs,
     log_problems,
@@ -86,49 +87,15 @@ from bench.scale_procs import (
     wait_until,
 )
 from bench.scale_report import profile_top, render, render_row
+from bench.scale_settings import FULL, PROBE_SETTLE_S, QUICK, VARIANTS, Settings
 from bench.scale_storm import (
     Storm,
-    StormSettings,
     add_storm_arguments,
     set_create_seconds,
     storm_figures,
     storm_settings,
     wait_recovered,
 )
-
-VARIANTS = ("none", "probe", "storm")
-PROBE_SETTLE_S = 30.0
-
-
-@dataclass(frozen=True)
-class Settings:
-    sizes: tuple[int, ...]
-    variants: tuple[str, ...]
-    ticks: int  # T: ticks in the measurement window
-    poll_interval: float  # seconds
-    settle_ticks: int = 2  # no-action ticks in a row that mean "steady"
-    # Probe variant sizes to try (the machine may not hold 10,000 SSH servers: see run()).
-    probe_sizes: tuple[int, ...] | None = None
-    # Run the daemon from another source tree (a copy taken before a change): before/after.
-    daemon_path: Path | None = None
-    profile: bool = False  # cProfile the daemon over the window (diagnostic, see above)
-    # Diagnostic: the daemon with gc.set_threshold(N) (first generation), to measure what the
-    # cyclic garbage collector costs at scale. None: Python's default (700).
-    gc_threshold: int | None = None
-    # Seconds a measurement may take to converge before it is reported as failed (with how
-    # far it got); None: a budget that grows with the size.
-    converge_limit: float | None = None
-    # Every node's type: v5litepod-8 is one worker per slice, v5litepod-16 four.
-    accelerator_type: str = TYPE
-    # Storm variant: the recovery wait, the emulator's create quota and time, the daemon's
-    # policy (bench/scale_storm.py).
-    storm: StormSettings = field(default_factory=StormSettings)
-    api: str = "tpu"  # or "compute": Compute Engine fleets (bench/scale_api.py)
-    keep_logs: Path | None = None  # copy each run's daemon and emulator logs here (diagnostic)
-
-
-FULL = Settings(sizes=(1000, 10000), variants=VARIANTS, ticks=30, poll_interval=2.0)
-QUICK = Settings(sizes=(200,), variants=("none",), ticks=6, poll_interval=1.0)
 
 
 def _tick_time(event: Mapping[str, Any]) -> float:
@@ -145,11 +112,13 @@ def measure(
     settings: Settings,
     scratch: Path,
     log: Callable[[str], None],
+    make_db: Callable[[Path], BenchDb],
 ) -> dict[str, Any]:
     from tpucared.ssh.keys import ensure_client_key, ssh_keys_metadata_entry
 
     directory = scratch / f"{variant}-{size}"
     directory.mkdir(parents=True)
+    db = make_db(directory)
     key = ensure_client_key(directory / "id_ed25519")
     ssh_port = common.free_port() if variant == "probe" else None
     poll = settings.poll_interval
@@ -178,6 +147,7 @@ def measure(
         accelerator_type=settings.accelerator_type,
         fleet_keys=fleet_keys(settings.api),
         policy=settings.storm.policy if variant == "storm" else None,
+        db=db.setting,
     )
     daemon = DaemonProcess(
         directory,
@@ -192,7 +162,7 @@ def measure(
         running_sql = "SELECT count(*) FROM workload_attempts WHERE ended_at IS NULL"
 
         def progress() -> str:
-            ready, running = count_rows(daemon.db, ready_sql), count_rows(daemon.db, running_sql)
+            ready, running = db.count(ready_sql), db.count(running_sql)
             return (
                 f"{ready} READY and {running} "
                 f"attempts running in the daemon's database, "
@@ -201,7 +171,7 @@ def measure(
             )
 
         wait_until(
-            lambda: count_rows(daemon.db, ready_sql) == size,
+            lambda: db.count(ready_sql) == size,
             max(30.0, end - time.monotonic()),
             f"{size} READY nodes in the daemon's database",
             daemon,
@@ -211,7 +181,7 @@ def measure(
         running_s = None
         if variant == "probe":
             wait_until(
-                lambda: count_rows(daemon.db, running_sql) == size,
+                lambda: db.count(running_sql) == size,
                 max(30.0, end - time.monotonic()),
                 f"a workload attempt running on each of {size} slots",
                 daemon,
@@ -281,7 +251,7 @@ def measure(
         if storm is not None:
             storm.stop()
             recovery = wait_recovered(
-                lambda: size - count_rows(daemon.db, ready_sql), settings.storm.recovery_limit
+                lambda: size - db.count(ready_sql), settings.storm.recovery_limit
             )
             storm_row = storm_figures(storm, emulator.requests(storm.started_at), recovery)
         profile: list[str] | None = None
@@ -296,12 +266,13 @@ def measure(
         end_event = window[-1]
         started_at, ended_at = _tick_time(start_event), _tick_time(end_event)
         requests = [r for r in emulator.requests(started_at) if r["time"] <= ended_at]
-        db = db_size_mb(daemon.db)
-        stats = count_rows(daemon.db, "SELECT count(*) FROM events")
-        workers = count_rows(daemon.db, "SELECT count(*) FROM workers")
+        db_size = db.size()
+        stats = db.count("SELECT count(*) FROM events")
+        workers = db.count("SELECT count(*) FROM workers")
     finally:
         code = daemon.stop()
         emulator.stop()
+        db.close()
     if code not in (0, -signal.SIGTERM):
         log(f"scale {variant} n={size}: the daemon exited with {code}")
 
@@ -364,7 +335,7 @@ def measure(
             "only_list_pages": set(kinds) <= {listed, *others}
             and len(requests) == (pages + sum(others.values())) * ticks,
         },
-        "db": {**db, "events": stats},
+        "db": {**db_size, "events": stats, "kind": settings.db},
         **({"storm": storm_row} if storm_row is not None else {}),
         **({"profile_top": profile} if profile is not None else {}),
     }
@@ -398,18 +369,22 @@ def run(
             "probe_design": probe_design(settings.daemon_path or ROOT),
             "daemon_source": str(settings.daemon_path or ROOT),
             "daemon_gc_threshold": settings.gc_threshold,
+            "db": settings.db,
         },
         "results": [],
         "failures": [],
     }
-    with tempfile.TemporaryDirectory(prefix="tpucared-bench-scale-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="tpucared-bench-scale-") as tmp,
+        databases(settings.db) as make_db,
+    ):
         for variant in settings.variants:
             sizes = settings.sizes
             if variant == "probe" and settings.probe_sizes is not None:
                 sizes = settings.probe_sizes
             for size in sizes:
                 try:
-                    row = measure(size, variant, settings, Path(tmp), progress)
+                    row = measure(size, variant, settings, Path(tmp), progress, make_db)
                 except (RuntimeError, TimeoutError, OSError) as exc:
                     # At 10,000 SSH servers the machine may give out: say where, go on.
                     progress(f"scale {variant} n={size}: FAILED: {exc}")
@@ -435,6 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--type", default=TYPE, help=f"every node's accelerator type (default {TYPE})"
     )
     parser.add_argument("--api", choices=APIS, default="tpu", help="TPU API or Compute Engine")
+    parser.add_argument("--db", choices=DATABASES, default="sqlite", help="the daemon's database")
     parser.add_argument("--size", type=int, action="append", help="node counts (repeatable)")
     parser.add_argument("--variant", choices=VARIANTS, action="append")
     parser.add_argument("--ticks", type=int, default=None)
@@ -476,6 +452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         storm=storm_settings(args),
         api=args.api,
         keep_logs=args.keep_logs,
+        db=args.db,
     )
     if args.api == "compute" and set(settings.variants) != {"none"}:
         parser.error("--api compute measures the variant none only (no SSH hosts, no storm)")

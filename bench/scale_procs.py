@@ -289,9 +289,10 @@ def daemon_config(
     accelerator_type: str = TYPE,
     fleet_keys: dict[str, Any] | None = None,
     policy: Mapping[str, Any] | None = None,
+    db: str = "state.db",
 ) -> Path:
     """`fleet_keys`: laid over each [[fleet]] (a Compute Engine fleet: bench/scale_api.py);
-    `policy`: the daemon's [policy] table (the storm's)."""
+    `policy`: the daemon's [policy] table (the storm's); `db`: its `daemon.db`."""
     compute = (fleet_keys or {}).get("api") == "compute"
     fleets = [
         configs.fleet(
@@ -313,6 +314,7 @@ def daemon_config(
         owner=OWNER,
         poll=f"{poll:g}s",
         ssh={"user": SSH_USER, "port": ssh_port},
+        daemon={"db": db},
         **({"policy": dict(policy)} if policy else {}),
     )
     return configs.write(directory / "fleet.toml", config)

@@ -87,6 +87,22 @@ def test_expected_list_pages() -> None:
     assert [n for _, _, n in scale.fleet_layout(10)] == [3, 3, 2, 2]
 
 
+def test_the_scale_benchmark_runs_the_daemon_on_postgresql() -> None:
+    """`--db postgresql` (issue 31): the daemon on a real PostgreSQL server's database (the
+    tests' server, bench/scale_db.py), read for its progress and size as the SQLite file is."""
+    settings = dataclasses.replace(scale.QUICK, db="postgresql")
+    result = scale.run(True, settings=settings, progress=lambda _: None)
+
+    assert result["failures"] == [], result["failures"]
+    assert result["parameters"]["db"] == "postgresql"
+    (row,) = result["results"]
+    assert (row["nodes"], row["ticks_with_actions"]) == (200, 0)
+    assert row["convergence_s"]["all_ready"] is not None  # 200 READY rows read from PostgreSQL
+    assert row["db"]["kind"] == "postgresql"
+    assert row["db"]["events"] >= 400  # each node's slot opened and its node adopted
+    assert row["db"]["total_mb"] > 0
+
+
 def test_the_scale_benchmark_measures_compute_engine_fleets(tmp_path: Path) -> None:
     """`--api compute` (issue 27): 200 seeded tpu7x-standard-4t instances, adopted; a
     steady-state tick costs exactly one instances.list page per zone (maxResults 500), and
@@ -128,7 +144,7 @@ def test_the_storm_variant_deletes_every_preemption_and_recovers_within_the_crea
     emulator refusing more than 91 creates a minute and making nodes in 0.5 s. Every
     preemption is deleted, the fleet is whole again, and the daemon's create rate (60 a
     minute by default) never meets the emulator's quota."""
-    storm = scale.StormSettings(recovery_limit=60.0, create_seconds=0.5)
+    storm = scale_storm.StormSettings(recovery_limit=60.0, create_seconds=0.5)
     settings = dataclasses.replace(scale.QUICK, variants=("storm",), storm=storm)
     result = scale.run(True, settings=settings, progress=lambda _: None)
 
