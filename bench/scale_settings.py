@@ -42,4 +42,3 @@ class Settings:
 
 FULL = Settings(sizes=(1000, 10000), variants=VARIANTS, ticks=30, poll_interval=2.0)
 QUICK = Settings(sizes=(200,), variants=("none",), ticks=6, poll_interval=1.0)
-
