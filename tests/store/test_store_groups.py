@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, text
 from store_support import ENGINES, T0
 
 from tpucared.core.model.records import IncarnationRecord, NodePhase
-from tpucared.store import StaleWrite, Store, Tx
+from tpucared.store import StaleWrite, Store, StoreUnavailable, Tx
 from tpucared.store.errors import LeaseLost
 
 P = NodePhase
@@ -182,3 +182,26 @@ async def test_events_inserted_inside_an_undone_savepoint_are_not_lost(seeded: S
         kinds = [e.kind for e in await r.events(since_id=0, limit=100)]
     assert "node.requested" in kinds
     assert "notice" not in kinds
+
+
+@pytest.mark.parametrize("engine_kind", ["postgresql"])
+async def test_a_connection_lost_inside_a_group_is_the_database_gone_for_every_caller(
+    seeded: Store,
+):
+    """The server ends the group's connection while a work runs (`pg_terminate_backend`, as a
+    server stopped with `-m immediate` does): every caller gets StoreUnavailable, which the
+    daemon waits out, not the PendingRollbackError of a commit on a dead connection, which
+    ended the operation watcher's task (a CI run of test_database_outage)."""
+    incs = await _requested(seeded, 2)
+
+    async def killed(tx: Tx) -> None:
+        await tx._conn.execute(text("SELECT pg_terminate_backend(pg_backend_pid())"))
+
+    works = [_outcome(incs[0], P.REQUESTED), killed, _outcome(incs[1], P.REQUESTED)]
+    results = await asyncio.gather(
+        *(seeded.grouped(w) for w in works),  # type: ignore[arg-type]
+        return_exceptions=True,
+    )
+    assert [type(r) for r in results] == [StoreUnavailable] * 3, results
+    # The connection pool recovers: the next group writes.
+    assert (await seeded.grouped(_outcome(incs[0], P.REQUESTED))).operation == "op-0"  # type: ignore[arg-type]

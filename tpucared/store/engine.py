@@ -53,7 +53,7 @@ from urllib.parse import quote
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, PendingRollbackError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from tpucared.store.errors import DatabaseError, StoreUnavailable
@@ -355,9 +355,26 @@ def unavailable_error(
     known = store_error(exc, url, busy_timeout_ms)
     if known is not None:
         return StoreUnavailable(str(known))
-    if getattr(exc, "connection_invalidated", False):  # sqlalchemy's DBAPIError on a lost link
+    if connection_lost(exc):
         return StoreUnavailable(f"{shown(url)}: the connection to the database was lost ({exc})")
     return None
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """SQLAlchemy's DBAPIError on a lost link (`connection_invalidated`), here or among the
+    causes; or its PendingRollbackError for a connection invalidated inside the transaction,
+    which is what a commit raises after a statement lost the link. No work of such a
+    transaction can succeed (`Tx.apply_each` runs none again)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if getattr(current, "connection_invalidated", False):
+            return True
+        if isinstance(current, PendingRollbackError) and "reconnect" in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def lock_file_error(exc: OSError, path: Path) -> DatabaseError:

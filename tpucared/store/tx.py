@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from tpucared.store.engine import connection_lost
 from tpucared.store.lease import LeaseWrites
 from tpucared.store.prune import PruneWrites
 from tpucared.store.write_adopt import AdoptWrites
@@ -80,7 +81,9 @@ class Tx(ManyNodeWrites, AdoptWrites, WorkloadWrites, PruneWrites, LeaseWrites):
             async with self.savepoint():
                 for work in works:
                     values.append(await work(self))
-        except refusals:
+        except refusals as exc:
+            if connection_lost(exc):
+                raise  # the transaction is gone, not one work: nothing to run again
             if undone is not None:
                 undone()
             return [await self._apply_alone(work, refusals) for work in works]
@@ -93,4 +96,6 @@ class Tx(ManyNodeWrites, AdoptWrites, WorkloadWrites, PruneWrites, LeaseWrites):
             async with self.savepoint():
                 return Applied(await work(self))
         except refusals as exc:
+            if connection_lost(exc):
+                raise
             return Applied(error=exc)
