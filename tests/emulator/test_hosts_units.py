@@ -75,8 +75,11 @@ async def test_find_tagged_sees_the_exec_environment_of_descendants(tmp_path: Pa
         "sh", "-c", script, env={**tags, "PATH": os.environ["PATH"]}, start_new_session=True
     )
     try:
-        for _ in range(200):
-            if len(find_tagged({TAG_HOSTS: tags[TAG_HOSTS]})) == 2:  # shell + sleep 30
+        # Until both children have exec'd: a child forked and not yet exec'd still shows the
+        # shell's exec-time environment, both tags included (a CI run saw it).
+        for _ in range(500):
+            settled = find_tagged(tags) == [proc.pid]
+            if settled and len(find_tagged({TAG_HOSTS: tags[TAG_HOSTS]})) == 2:  # + sleep 30
                 break
             await asyncio.sleep(0.01)
         assert find_tagged(tags) == [proc.pid]
