@@ -104,10 +104,10 @@ class ManyNodeWrites(NodeWrites):
             rows[action.incarnation_id] = changed[action.incarnation_id] = new_row
             results.append(convert.incarnation(new_row))
         await self._write_rows(changed, read_phase)
-        done = [(a, r) for a, r in zip(actions, results, strict=True) if not _refused(r)]
+        pairs = zip(actions, results, strict=True)
+        done = [(a, r) for a, r in pairs if isinstance(r, IncarnationRecord)]
         await self._slot_updates([a for a, _ in done])
         for action, inc in done:
-            assert isinstance(inc, IncarnationRecord)
             await self._after(action, inc, now)
         return results
 
@@ -177,7 +177,3 @@ class ManyNodeWrites(NodeWrites):
             inc, action.expected, action.new, now, action.reason, end_reason, KEEP,
             action.cloud, action.slot_update,
         )  # fmt: skip
-
-
-def _refused(result: IncarnationRecord | Refusal) -> bool:
-    return not isinstance(result, IncarnationRecord)
