@@ -61,6 +61,38 @@ async def test_concurrent_writes_share_transactions_and_a_stale_one_is_undone_al
     assert [e.slot for e in outcome_events] == [0, 2]
 
 
+async def test_a_group_gives_way_to_a_writer_that_waits(
+    seeded: Store, monkeypatch: pytest.MonkeyPatch
+):
+    """Once it has written a chunk, a group commits when another writer of this process waits
+    for the write queue (the tick's batch of intents), however long it could still go on;
+    the works left form the next group, behind that writer."""
+    monkeypatch.setattr("tpucared.store.groups.GROUP_S", 30.0)  # time alone would not end it
+    chunk = 4
+    monkeypatch.setattr("tpucared.store.groups.CHUNK", chunk)
+    ran: list[int] = []
+    started = asyncio.Event()
+
+    def slow(i: int) -> object:
+        async def work(tx: Tx) -> int:
+            await tx.append_event("test.work", f"work {i}", T0)
+            await asyncio.sleep(0.01)  # a few statements' worth
+            ran.append(i)
+            started.set()
+            return i
+
+        return work
+
+    works = [asyncio.ensure_future(seeded.grouped(slow(i))) for i in range(40)]  # type: ignore[arg-type]
+    await started.wait()
+    async with seeded.write() as tx:  # waits for the group's turn to end
+        seen = len(ran)
+        await tx.append_event("test.tick", "the tick's batch", T0)
+    assert seen <= 2 * chunk, f"the group went on for {seen} works with a writer waiting"
+    assert sorted(await asyncio.gather(*works)) == list(range(40))
+    assert seeded.groups.groups >= 2
+
+
 async def test_a_failed_transaction_fails_every_caller_of_its_group(seeded: Store):
     incs = await _requested(seeded, 2)
 

@@ -9,14 +9,18 @@ tick) queued the tick's own writes behind hundreds of them (docs/benchmarks.md).
 
 How: `work(tx)` joins the pending list and its caller waits. One flusher task takes what is
 pending, `CHUNK` works at a time for at most `GROUP_S`, and runs it in one `Store.write()`, in
-the order they came, as if
-each work had a savepoint of its own (`Tx.apply_each`, which shares one among up to `CHUNK`
-and runs them again alone only when one raises): one that raises (e.g. `StaleWrite`) is
-undone alone and its caller gets the exception; the others commit together. A work may run
-twice, so it only writes. Results are handed out only after the
-commit; if the transaction fails as a whole (the lease lost, the database gone), every work of
-it gets that error, as its own transaction would have. No timer gathers them: the works that
-arrive while the flusher waits for this process's write queue, or writes, form the next group.
+the order they came, as if each work had a savepoint of its own (`Tx.apply_each`, which shares
+one among up to `CHUNK` and runs them again alone only when one raises): one that raises (e.g.
+`StaleWrite`) is undone alone and its caller gets the exception; the others commit together.
+A work may run twice, so it only writes. Results are handed out only after the commit; if the
+transaction fails as a whole (the lease lost, the database gone), every work of it gets that
+error, as its own transaction would have. No timer gathers them: the works that arrive while
+the flusher waits for this process's write queue, or writes, form the next group.
+
+A group gives way: once it has written one chunk, it commits as soon as another writer of
+this process waits for the write queue (`Store.writers_waiting`), and the works left form the
+next group, behind that writer. The tick's batch of intents is that writer, and the tick
+waited up to half a second behind outcome groups in a storm (docs/benchmarks.md).
 
 A caller cancelled before its work started is dropped (as if cancelled before its own
 `write()`); cancelled later, its work may still commit (as if cancelled after its commit).
@@ -49,8 +53,13 @@ class _Work:
 
 
 class WriteGroups:
-    def __init__(self, write: Callable[[], AbstractAsyncContextManager[Tx]]) -> None:
+    def __init__(
+        self,
+        write: Callable[[], AbstractAsyncContextManager[Tx]],
+        waiting: Callable[[], int] = lambda: 0,
+    ) -> None:
         self._write = write  # the Store's `write`
+        self._waiting = waiting  # the Store's `writers_waiting`
         self._pending: list[_Work] = []
         self._flusher: asyncio.Task[None] | None = None
         self.groups = 0  # transactions committed or tried (for tests and the benchmarks)
@@ -95,6 +104,8 @@ class WriteGroups:
             async with self._write() as tx:
                 began = time.monotonic()  # once this process's turn to write has come
                 while self._pending and time.monotonic() - began < GROUP_S:
+                    if group and self._waiting():
+                        break  # another writer (the tick's batch) waits: its turn first
                     part = self._take(CHUNK)
                     group += part
                     # An exception is its caller's to handle, not the group's.

@@ -76,11 +76,12 @@ class Store:
         # write transaction at a time anyway, so this changes the order, not the concurrency.
         # Other processes still meet busy_timeout. Made per event loop (a Lock belongs to one).
         self._write_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self._queued = 0  # writers waiting for that lock (`writers_waiting`)
         # The daemon's leader lease (store/lease.py): every write checks its epoch first.
         # None (the CLI, `down`, tests): writes are not fenced.
         self.fence: Fence | None = None
         # Small writes from many tasks, committed together (groups.py).
-        self.groups = WriteGroups(self.write)
+        self.groups = WriteGroups(self.write, self.writers_waiting)
 
     @classmethod
     def open(
@@ -161,6 +162,7 @@ class Store:
         if self._write_lock is None or self._write_lock[0] is not loop:
             self._write_lock = (loop, asyncio.Lock())
         lock = self._write_lock[1]
+        self._queued += 1
         try:
             async with asyncio.timeout(WRITE_QUEUE_TIMEOUT_S):
                 await lock.acquire()
@@ -168,10 +170,17 @@ class Store:
             raise TimeoutError(
                 f"waited {WRITE_QUEUE_TIMEOUT_S:g}s for this process's other write transactions"
             ) from None
+        finally:
+            self._queued -= 1
         try:
             yield
         finally:
             lock.release()
+
+    def writers_waiting(self) -> int:
+        """How many of this process's write transactions wait for their turn: a group of
+        small writes (groups.py) commits early rather than keep them waiting."""
+        return self._queued
 
     # -- one-call reads -----------------------------------------------------------------------
 
