@@ -19,7 +19,8 @@ more than the last result of each query. Statements with bound parameters are no
 Above that, the whole snapshot: triggers bump `change_counter` (migration 0002) with every
 write to the tables it is read from, whichever process writes, so a snapshot read at the same
 counter value is the same snapshot, and is returned without reading anything else. Most ticks
-of a fleet at steady state change nothing.
+of a fleet at steady state change nothing. When the counter moved, only the rows stamped since
+are read and laid over the kept snapshot (store/changes.py), unless a row was deleted.
 """
 
 from __future__ import annotations
@@ -51,20 +52,26 @@ class _Query:
 class RecordCache:
     def __init__(self) -> None:
         self._queries: dict[str, _Query] = {}
-        self._snapshot: tuple[int, Any] | None = None  # (change counter, the snapshot then)
+        # (change counter, deletion count, the snapshot then): see store/changes.py
+        self._snapshot: tuple[int, int | None, Any] | None = None
         self.hits = 0  # rows whose record was reused (for tests and curiosity)
         self.misses = 0
         self.snapshot_hits = 0
+        self.snapshot_updates = 0  # snapshots read as the rows changed since the kept one
 
     def snapshot_at(self, counter: int) -> Any | None:
         """The snapshot kept at this change counter value, if any."""
         if self._snapshot is not None and self._snapshot[0] == counter:
             self.snapshot_hits += 1
-            return self._snapshot[1]
+            return self._snapshot[2]
         return None
 
-    def keep_snapshot(self, counter: int, snapshot: Any) -> None:
-        self._snapshot = (counter, snapshot)
+    def kept_snapshot(self) -> tuple[int, int | None, Any] | None:
+        """The last snapshot kept, with the counter and deletion count it was read at."""
+        return self._snapshot
+
+    def keep_snapshot(self, counter: int, snapshot: Any, deletions: int | None = None) -> None:
+        self._snapshot = (counter, deletions, snapshot)
 
     def _prepare(
         self, name: str, conn: AsyncConnection, stmt: Select[Any], key: Sequence[str]

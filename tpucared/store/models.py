@@ -65,6 +65,15 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
+def _version() -> Mapped[int]:
+    """The change counter's value when the row was last inserted or updated, stamped by the
+    triggers of migration 0010 (never by the store): a reader that kept its last snapshot
+    reads only the rows newer than it (store/reads.py). BIGINT on PostgreSQL, as the counter."""
+    return mapped_column(
+        Integer().with_variant(BigInteger(), "postgresql"), server_default=text("0"), index=True
+    )
+
+
 class FleetRow(Base):
     """One configured fleet: the last applied spec and whether `tpucared down` ran."""
 
@@ -107,6 +116,7 @@ class SlotRow(Base):
     done: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # Multislice: since when READY slices wait for a missing one (core/nodes/multislice.py).
     held_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    version: Mapped[int] = _version()
 
 
 class NodeRow(Base):
@@ -166,6 +176,7 @@ class NodeRow(Base):
     # The cloud API that made (or adopted) it, core `FleetSpec.api` (migration 0008).
     api: Mapped[str] = mapped_column(String(16), default="tpu", server_default=text("'tpu'"))
     run_ends_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # flex-start (0009)
+    version: Mapped[int] = _version()  # its workers' changes touch it too (0010)
 
 
 class WorkerRow(Base):
@@ -212,6 +223,7 @@ class WorkloadAttemptRow(Base):
         JSONText, default=dict, server_default="{}"
     )
     detail: Mapped[str | None] = mapped_column(Text)
+    version: Mapped[int] = _version()
 
 
 class CreateAttemptRow(Base):
@@ -235,6 +247,7 @@ class CreateAttemptRow(Base):
     latency_s: Mapped[float | None] = mapped_column(Float)
     message: Mapped[str | None] = mapped_column(Text)
     node_id: Mapped[int | None] = mapped_column(ForeignKey("nodes.id"))
+    version: Mapped[int] = _version()
 
 
 class EventRow(Base):
@@ -271,6 +284,11 @@ class ChangeCounterRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     # BIGINT on PostgreSQL, whose INTEGER is 32 bits (SQLite's is 64): see migration 0002.
     counter: Mapped[int] = mapped_column(
+        Integer().with_variant(BigInteger(), "postgresql"), default=0, server_default=text("0")
+    )
+    # Bumped with the counter by every delete from the snapshot's tables (migration 0010): a
+    # removed row leaves no version to find, so a reader that sees it move reads everything.
+    deletions: Mapped[int] = mapped_column(
         Integer().with_variant(BigInteger(), "postgresql"), default=0, server_default=text("0")
     )
 

@@ -33,9 +33,9 @@ from tpucared.core.model.records import (
 from tpucared.core.workload.job_failures import JOB_FAILED, JOB_RECOVERED
 from tpucared.store import convert, statements
 from tpucared.store.cache import RecordCache
+from tpucared.store.changes import changed_snapshot, read_counts
 from tpucared.store.models import (
     LIVE_NODE_SQL,
-    ChangeCounterRow,
     CreateAttemptRow,
     EventRow,
     FleetRow,
@@ -279,27 +279,32 @@ class Reader:
 
     # -- assembled views ----------------------------------------------------------------------
 
-    async def change_counter(self) -> int | None:
-        """The change counter (migration 0002), or None on a database without one."""
-        stmt = select(ChangeCounterRow.counter).where(ChangeCounterRow.id == 1)
-        try:
-            value = (await self._conn.execute(stmt)).scalar()
-        except OperationalError:
-            return None
-        return None if value is None else int(value)
-
     async def snapshot(self) -> Snapshot:
         """The planner's input; see `Snapshot`. Six queries, whatever the fleet size; with
-        the store's cache, two when nothing changed since the previous one (cache.py)."""
-        counter = await self.change_counter() if self._cache is not None else None
-        if self._cache is not None and counter is not None:
-            kept: Snapshot | None = self._cache.snapshot_at(counter)
-            if kept is not None:
-                last = await self.last_event_id()
-                return kept if kept.last_event_id == last else replace(kept, last_event_id=last)
-        snap = await self._read_snapshot()
-        if self._cache is not None and counter is not None:
-            self._cache.keep_snapshot(counter, snap)
+        the store's cache, two when nothing changed since the previous one (cache.py), and
+        only the rows that changed when nothing was deleted (changes.py)."""
+        counts = await read_counts(self._conn) if self._cache is not None else None
+        if self._cache is None or counts is None:
+            return await self._read_snapshot()
+        kept: Snapshot | None = self._cache.snapshot_at(counts.counter)
+        if kept is not None:
+            last = await self.last_event_id()
+            return kept if kept.last_event_id == last else replace(kept, last_event_id=last)
+        snap = None
+        base = self._cache.kept_snapshot()
+        if base is not None and counts.deletions is not None and base[1] == counts.deletions:
+            fleets = await self.fleets()
+            snap = await changed_snapshot(
+                base[2],
+                base[0],
+                self._rows,
+                frozen_mapping({f.name: f for f in fleets}),
+                await self.last_event_id(),
+            )
+            self._cache.snapshot_updates += snap is not None
+        if snap is None:
+            snap = await self._read_snapshot()
+        self._cache.keep_snapshot(counts.counter, snap, counts.deletions)
         return snap
 
     async def _read_snapshot(self) -> Snapshot:
