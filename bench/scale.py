@@ -307,10 +307,11 @@ def measure(
             "all_launched": round(launched_s, 1) if launched_s is not None else None,
         },
         "tick_s": common.summarize([float(t["seconds"]) for t in window]),
-        # Where the tick's wall time went (the daemon logs both since issue 17).
+        # Where the tick's wall time went (the daemon logs list and plan since issue 17, the
+        # plan's snapshot read since issue 31's fifth round).
         **{
             f"tick_{phase}_s": common.summarize([float(t[f"{phase}_seconds"]) for t in window])
-            for phase in ("list", "plan")
+            for phase in ("list", "plan", "read")
             if all(f"{phase}_seconds" in t for t in window)
         },
         "cpu_ms_per_tick": round(cpu * 1000 / ticks, 1),

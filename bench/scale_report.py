@@ -16,7 +16,7 @@ from bench import common
 HEADERS = [
     "nodes", "variant", "tick p50 ms", "tick p99 ms", "CPU ms/tick", "RSS MB", "peak MB",
     "API req/tick", "list pages", "DB MB", "emulator CPU ms/tick", "workers probed/tick",
-    "list p50 ms", "plan p50 ms",
+    "list p50 ms", "plan p50 ms", "read p50 ms",
 ]  # fmt: skip
 
 
@@ -36,7 +36,7 @@ def row_cells(row: Mapping[str, Any]) -> list[str]:
         f"{row['db']['total_mb']:.1f}",
         f"{row['emulator_cpu_ms_per_tick']:.0f}",
         f"{row['probes']['workers_per_tick']:g}",
-        *(_median_ms(row.get(f"tick_{phase}_s")) for phase in ("list", "plan")),
+        *(_median_ms(row.get(f"tick_{phase}_s")) for phase in ("list", "plan", "read")),
     ]
 
 

@@ -100,6 +100,7 @@ class Tick:
     # lost one), carrying the plan out. Logged, so a slow tick says why.
     list_seconds: float = 0.0
     plan_seconds: float = 0.0
+    read_seconds: float = 0.0  # the snapshot read alone (part of plan_seconds)
 
     @property
     def next_hold_lifts(self) -> datetime | None:
@@ -179,6 +180,7 @@ class Reconciler:
             self._listed = (zones, observations, started)
         listed = self._clock.monotonic()
         snapshot = await self._store.load_snapshot()
+        read = self._clock.monotonic()
         self._live = tuple(snapshot.nodes.values())
         self._watcher.adopt(self._live)
         plan = await self._plan(observations, snapshot)
@@ -216,6 +218,7 @@ class Reconciler:
             lists_reused=reused,
             list_seconds=round(listed - started, 4),
             plan_seconds=round(planned - listed, 4),
+            read_seconds=round(read - listed, 4),
         )
         self.last = tick
         _log_tick(tick)
@@ -345,6 +348,7 @@ def _log_tick(tick: Tick) -> None:
         "seconds": tick.seconds,
         "list_seconds": tick.list_seconds,
         "plan_seconds": tick.plan_seconds,
+        "read_seconds": tick.read_seconds,
     }
     if tick.workloads is not None:
         fields.update(tick.workloads.fields())
