@@ -25,6 +25,7 @@ are read and laid over the kept snapshot (store/changes.py), unless a row was de
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -33,6 +34,13 @@ from sqlalchemy import Select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 R = TypeVar("R")
+
+# However little changes, a snapshot is read whole at least this often (seconds): a safety net
+# under the rows-changed-since reads (store/changes.py) for a database that went back without
+# the Store noticing (a quick restart that lost its last commits, hidden by the pool's
+# pre-ping). It costs one whole read, which the row records above make cheap when little
+# changed.
+WHOLE_READ_EVERY_S = 300.0
 
 Processor = Callable[[Any], Any] | None
 
@@ -54,6 +62,7 @@ class RecordCache:
         self._queries: dict[str, _Query] = {}
         # (change counter, deletion count, the snapshot then): see store/changes.py
         self._snapshot: tuple[int, int | None, Any] | None = None
+        self._whole_at: float | None = None  # monotonic time of the last whole read kept
         self.hits = 0  # rows whose record was reused (for tests and curiosity)
         self.misses = 0
         self.snapshot_hits = 0
@@ -61,17 +70,30 @@ class RecordCache:
 
     def snapshot_at(self, counter: int) -> Any | None:
         """The snapshot kept at this change counter value, if any."""
-        if self._snapshot is not None and self._snapshot[0] == counter:
+        kept = self.kept_snapshot()
+        if kept is not None and kept[0] == counter:
             self.snapshot_hits += 1
-            return self._snapshot[2]
+            return kept[2]
         return None
 
     def kept_snapshot(self) -> tuple[int, int | None, Any] | None:
-        """The last snapshot kept, with the counter and deletion count it was read at."""
+        """The last snapshot kept, with the counter and deletion count it was read at; None
+        when the next read must be a whole one (`WHOLE_READ_EVERY_S`)."""
+        if self._whole_at is None or time.monotonic() - self._whole_at > WHOLE_READ_EVERY_S:
+            return None
         return self._snapshot
 
-    def keep_snapshot(self, counter: int, snapshot: Any, deletions: int | None = None) -> None:
+    def keep_snapshot(
+        self, counter: int, snapshot: Any, deletions: int | None = None, *, whole: bool = True
+    ) -> None:
         self._snapshot = (counter, deletions, snapshot)
+        if whole:
+            self._whole_at = time.monotonic()
+
+    def forget_snapshot(self) -> None:
+        """The next snapshot is read whole (the Store calls it when the database went away:
+        what comes back may have lost writes the kept snapshot shows)."""
+        self._snapshot = None
 
     def _prepare(
         self, name: str, conn: AsyncConnection, stmt: Select[Any], key: Sequence[str]

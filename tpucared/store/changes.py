@@ -17,6 +17,12 @@ whole read (every slot, live incarnation and worker, and two newest-per-slot agg
 0.5-1 s of a storm tick on a 2-core machine: the driver's thread builds every row while the
 event loop's thread is busy. A storm tick changes a few hundred rows.
 
+The database may also go back: a server that lost its last commits (PostgreSQL with
+`synchronous_commit = off`, stopped at once), a standby promoted behind its primary, a restored
+backup. Rows it lost would keep their old versions and never be read again, so the kept
+snapshot is forgotten whenever the Store finds the database gone (`StoreUnavailable`), and a
+counter lower than the kept one's makes the read a whole one.
+
 The result equals a whole read's, mapping for mapping (tests/store/test_store_changes.py
 compares them after random writes, on SQLite and PostgreSQL), and keeps its orders: nodes
 newest first, slots by fleet and index, workers by incarnation.

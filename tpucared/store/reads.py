@@ -292,7 +292,12 @@ class Reader:
             return kept if kept.last_event_id == last else replace(kept, last_event_id=last)
         snap = None
         base = self._cache.kept_snapshot()
-        if base is not None and counts.deletions is not None and base[1] == counts.deletions:
+        if (
+            base is not None
+            and counts.deletions is not None
+            and base[1] == counts.deletions
+            and base[0] < counts.counter  # a counter gone back: writes lost, read it whole
+        ):
             fleets = await self.fleets()
             snap = await changed_snapshot(
                 base[2],
@@ -302,9 +307,10 @@ class Reader:
                 await self.last_event_id(),
             )
             self._cache.snapshot_updates += snap is not None
+        whole = snap is None
         if snap is None:
             snap = await self._read_snapshot()
-        self._cache.keep_snapshot(counts.counter, snap, counts.deletions)
+        self._cache.keep_snapshot(counts.counter, snap, counts.deletions, whole=whole)
         return snap
 
     async def _read_snapshot(self) -> Snapshot:

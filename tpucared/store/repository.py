@@ -122,6 +122,9 @@ class Store:
             unavailable = unavailable_error(exc, self.engine.url, DEFAULT_BUSY_TIMEOUT_MS)
             if unavailable is None:
                 raise
+            # What comes back may not be what went away (a server that lost its last commits,
+            # a standby promoted behind, a restored backup): the next snapshot is read whole.
+            self.records.forget_snapshot()
             raise unavailable from exc
 
     @asynccontextmanager
