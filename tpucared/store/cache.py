@@ -57,11 +57,26 @@ class _Query:
     entries: dict[Any, tuple[tuple[Any, ...], Any]]  # key -> (raw row, its record)
 
 
+@dataclass(frozen=True)
+class Kept:
+    """The last snapshot kept, with the change counter and deletion count it was read at."""
+
+    counter: int
+    deletions: int | None  # None: a database before migration 0010
+    snapshot: Any
+
+    def base_at(self, counter: int, deletions: int | None) -> Any | None:
+        """The snapshot, if the rows changed since it can be laid over it: nothing deleted
+        since, and the counter ahead (one gone back means writes were lost)."""
+        if deletions is None or deletions != self.deletions or counter <= self.counter:
+            return None
+        return self.snapshot
+
+
 class RecordCache:
     def __init__(self) -> None:
         self._queries: dict[str, _Query] = {}
-        # (change counter, deletion count, the snapshot then): see store/changes.py
-        self._snapshot: tuple[int, int | None, Any] | None = None
+        self._snapshot: Kept | None = None  # see store/changes.py
         self._whole_at: float | None = None  # monotonic time of the last whole read kept
         self.hits = 0  # rows whose record was reused (for tests and curiosity)
         self.misses = 0
@@ -71,14 +86,14 @@ class RecordCache:
     def snapshot_at(self, counter: int) -> Any | None:
         """The snapshot kept at this change counter value, if any."""
         kept = self.kept_snapshot()
-        if kept is not None and kept[0] == counter:
+        if kept is not None and kept.counter == counter:
             self.snapshot_hits += 1
-            return kept[2]
+            return kept.snapshot
         return None
 
-    def kept_snapshot(self) -> tuple[int, int | None, Any] | None:
-        """The last snapshot kept, with the counter and deletion count it was read at; None
-        when the next read must be a whole one (`WHOLE_READ_EVERY_S`)."""
+    def kept_snapshot(self) -> Kept | None:
+        """The last snapshot kept; None when the next read must be a whole one
+        (`WHOLE_READ_EVERY_S`, or `forget_snapshot`)."""
         if self._whole_at is None or time.monotonic() - self._whole_at > WHOLE_READ_EVERY_S:
             return None
         return self._snapshot
@@ -86,7 +101,7 @@ class RecordCache:
     def keep_snapshot(
         self, counter: int, snapshot: Any, deletions: int | None = None, *, whole: bool = True
     ) -> None:
-        self._snapshot = (counter, deletions, snapshot)
+        self._snapshot = Kept(counter, deletions, snapshot)
         if whole:
             self._whole_at = time.monotonic()
 

@@ -291,17 +291,13 @@ class Reader:
             last = await self.last_event_id()
             return kept if kept.last_event_id == last else replace(kept, last_event_id=last)
         snap = None
-        base = self._cache.kept_snapshot()
-        if (
-            base is not None
-            and counts.deletions is not None
-            and base[1] == counts.deletions
-            and base[0] < counts.counter  # a counter gone back: writes lost, read it whole
-        ):
+        kept_last = self._cache.kept_snapshot()
+        base = None if kept_last is None else kept_last.base_at(counts.counter, counts.deletions)
+        if kept_last is not None and base is not None:
             fleets = await self.fleets()
             snap = await changed_snapshot(
-                base[2],
-                base[0],
+                base,
+                kept_last.counter,
                 self._rows,
                 frozen_mapping({f.name: f for f in fleets}),
                 await self.last_event_id(),
