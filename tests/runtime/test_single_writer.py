@@ -71,8 +71,13 @@ async def tpucared(*args: str) -> tuple[int, str, str, float]:
     return proc.returncode, out.decode(), err.decode(), time.monotonic() - started
 
 
+# The running daemon's own heartbeat: it renews its lease every few seconds whatever a second
+# daemon does, so a dump taken across a renewal differs there (CI on 5f25b24 caught one).
+HEARTBEAT = {"leader_lease": {"renewed_at", "expires_at"}}
+
+
 def dump(db: Path) -> dict[str, list[tuple[object, ...]]]:
-    """Every row of every table (read-only, beside the running daemon)."""
+    """Every row of every table (read-only, beside the running daemon), but the heartbeat."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
     try:
         tables = [
@@ -81,7 +86,12 @@ def dump(db: Path) -> dict[str, list[tuple[object, ...]]]:
                 "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
             )
         ]
-        return {t: conn.execute(f'SELECT * FROM "{t}" ORDER BY rowid').fetchall() for t in tables}
+        rows = {}
+        for t in tables:
+            columns = [c[1] for c in conn.execute(f'PRAGMA table_info("{t}")')]
+            kept = ", ".join(f'"{c}"' for c in columns if c not in HEARTBEAT.get(t, set()))
+            rows[t] = conn.execute(f'SELECT {kept} FROM "{t}" ORDER BY rowid').fetchall()
+        return rows
     finally:
         conn.close()
 
