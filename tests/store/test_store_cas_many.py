@@ -12,7 +12,7 @@ from store_support import ENGINES, T0, facts, seed, slot_update
 
 from tpucared.core.model.lifecycle import IllegalTransition
 from tpucared.core.model.records import IncarnationRecord, NodePhase
-from tpucared.core.vocab.actions import DeleteNode, Transition
+from tpucared.core.vocab.actions import CloudFacts, DeleteNode, RecordCloud, Transition
 from tpucared.store import KEEP, NotFound, StaleWrite, Store, Tx
 
 P = NodePhase
@@ -141,3 +141,88 @@ async def test_cas_many_writes_what_each_single_write_writes(store: Store):
 
     assert kinds("many") == kinds("one")
     assert [k for k, _, _ in kinds("many")] == ["node.dead", "node.deleting", "node.deleting"]
+
+
+def _records(incs: list[IncarnationRecord]) -> list[Transition | DeleteNode | RecordCloud]:
+    """RecordCloud in a run: a new health, the facts as recorded (nothing to write), new
+    workers, one stale, and one after its incarnation's own delete intent in the same run."""
+    a, b, c, d, e = sorted(incs, key=lambda i: i.slot)
+
+    def record(inc: IncarnationRecord, expected: NodePhase, cloud: CloudFacts) -> RecordCloud:
+        return RecordCloud(
+            reason="", incarnation_id=inc.id, node_name=inc.node_name, expected=expected,
+            cloud=cloud,
+        )  # fmt: skip
+
+    return [
+        record(a, P.READY, facts(health="TIMEOUT")),
+        record(b, P.READY, facts()),  # as recorded by `_ready`
+        record(c, P.READY, facts(workers=2)),
+        record(c, P.READY, facts(workers=2)),  # the workers the one before wrote: nothing
+        record(d, P.DEAD, facts("PREEMPTED")),  # stale: it is READY
+        DeleteNode.of(e, P.READY, reason="unwanted", end_reason="scaled down"),
+        record(e, P.DELETING, facts("DELETING")),
+    ]
+
+
+async def _each(tx: Tx, actions: list[Transition | DeleteNode | RecordCloud]) -> list[object]:
+    out: list[object] = []
+    for action in actions:
+        if not isinstance(action, RecordCloud):
+            out += await _one_by_one(tx, [action])
+            continue
+        try:
+            async with tx.savepoint():
+                out.append(
+                    await tx.record_cloud(
+                        action.incarnation_id, action.expected, action.cloud, T0,
+                        reason=action.reason,
+                    )
+                )  # fmt: skip
+        except StaleWrite as exc:
+            out.append(exc)
+    return out
+
+
+async def test_cas_many_records_cloud_facts_as_record_cloud_does(store: Store):
+    single, many = await _ready(store, "one", 5), await _ready(store, "many", 5)
+    statements: list[str] = []
+    event.listen(
+        store.engine.sync_engine, "before_cursor_execute",
+        lambda _c, _cur, sql, *_a: statements.append(sql),
+    )  # fmt: skip
+    async with store.write() as tx:
+        expected = await _each(tx, _records(single))
+        got = await tx.cas_many(_records(many), T0)
+        statements.clear()
+        plain = [a for a in _records(many) if isinstance(a, RecordCloud) and not a.cloud.endpoints]
+        await tx.cas_many(plain, T0)  # facts without workers: a read and an UPDATE at most
+        assert len(statements) <= 2
+    assert [_same(r) for r in got] == [_same(r) for r in expected]
+    assert type(got[4]) is StaleWrite
+    async with store.read() as r:
+        rows = {f: [_same(i) for i in await r.incarnations(f)] for f in ("one", "many")}
+        ids = {f: [i.id for i in await r.incarnations(f)] for f in ("one", "many")}
+        workers = {f: await r.workers(ids[f]) for f in ("one", "many")}
+        events = await r.events(since_id=0, limit=1000)
+    assert rows["one"] == rows["many"]
+    addresses = {
+        f: [[(w.index, w.internal_ip) for w in ws] for _, ws in sorted(workers[f].items())]
+        for f in ("one", "many")
+    }
+    assert addresses["one"] == addresses["many"]
+    assert any(len(ws) == 2 for ws in workers["many"].values())
+
+    def told(fleet: str) -> list[tuple[str, str, object]]:
+        last_ready = max(x.id for x in events if x.kind == "node.ready")
+        return [
+            (e.kind, e.message.replace(fleet, "F"), e.details)
+            for e in events
+            if e.fleet == fleet and e.id > last_ready
+        ]
+
+    assert told("many") == told("one")
+    # a new health, new workers, the delete intent and the deleting node's new state.
+    assert [k for k, _, _ in told("many")] == [
+        "node.cloud", "node.cloud", "node.deleting", "node.cloud",
+    ]  # fmt: skip

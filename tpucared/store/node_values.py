@@ -7,11 +7,12 @@ disagree on what entering a phase stamps.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Final
 
 from tpucared.core.model.lifecycle import check_transition, is_terminal
-from tpucared.core.model.records import IncarnationRecord, NodePhase
+from tpucared.core.model.records import IncarnationRecord, NodePhase, WorkerRecord
 from tpucared.core.vocab.actions import CloudFacts, SlotUpdate
 from tpucared.store.write_base import Keep, given
 
@@ -37,6 +38,19 @@ def cloud_values(cloud: CloudFacts) -> dict[str, object]:
         "create_time": cloud.create_time,
         "run_ends_at": cloud.run_ends_at,
     }
+
+
+def same_cloud(
+    current: IncarnationRecord, workers: Sequence[WorkerRecord], cloud: CloudFacts
+) -> bool:
+    """True when recording `cloud` (RecordCloud) would change nothing: the facts as recorded,
+    and the workers too when it carries endpoints. Such a record writes nothing, no event."""
+    same_facts = all(getattr(current, k) == v for k, v in cloud_values(cloud).items())
+    return same_facts and (
+        cloud.endpoints is None
+        or sorted((w.index, w.internal_ip, w.external_ip) for w in workers)
+        == sorted((ep.index, ep.internal_ip, ep.external_ip) for ep in cloud.endpoints)
+    )
 
 
 def entering(current: IncarnationRecord, new: NodePhase, now: datetime) -> dict[str, object]:

@@ -38,6 +38,7 @@ from tpucared.store.node_values import (
     check_slot_update,
     cloud_values,
     deleting_values,
+    same_cloud,
     transition_values,
 )
 from tpucared.store.statements import cas_statement
@@ -318,27 +319,33 @@ class NodeWrites(WriterBase):
         reason: str,
     ) -> IncarnationRecord | None:
         """Write the facts if they differ; None when there was nothing to write."""
-        values = cloud_values(cloud)
-        same_facts = all(getattr(current, k) == v for k, v in values.items())
-        same_workers = cloud.endpoints is None or sorted(
-            (w.index, w.internal_ip, w.external_ip) for w in workers
-        ) == sorted((ep.index, ep.internal_ip, ep.external_ip) for ep in cloud.endpoints)
-        if same_facts and same_workers:
+        if same_cloud(current, workers, cloud):
             return None
-        inc = await self._cas(current.id, current.phase, values)
+        inc = await self._cas(current.id, current.phase, cloud_values(cloud))
         if cloud.endpoints is not None:
             await self.set_workers(inc.id, cloud.endpoints)
+        self._cloud_event(current, inc, cloud, now, reason)
+        return inc
+
+    def _cloud_event(
+        self,
+        before: IncarnationRecord,
+        inc: IncarnationRecord,
+        cloud: CloudFacts,
+        now: datetime,
+        reason: str,
+    ) -> None:
+        """The event of a RecordCloud that wrote `cloud`: `inc` as written, `before` it."""
         health = f", health {inc.health}" if inc.health else ""
         self._node_event(
             inc,
             "node.cloud",
             reason or f"{inc.node_name}: cloud {inc.cloud_state}{health}",
             now,
-            cloud=values,
-            previous_cloud_state=current.cloud_state,
-            previous_health=current.health,
+            cloud=cloud_values(cloud),
+            previous_cloud_state=before.cloud_state,
+            previous_health=before.health,
         )
-        return inc
 
     async def adopt(
         self,

@@ -14,9 +14,10 @@ its turn to write came, so the lease keeper's renewal never waits long behind on
 plan's order: one transaction each, every action as if in a savepoint of its own, so a stale
 action is undone alone and the others still commit; the calls of a batch's intents start after
 its commit. A batch is cut into runs of one kind (`_runs`), each written as cheaply as it can:
-OpenSlot and Adopt in bulk (`Tx.open_slots`, `Tx.adopt_many`); Transition and DeleteNode in a
-few statements for the whole run (`Tx.cas_many`: a storm tick's READY -> DEAD, DEAD -> DELETING,
-DELETING -> DELETED); the rest one by one, `CHUNK` to a shared savepoint (`Tx.apply_each`).
+OpenSlot and Adopt in bulk (`Tx.open_slots`, `Tx.adopt_many`); Transition, DeleteNode and
+RecordCloud in a few statements for the whole run (`Tx.cas_many`: a storm tick's READY -> DEAD,
+DEAD -> DELETING, DELETING -> DELETED, and the new cloud states of the nodes being deleted); the
+rest one by one, `CHUNK` to a shared savepoint (`Tx.apply_each`).
 Why: each commit syncs the WAL (store/engine.py), and each statement costs trips to the
 database driver's thread (about 1 ms on this 2-core machine, several under load). Adopting
 10,000 nodes after a lost database is 20,000 record actions: one sync each took ~300 s; a
@@ -56,6 +57,7 @@ from tpucared.core.vocab.actions import (
     DeleteNode,
     Notice,
     OpenSlot,
+    RecordCloud,
     Severity,
     Transition,
 )
@@ -233,15 +235,16 @@ class Executor:
         intents: _Intents,
         live: Mapping[int, IncarnationRecord],
     ) -> list[tuple[Action, str]]:
-        """A run of Transition and DeleteNode actions in a few statements (`Tx.cas_many`),
-        each written or refused as it would be alone. A delete's call-in-flight checks come
-        first, in order, for the whole run: one that waits for the name of a delete refused
-        later in the run is postponed a tick, where alone it would have gone ahead. Should
-        the run meet a concurrent change, it is undone and applied action by action."""
+        """A run of Transition, DeleteNode and RecordCloud actions in a few statements
+        (`Tx.cas_many`), each written or refused as it would be alone. A delete's
+        call-in-flight checks come first, in order, for the whole run: one that waits for the
+        name of a delete refused later in the run is postponed a tick, where alone it would
+        have gone ahead. Should the run meet a concurrent change, it is undone and applied
+        action by action."""
         outcomes: dict[int, str] = {}
         writes: list[tuple[int, CasAction]] = []
         for i, action in enumerate(run):
-            assert isinstance(action, Transition | DeleteNode)
+            assert isinstance(action, Transition | DeleteNode | RecordCloud)
             if isinstance(action, DeleteNode):
                 if self._calls.busy(action.incarnation_id) or self._calls.name_busy(action):
                     outcomes[i] = POSTPONED
@@ -407,7 +410,7 @@ def _kind(action: Action) -> str:
         isinstance(action, Adopt) and action.phase is not NodePhase.REQUESTED
     ):
         return BULK
-    if isinstance(action, Transition | DeleteNode):
+    if isinstance(action, Transition | DeleteNode | RecordCloud):
         return CAS
     return ONE
 
