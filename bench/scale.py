@@ -80,10 +80,12 @@ from bench.scale_procs import (
     fleet_layout,
     keep_logs,
     log_problems,
+    machine_cpu_ticks,
     probe_design,
     proc_cpu_seconds,
     proc_memory_mb,
     serve_emulator,
+    steal_share,
     wait_until,
 )
 from bench.scale_report import profile_top, render, render_row
@@ -229,6 +231,7 @@ def measure(
             daemon.process.send_signal(signal.SIGUSR1)
         cpu_start = proc_cpu_seconds(daemon.pid)
         emu_cpu_start = proc_cpu_seconds(emulator.pid)
+        machine_start = machine_cpu_ticks()
         wall_start = time.monotonic()
         storm = Storm(emulator.url, size, every=poll) if variant == "storm" else None
         if storm is not None:
@@ -247,6 +250,7 @@ def measure(
         )
         cpu = proc_cpu_seconds(daemon.pid) - cpu_start
         emu_cpu = proc_cpu_seconds(emulator.pid) - emu_cpu_start
+        stolen = steal_share(machine_start, machine_cpu_ticks())
         storm_row = None
         if storm is not None:
             storm.stop()
@@ -325,6 +329,7 @@ def measure(
             else None,
         },
         "emulator_cpu_ms_per_tick": round(emu_cpu * 1000 / ticks, 1),
+        "cpu_steal_share": stolen,  # the hypervisor's share of the window (scale_procs.py)
         "memory": memory,
         "api_requests": {
             "total": len(requests),

@@ -68,6 +68,20 @@ def proc_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_cpu_ticks() -> tuple[int, int]:
+    """(steal, total) clock ticks of every CPU since boot (/proc/stat): the share of a window
+    the hypervisor gave to other guests. On this shared 2-core VM it swings from ~0 to 40 %
+    between runs, and with it every figure, so each run reports it."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
+def steal_share(start: tuple[int, int], end: tuple[int, int]) -> float:
+    """The share of the CPU time between two `machine_cpu_ticks` that was stolen."""
+    total = end[1] - start[1]
+    return round((end[0] - start[0]) / total, 3) if total > 0 else 0.0
+
+
 def proc_memory_mb(pid: int) -> dict[str, float]:
     """VmRSS (now) and VmHWM (peak) in MiB."""
     out: dict[str, float] = {}

@@ -16,7 +16,7 @@ from bench import common
 HEADERS = [
     "nodes", "variant", "tick p50 ms", "tick p99 ms", "CPU ms/tick", "RSS MB", "peak MB",
     "API req/tick", "list pages", "DB MB", "emulator CPU ms/tick", "workers probed/tick",
-    "list p50 ms", "plan p50 ms", "read p50 ms",
+    "list p50 ms", "plan p50 ms", "read p50 ms", "steal %",
 ]  # fmt: skip
 
 
@@ -37,6 +37,7 @@ def row_cells(row: Mapping[str, Any]) -> list[str]:
         f"{row['emulator_cpu_ms_per_tick']:.0f}",
         f"{row['probes']['workers_per_tick']:g}",
         *(_median_ms(row.get(f"tick_{phase}_s")) for phase in ("list", "plan", "read")),
+        "-" if row.get("cpu_steal_share") is None else f"{row['cpu_steal_share'] * 100:.0f}",
     ]
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from bench import run as harness
-from bench import scale, scale_api, scale_storm
+from bench import scale, scale_api, scale_procs, scale_storm
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -53,6 +53,7 @@ def test_the_scale_benchmark_runs_in_quick_mode(tmp_path: Path) -> None:
     assert tick["n"] == row["ticks"]
     assert 0 < tick["min"] <= tick["median"] <= tick["p99"] <= tick["max"]
     assert row["cpu_ms_per_tick"] > 0
+    assert 0.0 <= row["cpu_steal_share"] < 1.0  # the hypervisor's share of the window
     assert 0 < row["memory"]["rss_mb"] <= row["memory"]["peak_rss_mb"]
     assert row["db"]["db_mb"] > 0
     assert row["db"]["events"] > 0
@@ -175,3 +176,10 @@ def scale_storm_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
     scale_storm.add_storm_arguments(parser)
     return parser
+
+
+def test_the_steal_share_is_the_stolen_part_of_the_cpu_time_between_two_readings() -> None:
+    before = scale_procs.machine_cpu_ticks()
+    assert 0 <= before[0] <= before[1]
+    assert scale_procs.steal_share((100, 1_000), (130, 1_100)) == 0.3
+    assert scale_procs.steal_share(before, before) == 0.0
