@@ -102,13 +102,19 @@ def _same(record: object) -> object:
     return type(record)
 
 
-async def test_cas_many_writes_what_each_single_write_writes(store: Store):
-    single, many = await _ready(store, "one", 5), await _ready(store, "many", 5)
+def _statements(store: Store) -> list[str]:
+    """Every statement the store sends from now on, appended as it goes."""
     statements: list[str] = []
     event.listen(
         store.engine.sync_engine, "before_cursor_execute",
         lambda _c, _cur, sql, *_a: statements.append(sql),
     )  # fmt: skip
+    return statements
+
+
+async def test_cas_many_writes_what_each_single_write_writes(store: Store):
+    single, many = await _ready(store, "one", 5), await _ready(store, "many", 5)
+    statements = _statements(store)
     async with store.write() as tx:
         expected = await _one_by_one(tx, _actions(single))
         statements.clear()
@@ -186,11 +192,7 @@ async def _each(tx: Tx, actions: list[Transition | DeleteNode | RecordCloud]) ->
 
 async def test_cas_many_records_cloud_facts_as_record_cloud_does(store: Store):
     single, many = await _ready(store, "one", 5), await _ready(store, "many", 5)
-    statements: list[str] = []
-    event.listen(
-        store.engine.sync_engine, "before_cursor_execute",
-        lambda _c, _cur, sql, *_a: statements.append(sql),
-    )  # fmt: skip
+    statements = _statements(store)
     async with store.write() as tx:
         expected = await _each(tx, _records(single))
         got = await tx.cas_many(_records(many), T0)
