@@ -31,6 +31,7 @@ from mig_support import (
 )
 
 from tpucared.emulator.clock import ManualClock
+from tpucared.emulator.projects import project_number
 
 API = "https://www.googleapis.com/compute/v1"
 GROUP = f"projects/{P}/zones/{Z}/instanceGroupManagers/iron-0"
@@ -122,7 +123,14 @@ async def test_a_zonal_mig_is_done_at_once_and_its_members_are_instances_with_wo
             assert vm.scheduling.instance_termination_action == "STOP"
             assert vm.machine_type.endswith(f"/zones/{Z}/machineTypes/{MT}")
             metadata = {i.key: i.value for i in vm.metadata.items}
-            assert metadata["created-by"] == GROUP
+            # Google writes the project's number there, not the id (issue 39).
+            number = project_number(P)
+            assert (
+                metadata["created-by"]
+                == f"projects/{number}/zones/{Z}/instanceGroupManagers/iron-0"
+            )
+            assert number.isdigit()
+            assert len(number) == 12
             assert metadata["agent-worker-number"] == str(worker)
             assert f"WORKER_ID: '{worker}'" in metadata["tpu-env"]
             assert metadata["enable-guest-attributes"] == "TRUE"

@@ -25,7 +25,9 @@ from tpucared.gcp.fields import MalformedResource
 
 from .support import OWNER, ZONE, P, shape
 
-MIG = f"projects/{P}/zones/{ZONE}/instanceGroupManagers/iron-0"
+# As Google writes a member's `created-by`: the project's number, not its id (issue 39).
+NUMBER = "776293755095"
+MIG = f"projects/{NUMBER}/zones/{ZONE}/instanceGroupManagers/iron-0"
 STOCKOUT = {"errors": [{"code": "ZONE_RESOURCE_POOL_EXHAUSTED", "message": "no tpu7x"}]}
 
 
@@ -195,8 +197,11 @@ def test_the_slice_operation_path_round_trips_and_is_told_apart() -> None:
         names.slice_operation_place(names.operation_path(P, ZONE, "op-1"))
     with pytest.raises(ValueError, match="zone operation"):
         names.operation_place(path)
-    assert names.names_mig(f"https://x/compute/v1/{MIG}", P, ZONE) == "iron-0"
-    assert names.names_mig(f"projects/{P}/zones/other/instanceGroupManagers/a", P, ZONE) is None
+    assert names.names_mig(f"https://x/compute/v1/{MIG}", ZONE) == "iron-0"
+    assert names.names_mig(f"projects/{P}/zones/{ZONE}/instanceGroupManagers/a", ZONE) == "a"
+    assert names.names_mig(f"projects/{NUMBER}/zones/other/instanceGroupManagers/a", ZONE) is None
+    assert names.names_mig(f"projects/{NUMBER}/regions/r/instanceGroupManagers/a", ZONE) is None
+    assert names.names_mig(f"projects/{NUMBER}/xzones/{ZONE}/instanceGroupManagers/a", ZONE) is None
 
 
 def test_a_member_of_another_id_than_when_the_slice_ran_makes_it_recreated() -> None:

@@ -36,6 +36,7 @@ from tpucared.emulator.compute.book import CREATING, ComputeBook
 from tpucared.emulator.compute.errors import OpError
 from tpucared.emulator.compute.resources import API, Instance, zone_url
 from tpucared.emulator.compute.shared import Policy, Shared, Template
+from tpucared.emulator.projects import project_number
 
 if TYPE_CHECKING:
     from tpucared.emulator.compute.resources import ZoneOperation
@@ -299,7 +300,11 @@ class Migs:
         spec["machineType"] = f"zones/{mig.zone}/machineTypes/{mig.machine.name}"
         metadata = dict(spec.get("metadata") or {})
         items = [i for i in metadata.get("items") or [] if i.get("key") not in _WORKER_KEYS]
-        items.append({"key": "created-by", "value": mig.key})
+        # Google writes the project's number here, not its id (emulator/projects.py).
+        creator = (
+            f"projects/{project_number(mig.project)}/{mig.scope}/instanceGroupManagers/{mig.name}"
+        )
+        items.append({"key": "created-by", "value": creator})
         source = self.options.compute_worker_id_source
         if source in ("both", "agent-worker-number"):
             items.append({"key": "agent-worker-number", "value": str(member.worker_id)})

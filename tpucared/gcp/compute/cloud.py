@@ -267,7 +267,7 @@ class ComputeCloud:
             filter=f"name eq {name}{slice_rules.MEMBER_SUFFIX.replace('###', '.*')}",
             fields="nextPageToken,warning,items(name,metadata(items))",
         )
-        mine = [m for m in members if slice_rules.member_of(m, project, zone) == name]
+        mine = [m for m in members if slice_rules.member_of(m, zone) == name]
         ordered = slice_rules.worker_order(mine)
         out: dict[int, list[tuple[str, str]]] = {}
         for index, member in enumerate(ordered or ()):

@@ -95,10 +95,12 @@ def slice_operation_place(path: str) -> tuple[str, str, str, str]:
     return project, zone, mig, operation
 
 
-def names_mig(url: str, project: str, zone: str) -> str | None:
-    """The MIG's name when a URL or path (a member's `created-by`) is a MIG of (project,
-    zone), else None."""
-    prefix = f"{zone_path(project, zone)}/instanceGroupManagers/"
+def names_mig(url: str, zone: str) -> str | None:
+    """The MIG's name when a URL or path (a member's `created-by`) is a MIG of `zone`, else
+    None. Only the `zones/{zone}/instanceGroupManagers/{name}` tail is compared: Google
+    writes the project's number there (`projects/776293755095/zones/...`), not the id the
+    config names, and an instances.list answers for one project only."""
+    prefix = f"zones/{_segment(zone, 'zone')}/instanceGroupManagers/"
     path = url.rstrip("/")
     at = path.find(prefix)
     if at < 0 or (at > 0 and path[at - 1] != "/"):

@@ -96,7 +96,7 @@ async def observe_zone(
         )
         migs = await client.list_migs(project, zone, fields=MIG_LIST_FIELDS)
         fresh: dict[str, tuple[Mapping[str, Any], ObservedNode]] = {}
-        singles, members = _split(raw, project, zone, cache, fresh)
+        singles, members = _split(raw, zone, cache, fresh)
         ours = [m for m in migs if _ours(m, owner)]
         made = _slices(project, zone, ours, members, ran if ran is not None else {})
         nodes = (*singles, *made)
@@ -129,7 +129,6 @@ async def observe_zone(
 
 def _split(
     raw: Sequence[Mapping[str, Any]],
-    project: str,
     zone: str,
     cache: NodeCache | None,
     fresh: dict[str, tuple[Mapping[str, Any], ObservedNode]],
@@ -139,7 +138,7 @@ def _split(
     singles: list[ObservedNode] = []
     members: dict[str, list[Mapping[str, Any]]] = {}
     for item in raw:
-        group = slice_rules.member_of(item, project, zone)
+        group = slice_rules.member_of(item, zone)
         if group is None:
             singles.append(convert_cached(zone, item, cache, fresh, instance_from_json))
         else:

@@ -137,10 +137,11 @@ def _metadata(data: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
-def member_of(data: Mapping[str, Any], project: str, zone: str) -> str | None:
-    """The name of the MIG of (project, zone) whose member this instance is, else None."""
+def member_of(data: Mapping[str, Any], zone: str) -> str | None:
+    """The name of the MIG of `zone` whose member this instance is, else None (an
+    instances.list answers for one project: the zone says it all)."""
     created_by = _metadata(data).get("created-by")
-    return names.names_mig(created_by, project, zone) if created_by else None
+    return names.names_mig(created_by, zone) if created_by else None
 
 
 def worker_id(data: Mapping[str, Any]) -> int | None:
