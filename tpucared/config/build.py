@@ -397,7 +397,7 @@ def _workload(raw: WorkloadTable, at: str, base: Path, problems: Problems) -> Wo
 
 def _policy(raw: PolicyTable, problems: Problems) -> Policy | None:
     rules = {}
-    for name in ("capacity", "transient", "error"):
+    for name in ("capacity", "transient", "error", "defect"):
         base: timedelta = getattr(raw, f"{name}_backoff")
         cap: timedelta = getattr(raw, f"{name}_backoff_cap")
         if base <= timedelta(0):
@@ -421,7 +421,7 @@ def _policy(raw: PolicyTable, problems: Problems) -> Policy | None:
                 f"policy.timeouts.{dotted([name])}",
                 f"unknown stuck-state timeout{hint}; known: {', '.join(DEFAULT_TIMEOUTS)}",
             )
-    if problems or len(rules) < 3:
+    if problems or len(rules) < 4:
         return None
     return Policy(
         creates_per_minute=raw.creates_per_minute,
@@ -430,6 +430,7 @@ def _policy(raw: PolicyTable, problems: Problems) -> Policy | None:
         capacity_backoff=rules["capacity"],
         transient_backoff=rules["transient"],
         error_backoff=rules["error"],
+        defect_backoff=rules["defect"],
         create_grace=raw.create_grace,
         vanish_grace=raw.vanish_grace,
         unhealthy_grace=raw.unhealthy_grace,

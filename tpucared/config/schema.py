@@ -170,6 +170,8 @@ class PolicyTable(Table):
     transient_backoff_cap: Duration = timedelta(minutes=2)
     error_backoff: Duration = timedelta(minutes=10)
     error_backoff_cap: Duration = timedelta(minutes=30)
+    defect_backoff: Duration = timedelta(seconds=30)
+    defect_backoff_cap: Duration = timedelta(minutes=30)
     create_grace: Duration = timedelta(minutes=2)
     vanish_grace: Duration = timedelta(seconds=20)
     unhealthy_grace: Duration = timedelta(minutes=10)

@@ -7,11 +7,12 @@ deletes and other actions the plan must hold for it. kopf-style: the table is th
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
-from tpucared.core.model.observed import ZoneObservation
+from tpucared.core.model.observed import ObservedNode, ZoneObservation
 from tpucared.core.model.records import IncarnationRecord
 from tpucared.core.model.specs import ErrorKind
 from tpucared.core.nodes.cloud import ABSENT
@@ -328,6 +329,53 @@ def test_hard_create_errors_tell_a_person() -> None:
     assert notice.key == "create-failed/1"
     assert "quota" in notice.reason
     assert "a person must fix this" in notice.reason
+
+
+def _incomplete_slice() -> ObservedNode:
+    """A DEAD node that capacity did not take: what the cloud made cannot be used."""
+    return replace(node(state=C.PREEMPTED), state="SLICE_INCOMPLETE", defect="1 of 2 VMs")
+
+
+@pytest.mark.parametrize("failures", [0, 1, 2, 5, 9])
+def test_a_defective_result_before_ready_is_a_failed_create_with_a_doubling_wait(
+    failures: int,
+) -> None:
+    """Issue 39: a slice that never becomes whole was deleted and made again at capacity's
+    pace (49 paid slice creates in 4 minutes). It is a failed create of its own kind: the same
+    zone, a wait of 30 s doubling to 30 min, a person told at the third in a row."""
+    from ..core_support import slot
+
+    record = seen(pending(P.CREATING), node(state=C.CREATING))
+    snap = snapshot(record, specs=[SPEC], slots=[slot(0, create_failures=failures)])
+    p = run([SPEC], world(_incomplete_slice()), snap)
+    assert edges(p) == [("creating", "dead")]
+    assert deletes(p) == ["sweep-0"]
+    (dead,) = p.of(Transition)
+    update = dead.slot_update
+    assert update is not None
+    assert update.create_failures == failures + 1
+    assert update.next_zone == Z1
+    assert "SLICE_INCOMPLETE before READY: 1 of 2 VMs" in (update.last_error or "")
+    assert update.next_create_at is not None
+    ceiling = min(timedelta(seconds=30) * 2**failures, timedelta(minutes=30))
+    assert timedelta(0) < update.next_create_at - T0 <= ceiling
+    assert not p.of(CreateNode)
+    notices = p.of(Notice)
+    if failures + 1 in (3, 10):
+        (notice,) = notices
+        assert notice.key == "create-defective/1"
+        assert f"{failures + 1} creates of sweep-0 in a row failed" in notice.reason
+    else:
+        assert not notices
+
+
+def test_a_dead_node_without_a_defect_before_ready_is_still_a_stockout() -> None:
+    record = seen(pending(P.CREATING), node(state=C.CREATING))
+    p = run([SPEC], world(node(state=C.PREEMPTED)), snapshot(record, specs=[SPEC]))
+    (dead,) = p.of(Transition)
+    assert dead.slot_update is not None
+    assert dead.slot_update.next_zone == Z2  # capacity: the next zone, at once
+    assert dead.slot_update.next_create_at is None
 
 
 def test_a_ready_node_resets_the_budget() -> None:

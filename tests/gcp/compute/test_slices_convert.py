@@ -115,6 +115,10 @@ def test_the_slice_state_table(
     assert (node.state, node.state_class) == (state, cls)
     if state in SLICE_STATES:
         assert node.stuck_rule == SLICE_STATES[state][1]
+    # What the cloud made but cannot be used is told apart from capacity taken away: before
+    # READY the core makes it a DEFECTIVE create (issue 39), a TERMINATED member stays a loss.
+    defective = state in (SliceState.SLICE_INCOMPLETE, SliceState.SLICE_RECREATED)
+    assert (node.defect is not None) == defective
 
 
 def test_ownership_is_the_description() -> None:

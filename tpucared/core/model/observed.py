@@ -87,6 +87,10 @@ class ObservedNode:
     # When the cloud ends the node's run by itself (a flex-start VM's `maxRunDuration`): its
     # loss near then is the run's end, neither a preemption nor a failure. None: no such end.
     run_ends_at: datetime | None = None
+    # Why what the cloud made cannot be used, for a DEAD node that is not a loss of capacity
+    # (a slice that never became whole, a member the cloud recreated): before READY such a
+    # node is a DEFECTIVE create (its own backoff), not a stockout. None: a plain DEAD state.
+    defect: str | None = None
 
     @property
     def fleet(self) -> str | None:

@@ -65,6 +65,11 @@ class ErrorKind(StrEnum):
     # a proxy's page, JSON nested past reason. Never read as "nothing there"; not retried at
     # once (a server answering so tends to answer so again), the next tick asks again.
     MALFORMED = "malformed"
+    # A create that finished but made something that cannot be used: a slice that never
+    # became whole, a member the cloud recreated before the slice served. Not capacity's
+    # pace (each try bills a whole slice until it is deleted): a doubling wait and, after a
+    # few in a row, a notice (core/nodes/incarnations.py).
+    DEFECTIVE = "defective"
 
     @property
     def retryable_soon(self) -> bool:

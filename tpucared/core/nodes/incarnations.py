@@ -54,8 +54,10 @@ from tpucared.core.nodes.step import (
     labels_pending,
     ours,
     stuck_reason,
+    with_retry,
 )
 from tpucared.core.vocab.actions import Action, CloudFacts, Severity
+from tpucared.core.vocab.policy import DEFECT_NOTICE_AFTER
 from tpucared.core.vocab.stuck import QUEUED_RULE
 from tpucared.core.vocab.view import Sighting, View
 
@@ -168,6 +170,19 @@ def _arrive(step: Step, s: Sighting, why: str) -> None:
             cloud=facts,
             slot_update=budget.create_succeeded(step.view, step.inc),
         )
+        return
+    if node is not None and node.state_class is K.DEAD and node.defect is not None:
+        # Made, but not usable (a slice never whole): a failed create with its own doubling
+        # wait, told to a person after a few in a row; never capacity's pace (issue 39).
+        why = f"{node.state} before READY: {node.defect}"
+        update = fail_dead(step, why, ErrorKind.DEFECTIVE, facts, s)
+        if update.create_failures == DEFECT_NOTICE_AFTER or update.create_failures % 10 == 0:
+            step.notice(
+                f"create-defective/{step.inc.id}",
+                Severity.WARNING,
+                f"{update.create_failures} creates of {step.inc.node_name} in a row failed, "
+                f"the last in {step.inc.zone}: {why}; {with_retry('retrying', update, step.now)}",
+            )
         return
     if node is not None and node.state_class is K.DEAD:
         # Preempted before it was ever usable: capacity went away; try the next zone.

@@ -115,7 +115,7 @@ class Step:
         update = budget.create_failed(self.view, self.inc, kind, why)
         self.move(
             P.FAILED,
-            _with_retry(why, update, self.now),
+            with_retry(why, update, self.now),
             end_reason=f"create failed: {kind.value}",
             cloud=cloud,
             slot_update=update,
@@ -125,7 +125,7 @@ class Step:
                 f"create-failed/{self.inc.id}",
                 Severity.ERROR,
                 f"creating {self.inc.node_name} in {self.inc.zone} failed ({update.last_error}); "
-                f"a person must fix this; {_with_retry('retrying', update, self.now)}",
+                f"a person must fix this; {with_retry('retrying', update, self.now)}",
             )
 
     def notice(self, key: str, severity: Severity, message: str) -> None:
@@ -164,19 +164,18 @@ def die(step: Step, reason: str, facts: CloudFacts, s: Sighting, *, lost: bool =
         step.delete("dead: delete it at once")
 
 
-def fail_dead(step: Step, reason: str, kind: ErrorKind, facts: CloudFacts, s: Sighting) -> None:
-    """A pending create that left a dead resource behind: DEAD and delete, slot backoff."""
-    step.move(
-        P.DEAD,
-        reason,
-        end_reason=reason,
-        cloud=facts,
-        slot_update=budget.create_failed(step.view, step.inc, kind, reason),
-    )
+def fail_dead(
+    step: Step, reason: str, kind: ErrorKind, facts: CloudFacts, s: Sighting
+) -> SlotUpdate:
+    """A pending create that left a dead resource behind: DEAD and delete, slot backoff (the
+    slot's update, returned)."""
+    update = budget.create_failed(step.view, step.inc, kind, reason)
+    step.move(P.DEAD, reason, end_reason=reason, cloud=facts, slot_update=update)
     if s.gone:
         step.move(P.DELETED, "nothing left to delete")
     else:
         step.delete("dead: delete it at once")
+    return update
 
 
 def external_delete(step: Step, facts: CloudFacts) -> None:
@@ -320,7 +319,7 @@ def stuck_reason(step: Step, rule: str, start: datetime | None, what: str) -> st
     return f"stuck: {what} for {_fmt(age)} (timeout {rule} = {_fmt(timeout)})"
 
 
-def _with_retry(why: str, update: SlotUpdate, now: datetime) -> str:
+def with_retry(why: str, update: SlotUpdate, now: datetime) -> str:
     zone = f" in {update.next_zone}" if update.next_zone else ""
     if update.next_create_at is None:
         return f"{why}; next create{zone} at once"

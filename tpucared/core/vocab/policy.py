@@ -36,6 +36,13 @@ HARD_ERRORS: frozenset[ErrorKind] = frozenset(
 CAPACITY_BACKOFF = BackoffRule(base=4 * _S, cap=4 * _S, jitter=0.1)
 TRANSIENT_BACKOFF = BackoffRule(base=5 * _S, cap=2 * _M)
 ERROR_BACKOFF = BackoffRule(base=10 * _M, cap=30 * _M, floor=10 * _M)
+# A create whose result cannot be used (ErrorKind.DEFECTIVE): 30 s doubling to 30 min. Each
+# try pays for a whole slice from its create to its delete, and what made it defective (a
+# zone's partial capacity, a cloud behaving as we do not expect) rarely clears in seconds;
+# issue 39 saw 49 paid slice creates in 4 minutes at capacity's pace.
+DEFECT_BACKOFF = BackoffRule(base=30 * _S, cap=30 * _M)
+# The failed creates in a row (the slot's create_failures) at which a defective one is told.
+DEFECT_NOTICE_AFTER = 3
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,8 @@ class Policy:
     transient_backoff: BackoffRule = TRANSIENT_BACKOFF
     # Quota, permission, invalid requests, unknown zones or types: 10 to 30 minutes.
     error_backoff: BackoffRule = ERROR_BACKOFF
+    # Creates that made something unusable (a slice never whole): 30 s doubling to 30 min.
+    defect_backoff: BackoffRule = DEFECT_BACKOFF
     # A create accepted but never listed is not "vanished" before this (list-after-create
     # consistency); a node that was listed must be missing this long before it counts as
     # vanished (one odd list must not cost a pod).
@@ -88,4 +97,6 @@ class Policy:
             return self.capacity_backoff
         if kind in HARD_ERRORS:
             return self.error_backoff
+        if kind is ErrorKind.DEFECTIVE:
+            return self.defect_backoff
         return self.transient_backoff

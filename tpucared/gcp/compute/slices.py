@@ -31,7 +31,7 @@ Pure functions from compute v1 JSON, so every rule is testable without a server:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -71,6 +71,14 @@ SLICE_STATES: Mapping[str, tuple[StateClass, str | None]] = {
     SliceState.SLICE_RECREATED: (K.DEAD, None),
     SliceState.SLICE_DELETING: (K.DELETING, None),
     SliceState.SLICE_NO_WORKER_IDS: (K.UNREADABLE, None),
+}
+
+
+# The slice states that say what the cloud made cannot be used, rather than that capacity
+# was taken away: before READY, a failed create with its own backoff (ObservedNode.defect).
+DEFECTS: Mapping[str, Callable[[int, object], str]] = {
+    SliceState.SLICE_INCOMPLETE: lambda n, size: f"{n} of {size} VMs, and the MIG makes none",
+    SliceState.SLICE_RECREATED: lambda n, size: "the MIG recreated a member",
 }
 
 
@@ -246,6 +254,8 @@ def slice_from_json(
         and any(n.name in ran and ran[n.name] != n.cloud_id for n in nodes)
     ):
         state, cls, rule = _slice(SliceState.SLICE_RECREATED)
+    explain = DEFECTS.get(state)
+    defect = explain(len(members), mig.get("targetSize")) if explain else None
     by_name = {n.name: n for n in nodes}
     endpoints: list[WorkerEndpoint] = []
     for index, member in enumerate(ordered or ()):
@@ -267,6 +277,7 @@ def slice_from_json(
         endpoints=tuple(endpoints),
         made=nodes[0].made if nodes else None,
         run_ends_at=min(ends) if ends else None,
+        defect=defect,
     )
 
 
