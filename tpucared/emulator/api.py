@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tpucared.emulator import errors
+from tpucared.emulator import errors, official_tpu
 from tpucared.emulator.paging import Page, decode_token, encode_token, page_size
 from tpucared.emulator.schema import camel
 from tpucared.emulator.state import EmulatorState
@@ -52,6 +52,7 @@ class Route:
 class V2Api:
     def __init__(self, state: EmulatorState) -> None:
         self.state = state
+        official_tpu.require()  # refuse to serve without Google's types, in one line that says why
         self._creates_this_minute: dict[tuple[str, int], int] = {}  # (project, minute) -> n
         list_extra = LIST_PARAMS | {"filter", "orderBy"}
         self.routes = [
@@ -114,8 +115,9 @@ class V2Api:
         return self.state.location(m[1], m[2])
 
     async def service_identity(
-        self, _: web.Request, m: re.Match[str], q: dict[str, str]
+        self, r: web.Request, m: re.Match[str], q: dict[str, str]
     ) -> JsonDict:
+        await _body(r, "GenerateServiceIdentityRequest", "")
         self.state.check_zone(m[2])
         return {"identity": {"email": "service-0@gcp-sa-tpu.iam.gserviceaccount.com"}}
 
@@ -149,7 +151,7 @@ class V2Api:
         return _page("nodes", page)
 
     async def create_node(self, r: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
-        body = await _body(r)
+        body = await _body(r, "Node", "node")
         self._count_create(m[1])
         return self.state.create_node(m[1], m[2], q.get("nodeId"), body).to_json()
 
@@ -176,21 +178,23 @@ class V2Api:
         return self.state.delete_node(m[1], m[2], m[3]).to_json()
 
     async def update_node(self, r: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
-        body = await _body(r)
+        body = await _body(r, "Node", "node")
         op = self.state.update_node(m[1], m[2], m[3], body, q.get("updateMask"))
         return op.to_json()
 
     async def guest_attributes(
         self, r: web.Request, m: re.Match[str], q: dict[str, str]
     ) -> JsonDict:
-        body = await _body(r)
+        body = await _body(r, "GetGuestAttributesRequest", "")
         attributes = self.state.guest_attributes(m[1], m[2], m[3], body)
         return {"guestAttributes": attributes} if attributes else {}
 
-    async def start_node(self, _: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
+    async def start_node(self, r: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
+        await _body(r, "StartNodeRequest", "")
         return self.state.start_node(m[1], m[2], m[3]).to_json()
 
-    async def stop_node(self, _: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
+    async def stop_node(self, r: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
+        await _body(r, "StopNodeRequest", "")
         return self.state.stop_node(m[1], m[2], m[3]).to_json()
 
     # -----------------------------------------------------------------------------------------
@@ -229,7 +233,7 @@ class V2Api:
     async def create_queued_resource(
         self, r: web.Request, m: re.Match[str], q: dict[str, str]
     ) -> JsonDict:
-        body = await _body(r)
+        body = await _body(r, "QueuedResource", "queued_resource")
         op = self.state.queued.create(m[1], m[2], q.get("queuedResourceId"), body)
         return op.to_json()
 
@@ -245,8 +249,9 @@ class V2Api:
         return self.state.queued.delete(m[1], m[2], m[3], force).to_json()
 
     async def reset_queued_resource(
-        self, _: web.Request, m: re.Match[str], q: dict[str, str]
+        self, r: web.Request, m: re.Match[str], q: dict[str, str]
     ) -> JsonDict:
+        await _body(r, "ResetQueuedResourceRequest", "")
         return self.state.queued.reset(m[1], m[2], m[3]).to_json()
 
 
@@ -266,16 +271,20 @@ def _query(request: web.Request, allowed: frozenset[str]) -> dict[str, str]:
     return out
 
 
-async def _body(request: web.Request) -> object:
+async def _body(request: web.Request, schema: str, path: str) -> object:
+    """The JSON body, checked first as the discovery document's `schema` with Google's own
+    types (official_tpu.py); `path` is where its errors say it is."""
     text = await request.text()
     if not text.strip():
         return {}
     try:
-        return json.loads(text)
+        body = json.loads(text)
     except ValueError as exc:
         raise errors.invalid_argument(
             f"Invalid JSON payload received. {exc.args[0] if exc.args else exc}"
         ) from None
+    official_tpu.check(schema, body, path)
+    return body
 
 
 def _bool(raw: str | None, name: str) -> bool:

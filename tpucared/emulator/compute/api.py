@@ -45,7 +45,7 @@ from aiohttp import web
 
 from tpucared.emulator import fields
 from tpucared.emulator.api import SYSTEM_PARAMETERS
-from tpucared.emulator.compute import errors
+from tpucared.emulator.compute import errors, official
 from tpucared.emulator.compute.limits import RateLimits, metrics_of
 from tpucared.emulator.compute.mig_requests import MigRequests
 from tpucared.emulator.compute.requests import ComputeRequests
@@ -82,6 +82,7 @@ class ComputeApi:
         self.requests = requests
         self.groups = groups
         self.options = requests.options
+        official.require()  # refuse to serve without Google's types, in one line that says why
         self._partials = fields.PartialMemo()
         self.limits = RateLimits(
             self.options.compute_rate_limits, self.options.compute_rate_limit_status
@@ -113,14 +114,17 @@ class ComputeApi:
 
         async def insert_policy(r: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
             region_ = m[2].removeprefix("regions/")
-            return shared.insert_policy(m[1], region_, await _body(r), q.get("requestId")).to_json()
+            body = await _body(r, "ResourcePolicy")
+            return shared.insert_policy(m[1], region_, body, q.get("requestId")).to_json()
 
         async def insert_template(r: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
-            op = shared.insert_template(m[1], region(m[2]), await _body(r), q.get("requestId"))
+            body = await _body(r, "InstanceTemplate")
+            op = shared.insert_template(m[1], region(m[2]), body, q.get("requestId"))
             return op.to_json()
 
         async def insert_mig(r: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
-            return groups.insert(m[1], m[2], await _body(r), q.get("requestId")).to_json()
+            body = await _body(r, "InstanceGroupManager")
+            return groups.insert(m[1], m[2], body, q.get("requestId")).to_json()
 
         def sync(fn: _Call) -> Handler:
             async def handler(_: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
@@ -189,7 +193,7 @@ class ComputeApi:
         )
 
     async def insert(self, r: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
-        body = await _body(r)
+        body = await _body(r, "Instance")
         return self.requests.insert(m[1], m[2], body, q.get("requestId")).to_json()
 
     async def list_instances(self, _: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
@@ -273,11 +277,14 @@ def _query(request: web.Request, allowed: frozenset[str]) -> dict[str, str]:
     return out
 
 
-async def _body(request: web.Request) -> object:
+async def _body(request: web.Request, kind: str) -> object:
+    """The JSON body, checked against Google's own type `kind` (official.py) first."""
     text = await request.text()
     if not text.strip():
         return {}
     try:
-        return json.loads(text)
+        body = json.loads(text)
     except ValueError as exc:
         raise errors.bad_request(f"Invalid JSON payload received. {exc}") from None
+    official.check(kind, body)
+    return body
