@@ -40,7 +40,7 @@ def machine(raw: FleetTable) -> tuple[str, str]:
 
 # Each API's own keys: the others' are one line, whichever of them are set.
 _TPU_KEYS = ("accelerator_type", "runtime_version")
-_COMPUTE_KEYS = ("machine_type", "image", "on_preemption", "topology")
+_COMPUTE_KEYS = ("machine_type", "image", "on_preemption", "topology", "reservation_bound")
 
 # A flex-start run's bounds: Google's resize requests take "between 10m (10 minutes) and 7d
 # (7 days)" (docs/research/compute-engine.md §6.9); the generic maxRunDuration's are wider.
@@ -103,6 +103,12 @@ def _check_compute(raw: FleetTable, at: str, problems: Problems) -> None:
         )
     _check_topology(raw, at, problems)
     _check_flex(raw, at, problems)
+    if raw.reservation_bound and raw.capacity is not CapacityKind.RESERVED:
+        problems.add(
+            f"{at}: reservation_bound",
+            'only with capacity = "reserved" (a calendar-mode reservation\'s VMs are '
+            f'RESERVATION_BOUND), got capacity = "{raw.capacity.value}"',
+        )
 
 
 _ONLY_FLEX = 'only with capacity = "flex-start" (how long a flex-start run lasts)'
@@ -158,6 +164,15 @@ def on_preemption(raw: FleetTable) -> str | None:
     if raw.api != COMPUTE_API or raw.capacity is not CapacityKind.SPOT:
         return None
     return raw.on_preemption or "stop"
+
+
+def reservation_bound(raw: FleetTable) -> bool | None:
+    """Whether a reserved `compute` fleet's VMs are RESERVATION_BOUND: its reservation is a
+    calendar-mode one ("For future reservations created in calendar mode, you must also set
+    the --provisioning-model flag to reservation-bound", tpu/docs/consume-reservation)."""
+    if raw.api != COMPUTE_API or raw.capacity is not CapacityKind.RESERVED:
+        return None
+    return True if raw.reservation_bound else None
 
 
 def affinity_value(reservation: str | None, project: str) -> str | None:

@@ -40,6 +40,7 @@ from tpucared.config.apis import (
     machine,
     max_run_duration_s,
     on_preemption,
+    reservation_bound,
     topology,
 )
 from tpucared.config.guard import build_guard
@@ -329,6 +330,7 @@ def _fleet_spec(
         on_preemption=on_preemption(raw),
         topology=topology(raw),
         max_run_duration_s=max_run_duration_s(raw),
+        reservation_bound=reservation_bound(raw),
     )
     project = DEFAULT_PROJECT if raw.project in (None, own_project) else str(raw.project)
     what, boots = machine(raw)

@@ -119,6 +119,7 @@ def node_options(
     on_preemption: str | None = None,
     topology: str | None = None,
     max_run_duration_s: int | None = None,
+    reservation_bound: bool | None = None,
 ) -> NodeOptions:
     """The fleet's `NodeOptions`, with each rule across keys it breaks added to `problems`."""
     for key in RESERVED_METADATA:
@@ -157,6 +158,7 @@ def node_options(
         on_preemption=on_preemption,
         topology=topology,
         max_run_duration_s=max_run_duration_s,
+        reservation_bound=reservation_bound,
     )
 
 

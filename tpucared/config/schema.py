@@ -153,6 +153,9 @@ class FleetTable(Table):
     metadata: Metadata = Field(default_factory=dict)
     data_disks: list[DataDiskTable] = Field(default_factory=list)
     reservation: Reservation | None = None
+    # compute, capacity "reserved": the reservation is a calendar-mode (future) reservation,
+    # whose VMs must be RESERVATION_BOUND (config/apis.py).
+    reservation_bound: bool | None = None
     # Multislice: each slot is `slices` slices running one job (README "Multislice").
     slices: int = Field(default=1, ge=1, le=256)
     multislice_hold: Duration = timedelta(minutes=30)

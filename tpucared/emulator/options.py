@@ -163,6 +163,13 @@ class EmulatorOptions:
     # A test knob too: how long a flex-start VM runs, whatever its maxRunDuration asks (and
     # scheduling.terminationTime says so), for a daemon's test that cannot ask under 10 min.
     compute_flex_run_seconds: float | None = None
+    # Undocumented by Google's own pages we could read (issue 39; docs/research/
+    # compute-engine.md §10): whether instances.insert makes a single TPU VM FLEX_START.
+    # Google documents TPU flex-start on Compute Engine through MIGs (a one-VM MIG for one
+    # host); [3P] a migration guide quotes Google's provisioning-models page listing TPU7x,
+    # v6e and v5p among flex-start machine series. "allow" (that quote), or "refuse" (400):
+    # tpucared makes every flex-start slot a bulk MIG, which works under both.
+    compute_tpu_flex_instances: str = "allow"
 
     request_log_size: int = 100_000
     max_operations: int = 100_000  # finished operations kept for GET, oldest dropped first
@@ -183,6 +190,7 @@ class EmulatorOptions:
             "compute_flex_run_end": ("delete", "terminate"),
             "compute_flex_run_end_records": ("none", "system_op"),
             "compute_flex_expiry": ("instance_deleted", "instance_terminated", "op_error"),
+            "compute_tpu_flex_instances": ("allow", "refuse"),
         }
         if self.compute_rate_limit_status not in (403, 429):
             raise ValueError("compute_rate_limit_status must be 403 or 429")

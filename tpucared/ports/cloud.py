@@ -102,6 +102,9 @@ class NodeShape:
     hosts: int = 1
     # Flex-start only (`capacity` FLEX_START): the longest the VMs may run, in seconds.
     max_run_duration_s: int | None = None
+    # Reserved only: the reservation is a calendar-mode one, whose VMs Compute Engine makes
+    # RESERVATION_BOUND (provisioning model), not STANDARD.
+    reservation_bound: bool = False
 
     def for_queue(self) -> NodeShape:
         """The same node as a queued slot's node: the tier moves to the queued slot."""

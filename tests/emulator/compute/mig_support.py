@@ -67,8 +67,20 @@ async def official(**options: Any) -> AsyncIterator[Clients]:
         yield clients_of(server, Http(server.url, session))
 
 
-def template_body(name: str = "tpl", *, action: str = "STOP", **scheduling: Any) -> dict[str, Any]:
-    """A global instance template as the adapter sends it (bare machine type)."""
+def template_body(
+    name: str = "tpl", *, action: str = "STOP", bound: bool = False, **scheduling: Any
+) -> dict[str, Any]:
+    """A global instance template as the adapter sends it (bare machine type). `bound`: a
+    calendar reservation's (RESERVATION_BOUND, deleted at its end, a specific reservation),
+    one of the two kinds a BULK MIG takes (issue 39)."""
+    if bound:
+        body = template_body(name, action="DELETE", provisioningModel="RESERVATION_BOUND")
+        body["properties"]["reservationAffinity"] = {
+            "consumeReservationType": "SPECIFIC_RESERVATION",
+            "key": "compute.googleapis.com/reservation-name",
+            "values": ["r1"],
+        }
+        return body
     return {
         "name": name,
         "properties": {

@@ -1,8 +1,8 @@
 """Flex-start VMs on the emulated Compute Engine (compute/flex.py), driven by Google's client
 where it matters: PENDING until the (zone, machine type) capacity has room, then RUNNING with
-scheduling.terminationTime = start + maxRunDuration; the FIFO queue; the run's end at its
-duration; each unconfirmed behaviour's option; the insert's validation; control actions and
-deletes on a PENDING VM. Runs are seconds long through `compute_flex_min_run_seconds`."""
+resourceStatus.scheduling.terminationTimestamp = start + maxRunDuration (issue 39); the FIFO
+queue; the run's end at its duration; each unconfirmed behaviour's option; the insert's
+validation; control actions and deletes on a PENDING VM. Runs are seconds long through `compute_flex_min_run_seconds`."""
 
 from __future__ import annotations
 
@@ -68,16 +68,23 @@ async def test_pending_until_capacity_then_running_with_a_termination_time() -> 
         assert not operation.error_code
         vm = await call(instances.get, project=P, zone=Z, instance="fs-0")
         assert vm.status == "PENDING"
-        assert not vm.scheduling.termination_time
+        assert not vm.resource_status.scheduling.termination_timestamp
         assert vm.scheduling.provisioning_model == "FLEX_START"
 
         await capacity(http, 1)
         await wait_status(http, "fs-0", "RUNNING")
         vm = await call(instances.get, project=P, zone=Z, instance="fs-0")
-        ends = when(vm.scheduling.termination_time) - when(vm.last_start_timestamp)
+        ends = when(vm.resource_status.scheduling.termination_timestamp) - when(
+            vm.last_start_timestamp
+        )
         assert ends == pytest.approx(600, abs=0.01)
+        # The end is output only; `scheduling.terminationTime` (an input) is not filled.
+        assert not vm.scheduling.termination_time
         [listed] = list(await call(instances.list, project=P, zone=Z))
-        assert listed.scheduling.termination_time == vm.scheduling.termination_time
+        assert (
+            listed.resource_status.scheduling.termination_timestamp
+            == vm.resource_status.scheduling.termination_timestamp
+        )
 
 
 async def test_the_queue_is_first_come_first_served() -> None:
@@ -102,7 +109,9 @@ async def test_the_run_ends_at_its_duration_with_no_operation_by_default() -> No
         await http.ok("POST", f"{ZONE}/instances", flex("fs-0", run_s=1))
         vm = await wait_status(http, "fs-0", "RUNNING")
         assert vm is not None
-        run = when(vm["scheduling"]["terminationTime"]) - when(vm["lastStartTimestamp"])
+        run = when(vm["resourceStatus"]["scheduling"]["terminationTimestamp"]) - when(
+            vm["lastStartTimestamp"]
+        )
         assert run == pytest.approx(1, abs=1e-5)
         await wait_status(http, "fs-0", "STOPPING")
         await wait_status(http, "fs-0", None)  # DELETE: gone
@@ -111,12 +120,14 @@ async def test_the_run_ends_at_its_duration_with_no_operation_by_default() -> No
 
 async def test_the_run_seconds_knob_shortens_a_ten_minute_run() -> None:
     """`compute_flex_run_seconds` (a test knob): a run asked for 10 minutes, as a daemon's
-    config must, lasts 1 s, and terminationTime says so."""
+    config must, lasts 1 s, and terminationTimestamp says so."""
     async with flex_emulator(compute_flex_run_seconds=1.0) as (_, http):
         await http.ok("POST", f"{ZONE}/instances", flex("fs-0", run_s=600))
         vm = await wait_status(http, "fs-0", "RUNNING")
         assert vm is not None
-        run = when(vm["scheduling"]["terminationTime"]) - when(vm["lastStartTimestamp"])
+        run = when(vm["resourceStatus"]["scheduling"]["terminationTimestamp"]) - when(
+            vm["lastStartTimestamp"]
+        )
         assert run == pytest.approx(1, abs=1e-5)
         await wait_status(http, "fs-0", None)
 
@@ -250,7 +261,10 @@ async def test_a_restart_keeps_the_queue_and_the_planned_end(tmp_path: Path) -> 
     async with flex_emulator(**options) as (_, http):  # a new emulator on the saved state
         again = await http.ok("GET", f"{ZONE}/instances/fs-a")
         assert again["status"] == "RUNNING"
-        assert again["scheduling"]["terminationTime"] == vm["scheduling"]["terminationTime"]
+        assert (
+            again["resourceStatus"]["scheduling"]["terminationTimestamp"]
+            == vm["resourceStatus"]["scheduling"]["terminationTimestamp"]
+        )
         assert (await http.ok("GET", f"{ZONE}/instances/fs-b"))["status"] == "PENDING"
         await http.ok("DELETE", f"{ZONE}/instances/fs-a")
         await wait_status(http, "fs-b", "RUNNING")

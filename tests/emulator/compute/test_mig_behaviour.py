@@ -152,7 +152,7 @@ async def _empty(c: Clients) -> bool:
 async def test_a_regional_bulk_mig_puts_every_member_in_one_zone_with_room() -> None:
     async with official() as c:
         await make_policy(c)
-        await make_template(c)
+        await make_template(c, bound=True)
         await capacity(c, 0, zone="us-central1-a")
         body = mig_body(mode="BULK", distributionPolicy={"targetShape": "ANY_SINGLE_ZONE",
                         "zones": [{"zone": f"projects/{P}/zones/us-central1-a"},

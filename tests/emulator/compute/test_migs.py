@@ -226,7 +226,7 @@ async def test_an_individual_mig_shows_a_stockout_per_member_and_retries() -> No
 async def test_a_bulk_mig_creates_nothing_until_all_fit_then_everything() -> None:
     async with official() as c:
         await make_policy(c)
-        await make_template(c)
+        await make_template(c, bound=True)
         await capacity(c, 3)
         operation = await make_mig(c, mode="BULK")
         assert operation.done()
@@ -276,7 +276,7 @@ async def test_faults_and_rate_quotas_cover_the_mig_paths() -> None:
     # listManagedInstances counts against default_per_region (research §6.4), as writes do.
     async with official(compute_rate_limits={"default_per_region": 4}, clock=clock) as c:
         await make_policy(c)  # regions/us-central1: one of us-central1's four
-        await make_template(c)  # global: not us-central1's
+        await make_template(c, bound=True)  # global: not us-central1's
         await make_mig(c, mode="BULK")  # two
         await c.http.ok("POST", f"{MIGS}/iron-0/listManagedInstances")  # three
         await c.http.ok("GET", f"{MIGS}/iron-0")  # a read

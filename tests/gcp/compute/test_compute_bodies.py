@@ -90,6 +90,27 @@ def test_a_named_image_is_sent_as_named_and_an_unknown_generation_needs_one() ->
         instance_body(shape(accelerator_type="n9-tpu-4t"), ZONE, "a")
 
 
+@pytest.mark.parametrize(
+    ("machine_type", "disk_type"),
+    [
+        ("tpu7x-standard-4t", "hyperdisk-balanced"),
+        ("ct6e-standard-1t", "hyperdisk-balanced"),
+        ("ct6e-standard-8t", "hyperdisk-balanced"),
+        # v5p takes Balanced Persistent Disk only (tpu/docs/setup-persistent-disk; issue 39).
+        ("ct5p-hightpu-4t", "pd-balanced"),
+        ("n9-tpu-4t", None),  # no generation we know: Compute Engine's default
+    ],
+)
+def test_the_boot_disk_is_the_type_its_tpu_generation_takes(
+    machine_type: str, disk_type: str | None
+) -> None:
+    image = "projects/mine/global/images/my-image"
+    body = instance_body(shape(accelerator_type=machine_type, runtime_version=image), ZONE, "a")
+    params = body["disks"][0]["initializeParams"]
+    expected = None if disk_type is None else f"zones/{ZONE}/diskTypes/{disk_type}"
+    assert params.get("diskType") == expected
+
+
 def test_eight_chip_v6e_gets_one_thread_per_core() -> None:
     body = instance_body(shape(accelerator_type="ct6e-standard-8t"), ZONE, "a")
     assert body["advancedMachineFeatures"] == {"threadsPerCore": 1}

@@ -1,7 +1,10 @@
-"""A flex-start VM through `ComputeCloud` against the emulator: created PENDING (WAITING to the
-planner) while the machine type has no capacity, RUNNING once it has, with `run_ends_at` read
-from scheduling.terminationTime (start + maxRunDuration), then gone when the run ends. The
-emulator allows one-second runs here (`compute_flex_min_run_seconds`, a test knob)."""
+"""A single-host flex-start slot through `ComputeCloud` against the emulator: a one-VM bulk MIG
+(issue 39: Google documents TPU flex-start on Compute Engine through MIGs), waiting (WAITING to
+the planner) while the machine type has no capacity, RUNNING once it has, with `run_ends_at`
+read from the member's `resourceStatus.scheduling.terminationTimestamp` (start +
+maxRunDuration; never `scheduling.terminationTime`, an input), then gone when the run ends.
+The emulator allows one-second runs here (`compute_flex_min_run_seconds`, a test knob) and
+refuses flex-start instances (`compute_tpu_flex_instances`), so no VM is made outside a MIG."""
 
 from __future__ import annotations
 
@@ -28,6 +31,8 @@ def emulator_options(emulator_options: dict[str, Any]) -> dict[str, Any]:
         "create_seconds": 0.1,
         "delete_seconds": 0.05,
         "compute_flex_min_run_seconds": 1,
+        "compute_mig_retry_seconds": 0.1,
+        "compute_tpu_flex_instances": "refuse",
     }
 
 
@@ -51,15 +56,23 @@ async def test_a_flex_vm_waits_runs_with_its_end_and_ends(
 ) -> None:
     await control.capacity(0)
     flex = shape(capacity=CapacityKind.FLEX_START, max_run_duration_s=2)
-    done = await finished(cloud, await cloud.create(P, ZONE, "iron-0", flex))
-    assert done.error is None  # the emulator's default: the insert is DONE once PENDING
+    op = await cloud.create(P, ZONE, "iron-0", flex)
+    for _ in range(10):  # a stockout is no failure: flex-start waits by design
+        op = await cloud.poll(op.name)
+        assert op.error is None, op.error
+        assert not op.done
+        await asyncio.sleep(0.02)
     node = await observed(cloud, "iron-0")
     assert node is not None
-    assert node.state == "PENDING"
     assert node.state_class is StateClass.WAITING
     assert node.run_ends_at is None
+    [group] = await cloud.client.list_migs(P, ZONE)
+    assert (group["targetSize"], group["targetSizePolicy"]["mode"]) == (1, "BULK")
+    assert "resourcePolicies" not in group  # one VM: no workload policy
 
     await control.capacity(1)
+    done = await finished(cloud, op)
+    assert done.error is None
     running = await until(cloud, "iron-0", "RUNNING")
     assert running is not None
     assert running.state_class is StateClass.USABLE
@@ -67,7 +80,11 @@ async def test_a_flex_vm_waits_runs_with_its_end_and_ends(
     # Read through the list's partial response (INSTANCE_LIST_FIELDS): start + 2 s.
     now = datetime.now(UTC)
     assert now < running.run_ends_at <= now + timedelta(seconds=2)
-    await until(cloud, "iron-0", None)  # the run ended: the cloud deleted it
+    # The run ended: the cloud deleted the VM, and the one-VM MIG (DO_NOTHING) is left
+    # empty, a dead slot for the daemon to delete (its run's end, as run_ends_at says).
+    ended = await until(cloud, "iron-0", "SLICE_INCOMPLETE")
+    assert ended is not None
+    assert ended.state_class is StateClass.DEAD
 
 
 async def test_flex_without_a_run_duration_is_invalid_before_any_request(

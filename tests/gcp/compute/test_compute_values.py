@@ -188,7 +188,8 @@ def test_a_provisioning_instance_without_addresses_or_extras() -> None:
         {"serviceAccounts": "sa"},
         {"tags": {"items": "tpu"}},
         {"id": {"n": 1}},
-        {"scheduling": "FLEX_START"},
+        {"resourceStatus": "FLEX_START"},
+        {"resourceStatus": {"scheduling": ["2026-11-27T02:31:02Z"]}},
     ],
 )
 def test_a_field_of_the_wrong_type_is_malformed(overrides: dict[str, Any]) -> None:
@@ -201,10 +202,15 @@ def test_a_flex_start_vm_waits_then_has_a_planned_end() -> None:
     node = instance_from_json(ZONE, pending)
     assert node.state_class is StateClass.WAITING
     assert node.run_ends_at is None
-    running = instance(
-        scheduling={"provisioningModel": "FLEX_START", "terminationTime": "2026-11-27T02:31:02Z"}
-    )
+    # Google reports the planned end as output only, under resourceStatus (issue 39:
+    # compute/docs/instances/limit-vm-runtime, ResourceStatusScheduling).
+    end = {"scheduling": {"terminationTimestamp": "2026-11-27T02:31:02Z"}}
+    running = instance(scheduling={"provisioningModel": "FLEX_START"}, resourceStatus=end)
     assert instance_from_json(ZONE, running).run_ends_at == datetime(
         2026, 11, 27, 2, 31, 2, tzinfo=UTC
     )
+    # `scheduling.terminationTime` is an input (the alternative to maxRunDuration): never
+    # read as the run's end.
+    intent = {"provisioningModel": "FLEX_START", "terminationTime": "2026-11-27T02:31:02Z"}
+    assert instance_from_json(ZONE, instance(scheduling=intent)).run_ends_at is None
     assert instance_from_json(ZONE, instance()).run_ends_at is None  # spot: no planned end

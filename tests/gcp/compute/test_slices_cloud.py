@@ -116,13 +116,32 @@ async def test_an_individual_stockout_is_capacity(cloud: ComputeCloud, control: 
 
 async def test_a_bulk_stockout_is_capacity(cloud: ComputeCloud, control: Control) -> None:
     await control.capacity(2)
-    reserved = shape(**SLICE, capacity=CapacityKind.RESERVED)
+    reserved = shape(**SLICE, capacity=CapacityKind.RESERVED, reservation_bound=True)
     op = await cloud.create(P, ZONE, "iron-0", reserved, reservation="r1")
     done = await finished(cloud, op)
     assert done.error is not None
     assert done.error.kind is ErrorKind.CAPACITY
     node = await observe_one(cloud)
     assert node.state_class is StateClass.WAITING  # nothing made until all can be
+
+
+async def test_a_plain_reserved_slice_is_individual_and_the_emulator_refuses_it_in_bulk(
+    cloud: ComputeCloud,
+) -> None:
+    """Issue 39: "Bulk mode in MIGs is only supported with instance templates that specify
+    either a reservation-bound or flex-start provisioning model" (compute/docs/
+    instance-groups/bulk-create-instances-in-mig). The reserved slice before the fix was BULK
+    with a STANDARD template: refused."""
+    reserved = shape(**SLICE, capacity=CapacityKind.RESERVED)
+    await finished(cloud, await cloud.create(P, ZONE, "iron-0", reserved, reservation="r1"))
+    [group] = await cloud.client.list_migs(P, ZONE)
+    assert group["targetSizePolicy"]["mode"] == "INDIVIDUAL"
+    body = {**group, "name": "iron-1", "targetSizePolicy": {"mode": "BULK"}}
+    body = {k: body[k] for k in ("name", "instanceTemplate", "baseInstanceName", "targetSize",
+                                 "targetSizePolicy", "resourcePolicies")}  # fmt: skip
+    with pytest.raises(ApiError, match="reservation-bound or flex-start") as caught:
+        await cloud.client.insert_mig(P, ZONE, body)
+    assert caught.value.kind is ErrorKind.INVALID
 
 
 async def test_a_preempted_member_makes_the_slice_dead_and_its_record_the_slices(

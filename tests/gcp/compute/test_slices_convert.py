@@ -4,6 +4,7 @@ and template bodies, and names.py's slice operation path."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -173,9 +174,26 @@ def test_the_mig_body_and_the_template() -> None:
     assert body["instanceLifecyclePolicy"] == {"defaultActionOnFailure": "DO_NOTHING"}
     assert body["resourcePolicies"] == {"workloadPolicy": "p"}
     assert mig_labels(body) == {"tpucared-owner": OWNER, "tpucared-fleet": "iron"}
+    # Bulk mode only with a reservation-bound or flex-start template (issue 39): a plain
+    # reserved slice (STANDARD, a specific reservation) is INDIVIDUAL.
     reserved = shape(topology="2x2x4", hosts=4, capacity=CapacityKind.RESERVED)
-    bulk = mig_body("iron-0", reserved, owner=OWNER, fleet="iron", template="t", policy="p")
+    plain = mig_body("iron-0", reserved, owner=OWNER, fleet="iron", template="t", policy="p")
+    assert plain["targetSizePolicy"] == {"mode": "INDIVIDUAL"}
+    calendar = replace(reserved, reservation_bound=True)
+    bulk = mig_body("iron-0", calendar, owner=OWNER, fleet="iron", template="t", policy="p")
     assert bulk["targetSizePolicy"] == {"mode": "BULK"}
+    bound = shared.template_body(calendar, ZONE, reservation="r1", boot_disk_gb=100)
+    assert bound["properties"]["scheduling"] == {
+        "onHostMaintenance": "TERMINATE",
+        "automaticRestart": False,
+        "provisioningModel": "RESERVATION_BOUND",
+        "instanceTerminationAction": "DELETE",
+    }
+    flex = shape(capacity=CapacityKind.FLEX_START, max_run_duration_s=3600)
+    one = mig_body("iron-0", flex, owner=OWNER, fleet="iron", template="t", policy=None)
+    assert one["targetSize"] == 1
+    assert one["targetSizePolicy"] == {"mode": "BULK"}
+    assert "resourcePolicies" not in one
     template = shared.template_body(spot, ZONE, reservation=None, boot_disk_gb=100)
     props = template["properties"]
     assert props["machineType"] == "tpu7x-standard-4t"

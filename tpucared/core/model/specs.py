@@ -151,10 +151,13 @@ class NodeOptions:
     topology: str | None = None
     # A flex-start `compute` fleet's `max_run_duration`, in seconds; None for other tiers.
     max_run_duration_s: int | None = None
+    # A reserved `compute` fleet whose reservation is a calendar-mode (future) reservation:
+    # its VMs are RESERVATION_BOUND (issue 39). True, or None for every other fleet.
+    reservation_bound: bool | None = None
 
 
 # NodeOptions fields younger than stored spec hashes: left out of a hash while None.
-_NEWER_NODE_FIELDS = ("topology", "max_run_duration_s")
+_NEWER_NODE_FIELDS = ("topology", "max_run_duration_s", "reservation_bound")
 
 
 # The project of a fleet, a node or a list that lives in the daemon's own project

@@ -95,6 +95,7 @@ class MigRequests:
         _choice(body, "instanceLifecyclePolicy", "defaultActionOnFailure", ("REPAIR", "DO_NOTHING"))
         region = scope.split("/")[1] if scope.startswith("regions/") else region_of(scope[6:])
         template = self._template(project, region, body)
+        _bulk_rules(body, template)
         policy = self._policy(project, region, body, template, size)
         zone = scope[6:] if scope.startswith("zones/") else self._zone(region, body, template, size)
         mig = Mig(project=project, scope=scope, zone=zone, body=dict(body), template=template,
@@ -278,3 +279,34 @@ def _choice(body: dict[str, Any], block: str, key: str, allowed: tuple[str, ...]
     value = (body.get(block) or {}).get(key)
     if value is not None and value not in allowed:
         raise errors.invalid(f"resource.{block}.{key}", value)
+
+
+# Bulk mode's limits (compute/docs/instance-groups/about-bulk-mode, "Limitations"; issue 39):
+# "Bulk mode in MIGs is only supported with instance templates that specify either a
+# reservation-bound or flex-start provisioning model", and "If the MIG's instance template
+# specifies the flex-start provisioning model, you must turn off repairs by setting
+# defaultActionOnFailure to DO_NOTHING". Google's wording of either refusal is not known:
+# these messages are ours.
+BULK_MODELS = ("FLEX_START", "RESERVATION_BOUND")
+
+
+def _bulk_rules(body: dict[str, Any], template: Template) -> None:
+    policy = body.get("targetSizePolicy")
+    if not isinstance(policy, dict) or policy.get("mode") != "BULK":
+        return
+    scheduling = template.properties.get("scheduling") or {}
+    model = scheduling.get("provisioningModel", "STANDARD")
+    if model not in BULK_MODELS:
+        raise errors.invalid(
+            "resource.targetSizePolicy.mode",
+            "BULK",
+            "Bulk mode in MIGs is only supported with instance templates that specify either "
+            f"a reservation-bound or flex-start provisioning model, not {model}.",
+        )
+    lifecycle = body.get("instanceLifecyclePolicy") or {}
+    if model == "FLEX_START" and lifecycle.get("defaultActionOnFailure") != "DO_NOTHING":
+        raise errors.invalid(
+            "resource.instanceLifecyclePolicy.defaultActionOnFailure",
+            lifecycle.get("defaultActionOnFailure", "REPAIR"),
+            "A bulk MIG of flex-start instances must not repair them: set DO_NOTHING.",
+        )

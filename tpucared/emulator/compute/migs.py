@@ -137,6 +137,8 @@ class Mig:
         if inst is not None:
             out["id"] = str(inst.uid)
             out["instanceStatus"] = inst.status
+            if inst.run_ends_at is not None:  # ManagedInstanceScheduling, output only
+                out["scheduling"] = {"terminationTimestamp": rfc3339(inst.run_ends_at)}
         if member.errors:
             out["lastAttempt"] = {"errors": {"errors": member.errors}}
         return out

@@ -51,6 +51,13 @@ class ComputeRequests:
         spec, machine = validation.instance_body(
             body, zone, book.catalog, flex_min_run_seconds=self.options.compute_flex_min_run_seconds
         )
+        flex = (spec.get("scheduling") or {}).get("provisioningModel") == "FLEX_START"
+        if flex and self.options.compute_tpu_flex_instances == "refuse":
+            raise errors.invalid(
+                "resource.scheduling.provisioningModel",
+                "FLEX_START",
+                "Flex-start TPU VMs are created through managed instance groups.",
+            )
         key = f"projects/{project}/zones/{zone}/instances/{spec['name']}"
         if key in book.instances:
             raise errors.already_exists(key)

@@ -228,7 +228,12 @@ class Instance:
         if self.status_message:
             out["statusMessage"] = self.status_message
         if self.run_ends_at is not None:
-            out["scheduling"]["terminationTime"] = rfc3339(self.run_ends_at)
+            # Where Google reports a run's planned end: output only, beside the intent
+            # (`scheduling.terminationTime` is an input, echoed only if the body had it):
+            # compute/docs/instances/limit-vm-runtime, ResourceStatusScheduling.
+            out["resourceStatus"] = {
+                "scheduling": {"terminationTimestamp": rfc3339(self.run_ends_at)}
+            }
         for key in (
             "description",
             "labels",

@@ -67,7 +67,38 @@ def instance_body(
     name(body.get("name"))
     machine = machine_type(body.get("machineType"), zone, catalog)
     properties(body, flex_min_run_seconds)
+    boot_disk_type(body, machine)
     return dict(body), machine
+
+
+# The disk types each TPU generation takes (issue 39): "TPU version | Supported disk types:
+# v6e Hyperdisk Balanced, Hyperdisk ML; v5p Balanced Persistent Disk" (tpu/docs/
+# setup-persistent-disk) and "The following disk types are supported on TPU7x: Hyperdisk
+# Balanced, Hyperdisk ML" (tpu/docs/tpu7x). Hyperdisk ML is read-only, never a boot disk.
+BOOT_DISK_TYPES = {
+    "tpu7x": ("hyperdisk-balanced",),
+    "ct6e": ("hyperdisk-balanced",),
+    "ct5p": ("pd-balanced",),
+}
+
+
+def boot_disk_type(body: dict[str, Any], machine: MachineType) -> None:
+    """The boot disk's type (a zonal URL on an instance, a bare name in a template) must be
+    one its machine's TPU generation takes; absent is Compute Engine's default for it."""
+    disks = body.get("disks") or []
+    params = disks[0].get("initializeParams") or {}
+    raw = params.get("diskType")
+    allowed = BOOT_DISK_TYPES.get(machine.family)
+    if raw is None or allowed is None:
+        return
+    bare = str(raw).rstrip("/").rsplit("/", 1)[-1]
+    if bare not in allowed:
+        raise errors.invalid(  # wording ours: Google's for this refusal is not known
+            "resource.disks[0].initializeParams.diskType",
+            raw,
+            f"Disk type '{bare}' is not supported with machine type '{machine.name}': "
+            f"use {' or '.join(allowed)}.",
+        )
 
 
 def properties(body: dict[str, Any], flex_min_run_seconds: float = FLEX_MIN_RUN_S) -> None:
@@ -82,6 +113,7 @@ def properties(body: dict[str, Any], flex_min_run_seconds: float = FLEX_MIN_RUN_
     _scheduling(body.get("scheduling"))
     _flex_start(body, flex_min_run_seconds)
     _reservation(body.get("reservationAffinity"))
+    _reservation_bound(body)
 
 
 def template_machine_type(value: object) -> MachineType:
@@ -305,4 +337,29 @@ def _reservation(value: object) -> None:
             value,
             "A specific reservation needs key "
             "'compute.googleapis.com/reservation-name' and its name in values.",
+        )
+
+
+def _reservation_bound(body: dict[str, Any]) -> None:
+    """A RESERVATION_BOUND VM consumes a calendar-mode reservation by name and is deleted at
+    its end: every template Google shows for it has `instanceTerminationAction: DELETE` and
+    a SPECIFIC_RESERVATION affinity (compute/docs/instance-groups/
+    bulk-create-instances-in-mig; ai-hypercomputer/docs/create/create-mig-with-a4-or-a3ultra);
+    [3P] TPU7x operators report DELETE "a required parameter for RESERVATION_BOUND + MIG".
+    Wording ours."""
+    scheduling = body.get("scheduling") or {}
+    if scheduling.get("provisioningModel") != "RESERVATION_BOUND":
+        return
+    if scheduling.get("instanceTerminationAction") != "DELETE":
+        raise errors.invalid(
+            "resource.scheduling.instanceTerminationAction",
+            scheduling.get("instanceTerminationAction"),
+            "Reservation-bound instances require the DELETE termination action.",
+        )
+    affinity = body.get("reservationAffinity") or {}
+    if affinity.get("consumeReservationType") != "SPECIFIC_RESERVATION":
+        raise errors.invalid(
+            "resource.reservationAffinity.consumeReservationType",
+            affinity.get("consumeReservationType"),
+            "Reservation-bound instances must consume a specific reservation.",
         )

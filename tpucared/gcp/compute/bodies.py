@@ -9,8 +9,10 @@ docs/research/compute-engine.md §1-2.
 
 Choices, on purpose:
 
-- The boot disk is `hyperdisk-balanced` (the default, and what every TPU7x deployment uses)
-  of `boot_disk_gb`, sent explicitly: an image's own size leaves no room for a workload.
+- The boot disk is the type the machine's TPU generation takes, of `boot_disk_gb`, sent
+  explicitly (an image's own size leaves no room for a workload): `hyperdisk-balanced` for
+  TPU7x and v6e, `pd-balanced` for v5p, the only type Google lists for it ("TPU support for
+  Hyperdisk and Persistent Disk", tpu/docs/setup-persistent-disk; tpu/docs/tpu7x, issue 39).
 - `onHostMaintenance: TERMINATE` and `automaticRestart: false` for every tier: TPU VMs cannot
   live-migrate, and tpucared replaces a VM that stopped rather than have it restart under it.
 - spot is `provisioningModel: SPOT` with `instanceTerminationAction` from the shape's
@@ -20,7 +22,12 @@ Choices, on purpose:
   `preemptible: true`; reserved is `STANDARD` with `reservationAffinity`
   SPECIFIC_RESERVATION on `compute.googleapis.com/reservation-name` = the reservation's name,
   which Compute Engine needs (it has no "any reservation, or fail": ANY_RESERVATION falls
-  back to on-demand capacity).
+  back to on-demand capacity). A calendar-mode reservation's VMs (`reservation_bound`) are
+  `RESERVATION_BOUND` with `instanceTerminationAction: DELETE`: "For future reservations
+  created in calendar mode, you must also set the --provisioning-model flag to
+  reservation-bound" (tpu/docs/consume-reservation), and every template Google shows for it
+  deletes its VMs at the reservation's end (compute/docs/instance-groups/
+  bulk-create-instances-in-mig; [3P] TPU7x operators saw STOP refused).
 - flex-start is `provisioningModel: FLEX_START` with `maxRunDuration` = the shape's
   `max_run_duration_s` and `instanceTerminationAction: DELETE` (at the run's end the cloud
   deletes the VM: nothing to clean up), and `reservationAffinity: NO_RESERVATION`, as
@@ -51,9 +58,13 @@ IMAGE_FAMILIES: tuple[tuple[str, str], ...] = (
     ("tpu7x-", "ubuntu-accel-2404-amd64-tpu-tpu7x"),
     ("ct6e-", "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"),
     ("ct5p-", "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"),
-    ("ct5lp-", "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"),
 )
-BOOT_DISK_TYPE = "hyperdisk-balanced"
+# Machine type prefix -> the boot disk type of its TPU generation (the module docstring).
+BOOT_DISK_TYPES: tuple[tuple[str, str], ...] = (
+    ("tpu7x-", "hyperdisk-balanced"),
+    ("ct6e-", "hyperdisk-balanced"),
+    ("ct5p-", "pd-balanced"),
+)
 BOOT_DISK_GB = 100
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 ONE_THREAD_PER_CORE = frozenset({"ct6e-standard-8t"})
@@ -76,12 +87,29 @@ def default_image(machine_type: str) -> str:
     )
 
 
+def boot_disk_type(machine_type: str) -> str | None:
+    """The boot disk type of a TPU machine type's generation; None for a machine type of no
+    generation we know (the config refuses those; left to Compute Engine's default)."""
+    for prefix, disk_type in BOOT_DISK_TYPES:
+        if machine_type.startswith(prefix):
+            return disk_type
+    return None
+
+
 def scheduling(
-    capacity: CapacityKind, on_preemption: str | None, max_run_duration_s: int | None = None
+    capacity: CapacityKind,
+    on_preemption: str | None,
+    max_run_duration_s: int | None = None,
+    *,
+    reservation_bound: bool = False,
 ) -> dict[str, Any]:
     """Instance.scheduling for a capacity tier. ValueError for flex-start without a run
     duration (the adapter reports it as INVALID)."""
     body: dict[str, Any] = {"onHostMaintenance": "TERMINATE", "automaticRestart": False}
+    if capacity is CapacityKind.RESERVED and reservation_bound:
+        body["provisioningModel"] = "RESERVATION_BOUND"
+        body["instanceTerminationAction"] = "DELETE"
+        return body
     if capacity is CapacityKind.FLEX_START:
         if not max_run_duration_s:
             raise ValueError("flex-start capacity needs a max run duration (max_run_duration)")
@@ -127,15 +155,18 @@ def network_interface(shape: NodeShape, zone: str) -> dict[str, Any]:
 
 def disks(shape: NodeShape, zone: str, image: str, boot_disk_gb: int) -> list[dict[str, Any]]:
     """The boot disk (deleted with the VM), then the shape's data disks (kept)."""
+    disk_type = boot_disk_type(shape.accelerator_type)
+    params: dict[str, Any] = {
+        "sourceImage": image,
+        "diskSizeGb": str(boot_disk_gb),  # int64: a JSON string
+    }
+    if disk_type is not None:
+        params["diskType"] = f"zones/{zone}/diskTypes/{disk_type}"
     boot = {
         "boot": True,
         "autoDelete": True,
         "type": "PERSISTENT",
-        "initializeParams": {
-            "sourceImage": image,
-            "diskSizeGb": str(boot_disk_gb),  # int64: a JSON string
-            "diskType": f"zones/{zone}/diskTypes/{BOOT_DISK_TYPE}",
-        },
+        "initializeParams": params,
     }
     data = [
         {"boot": False, "autoDelete": False, "source": d.source, "mode": _DISK_MODES[d.mode]}
@@ -175,7 +206,12 @@ def instance_body(
             }
         ],
         "metadata": {"items": [{"key": k, "value": v} for k, v in metadata.items()]},
-        "scheduling": scheduling(shape.capacity, shape.on_preemption, shape.max_run_duration_s),
+        "scheduling": scheduling(
+            shape.capacity,
+            shape.on_preemption,
+            shape.max_run_duration_s,
+            reservation_bound=shape.reservation_bound,
+        ),
     }
     if shape.capacity is CapacityKind.RESERVED:
         if not reservation:

@@ -19,7 +19,8 @@ Beyond the port, `preemption` reads the zone's `compute.instances.preempted` ope
 one instance: the evidence that a lost spot VM was preempted, to ask only when one was lost;
 `preemptions` (the optional `PreemptionRecords` of ports/cloud.py) reads them once for every
 instance the daemon lost in a zone in one tick, as the core's `PreemptionRecord`s.
-Multi-host slices (`shape.hosts` > 1, issue 28): one zonal MIG per node (slices.py, shared.py):
+Multi-host slices (`shape.hosts` > 1, issue 28) and single-host flex-start slots (a one-VM
+bulk MIG without a workload policy, issue 39): one zonal MIG per node (slices.py, shared.py):
 - `create` ensures the workload policy and the instance template (shared.py, waiting for
   their operations within the caller's deadline), then inserts the MIG; the name it hands out
   is `projects/P/zones/Z/instanceGroupManagers/M/operations/O` (names.py), which `poll`
@@ -150,7 +151,9 @@ class ComputeCloud:
                 "Compute Engine fleets make one instance per slot: no queued resources, "
                 "no multislice (yet)",
             )
-        if shape.hosts > 1:
+        if shape.hosts > 1 or shape.capacity is CapacityKind.FLEX_START:
+            # A single-host flex-start slot is a one-VM bulk MIG (slices.py): Google
+            # documents TPU flex-start on Compute Engine through MIGs.
             return await self._create_slice(project, zone, name, shape, reservation)
         try:
             body = bodies.instance_body(
@@ -165,7 +168,7 @@ class ComputeCloud:
     ) -> OperationState:
         owner = shape.labels.get(OWNER_LABEL) or self.owner
         fleet = shape.labels.get(FLEET_LABEL)
-        if not shape.topology or not owner or not fleet:
+        if (shape.hosts > 1 and not shape.topology) or not owner or not fleet:
             raise ApiError.of(
                 ErrorKind.INVALID, "a multi-host slice needs a topology, an owner and a fleet"
             )
@@ -176,7 +179,11 @@ class ComputeCloud:
         except ValueError as exc:
             raise ApiError.of(ErrorKind.INVALID, str(exc)) from exc
         for again in (False, True):
-            policy = await shared.ensure_policy(self.client, project, zone, owner, shape.topology)
+            policy = (
+                await shared.ensure_policy(self.client, project, zone, owner, shape.topology)
+                if shape.topology and shape.hosts > 1
+                else None  # one VM: no ICI topology to place
+            )
             template_path = await shared.ensure_template(self.client, project, template)
             body = slice_rules.mig_body(
                 name, shape, owner=owner, fleet=fleet, template=template_path, policy=policy

@@ -11,8 +11,11 @@ about everything else, as tpu/convert.py is (the readers are gcp/fields.py's):
   raises `MalformedResource`: the caller makes the whole zone unknown for the tick.
 - The worker's addresses: `networkInterfaces[0].networkIP` (internal) and its first access
   config's `natIP` (external, when it has one).
-- A flex-start VM's `scheduling.terminationTime` (RFC 3339, set once it runs: start +
-  maxRunDuration) is `run_ends_at`, when the cloud ends the run by itself.
+- A flex-start VM's `resourceStatus.scheduling.terminationTimestamp` (RFC 3339, output
+  only, set once it runs: start + maxRunDuration) is `run_ends_at`, when the cloud ends the
+  run by itself (compute/docs/instances/limit-vm-runtime; `ResourceStatusScheduling` in
+  google-cloud-compute). `scheduling.terminationTime` is never read: it is an input, the
+  alternative to maxRunDuration, and not where Google reports the end (issue 39).
 - `accelerator_type` is the machine type's short name (`tpu7x-standard-4t`), the name the
   fleet asked for.
 """
@@ -20,6 +23,7 @@ about everything else, as tpu/convert.py is (the readers are gcp/fields.py's):
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from tpucared.core.model.observed import NodeMade, ObservedNode, WorkerEndpoint
@@ -82,9 +86,6 @@ def instance_from_json(zone: str, data: Mapping[str, Any]) -> ObservedNode:
     machine_type = optional_str(data, "machineType", what)
     network = optional_str(interfaces[0], "network", what) if interfaces else None
     subnetwork = optional_str(interfaces[0], "subnetwork", what) if interfaces else None
-    scheduling = data.get("scheduling")
-    if scheduling is not None and not isinstance(scheduling, Mapping):
-        raise MalformedResource(f"{what}: scheduling is not an object: {raw_excerpt(scheduling)}")
     return ObservedNode(
         name=short_name(name),
         zone=zone,
@@ -95,7 +96,7 @@ def instance_from_json(zone: str, data: Mapping[str, Any]) -> ObservedNode:
         create_time=parse_time(data.get("creationTimestamp")),
         endpoints=_endpoints(interfaces, what),
         raw_state=raw_excerpt(raw) if status is InstanceStatus.UNRECOGNIZED else None,
-        run_ends_at=parse_time(scheduling.get("terminationTime")) if scheduling else None,
+        run_ends_at=run_end(data, what),
         made=NodeMade(
             network=network,
             subnetwork=subnetwork,
@@ -103,3 +104,17 @@ def instance_from_json(zone: str, data: Mapping[str, Any]) -> ObservedNode:
             tags=_tags(data.get("tags"), what),
         ),
     )
+
+
+def run_end(data: Mapping[str, Any], what: str = "instance") -> datetime | None:
+    """When the cloud ends the instance's run (a flex-start VM's planned end), or None:
+    `resourceStatus.scheduling.terminationTimestamp`. MalformedResource for a block that is
+    not an object."""
+    block: object = data
+    for key in ("resourceStatus", "scheduling"):
+        block = block.get(key) if isinstance(block, Mapping) else None
+        if block is None:
+            return None
+        if not isinstance(block, Mapping):
+            raise MalformedResource(f"{what}: {key} is not an object: {raw_excerpt(block)}")
+    return parse_time(block.get("terminationTimestamp"))

@@ -53,7 +53,8 @@ log = structlog.get_logger(__name__)
 INSTANCE_LIST_FIELDS = (
     "nextPageToken,warning,items(name,id,status,labels,creationTimestamp,machineType,"
     "networkInterfaces(network,subnetwork,networkIP,accessConfigs(natIP)),"
-    "serviceAccounts(email),tags(items),metadata(items),scheduling(terminationTime))"
+    "serviceAccounts(email),tags(items),metadata(items),"
+    "resourceStatus(scheduling(terminationTimestamp)))"
 )
 # What slices.py reads of a MIG.
 MIG_LIST_FIELDS = (

@@ -5,8 +5,12 @@ Pure functions from compute v1 JSON, so every rule is testable without a server:
 - `mig_body`: the instanceGroupManagers.insert body (`baseInstanceName` `{name}-w-###`,
   `targetSize` = hosts, the workload policy, `defaultActionOnFailure: DO_NOTHING`: tpucared
   replaces a broken slice whole, never the MIG half of one; BULK mode for flex-start and
-  reserved slices, INDIVIDUAL otherwise). MIGs have no labels: `description` carries our
-  owner and fleet (`tpucared-owner=O tpucared-fleet=F`), which `mig_labels` reads back, and
+  reservation-bound slices, the only templates Google allows it with, INDIVIDUAL otherwise:
+  `bulk`). A single-host flex-start slot is a one-VM bulk MIG too, without a workload policy
+  (TPU flex-start on Compute Engine is documented through MIGs: "You can create and manage
+  an individual TPU VM using a MIG by setting the MIG's target size to one", tpu/docs/
+  tpus-and-migs; [3P] SkyPilot makes every TPU flex-start shape a BULK MIG). MIGs have no
+  labels: `description` carries our owner and fleet (`tpucared-owner=O tpucared-fleet=F`), which `mig_labels` reads back, and
   `tpucared-capacity=flex-start` on a flex-start slice, so that `provisioning` knows it waits
   even after a restart.
 - `member_of`: the MIG (of this zone) an instance belongs to, by its `created-by` metadata.
@@ -17,7 +21,7 @@ Pure functions from compute v1 JSON, so every rule is testable without a server:
   the instance statuses where one member's says it all, slice-level names where none does.
 - `slice_from_json`: the MIG and its members -> one `ObservedNode` named as the MIG (labels
   from the description, `cloud_id` the MIG's id, endpoints the members by worker id,
-  `run_ends_at` the earliest member's `scheduling.terminationTime`, when a flex-start run has
+  `run_ends_at` the earliest member's run end (convert.py `run_end`), when a flex-start run has
   one). A member recreated by the MIG (DO_NOTHING should prevent it; a REPAIR policy or a
   cloud that does it anyway) is told by `currentActions.recreating` while it happens and, once
   done, by its instance id against the one the slice ran with (`ran`, observe.py's memory of
@@ -38,13 +42,12 @@ from typing import Any
 from tpucared.core.model.observed import ObservedNode, StateClass, WorkerEndpoint
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind, ErrorKind
 from tpucared.gcp.compute import names
-from tpucared.gcp.compute.convert import instance_from_json
+from tpucared.gcp.compute.convert import instance_from_json, run_end
 from tpucared.gcp.compute.states import INSTANCE_STATES, InstanceStatus, parse_status
 from tpucared.gcp.errors import ApiError, classify_compute_operation
 from tpucared.gcp.fields import MalformedResource, optional_str, parse_time, raw_excerpt
 from tpucared.ports.cloud import NodeShape
 
-BULK_TIERS = frozenset({CapacityKind.FLEX_START, CapacityKind.RESERVED})
 MEMBER_SUFFIX = "-w-###"
 _WORKER_ENV = re.compile(r"^WORKER_ID:\s*'?(\d+)'?\s*$", re.MULTILINE)
 _SUFFIX = re.compile(r"-(\d+)$")
@@ -114,12 +117,22 @@ def is_flex_start(mig: Mapping[str, Any]) -> bool:
     return _description_pairs(mig).get(key) == value
 
 
+def bulk(shape: NodeShape) -> bool:
+    """Whether the slice's MIG is made in bulk mode (all VMs at once, or none): "Bulk mode in
+    MIGs is only supported with instance templates that specify either a reservation-bound
+    or flex-start provisioning model" (compute/docs/instance-groups/
+    bulk-create-instances-in-mig). A spot, on-demand or plain reserved (STANDARD) slice is
+    INDIVIDUAL: the MIG makes each VM on its own, a stockout in its `lastAttempt`."""
+    reservation_bound = shape.capacity is CapacityKind.RESERVED and shape.reservation_bound
+    return shape.capacity is CapacityKind.FLEX_START or reservation_bound
+
+
 def mig_body(
-    name: str, shape: NodeShape, *, owner: str, fleet: str, template: str, policy: str
+    name: str, shape: NodeShape, *, owner: str, fleet: str, template: str, policy: str | None
 ) -> dict[str, Any]:
-    """The instanceGroupManagers.insert body of slice `name` (`template`, `policy`: paths)."""
-    bulk = shape.capacity in BULK_TIERS
-    return {
+    """The instanceGroupManagers.insert body of slice `name` (`template`, `policy`: paths;
+    no workload policy for a one-VM group, a single-host flex-start slot)."""
+    body: dict[str, Any] = {
         "name": name,
         "description": mig_description(
             owner, fleet, flex_start=shape.capacity is CapacityKind.FLEX_START
@@ -127,10 +140,12 @@ def mig_body(
         "instanceTemplate": template,
         "baseInstanceName": f"{name}{MEMBER_SUFFIX}",
         "targetSize": shape.hosts,
-        "targetSizePolicy": {"mode": "BULK" if bulk else "INDIVIDUAL"},
+        "targetSizePolicy": {"mode": "BULK" if bulk(shape) else "INDIVIDUAL"},
         "instanceLifecyclePolicy": {"defaultActionOnFailure": "DO_NOTHING"},
-        "resourcePolicies": {"workloadPolicy": policy},
     }
+    if policy is not None:
+        body["resourcePolicies"] = {"workloadPolicy": policy}
+    return body
 
 
 def _metadata(data: Mapping[str, Any]) -> dict[str, str]:
@@ -263,7 +278,7 @@ def slice_from_json(
         if node.endpoints:
             first = node.endpoints[0]
             endpoints.append(WorkerEndpoint(index, first.internal_ip, first.external_ip))
-    ends = [t for t in (_termination(m) for m in members) if t is not None]
+    ends = [t for t in (run_end(m) for m in members) if t is not None]
     return ObservedNode(
         name=name,
         zone=zone,
@@ -279,13 +294,6 @@ def slice_from_json(
         run_ends_at=min(ends) if ends else None,
         defect=defect,
     )
-
-
-def _termination(member: Mapping[str, Any]) -> Any:
-    scheduling = member.get("scheduling")
-    if not isinstance(scheduling, Mapping):
-        return None
-    return parse_time(scheduling.get("terminationTime"))
 
 
 def _errors_of(block: object) -> Mapping[str, Any] | None:

@@ -91,6 +91,7 @@ class NodeTemplate:
             # The config checked the pair (config/apis.py): 1 is only ever "no topology".
             hosts=hosts_of(a.accelerator_type, o.topology) or 1,
             max_run_duration_s=o.max_run_duration_s,
+            reservation_bound=bool(o.reservation_bound),
         )
 
     def project_of(self, project: str) -> str:
