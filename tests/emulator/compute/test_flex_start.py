@@ -2,7 +2,8 @@
 where it matters: PENDING until the (zone, machine type) capacity has room, then RUNNING with
 resourceStatus.scheduling.terminationTimestamp = start + maxRunDuration (issue 39); the FIFO
 queue; the run's end at its duration; each unconfirmed behaviour's option; the insert's
-validation; control actions and deletes on a PENDING VM. Runs are seconds long through `compute_flex_min_run_seconds`."""
+validation; control actions and deletes on a PENDING VM. Runs are seconds long through
+`compute_flex_min_run_seconds`."""
 
 from __future__ import annotations
 

@@ -121,4 +121,3 @@ async def test_a_single_flex_start_tpu_vm_is_an_option(flex_instances: str) -> N
         else:
             message = _refused(code, payload, "resource.scheduling.provisioningModel")
             assert "managed instance groups" in message
-

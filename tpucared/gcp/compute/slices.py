@@ -10,9 +10,9 @@ Pure functions from compute v1 JSON, so every rule is testable without a server:
   (TPU flex-start on Compute Engine is documented through MIGs: "You can create and manage
   an individual TPU VM using a MIG by setting the MIG's target size to one", tpu/docs/
   tpus-and-migs; [3P] SkyPilot makes every TPU flex-start shape a BULK MIG). MIGs have no
-  labels: `description` carries our owner and fleet (`tpucared-owner=O tpucared-fleet=F`), which `mig_labels` reads back, and
-  `tpucared-capacity=flex-start` on a flex-start slice, so that `provisioning` knows it waits
-  even after a restart.
+  labels: `description` carries our owner and fleet (`tpucared-owner=O tpucared-fleet=F`),
+  which `mig_labels` reads back, and `tpucared-capacity=flex-start` on a flex-start slice,
+  so that `provisioning` knows it waits even after a restart.
 - `member_of`: the MIG (of this zone) an instance belongs to, by its `created-by` metadata.
 - `worker_order`: members by TPU worker id: `agent-worker-number`, else `tpu-env`'s
   `WORKER_ID`, else the rank of the `-NNN` name suffix; None when a member has none (then
