@@ -21,6 +21,7 @@ from aiohttp import web
 
 from tpucared.emulator import errors, official_tpu
 from tpucared.emulator.paging import Page, decode_token, encode_token, page_size
+from tpucared.emulator.projects import project_number
 from tpucared.emulator.schema import camel
 from tpucared.emulator.state import EmulatorState
 
@@ -119,7 +120,10 @@ class V2Api:
     ) -> JsonDict:
         await _body(r, "GenerateServiceIdentityRequest", "")
         self.state.check_zone(m[2])
-        return {"identity": {"email": "service-0@gcp-sa-tpu.iam.gserviceaccount.com"}}
+        # The TPU v2 service agent: service-PROJECT_NUMBER@gcp-sa-tpu.iam.gserviceaccount.com
+        # (Google's service agents page, docs.cloud.google.com/iam/docs/service-agents).
+        email = f"service-{project_number(m[1])}@gcp-sa-tpu.iam.gserviceaccount.com"
+        return {"identity": {"email": email}}
 
     async def list_accelerator_types(
         self, _: web.Request, m: re.Match[str], q: dict[str, str]

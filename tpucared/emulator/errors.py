@@ -12,6 +12,8 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from tpucared.emulator.projects import project_number
+
 # Canonical code name -> (google.rpc.Code number, HTTP status), per google/rpc/code.proto.
 CODES: dict[str, tuple[int, int]] = {
     "CANCELLED": (1, 499),
@@ -203,7 +205,7 @@ def create_rate_exceeded(limit: int, project: str) -> ApiError:
         "RESOURCE_EXHAUSTED",
         f"Quota exceeded for quota metric 'Create requests' and limit 'Maximum number of "
         f"CreateNode requests per minute' of service 'tpu.googleapis.com' for consumer "
-        f"'project_number:{project}'.",
+        f"'project_number:{project_number(project)}'.",  # the number, as Google writes it
         details,
     )
 

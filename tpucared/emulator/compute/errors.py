@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpucared.emulator.errors import ApiError
+from tpucared.emulator.projects import project_number
 
 # HTTP status -> the canonical status ApiError wants (only its HTTP status is ever shown).
 _CANONICAL = {
@@ -245,7 +246,8 @@ def compute_fault_error(fault: Any, method: str, path: str) -> ComputeError:
         headers = {"Retry-After": str(max(0, round(retry)))} if retry is not None else None
         message = (
             "Quota exceeded for quota metric 'Queries' and limit 'Queries per minute' of "
-            "service 'compute.googleapis.com' for consumer 'project_number:0'."
+            f"service 'compute.googleapis.com' for consumer 'project_number:"
+            f"{project_number(parts[1] if len(parts) > 1 else '')}'."
         )
         return ComputeError(
             403, "rateLimitExceeded", message, domain="usageLimits", headers=headers

@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from tpucared.emulator.compute.errors import ComputeError
+from tpucared.emulator.projects import project_number
 
 METRICS = (
     "reads_per_region",
@@ -68,7 +69,8 @@ class RateLimits:
                     self.status,
                     "rateLimitExceeded",
                     f"Quota exceeded for quota metric '{metric}' and limit '{metric} per minute' "
-                    f"of service 'compute.googleapis.com' for consumer 'project:{project}'.",
+                    f"of service 'compute.googleapis.com' for consumer "
+                    f"'project_number:{project_number(project)}'.",  # the number, as Google's
                     domain="usageLimits",
                     headers={"Retry-After": str(retry)},
                 )
