@@ -13,7 +13,8 @@ A config is a plain mapping of TOML tables, built from defaults and laid-over di
 - `minimal(...)`: the least the loader takes (a database, a project, one fleet of two), for
   tests about the file itself;
 - `against_emulator(endpoint, ...)`: a daemon run against the emulator at `endpoint`: no
-  credentials, its key next to the database, a 300 ms poll, an HTTP port nobody uses;
+  credentials, its key next to the database, a 300 ms poll, an HTTP port nobody uses, no
+  preflight checks at start (`daemon.start_checks = false`: many tests count requests);
 - `fleet(...)`: one [[fleet]] table, "sweep" of one v4-8 slice in us-central2-b unless told;
 - `render(config)`: the TOML text, `write(path, config)` the file.
 
@@ -83,6 +84,8 @@ def against_emulator(
             "poll_interval": poll,
             "owner": owner,
             "http": f"127.0.0.1:{free_port()}",
+            # Off: tests count the emulator's requests; tests/preflight turns it on.
+            "start_checks": False,
         },
         "gcp": {"project": project, "endpoint": endpoint, "credentials": "none"},
         "ssh": {"key": "id_ed25519"},

@@ -107,6 +107,13 @@ def _add_plan(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=_lazy("plan", "plan_command"), log_stream="stderr")
 
 
+def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("check", help="will this config work on this project? (read-only)")
+    _config_arg(p)
+    p.add_argument("--json", action="store_true", help="the checks as JSON")
+    p.set_defaults(handler=_lazy("check", "check_command"), log_stream="stderr", quiet=True)
+
+
 def _add_down(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "down", help="delete every node tpucared owns in the fleet(s) and keep them down"
@@ -228,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     emulator.set_defaults(handler=_cmd_emulator, passthrough=True)
     _add_run(sub)
     _add_plan(sub)
+    _add_check(sub)
     _add_down(sub)
     _add_up(sub)
     _add_db(sub)

@@ -198,6 +198,7 @@ def _daemon(
         http_port=int(port),
         owner=raw.owner,
         events_retention=None if retention is None else retention.total_seconds(),
+        start_checks=raw.start_checks,
     )
 
 

@@ -78,6 +78,8 @@ class DaemonTable(Table):
     # The leader lease: a standby takes over at most this long (+ a third) after a leader died.
     # None: core/leadership/lease.py `default_lease` (15 s, or a poll and a half when longer).
     lease: Duration | None = None
+    # `tpucared run` runs `tpucared check`'s checks in the background at start and logs them.
+    start_checks: bool = True
 
 
 class GcpTable(Table):

@@ -24,6 +24,7 @@ class DaemonConfig:
     owner: str  # the `tpucared-owner` label value
     events_retention: float | None = 30 * 86400.0  # seconds; None keeps every event
     lease: float = 15.0  # seconds: the leader lease (runtime/leader.py), > poll_interval
+    start_checks: bool = True  # the preflight at start, logged (tpucared/preflight/)
 
     @property
     def db_url(self) -> str:

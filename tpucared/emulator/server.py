@@ -48,6 +48,7 @@ from tpucared.emulator.middleware import make_middleware
 from tpucared.emulator.options import STOCKOUT_CODES, EmulatorOptions
 from tpucared.emulator.oslogin import OsLoginApi, OsLoginRegistry
 from tpucared.emulator.persistence import load_state, save_state
+from tpucared.emulator.preflight import PreflightApi
 from tpucared.emulator.requestlog import RequestLog
 from tpucared.emulator.state import EmulatorState
 
@@ -106,6 +107,7 @@ class EmulatorServer:
         ControlApi(self.state, self.faults, self.requests, self.worker_hosts).add_routes(app)
         ComputeControl(self.compute).add_routes(app)
         OsLoginApi(self.os_login).add_routes(app)
+        PreflightApi(self.state).add_routes(app)  # `tpucared check`'s read calls
         return app
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:

@@ -48,6 +48,7 @@ from tpucared.notify import WebhookSender, resolve_webhooks
 from tpucared.notify.sender import Webhook, WebhookConfigError
 from tpucared.ports.cloud import Clouds
 from tpucared.ports.launcher import Launcher
+from tpucared.preflight import start_checks
 from tpucared.runtime.clock import Clock, SystemClock
 from tpucared.runtime.clouds import CloudMap
 from tpucared.runtime.deadlines import operation_poll_deadline
@@ -307,6 +308,8 @@ async def _started_and_run(
         telemetry = Telemetry(config, res.store, res.clock)
         res.stack.push_async_callback(telemetry.stop)
         run = await _wired(config, res, tokens, telemetry, webhooks, launcher)
+        if config.daemon.start_checks:  # `tpucared check`'s, logged, in the background
+            res.stack.push_async_callback(start_checks(config, tokens))
         run.until, run.drain_timeout = until, drain_timeout
         if serve_http:
             await telemetry.start()
