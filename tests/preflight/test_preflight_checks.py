@@ -289,3 +289,22 @@ def test_credentials_that_cannot_load_are_the_one_fail(
     assert [(r.name, r.status) for r in results] == [("credentials", Status.FAIL)]
     assert "no Application Default Credentials" in results[0].detail
     assert "gcloud auth application-default login" in (results[0].fix or "")
+
+
+def test_each_project_is_checked_for_its_own_fleets(run_check: RunCheck, control: Control) -> None:
+    control(missing=["projects/other-grant"], denied_permissions=["compute.instances.osLogin"])
+    results = run_check(
+        daemon_config.fleet(), daemon_config.fleet("far", project="other-grant"),
+        ssh={"os_login": True, "os_login_account": "me@example.com"},
+    )  # fmt: skip
+    assert results[f"project[{P}]"].status is Status.OK
+    assert results["project[other-grant]"].status is Status.FAIL
+    assert "api[other-grant/tpu.googleapis.com]" in results
+    assert results["network[far]"].detail.startswith("projects/other-grant/global/networks/")
+    # OS Login adds its permission to the list; the project that is not there cannot be asked.
+    result = results[f"permissions[{P}]"]
+    assert result.status is Status.FAIL
+    assert result.detail.endswith("missing: compute.instances.osLogin")
+    result = results["permissions[other-grant]"]
+    assert result.status is Status.WARN
+    assert result.detail.startswith("the call failed (permission)")

@@ -34,7 +34,10 @@ of the catalog, with a generous quota; the control makes each one fail:
 `hang` names calls (`regions.get`, `services.get`, ...) that do not answer while named
 (a minute at most). Answers follow the
 discovery documents' shapes (`compute#region` with `quotas[{metric, limit, usage}]`, int64
-fields as strings); errors are each API's envelope (compute's for /compute/v1).
+fields as strings); errors are each API's envelope (compute's for /compute/v1). The
+/compute/v1 and /v2 calls go through the request log and faults like every other; the /v1
+(Resource Manager, Service Usage, IAM) and /v2alpha1 ones, like /_emulator, do not
+(middleware.py `LOGGED_PREFIXES`): `hang` and the settings above are how they fail.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ credentials (before anything is created: bad ones leave no database and no key),
 database and open the store (`resources.open_resources`, one AsyncExitStack that closes
 everything in reverse), make sure the SSH key exists, connect the clouds, record the
 calls the previous run left without an outcome (calls.py), serve /healthz, /metrics and
-/v1/status (telemetry/), then loop, with two-stage signals (signals.py). Nodes are never
+/v1/status (telemetry/), start `tpucared check`'s checks in the background (preflight/,
+logged; `daemon.start_checks`), then loop, with two-stage signals (signals.py). Nodes are never
 deleted by stopping. Under systemd (`$NOTIFY_SOCKET`, sdnotify.py) it says READY=1 after the
 first tick that listed a zone, WATCHDOG=1 and STATUS= after every tick (chained after
 telemetry's hook), and STOPPING=1 as soon as the stop event is set.
