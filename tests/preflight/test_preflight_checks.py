@@ -41,7 +41,10 @@ def test_a_tpu_fleet_passes_every_check(run_check: RunCheck, emu: EmulatorThread
     }
     assert f"all {len(GROUPS['tpu'])} held" in results[f"permissions[{P}]"].detail
     assert NUMBER_SA in results["service_account[sweep]"].detail  # the project's default
-    assert "room for 512 more v4-8" in results["quota[sweep/us-central2]"].detail
+    assert results["quota[sweep/us-central2]"].detail == (
+        "TPUV4PreemptiblePerProjectPerRegionForTPUAPI in us-central2: 4096, room for 512 v4-8 "
+        "at once (8 each; what is in use not counted)"
+    )
     # Read-only: every call the emulator logged is a GET.
     logged = emulator_call(emu.url, "GET", "/_emulator/v1/requests")
     assert logged
@@ -63,7 +66,10 @@ def test_a_compute_fleet_passes_but_its_quota_is_not_readable(run_check: RunChec
         "guard": "ok",
     }
     assert "family/ubuntu-accel-2404-amd64-tpu-tpu7x ->" in results["image[tpu7]"].detail
-    assert "reports no regional quota" in results["quota[tpu7/us-central1]"].detail
+    assert results["quota[tpu7/us-central1]"].detail == (
+        "no spot quota for tpu7x-standard-4t in us-central1 among 0 quotas of "
+        "compute.googleapis.com: not checked"
+    )
 
 
 def test_a_missing_project_fails(run_check: RunCheck, control: Control) -> None:
@@ -241,17 +247,41 @@ def test_a_data_disk(run_check: RunCheck, control: Control) -> None:
 def test_quota(run_check: RunCheck, control: Control) -> None:
     name = "quota[sweep/us-central2]"
     fleet = daemon_config.fleet(accelerator_type="v4-32", size=4)
-    control(quotas={"us-central2": {"PREEMPTIBLE_TPU_PODSLICE_V4": {"limit": 96, "usage": 32}}})
+    preemptible = "TPUV4PreemptiblePerProjectPerRegionForTPUAPI"
+    # The region's own value wins over the one every other region gets.
+    control(quotas={"tpu.googleapis.com": {preemptible: {"us-central2": 96, "*": 4096}}})
     result = run_check(fleet)[name]
     assert result.status is Status.WARN
-    assert "limit 96, in use 32: room for 2 more v4-32" in result.detail
-    assert "the fleet keeps 4" in result.detail
-    control(quotas={"us-central2": {"PREEMPTIBLE_TPU_PODSLICE_V4": {"limit": 0, "usage": 0}}})
-    assert run_check(fleet)[name].status is Status.FAIL
-    # On-demand capacity draws on the metric without PREEMPTIBLE_.
+    assert f"{preemptible} in us-central2: 96, room for 3 v4-32 at once" in result.detail
+    assert result.detail.endswith("; the fleet keeps 4")
+    control(quotas={"tpu.googleapis.com": {preemptible: {"us-central2": 0}}})
+    result = run_check(fleet)[name]
+    assert result.status is Status.FAIL
+    assert "cloud.google.com/tpu/docs/quota" in (result.fix or "")
+    # On-demand capacity draws on the quota without "Preemptible" (still the default 4096).
     result = run_check(daemon_config.fleet(capacity="on-demand"))[name]
     assert result.status is Status.OK
-    assert result.detail.startswith("TPU_PODSLICE_V4")
+    assert result.detail.startswith("TPUV4PerProjectPerRegionForTPUAPI in us-central2: 4096")
+
+
+def test_quota_of_a_compute_slice_counts_its_chips(run_check: RunCheck, control: Control) -> None:
+    # No id of Compute Engine's TPU quotas has been seen: matched by the family in the id.
+    control(quotas={"compute.googleapis.com": {"TPU7XPreemptibleChipsPerRegion": {"*": 16}}})
+    result = run_check(compute_fleet(topology="2x2x2", size=3))["quota[tpu7/us-central1]"]
+    assert result.status is Status.WARN
+    assert "16, room for 2 tpu7x-standard-4t at once (8 each;" in result.detail
+
+
+def test_quotas_or_api_states_the_account_may_not_read_warn(
+    run_check: RunCheck, control: Control
+) -> None:
+    control(denied_permissions=["cloudquotas.quotas.get", "serviceusage.services.get"])
+    results = run_check()
+    quota, api = results["quota[sweep/us-central2]"], results[f"api[{P}/tpu.googleapis.com]"]
+    assert quota.status is Status.WARN
+    assert "roles/cloudquotas.viewer" in (quota.fix or "")
+    assert api.status is Status.WARN
+    assert "serviceusage.services.get" in (api.fix or "")
 
 
 def test_guard(run_check: RunCheck) -> None:
@@ -266,7 +296,7 @@ def test_guard(run_check: RunCheck) -> None:
 def test_a_hanging_call_costs_only_its_own_check(
     tmp_path: Path, emu: EmulatorThread, control: Control
 ) -> None:
-    control(hang=["regions.get", "services.get"])
+    control(hang=["quotaInfos.list", "services.get"])
     config = load(tmp_path, emu.url, daemon_config.fleet())
     results = {r.name: r for r in asyncio.run(check_config(config, deadline=0.5))}
     for name in ("quota[sweep/us-central2]", f"api[{P}/tpu.googleapis.com]"):

@@ -1,16 +1,16 @@
 """The read calls `tpucared check` makes (tpucared/preflight/), served on the emulator's port,
 and the control that makes each check fail.
 
-Google serves these from five APIs; the emulator answers them all at their real paths:
+Google serves these from six APIs; the emulator answers them all at their real paths:
 
     GET  /v1/projects/{p}                                  Cloud Resource Manager projects.get
     POST /v1/projects/{p}:testIamPermissions               ... projects.testIamPermissions
     GET  /v1/projects/{p}/services/{service}               Service Usage services.get
     GET  /v1/projects/-/serviceAccounts/{email}            IAM serviceAccounts.get
+    GET  /v1/projects/{p}/locations/global/services/{s}/quotaInfos   Cloud Quotas (one page)
     POST /v1/projects/-/serviceAccounts/{email}:testIamPermissions
     GET  /v2alpha1/projects/{p}/locations/{z}/reservations TPU reservations.list
     GET  /compute/v1/projects/{p}                          Compute Engine projects.get
-    GET  /compute/v1/projects/{p}/regions/{r}              regions.get (with `quotas`)
     GET  /compute/v1/projects/{p}/global/images/family/{f} images.getFromFamily
     GET  /compute/v1/projects/{p}/global/images/{i}        images.get
     GET  /compute/v1/projects/{p}/global/networks/{n}      networks.get
@@ -21,23 +21,26 @@ Google serves these from five APIs; the emulator answers them all at their real 
 acceleratorTypes, runtimeVersions and machineTypes come from the catalog (api.py,
 compute/api.py). By default every project, API, permission, image, network, subnetwork,
 service account, Compute Engine reservation and disk exists and is allowed, in every region
-of the catalog, with a generous quota; the control makes each one fail:
+of the catalog; `tpu.googleapis.com` lists an on-demand and a preemptible quota of 4096 for
+each TPU version (ids as the one Google was seen to name, `TPU{V}[Preemptible]PerProject
+PerRegionForTPUAPI`), Compute Engine none. The control makes each one fail:
 
     PUT    /_emulator/v1/preflight  {"denied_permissions": [...], "disabled_services": [...],
            "missing": [paths], "resources": {path: {fields laid over the answer}},
-           "quotas": {region: {METRIC: {"limit": L, "usage": U}}},
+           "quotas": {service: {quotaId: {region or "*": value}}},
            "tpu_reservations": [names], "hang": [calls]}
     GET    /_emulator/v1/preflight  the settings;  DELETE: back to the defaults
 
-`missing` paths are as the API names them (`projects/p`, `projects/p/global/networks/n`,
-`projects/-/serviceAccounts/e`, `services/compute.googleapis.com` under a project, ...);
-`hang` names calls (`regions.get`, `services.get`, ...) that do not answer while named
-(a minute at most). Answers follow the
-discovery documents' shapes (`compute#region` with `quotas[{metric, limit, usage}]`, int64
-fields as strings); errors are each API's envelope (compute's for /compute/v1). The
-/compute/v1 and /v2 calls go through the request log and faults like every other; the /v1
-(Resource Manager, Service Usage, IAM) and /v2alpha1 ones, like /_emulator, do not
-(middleware.py `LOGGED_PREFIXES`): `hang` and the settings above are how they fail.
+`denied_permissions` also refuses the reads that need `cloudquotas.quotas.get` or
+`serviceusage.services.get` (403). `missing` paths are as the API names them (`projects/p`,
+`projects/p/global/networks/n`, `projects/-/serviceAccounts/e`, `projects/p/services/s`, ...);
+`hang` names calls (`quotaInfos.list`, `services.get`, ...) that do not answer while named
+(a minute at most). Answers follow the API references' shapes (`quotaInfos[{quotaId,
+metricUnit, dimensionsInfos}]`; int64 fields, quota values too, as strings); errors are each
+API's envelope (compute's for /compute/v1). The /compute/v1 and /v2 calls go through the
+request log and faults like every other; the /v1 (Resource Manager, Service Usage, IAM, Cloud
+Quotas) and /v2alpha1 ones, like /_emulator, do not (middleware.py `LOGGED_PREFIXES`): `hang`
+and the settings above are how they fail.
 """
 
 from __future__ import annotations
@@ -57,14 +60,18 @@ from tpucared.emulator.state import EmulatorState
 PREFIX = "/_emulator/v1/preflight"
 API = "https://www.googleapis.com/compute/v1"
 JsonDict = dict[str, Any]
-DEFAULT_QUOTA = 4096.0
-# The TPU metrics Compute Engine's regions.get names (google.cloud.compute_v1 Quota.Metric).
-TPU_METRICS = (
-    "TPU_PODSLICE_V4",
-    "PREEMPTIBLE_TPU_PODSLICE_V4",
-    "TPU_LITE_PODSLICE_V5",
-    "PREEMPTIBLE_TPU_LITE_PODSLICE_V5",
-)
+DEFAULT_QUOTA = 4096
+TPU_VERSIONS = ("V2", "V3", "V4", "V5P", "V5sLitepod", "V6E")
+
+
+def default_quota_ids() -> list[str]:
+    """The TPU API's quotas the emulator lists by default: on-demand and preemptible per
+    version, ids in the one shape Google was seen to use."""
+    return [
+        f"TPU{v}{kind}PerProjectPerRegionForTPUAPI"
+        for v in TPU_VERSIONS
+        for kind in ("", "Preemptible")
+    ]
 
 
 def project_number(project: str) -> str:
@@ -78,7 +85,7 @@ class PreflightSettings:
     disabled_services: set[str] = field(default_factory=set)
     missing: set[str] = field(default_factory=set)
     resources: dict[str, JsonDict] = field(default_factory=dict)
-    quotas: dict[str, dict[str, JsonDict]] = field(default_factory=dict)
+    quotas: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     tpu_reservations: list[str] = field(default_factory=list)
     hang: set[str] = field(default_factory=set)
 
@@ -131,9 +138,10 @@ class PreflightApi:
         r.add_get("/v1/projects/-/serviceAccounts/{email}", self.account)
         r.add_post("/v1/projects/-/serviceAccounts/{email_verb}", self.account_test)
         r.add_get("/v2alpha1/projects/{project}/locations/{zone}/reservations", self.tpu_list)
+        quotas = "/v1/projects/{project}/locations/global/services/{service}/quotaInfos"
+        r.add_get(quotas, self.quota_infos)
         c = "/compute/v1/projects/{project}"
         r.add_get(c, self.compute_project)
-        r.add_get(c + "/regions/{region}", self.region)
         r.add_get(c + "/global/images/family/{family}", self.image_family)
         r.add_get(c + "/global/images/{image}", self.image)
         r.add_get(c + "/global/networks/{network}", self.network)
@@ -166,13 +174,16 @@ class PreflightApi:
     # -- shared --------------------------------------------------------------------------
 
     async def _answer(self, call: str, path: str, body: JsonDict, *, compute: bool) -> web.Response:
-        for _ in range(1200):  # "never" answers: until the setting goes, at most a minute
-            if call not in self.settings.hang:
-                break
-            await asyncio.sleep(0.05)
+        await self._hang(call)
         if path in self.settings.missing:
             raise compute_errors.not_found(path) if compute else errors.not_found(path)
         return web.json_response({**body, **self.settings.resources.get(path, {})})
+
+    async def _hang(self, call: str) -> None:
+        for _ in range(1200):  # "never" answers: until the setting goes, at most a minute
+            if call not in self.settings.hang:
+                return
+            await asyncio.sleep(0.05)
 
     def _regions(self) -> set[str]:
         catalog = self.state.catalog
@@ -212,6 +223,8 @@ class PreflightApi:
 
     async def service(self, request: web.Request) -> web.Response:
         project, name = request.match_info["project"], request.match_info["service"]
+        if "serviceusage.services.get" in self.settings.denied_permissions:
+            raise errors.permission_denied("serviceusage.services.get", f"projects/{project}")
         number = project_number(project)
         state = "DISABLED" if name in self.settings.disabled_services else "ENABLED"
         body = {
@@ -252,6 +265,18 @@ class PreflightApi:
         found = [{"name": n} for n in self.settings.tpu_reservations if n.startswith(parent)]
         return web.json_response({"reservations": found} if found else {})
 
+    async def quota_infos(self, request: web.Request) -> web.Response:
+        project, service = request.match_info["project"], request.match_info["service"]
+        await self._hang("quotaInfos.list")
+        if "cloudquotas.quotas.get" in self.settings.denied_permissions:
+            raise errors.permission_denied("cloudquotas.quotas.get", f"projects/{project}")
+        defaults = default_quota_ids() if service == "tpu.googleapis.com" else []
+        values: dict[str, dict[str, int]] = {q: {"*": DEFAULT_QUOTA} for q in defaults}
+        values.update(self.settings.quotas.get(service, {}))
+        parent = f"projects/{project_number(project)}/locations/global/services/{service}"
+        infos = [_quota_info(parent, service, q, v) for q, v in sorted(values.items())]
+        return web.json_response({"quotaInfos": infos})
+
     # -- Compute Engine ------------------------------------------------------------------
 
     async def compute_project(self, request: web.Request) -> web.Response:
@@ -265,22 +290,6 @@ class PreflightApi:
             "selfLink": f"{API}/projects/{project}",
         }
         return await self._answer("projects.get", f"projects/{project}", body, compute=True)
-
-    async def region(self, request: web.Request) -> web.Response:
-        project, region = request.match_info["project"], request.match_info["region"]
-        path = f"projects/{project}/regions/{region}"
-        if region not in self._regions():
-            raise compute_errors.not_found(path)
-        quotas = {m: {"limit": DEFAULT_QUOTA, "usage": 0.0} for m in TPU_METRICS}
-        quotas.update(self.settings.quotas.get(region, {}))
-        body = {
-            "kind": "compute#region",
-            "name": region,
-            "status": "UP",
-            "selfLink": f"{API}/{path}",
-            "quotas": [{"metric": m, **q} for m, q in sorted(quotas.items())],
-        }
-        return await self._answer("regions.get", path, body, compute=True)
 
     async def image_family(self, request: web.Request) -> web.Response:
         project, family = request.match_info["project"], request.match_info["family"]
@@ -358,6 +367,28 @@ class PreflightApi:
             "selfLink": f"{API}/{path}",
         }
         return await self._answer("disks.get", path, body, compute=True)
+
+
+def _quota_info(parent: str, service: str, quota_id: str, values: dict[str, int]) -> JsonDict:
+    infos = [
+        {
+            "dimensions": {} if where == "*" else {"region": where},
+            "details": {"value": str(value)},
+            "applicableLocations": [] if where == "*" else [where],
+        }
+        for where, value in sorted(values.items())
+    ]
+    return {
+        "name": f"{parent}/quotaInfos/{quota_id}",
+        "quotaId": quota_id,
+        "metric": f"{service}/{quota_id.lower()}",
+        "service": service,
+        "isPrecise": True,
+        "containerType": "PROJECT",
+        "dimensions": ["region"],
+        "metricUnit": "1",
+        "dimensionsInfos": infos,
+    }
 
 
 async def _json(request: web.Request) -> JsonDict:

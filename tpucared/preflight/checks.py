@@ -31,7 +31,7 @@ class Context:
     config: Config
     client: PreflightClient
     tokens: TokenSource
-    # One answer per key shared by the checks that need it (regions.get, projects.get).
+    # One answer per key shared by the checks that need it (quotaInfos, projects.get).
     _memo: dict[str, asyncio.Future[JSON]] = field(default_factory=dict)
 
     def project(self, fleet: FleetSpec) -> str:
@@ -46,6 +46,14 @@ class Context:
             self._memo[key] = asyncio.ensure_future(call())
         # Shielded: a check that times out must not cancel the answer another one awaits.
         return await asyncio.shield(self._memo[key])
+
+    async def once_list(self, key: str, call: Callable[[], Awaitable[list[JSON]]]) -> list[JSON]:
+        async def wrapped() -> JSON:
+            return {"items": await call()}
+
+        answer = await self.once(key, wrapped)
+        items: list[JSON] = answer["items"]
+        return items
 
     def close(self) -> None:
         for future in self._memo.values():
@@ -377,25 +385,37 @@ async def data_disk(ctx: Context, fleet: FleetSpec, source: str) -> CheckResult:
 
 async def quota(ctx: Context, fleet: FleetSpec, region: str) -> CheckResult:
     name = f"quota[{fleet.name}/{region}]"
-    metric = rules.quota_metric(fleet)
-    where = "the console's IAM & Admin > Quotas, service tpu.googleapis.com or compute"
-    if metric is None:
+    project, service = ctx.project(fleet), rules.quota_service(fleet)
+    confirm = f"confirm it on the console: IAM & Admin > Quotas, service {service}"
+    try:
+        infos = await ctx.once_list(
+            f"quotas:{project}/{service}", lambda: ctx.client.quota_infos(project, service)
+        )
+    except ApiError as exc:
+        if _kind(exc) is not ErrorKind.PERMISSION:
+            raise
         return warn(
             name,
-            f"Compute Engine reports no regional quota for "
-            f"{fleet.accelerator_type} ({fleet.capacity.value}): not checked",
-            f"confirm it on {where}",
+            f"cannot list {service}'s quotas ({_said(exc)}): not checked",
+            f"grant cloudquotas.quotas.get (roles/cloudquotas.viewer), or {confirm}",
         )
-    project = ctx.project(fleet)
-    data = await ctx.once(f"region:{project}/{region}", lambda: ctx.client.region(project, region))
-    answer = rules.find_quota(data, metric)
+    kind = "preemptible" if "PREEMPTIBLE" in fleet.capacity.name else fleet.capacity.value
+    answer = rules.match_quota(infos, fleet, region)
     if answer is None:
-        return warn(name, f"{region} lists no {metric}", f"confirm the quota on {where}")
+        return warn(
+            name,
+            f"no {kind} quota for {fleet.accelerator_type} in {region} among {len(infos)} "
+            f"quotas of {service}: not checked",
+            confirm,
+        )
     per_node = rules.units_per_node(fleet)
     allowed = rules.nodes_allowed(answer, per_node)
+    unit = f" {answer.unit}" if answer.unit not in ("", "1") else ""  # "1": a count
+    if allowed is None:
+        return ok(name, f"{answer.quota_id} in {region}: unlimited")
     detail = (
-        f"{metric} in {region}: limit {answer.limit:g}, in use {answer.usage:g}: "
-        f"room for {allowed} more {fleet.accelerator_type} ({per_node} each)"
+        f"{answer.quota_id} in {region}: {answer.limit}{unit}, room for {allowed} "
+        f"{fleet.accelerator_type} at once ({per_node} each; what is in use not counted)"
     )
     if answer.limit <= 0:
         return fail(name, detail, "request quota: https://cloud.google.com/tpu/docs/quota")

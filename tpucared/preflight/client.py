@@ -21,10 +21,13 @@ tpucared/emulator/preflight.py). The calls and their sources:
 - TPU v2 `acceleratorTypes.get`, `runtimeVersions.get` (the discovery document,
   ../shared/reference/tpu.v2.discovery.*.json), and v2alpha1 `reservations.list`
   (tpu.v2alpha1.discovery: `projects/{p}/locations/{z}/reservations`).
-- Compute Engine v1 `projects.get` (`defaultServiceAccount`), `regions.get` (`quotas`),
-  `machineTypes.get`, `images.getFromFamily` / `images.get`, `networks.get`,
-  `subnetworks.get`, `reservations.get`, `disks.get`: the discovery document and the
-  official client's types (google.cloud.compute_v1 `Project`, `Region`, `Quota`, ...).
+- Cloud Quotas v1 `quotaInfos.list` (`GET /v1/projects/{p}/locations/global/services/{s}/
+  quotaInfos`, paged): https://cloud.google.com/docs/quotas/reference/rest/v1/
+  projects.locations.services.quotaInfos
+- Compute Engine v1 `projects.get` (`defaultServiceAccount`), `machineTypes.get`,
+  `images.getFromFamily` / `images.get`, `networks.get`, `subnetworks.get`,
+  `reservations.get`, `disks.get`: the discovery document and the official client's types
+  (google.cloud.compute_v1 `Project`, `Image`, `Network`, `Subnetwork`, `Reservation`, `Disk`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ GOOGLE = {
     "crm": "https://cloudresourcemanager.googleapis.com",
     "serviceusage": "https://serviceusage.googleapis.com",
     "iam": "https://iam.googleapis.com",
+    "cloudquotas": "https://cloudquotas.googleapis.com",
 }
 
 
@@ -91,6 +95,17 @@ class PreflightClient(RestClient):
         )
         return [p for p in data.get("permissions", []) if isinstance(p, str)]
 
+    async def quota_infos(self, project: str, service: str) -> list[JSON]:
+        """Every quota of `service` in the project, every page (pageSize at most 100)."""
+        base = self._host("cloudquotas")
+        url = f"{base}/v1/projects/{project}/locations/global/services/{service}/quotaInfos"
+
+        def accept(page: JSON) -> list[JSON]:
+            items = page.get("quotaInfos", [])
+            return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+        return await self._pages("quotaInfos.list", url, {"pageSize": "100"}, accept)
+
     # -- TPU API -----------------------------------------------------------------------------
 
     def _tpu(self, version: str, path: str) -> str:
@@ -121,9 +136,6 @@ class PreflightClient(RestClient):
 
     async def compute_project(self, project: str) -> JSON:
         return await self._get("projects.get", self._compute(f"projects/{project}"))
-
-    async def region(self, project: str, region: str) -> JSON:
-        return await self._get("regions.get", self._compute(f"projects/{project}/regions/{region}"))
 
     async def machine_type(self, project: str, zone: str, name: str) -> JSON:
         url = self._compute(f"projects/{project}/zones/{zone}/machineTypes/{name}")

@@ -3,31 +3,47 @@ no I/O (the checks in checks.py ask, these decide).
 
 - where a fleet's resources are: its project, the path of its network, subnetwork (per
   region), image;
-- quotas: which Compute Engine regional quota metric a fleet draws on (`quota_metric`) and
-  how many of its nodes a (limit, usage) allows (`nodes_allowed`).
+- quotas: which of a service's quotas (Cloud Quotas `quotaInfos`) a fleet's nodes draw on
+  (`match_quota`), its limit in the fleet's region, and how many nodes that allows.
 
-Quota metrics come from google.cloud.compute_v1 `Quota.Metric` (the `Region.quotas[].metric`
-enum, the discovery document's): it names TPU metrics for v4 (`TPU_PODSLICE_V4`) and v5e
-(`TPU_LITE_PODSLICE_V5`), each with a `PREEMPTIBLE_` twin, and none for v5p, v6e or TPU7x,
-whose quotas live with the TPU service (https://cloud.google.com/tpu/docs/quota: "different
-quotas for each version of TPU ... reserved, on-demand, preemptible (spot)"), not in
-regions.get. The unit is counted as the accelerator type's suffix (TensorCores for v4, chips
-for v5e, as the quota page counts them): unconfirmed for the Compute Engine metric.
+The TPU API's resource quotas are the `tpu.googleapis.com` service's, one per TPU version and
+kind ("different quotas for each version of TPU ... on-demand and preemptible (spot)",
+https://cloud.google.com/tpu/docs/quota), listed by the Cloud Quotas API
+(https://cloud.google.com/docs/quotas/reference/rest/v1/projects.locations.services.quotaInfos:
+`quotaId`, `metricUnit`, `dimensionsInfos[{dimensions: {region|zone}, details: {value}}]`, a
+dimensions info without a dimension applying to every other value). Their ids are not
+documented; the one seen in an error is `TPUV6EPreemptiblePerProjectPerRegionForTPUAPI` ([3P]
+marin-community/marin#1612, docs/research/compute-engine.md 7.2), so a quota is matched by the
+generation in its id (`TPUV6E`), `Preemptible` for spot and preemptible capacity, and not
+`Serving`. Compute Engine's regions.get names TPU metrics only for v4 and v5e
+(google.cloud.compute_v1 `Quota.Metric`), Compute Engine quotas: not the TPU API's. Units are
+counted as the accelerator type's suffix (TensorCores for v4, chips for v5e and later; the
+quota page says v4 and v5p quota "can be specified in terms of Cloud TPU chips or TensorCores":
+`metricUnit` is shown beside).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tpucared.core.model.machines import MACHINE_TYPES
 from tpucared.core.model.specs import COMPUTE_API, DEFAULT_PROJECT, CapacityKind, FleetSpec
 
 DEFAULT_NETWORK = "default"  # what both APIs use when a fleet names none
 
-# Accelerator type prefix -> the Compute Engine quota metric it draws on (on-demand name).
-_QUOTA_METRICS = {
-    "v4": "TPU_PODSLICE_V4",
-    "v5litepod": "TPU_LITE_PODSLICE_V5",
+# A fleet's machine -> the token its quotas' ids carry: the TPU API's by accelerator type
+# prefix, Compute Engine's by machine family (unconfirmed: no id seen, so no match is a WARN).
+_QUOTA_KEYS = {
+    "v2": "TPUV2",
+    "v3": "TPUV3",
+    "v4": "TPUV4",
+    "v5p": "TPUV5P",
+    "v5litepod": "LITEPOD",
+    "v6e": "TPUV6E",
+    "tpu7x": "TPU7X",
+    "ct6e": "CT6E",
+    "ct5p": "CT5P",
 }
 _PREEMPTIBLE = (CapacityKind.SPOT, CapacityKind.PREEMPTIBLE)
 
@@ -97,44 +113,80 @@ def reservation_path(reservation: str, fleet: FleetSpec, project: str) -> str:
     return f"projects/{owner}/zones/{fleet.zones[0]}/reservations/{parts[-1]}"
 
 
-def quota_metric(fleet: FleetSpec) -> str | None:
-    """The Compute Engine regional metric the fleet's nodes count against, or None where
-    regions.get reports none for its TPU generation (see the module's docstring)."""
+def quota_service(fleet: FleetSpec) -> str:
+    return "compute.googleapis.com" if fleet.api == COMPUTE_API else "tpu.googleapis.com"
+
+
+def quota_key(fleet: FleetSpec) -> str | None:
+    """The token the ids of the fleet's quotas carry, or None for a machine we know none of."""
     if fleet.api == COMPUTE_API:
-        return None
-    metric = _QUOTA_METRICS.get(fleet.accelerator_type.rpartition("-")[0])
-    if metric is None:
-        return None
-    return f"PREEMPTIBLE_{metric}" if fleet.capacity in _PREEMPTIBLE else metric
+        return _QUOTA_KEYS.get(fleet.accelerator_type.partition("-")[0])
+    return _QUOTA_KEYS.get(fleet.accelerator_type.rpartition("-")[0])
 
 
 def units_per_node(fleet: FleetSpec) -> int:
-    """Quota units one node takes: the accelerator type's suffix (v4-32: 32)."""
+    """Quota units one node takes: a TPU API type's suffix (v4-32: 32), a `compute` slice's
+    chips (chips per VM times its VMs)."""
+    if fleet.api == COMPUTE_API:
+        machine = MACHINE_TYPES.get(fleet.accelerator_type)
+        return (machine.chips if machine else 1) * fleet.hosts
     count = fleet.accelerator_type.rpartition("-")[2]
     return int(count) if count.isdigit() else 1
 
 
 @dataclass(frozen=True)
 class QuotaAnswer:
-    metric: str
-    limit: float
-    usage: float
+    quota_id: str
+    limit: int  # -1: unlimited
+    unit: str
 
 
-def find_quota(region: dict[str, object], metric: str) -> QuotaAnswer | None:
-    """The `metric` entry of a regions.get answer's `quotas`."""
-    quotas = region.get("quotas")
-    if not isinstance(quotas, list):
+def _limit(info: dict[str, Any], fleet: FleetSpec, region: str) -> int | None:
+    """The quota's value for the fleet's region (or one of its zones there), else the value
+    every other place gets; None when neither is listed."""
+    default: int | None = None
+    zones = {z for z in fleet.zones if region_of(z) == region}
+    for entry in info.get("dimensionsInfos") or ():
+        if not isinstance(entry, dict):
+            continue
+        dims = entry.get("dimensions") or {}
+        try:
+            value = int((entry.get("details") or {}).get("value", 0))
+        except (TypeError, ValueError):
+            continue
+        if dims.get("region") == region or dims.get("zone") in zones:
+            return value
+        if not dims:
+            default = value
+    return default
+
+
+def match_quota(infos: list[dict[str, Any]], fleet: FleetSpec, region: str) -> QuotaAnswer | None:
+    """The fleet's quota among a service's `quotaInfos` in `region`: the tightest of those
+    whose id carries its generation and its kind (see the module's docstring)."""
+    key = quota_key(fleet)
+    if key is None:
         return None
-    for entry in quotas:
-        if isinstance(entry, dict) and entry.get("metric") == metric:
-            limit, usage = entry.get("limit", 0), entry.get("usage", 0)
-            if isinstance(limit, int | float) and isinstance(usage, int | float):
-                return QuotaAnswer(metric, float(limit), float(usage))
-    return None
+    preemptible = fleet.capacity in _PREEMPTIBLE
+    found: list[QuotaAnswer] = []
+    for info in infos:
+        quota_id = str(info.get("quotaId", ""))
+        upper = quota_id.upper()
+        if key not in upper or "SERVING" in upper or ("PREEMPTIBLE" in upper) != preemptible:
+            continue
+        if ("RESERVED" in upper) != (fleet.capacity is CapacityKind.RESERVED):
+            continue
+        limit = _limit(info, fleet, region)
+        if limit is not None:
+            found.append(QuotaAnswer(quota_id, limit, str(info.get("metricUnit", ""))))
+    limited = [a for a in found if a.limit >= 0]
+    if limited:
+        return min(limited, key=lambda a: a.limit)
+    return found[0] if found else None
 
 
-def nodes_allowed(answer: QuotaAnswer, per_node: int) -> int:
-    """How many more nodes of `per_node` units the free quota holds."""
-    free = max(0.0, answer.limit - answer.usage)
-    return int(free // max(per_node, 1))
+def nodes_allowed(answer: QuotaAnswer, per_node: int) -> int | None:
+    """How many nodes of `per_node` units the limit holds at once; None: unlimited."""
+    if answer.limit < 0:
+        return None
+    return answer.limit // max(per_node, 1)
