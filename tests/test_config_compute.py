@@ -117,6 +117,27 @@ def test_a_reservation_by_name(tmp_path: Path) -> None:
     assert shared.node.reservation == "projects/other-project/reservations/iron-res"
 
 
+def test_a_calendar_reservation_is_reservation_bound(tmp_path: Path) -> None:
+    """Issue 39: a calendar-mode reservation's VMs must be RESERVATION_BOUND; the config says
+    which reservation is one. Part of the spec (its hash), None elsewhere (old hashes kept)."""
+    text = compute(
+        'capacity = "reserved"\n'
+        'reservation = "projects/my-project/zones/us-central1-c/reservations/iron-res"',
+    ).replace('["us-central1-c", "us-east5-b"]', '["us-central1-c"]')
+    plain = iron(tmp_path, text)
+    assert plain.node.reservation_bound is None
+    bound = iron(tmp_path, text + "reservation_bound = true\n")
+    assert bound.node.reservation_bound is True
+    assert bound.spec_hash() != plain.spec_hash()
+    assert iron(tmp_path, text + "reservation_bound = false\n").spec_hash() == plain.spec_hash()
+
+
+def test_ai_zones_are_zones(tmp_path: Path) -> None:
+    """TPU7x and v6e are offered in AI zones such as us-central1-ai1a (tpu/docs/regions-zones)."""
+    spec = iron(tmp_path, compute().replace('"us-east5-b"', '"us-central1-ai1a"'))
+    assert spec.zones == ("us-central1-c", "us-central1-ai1a")
+
+
 def test_the_guard_knows_machine_types(tmp_path: Path) -> None:
     config = load(
         tmp_path,
@@ -322,6 +343,44 @@ BAD = [
             "guard.max_nodes: the fleets ask for 10 nodes (sweep 2, iron 2x4 hosts), "
             "more than the 9 allowed"
         ],
+    ),
+    (
+        "reservation-bound-without-a-reservation",
+        compute("reservation_bound = true"),
+        ['fleet "iron": reservation_bound: only with capacity = "reserved"'],
+    ),
+    (
+        "reservation-bound-on-a-tpu-fleet",
+        MINIMAL + "reservation_bound = true\n",
+        ['fleet "sweep": reservation_bound: only for api = "compute" fleets'],
+    ),
+    (
+        # A MIG's baseInstanceName ({node}-w-###) leaves a node name 50 characters.
+        "slice-node-name-over-a-migs-limit",
+        compute('topology = "2x2x4"').replace('name = "iron"', f'name = "{"i" * 49}"'),
+        [f'fleet "{"i" * 49}": name: a slot of this fleet is a managed instance group'],
+    ),
+    (
+        "flex-node-name-over-a-migs-limit",
+        compute('capacity = "flex-start"\nmax_run_duration = "1h"').replace(
+            'name = "iron"', f'name = "{"f" * 49}"'
+        ),
+        [f'fleet "{"f" * 49}": name: a slot of this fleet is a managed instance group'],
+    ),
+    (
+        "slice-over-a-migs-size",
+        compute('topology = "16x16x16"').replace("tpu7x-standard-4t", "ct5p-hightpu-4t")
+        + "[guard]\nmax_nodes = 10000\n",
+        ['fleet "iron": topology: 16x16x16 takes 1024 VMs, more than the 1000'],
+    ),
+    (
+        "multislice-labels-over-google-s-64",
+        MINIMAL
+        + "slices = 2\n"
+        + "labels = {"
+        + ", ".join(f'k{i} = "v"' for i in range(61))
+        + "}\n",
+        ['fleet "sweep": labels: at most 60 with slices > 1'],
     ),
     (
         "guard-max-nodes-counts-both",

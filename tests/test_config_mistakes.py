@@ -141,7 +141,10 @@ BAD = [
     (
         "bad-zone",
         MINIMAL.replace('["us-central2-b"]', '["us-central2"]'),
-        ['fleet "sweep": zones[0]: expected a zone like "us-central2-b", got "us-central2"'],
+        [
+            'fleet "sweep": zones[0]: expected a zone like "us-central2-b" or '
+            '"us-central1-ai1a", got "us-central2"'
+        ],
     ),
     (
         "bad-type",

@@ -42,6 +42,14 @@ def machine(raw: FleetTable) -> tuple[str, str]:
 _TPU_KEYS = ("accelerator_type", "runtime_version")
 _COMPUTE_KEYS = ("machine_type", "image", "on_preemption", "topology", "reservation_bound")
 
+# A zonal MIG's limits (issue 39, docs/research/compute-engine.md §10 "Limits audit"): its
+# `baseInstanceName` ({node}-w-###) is "[a-z]([-a-z0-9]{0,51}-#{1,10}...)": the part before
+# `-###` at most 52 characters, so a node name at most 50 (InstanceGroupManager, discovery
+# and google-cloud-compute); and "A managed instance group can have up to 1000 VM instances
+# per group" (instanceGroupManagers.insert).
+MAX_MIG_NODE_NAME = 50
+MAX_MIG_SIZE = 1000
+
 # A flex-start run's bounds: Google's resize requests take "between 10m (10 minutes) and 7d
 # (7 days)" (docs/research/compute-engine.md §6.9); the generic maxRunDuration's are wider.
 MIN_RUN = timedelta(minutes=10)
@@ -103,6 +111,7 @@ def _check_compute(raw: FleetTable, at: str, problems: Problems) -> None:
         )
     _check_topology(raw, at, problems)
     _check_flex(raw, at, problems)
+    _check_mig_limits(raw, at, problems)
     if raw.reservation_bound and raw.capacity is not CapacityKind.RESERVED:
         problems.add(
             f"{at}: reservation_bound",
@@ -123,6 +132,27 @@ def _check_topology(raw: FleetTable, at: str, problems: Problems) -> None:
         problems.add(
             f"{at}: topology",
             f'"{raw.topology}" is not a {raw.machine_type} topology: one of {known}',
+        )
+
+
+def _check_mig_limits(raw: FleetTable, at: str, problems: Problems) -> None:
+    """A fleet whose slots are MIGs (a multi-host slice, or any flex-start slot) within a
+    MIG's limits: its node names and its VMs."""
+    hosts = hosts_of(raw.machine_type, raw.topology) if raw.machine_type and raw.topology else 1
+    if (hosts or 1) > 1 or raw.capacity is CapacityKind.FLEX_START:
+        longest = f"{raw.name}-{max(raw.size - 1, 0)}"
+        if len(longest) > MAX_MIG_NODE_NAME:
+            problems.add(
+                f"{at}: name",
+                f"a slot of this fleet is a managed instance group named {raw.name}-<slot>, "
+                f"its VMs <name>-w-NNN: at most {MAX_MIG_NODE_NAME} characters, but {longest} "
+                f"has {len(longest)}: shorten the name",
+            )
+    if hosts is not None and hosts > MAX_MIG_SIZE:
+        problems.add(
+            f"{at}: topology",
+            f"{raw.topology} takes {hosts} VMs, more than the {MAX_MIG_SIZE} a managed "
+            "instance group holds",
         )
 
 

@@ -80,6 +80,7 @@ MIN_EVENTS_RETENTION = timedelta(days=1)
 MIN_NOTIFY_INTERVAL = timedelta(seconds=10)
 MAX_STOP_GRACE = timedelta(minutes=10)
 MAX_NODE_NAME = 63  # RFC 1035 label: what the TPU API accepts as a node id
+MAX_LABELS = 64  # labels a node or instance may carry (Node.labels, Instance.labels)
 
 
 def build_config(raw: ConfigFile, file: Path, problems: Problems) -> Config | None:
@@ -292,6 +293,13 @@ def _check_fleet(raw: FleetTable, at: str, problems: Problems) -> None:
             f"{at}: name",
             f"node names are {pattern}, at most {MAX_NODE_NAME} characters, "
             f"but {longest} has {len(longest)}: shorten the name",
+        )
+    if raw.slices > 1 and len(raw.labels) > MAX_LABELS - len(RESERVED_LABELS):
+        # Google allows 64 labels a resource; a multislice node carries our four.
+        problems.add(
+            f"{at}: labels",
+            f"at most {MAX_LABELS - len(RESERVED_LABELS)} with slices > 1 (tpucared adds "
+            f"{len(RESERVED_LABELS)} of the {MAX_LABELS} a node may have), got {len(raw.labels)}",
         )
     if "multislice_hold" in raw.model_fields_set and raw.slices == 1:
         problems.add(f"{at}: multislice_hold", "needs slices > 1 (a multislice fleet)")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
-from tpucared.config.syntax import pattern
+from tpucared.config.syntax import ZONE_PATTERN, pattern
 from tpucared.core.model.specs import (
     COMPUTE_API,
     DEFAULT_API,
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # messages imports the schema, which imports this module's ty
 
 _NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"  # RFC 1035: networks, disks, tags, reservations
 _PROJECT = r"[a-z][-a-z0-9]{4,28}[a-z0-9]"
-_ZONE = r"[a-z]+-[a-z]+[0-9]+-[a-z]"
+_ZONE = ZONE_PATTERN
 _REGION = r"[a-z]+-[a-z]+[0-9]+"
 
 Network = Annotated[

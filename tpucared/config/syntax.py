@@ -125,7 +125,10 @@ FleetName = Annotated[
         "a lowercase name: a letter, then letters, digits or '-', not ending in '-'",
     ),
 ]
-Zone = Annotated[str, pattern(r"[a-z]+-[a-z]+[0-9]+-[a-z]", 'a zone like "us-central2-b"')]
+# A region and a letter, or an AI zone's `ai` suffix ("us-central1-ai1a": TPU7x and v6e are
+# offered there, tpu/docs/regions-zones; docs/research/compute-engine.md §1.2).
+ZONE_PATTERN = r"[a-z]+-[a-z]+[0-9]+-(?:[a-z]|ai[0-9]+[a-z]?)"
+Zone = Annotated[str, pattern(ZONE_PATTERN, 'a zone like "us-central2-b" or "us-central1-ai1a"')]
 AcceleratorType = Annotated[
     str,
     pattern(r"v[0-9]+[a-z]*-[1-9][0-9]*", 'an accelerator type like "v4-32" or "v5litepod-16"'),
