@@ -338,3 +338,19 @@ def test_each_project_is_checked_for_its_own_fleets(run_check: RunCheck, control
     result = results["permissions[other-grant]"]
     assert result.status is Status.WARN
     assert result.detail.startswith("the call failed (permission)")
+
+
+def test_a_failing_call_costs_only_its_own_check(run_check: RunCheck, emu: EmulatorThread) -> None:
+    # Every networks.get answers 503 (the emulator's faults, retried, then given up).
+    emulator_call(emu.url, "PUT", "/_emulator/v1/faults", {
+        "error_rate": 1.0, "kinds": ["unavailable"], "paths": ["global/networks"],
+    })  # fmt: skip
+    try:
+        results = run_check()
+    finally:
+        emulator_call(emu.url, "PUT", "/_emulator/v1/faults", {"error_rate": 0.0})
+    network = results["network[sweep]"]
+    assert network.status is Status.WARN
+    assert network.detail.startswith("the call failed (transient): ")
+    assert network.detail.endswith(": not checked")
+    assert all(r.status is Status.OK for n, r in results.items() if n != "network[sweep]")

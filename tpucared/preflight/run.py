@@ -121,7 +121,10 @@ async def run_checks(
     own = client is None
     if client is None:
         client = PreflightClient(
-            config.gcp.endpoint, token_source=tokens, retry=RETRY, timeout=min(deadline, 60.0)
+            config.gcp.endpoint,
+            token_source=tokens,
+            retry=RETRY,
+            timeout=deadline / 2,  # a retry fits in the check's deadline
         )
     ctx = Context(config, client, tokens)
     gate = asyncio.Semaphore(CONCURRENCY)
