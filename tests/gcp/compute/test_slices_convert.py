@@ -185,7 +185,7 @@ def test_the_mig_body_and_the_template() -> None:
     bound = shared.template_body(calendar, ZONE, reservation="r1", boot_disk_gb=100)
     assert bound["properties"]["scheduling"] == {
         "onHostMaintenance": "TERMINATE",
-        "automaticRestart": False,
+        "automaticRestart": True,  # Google's body for it
         "provisioningModel": "RESERVATION_BOUND",
         "instanceTerminationAction": "DELETE",
     }

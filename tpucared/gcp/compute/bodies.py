@@ -13,8 +13,10 @@ Choices, on purpose:
   explicitly (an image's own size leaves no room for a workload): `hyperdisk-balanced` for
   TPU7x and v6e, `pd-balanced` for v5p, the only type Google lists for it ("TPU support for
   Hyperdisk and Persistent Disk", tpu/docs/setup-persistent-disk; tpu/docs/tpu7x, issue 39).
-- `onHostMaintenance: TERMINATE` and `automaticRestart: false` for every tier: TPU VMs cannot
-  live-migrate, and tpucared replaces a VM that stopped rather than have it restart under it.
+- `onHostMaintenance: TERMINATE` and `automaticRestart: false` for every tier but
+  reservation-bound: TPU VMs cannot live-migrate, and tpucared replaces a VM that stopped
+  rather than have it restart under it. A reservation-bound VM gets Google's own body,
+  `automaticRestart: true` (ai-hypercomputer/docs/create/create-mig-with-a4-or-a3ultra).
 - spot is `provisioningModel: SPOT` with `instanceTerminationAction` from the shape's
   `on_preemption`, STOP unless asked otherwise: a preempted VM then stays listed as
   TERMINATED (the evidence, as a TPU node's PREEMPTED) until the daemon deletes it, as
@@ -107,8 +109,11 @@ def scheduling(
     duration (the adapter reports it as INVALID)."""
     body: dict[str, Any] = {"onHostMaintenance": "TERMINATE", "automaticRestart": False}
     if capacity is CapacityKind.RESERVED and reservation_bound:
+        # Google's own body, as it shows it (automaticRestart true included): whether it
+        # takes `false` with RESERVATION_BOUND is documented nowhere (research §10, I16).
         body["provisioningModel"] = "RESERVATION_BOUND"
         body["instanceTerminationAction"] = "DELETE"
+        body["automaticRestart"] = True
         return body
     if capacity is CapacityKind.FLEX_START:
         if not max_run_duration_s:
