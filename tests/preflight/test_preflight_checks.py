@@ -354,3 +354,17 @@ def test_a_failing_call_costs_only_its_own_check(run_check: RunCheck, emu: Emula
     assert network.detail.startswith("the call failed (transient): ")
     assert network.detail.endswith(": not checked")
     assert all(r.status is Status.OK for n, r in results.items() if n != "network[sweep]")
+
+
+def test_a_read_the_account_may_not_make_is_a_warn_not_a_fail(
+    run_check: RunCheck, control: Control
+) -> None:
+    control(denied_permissions=["compute.networks.get", "compute.disks.get"])
+    source = f"projects/{P}/zones/us-central1-c/disks/data"
+    results = run_check(compute_fleet(data_disks=[{"source": source, "mode": "read-only"}]))
+    for name, permission in (("network[tpu7]", "compute.networks.get"),
+                             ("data_disk[tpu7/data]", "compute.disks.get")):  # fmt: skip
+        assert results[name].status is Status.WARN
+        assert results[name].detail.startswith("cannot read the ")
+        assert f"Required '{permission}' permission" in results[name].detail
+        assert permission in (results[name].fix or "")

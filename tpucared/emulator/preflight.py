@@ -31,8 +31,9 @@ PerRegionForTPUAPI`), Compute Engine none. The control makes each one fail:
            "tpu_reservations": [names], "hang": [calls]}
     GET    /_emulator/v1/preflight  the settings;  DELETE: back to the defaults
 
-`denied_permissions` also refuses the reads that need `cloudquotas.quotas.get` or
-`serviceusage.services.get` (403). `missing` paths are as the API names them (`projects/p`,
+`denied_permissions` also refuses the reads that need them (403): `cloudquotas.quotas.get`,
+`serviceusage.services.get`, and `compute.networks.get` and the like for the Compute Engine
+reads above. `missing` paths are as the API names them (`projects/p`,
 `projects/p/global/networks/n`, `projects/-/serviceAccounts/e`, `projects/p/services/s`, ...);
 `hang` names calls (`quotaInfos.list`, `services.get`, ...) that do not answer while named
 (a minute at most). Answers follow the API references' shapes (`quotaInfos[{quotaId,
@@ -175,6 +176,10 @@ class PreflightApi:
 
     async def _answer(self, call: str, path: str, body: JsonDict, *, compute: bool) -> web.Response:
         await self._hang(call)
+        if compute and f"compute.{call}" in self.settings.denied_permissions:
+            # Compute Engine's words for a read the caller may not make (HTTP 403 forbidden).
+            message = f"Required 'compute.{call}' permission for '{path}'"
+            raise compute_errors.ComputeError(403, "forbidden", message)
         if path in self.settings.missing:
             raise compute_errors.not_found(path) if compute else errors.not_found(path)
         return web.json_response({**body, **self.settings.resources.get(path, {})})

@@ -72,6 +72,21 @@ def _said(exc: ApiError) -> str:
     return " ".join(str(exc.message or exc).split())[:300]
 
 
+def _not_found(exc: ApiError, name: str, what: str, permission: str) -> CheckResult | None:
+    """A Compute Engine read the daemon itself does not need: NOT_FOUND is the check's to
+    judge (None), PERMISSION_DENIED only says it cannot be confirmed (a WARN); anything else
+    is raised (run.py makes it a WARN too)."""
+    if _kind(exc) is ErrorKind.NOT_FOUND or exc.http_status == 404:
+        return None  # (an unknown project or zone is classified PERMISSION, gcp/errors.py)
+    if _kind(exc) is ErrorKind.PERMISSION:
+        return warn(
+            name,
+            f"cannot read {what} ({_said(exc)}): not confirmed",
+            f"grant {permission} for the check to see it, or confirm it by hand",
+        )
+    raise exc
+
+
 # -- who we are ------------------------------------------------------------------------------
 
 
@@ -196,6 +211,14 @@ async def offered(ctx: Context, fleet: FleetSpec, zone: str) -> CheckResult:
     except ApiError as exc:
         if _kind(exc) not in MISSING:
             raise
+        if fleet.api == COMPUTE_API and exc.http_status == 403:
+            # An unknown zone is 404 on Compute Engine (classified PERMISSION, gcp/errors.py),
+            # 403 on the TPU API; a 403 here is the account's, not the zone's.
+            return warn(
+                name,
+                f"cannot read the machine type ({_said(exc)}): not confirmed",
+                "grant compute.machineTypes.get for the check to see it, or confirm it by hand",
+            )
         how = (
             f"gcloud compute machine-types list --zones {zone} --filter 'name~^(ct|tpu)'"
             if fleet.api == COMPUTE_API
@@ -255,8 +278,9 @@ async def network(ctx: Context, fleet: FleetSpec) -> CheckResult:
     try:
         await ctx.client.resource("networks.get", path)
     except ApiError as exc:
-        if _kind(exc) not in MISSING:
-            raise
+        denied = _not_found(exc, name, "the network", "compute.networks.get")
+        if denied is not None:
+            return denied
         fix = (
             "the project has no default network: set the fleet's network (and subnetwork)"
             if fleet.node.network is None
@@ -279,8 +303,9 @@ async def subnetwork(ctx: Context, fleet: FleetSpec, path: str) -> CheckResult:
     try:
         data = await ctx.client.resource("subnetworks.get", path)
     except ApiError as exc:
-        if _kind(exc) not in MISSING:
-            raise
+        denied = _not_found(exc, name, "the subnetwork", "compute.subnetworks.get")
+        if denied is not None:
+            return denied
         return fail(
             name,
             f"{path} not found ({_said(exc)})",
@@ -346,8 +371,9 @@ async def reservation(ctx: Context, fleet: FleetSpec, path: str) -> CheckResult:
     try:
         data = await ctx.client.resource("reservations.get", path)
     except ApiError as exc:
-        if _kind(exc) not in MISSING:
-            raise
+        denied = _not_found(exc, name, "the reservation", "compute.reservations.get")
+        if denied is not None:
+            return denied
         return fail(
             name,
             f"{path} not found ({_said(exc)})",
@@ -377,8 +403,9 @@ async def data_disk(ctx: Context, fleet: FleetSpec, source: str) -> CheckResult:
     try:
         data = await ctx.client.resource("disks.get", source)
     except ApiError as exc:
-        if _kind(exc) not in MISSING:
-            raise
+        denied = _not_found(exc, name, "the disk", "compute.disks.get")
+        if denied is not None:
+            return denied
         return fail(name, f"{source} not found ({_said(exc)})", "create it or name another")
     return ok(name, f"{source} exists ({data.get('sizeGb', '?')} GB, {data.get('status', '?')})")
 
