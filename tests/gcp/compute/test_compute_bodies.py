@@ -197,12 +197,13 @@ def test_flex_start_runs_for_its_duration_then_is_deleted() -> None:
     body = instance_body(
         shape(capacity=CapacityKind.FLEX_START, max_run_duration_s=7200), ZONE, "a"
     )
+    # Google's own FLEX_START body (ai-hypercomputer/docs/create/create-mig-with-a4-or-a3ultra):
+    # no automaticRestart.
     assert body["scheduling"] == {
         "provisioningModel": "FLEX_START",
         "maxRunDuration": {"seconds": "7200"},
         "instanceTerminationAction": "DELETE",
         "onHostMaintenance": "TERMINATE",
-        "automaticRestart": False,
     }
     assert body["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
     assert "params" not in body  # no requestValidForDuration: it waits until we delete it

@@ -15,8 +15,9 @@ Choices, on purpose:
   Hyperdisk and Persistent Disk", tpu/docs/setup-persistent-disk; tpu/docs/tpu7x, issue 39).
 - `onHostMaintenance: TERMINATE` and `automaticRestart: false` for every tier but
   reservation-bound: TPU VMs cannot live-migrate, and tpucared replaces a VM that stopped
-  rather than have it restart under it. A reservation-bound VM gets Google's own body,
-  `automaticRestart: true` (ai-hypercomputer/docs/create/create-mig-with-a4-or-a3ultra).
+  rather than have it restart under it. Reservation-bound and flex-start VMs get Google's own
+  bodies: `automaticRestart: true`, and none (ai-hypercomputer/docs/create/
+  create-mig-with-a4-or-a3ultra).
 - spot is `provisioningModel: SPOT` with `instanceTerminationAction` from the shape's
   `on_preemption`, STOP unless asked otherwise: a preempted VM then stays listed as
   TERMINATED (the evidence, as a TPU node's PREEMPTED) until the daemon deletes it, as
@@ -118,6 +119,9 @@ def scheduling(
     if capacity is CapacityKind.FLEX_START:
         if not max_run_duration_s:
             raise ValueError("flex-start capacity needs a max run duration (max_run_duration)")
+        # Google's own FLEX_START body has no automaticRestart: none is sent (whether `false`
+        # is taken with FLEX_START is documented nowhere, research §10 I16).
+        del body["automaticRestart"]
         body["provisioningModel"] = "FLEX_START"
         body["maxRunDuration"] = {"seconds": str(max_run_duration_s)}  # int64: a JSON string
         body["instanceTerminationAction"] = "DELETE"
