@@ -2,9 +2,12 @@
 questions and returning one `CheckResult` (results.py). What they conclude from the config
 alone and from the answers is rules.py's; run.py gives each its own deadline.
 
-A call that fails in a way that says something (NOT_FOUND, PERMISSION_DENIED, a state) is a
-FAIL with the fix; a call that could not be made (a timeout, a 5xx, a malformed answer) is
-caught by run.py and becomes a WARN saying so, costing only its own check.
+An answer that says the daemon would fail (NOT_FOUND, a state, a permission missing, a type
+not offered) is a FAIL with the fix; a read refused that the daemon itself never makes (a
+network, a disk, an API's state) only leaves the thing unconfirmed: a WARN, naming the
+permission that would let the check see it. A call that could not be made (a timeout, a 5xx,
+a malformed answer) is caught by run.py and becomes a WARN saying so, costing only its own
+check.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from tpucared.preflight.results import CheckResult, fail, ok, warn
 
 JSON = dict[str, Any]
 MISSING = (ErrorKind.NOT_FOUND, ErrorKind.PERMISSION)
-ROLES_DOC = 'deploy/README.md, "Permissions"'
+ROLES_DOC = 'deploy/README.md, "Permissions, one by one"'
 
 
 @dataclass
