@@ -368,3 +368,20 @@ def test_a_read_the_account_may_not_make_is_a_warn_not_a_fail(
         assert results[name].detail.startswith("cannot read the ")
         assert f"Required '{permission}' permission" in results[name].detail
         assert permission in (results[name].fix or "")
+
+
+def test_fleets_sharing_a_quota_must_fit_in_it_together(
+    run_check: RunCheck, control: Control
+) -> None:
+    control(quotas={"tpu.googleapis.com": {
+        "TPUV4PreemptiblePerProjectPerRegionForTPUAPI": {"us-central2": 48},
+    }})  # fmt: skip
+    results = run_check(
+        daemon_config.fleet("a", size=4), daemon_config.fleet("b", size=3),
+        daemon_config.fleet("c", capacity="on-demand"),  # another quota
+    )  # fmt: skip
+    for name, other in (("a", "b"), ("b", "a")):
+        result = results[f"quota[{name}/us-central2]"]
+        assert result.status is Status.WARN
+        assert result.detail.endswith(f"; with {other} the fleets keep 56")
+    assert results["quota[c/us-central2]"].status is Status.OK

@@ -455,6 +455,20 @@ async def quota(ctx: Context, fleet: FleetSpec, region: str) -> CheckResult:
             f"{detail}; the fleet keeps {fleet.nodes}",
             "request more quota, or lower the fleet's size",
         )
+    mine = [
+        f
+        for f in ctx.config.fleets
+        if ctx.project(f) == project and rules.quota_service(f) == service
+    ]
+    shared = rules.sharing(infos, mine, region, answer.quota_id)
+    demand = sum(rules.units_per_node(f) * f.nodes for f in shared)
+    if len(shared) > 1 and demand > answer.limit:
+        return warn(
+            name,
+            f"{detail}; with {', '.join(f.name for f in shared if f is not fleet)} the "
+            f"fleets keep {demand}",
+            "request more quota, or lower the fleets' sizes",
+        )
     return ok(name, detail)
 
 

@@ -185,6 +185,20 @@ def match_quota(infos: list[dict[str, Any]], fleet: FleetSpec, region: str) -> Q
     return found[0] if found else None
 
 
+def sharing(
+    infos: list[dict[str, Any]], fleets: list[FleetSpec], region: str, quota_id: str
+) -> list[FleetSpec]:
+    """The fleets (of one project and service) that draw on `quota_id` in `region`: their
+    nodes together must fit in it."""
+    return [
+        f
+        for f in fleets
+        if region in regions_of(f)
+        and (answer := match_quota(infos, f, region)) is not None
+        and answer.quota_id == quota_id
+    ]
+
+
 def nodes_allowed(answer: QuotaAnswer, per_node: int) -> int | None:
     """How many nodes of `per_node` units the limit holds at once; None: unlimited."""
     if answer.limit < 0:
