@@ -34,7 +34,7 @@ from tpucared.emulator.catalog import MachineType
 from tpucared.emulator.clock import rfc3339
 from tpucared.emulator.compute.book import CREATING, ComputeBook
 from tpucared.emulator.compute.errors import OpError
-from tpucared.emulator.compute.resources import API, Instance, zone_url
+from tpucared.emulator.compute.resources import API, Instance, _fingerprint_of, zone_url
 from tpucared.emulator.compute.shared import Policy, Shared, Template
 from tpucared.emulator.projects import project_number
 
@@ -188,6 +188,8 @@ class Mig:
                                         "forceUpdateOnRepair": "NO"},
             "listManagedInstancesResults": "PAGELESS",
             "selfLink": self.self_link,
+            # Google's MIGs carry one (optimistic locking of updates); a resize changes it.
+            "fingerprint": _fingerprint_of(f"{self.uid}/{self.target_size}"),
         }  # fmt: skip
         for key in ("description", "distributionPolicy"):
             if self.body.get(key):
