@@ -110,11 +110,12 @@ def run_end(data: Mapping[str, Any], what: str = "instance") -> datetime | None:
     """When the cloud ends the instance's run (a flex-start VM's planned end), or None:
     `resourceStatus.scheduling.terminationTimestamp`. MalformedResource for a block that is
     not an object."""
-    block: object = data
+    block: Mapping[str, Any] = data
     for key in ("resourceStatus", "scheduling"):
-        block = block.get(key) if isinstance(block, Mapping) else None
-        if block is None:
+        inner = block.get(key)
+        if inner is None:
             return None
-        if not isinstance(block, Mapping):
-            raise MalformedResource(f"{what}: {key} is not an object: {raw_excerpt(block)}")
+        if not isinstance(inner, Mapping):
+            raise MalformedResource(f"{what}: {key} is not an object: {raw_excerpt(inner)}")
+        block = inner
     return parse_time(block.get("terminationTimestamp"))
