@@ -4,6 +4,10 @@
 # BASE: any image with python (3.11+), pip and venv; deploy/image.sh passes a locally made
 # Debian one on a machine that cannot pull the official image.
 ARG BASE=python:3.11-slim
+# EXTRAS: the wheel's extras to install, none by default: the daemon needs none. "emulator"
+# adds Google's own API types, which `tpucared emulator` checks every request body with
+# (tests/deploy builds such an image to run the emulator in a container beside the daemon's).
+ARG EXTRAS=""
 FROM ${BASE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md alembic.ini ./
@@ -14,8 +18,9 @@ RUN pip wheel --no-deps --wheel-dir /wheels .
 FROM ${BASE}
 RUN useradd --system --create-home --home-dir /var/lib/tpucared --shell /usr/sbin/nologin tpucared
 COPY --from=build /wheels /wheels
+ARG EXTRAS
 RUN python -m venv /opt/tpucared \
-    && /opt/tpucared/bin/pip install --no-cache-dir /wheels/*.whl \
+    && /opt/tpucared/bin/pip install --no-cache-dir "$(echo /wheels/*.whl)${EXTRAS:+[$EXTRAS]}" \
     && rm -rf /wheels
 ENV PATH=/opt/tpucared/bin:$PATH \
     TPUCARED_CONFIG=/etc/tpucared/config.toml \

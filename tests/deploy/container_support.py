@@ -22,6 +22,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 IMAGE_SH = REPO / "deploy" / "image.sh"
 IMAGE = "localhost/tpucared:test"
+EMULATOR_IMAGE = "localhost/tpucared:test-emulator"  # with the `emulator` extra (conftest.py)
 PODMAN = "podman"
 # As deploy/README.md runs it: runc (crun refuses on hosts like CI's), and rlimits at most the
 # host's (raising them is not permitted there).

@@ -1,8 +1,10 @@
 """The container, built and run by a real engine (podman), the way deploy/README.md says.
 
 `deploy/image.sh` (what `make image` runs) builds the repository's Dockerfile; the image then
-runs the emulator in one container and the daemon in another that joins its network
-namespace (loopback only: no host port, so the HEALTHCHECK's fixed 9464 collides with nothing),
+runs the emulator in one container (the image with the `emulator` extra: Google's API types,
+which the emulator checks request bodies with; the product image has none) and the daemon in
+another that joins its network namespace (loopback only: no host port, so the HEALTHCHECK's
+fixed 9464 collides with nothing),
 with the config mounted read-only and the state on a named volume. Checked: nodes created,
 the HEALTHCHECK's own command passes (`podman healthcheck run`), the daemon is not root, its
 database is on the volume; `podman stop` ends it with exit 0 within the stop timeout and
@@ -71,7 +73,7 @@ def names() -> Iterator[dict[str, str]]:
 
 
 def test_the_image_runs_stops_and_resumes_on_its_volume(
-    image: str, names: dict[str, str], tmp_path: Path
+    image: str, emulator_image: str, names: dict[str, str], tmp_path: Path
 ) -> None:
     config = tmp_path / "fleet.toml"
     config.write_text(
@@ -98,7 +100,7 @@ def test_the_image_runs_stops_and_resumes_on_its_volume(
     config.chmod(0o644)
     emulator, volume = names["emulator"], names["volume"]
     # The emulator owns the network namespace (loopback only); the daemons join it.
-    podman("run", "-d", "--name", emulator, "--network", "none", *RUN, image,
+    podman("run", "-d", "--name", emulator, "--network", "none", *RUN, emulator_image,
            "emulator", "--host", "127.0.0.1", "--port", "8471", "--no-ssh-hosts",
            "--create-seconds", "0.5")  # fmt: skip
     wait("the emulator", lambda: podman("exec", emulator, "python", "-c",
