@@ -263,3 +263,17 @@ def test_deploy_readme_builds_and_runs_the_image_as_the_tests_do() -> None:
     assert f"podman run -d --name tpucared {' '.join(RUN)}" in flat
     script = (REPO / "deploy" / "image.sh").read_text()
     assert "build_args=(--isolation chroot --network host --format docker" in script
+
+
+def test_the_product_image_says_the_emulator_needs_its_extra(image: str) -> None:
+    """The daemon's image has none of Google's API types; `tpucared emulator` there says, in
+    one line, which extra it needs (the emulator checks every request body with them)."""
+    out = podman("run", "--rm", "--network", "none", *RUN, image, "emulator", "--no-ssh-hosts",
+                 check=False)  # fmt: skip
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.startswith("tpucared")]
+    assert lines == [
+        "tpucared: the emulator checks request bodies with Google's own types: install them "
+        "with pip install 'tpucared[emulator]' (google-cloud-compute, google-cloud-tpu)"
+    ], out.stderr
+    assert "Traceback" not in out.stderr

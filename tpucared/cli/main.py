@@ -42,7 +42,21 @@ def _db_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _emulator_types() -> None:
+    """The emulator checks request bodies with Google's own types (the `emulator` extra): say
+    so in one line, not a traceback, where they are not installed (the daemon's image)."""
+    from tpucared.emulator import official_tpu
+    from tpucared.emulator.compute import official
+
+    try:
+        official.require()
+        official_tpu.require()
+    except RuntimeError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _cmd_emulator(args: argparse.Namespace) -> int:
+    _emulator_types()
     from tpucared.emulator.server import main as emulator_main
 
     return emulator_main(args.passthrough_args)
@@ -153,6 +167,7 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     def handler(args: argparse.Namespace) -> int:
         from tpucared.demo.run import DemoError, demo_command
 
+        _emulator_types()
         try:
             return demo_command(args)
         except DemoError as exc:

@@ -60,7 +60,11 @@ _FOREIGN = {"Interval": "google.type.Interval", "Status": "google.rpc.Status"}
 
 def require() -> None:
     """Fails at once, with the fix, when google-cloud-tpu is not installed."""
-    if importlib.util.find_spec("google.cloud.tpu_v2") is None:
+    try:
+        found = importlib.util.find_spec("google.cloud.tpu_v2") is not None
+    except ModuleNotFoundError:  # no google.cloud at all
+        found = False
+    if not found:
         raise RuntimeError(MISSING)
 
 

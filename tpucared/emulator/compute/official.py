@@ -69,7 +69,11 @@ _TYPE_NAMES = {_DOUBLE: "TYPE_DOUBLE", _FLOAT: "TYPE_FLOAT", _INT64: "TYPE_INT64
 
 def require() -> None:
     """Fails at once, with the fix, when google-cloud-compute is not installed."""
-    if importlib.util.find_spec("google.cloud.compute_v1") is None:
+    try:
+        found = importlib.util.find_spec("google.cloud.compute_v1") is not None
+    except ModuleNotFoundError:  # no google.cloud at all
+        found = False
+    if not found:
         raise RuntimeError(MISSING)
 
 
