@@ -279,7 +279,7 @@ def tpu_problems(schema: str, body: Any, partial: bool) -> list[str]:
 
 def problems(answer: Answer, seen: set[str]) -> list[str]:
     if answer.status >= 300:
-        return []  # error envelopes: checked by the error tests (tests/emulator/*errors*)
+        return []  # an error envelope is no resource: tests/gcp/test_gcp_errors*.py pin its shape
     if answer.path.startswith("/compute/v1/"):
         tail, table = answer.path.removeprefix("/compute/v1/"), COMPUTE
     else:
