@@ -56,6 +56,7 @@ from aiohttp import web
 
 from tpucared.emulator import errors
 from tpucared.emulator.compute import errors as compute_errors
+from tpucared.emulator.projects import project_number
 from tpucared.emulator.state import EmulatorState
 
 PREFIX = "/_emulator/v1/preflight"
@@ -73,11 +74,6 @@ def default_quota_ids() -> list[str]:
         for v in TPU_VERSIONS
         for kind in ("", "Preemptible")
     ]
-
-
-def project_number(project: str) -> str:
-    """A stable 12-digit project number for a project id."""
-    return str(100_000_000_000 + zlib.crc32(project.encode()) % 900_000_000_000)
 
 
 @dataclass
@@ -248,7 +244,7 @@ class PreflightApi:
             "name": f"projects/{project}/serviceAccounts/{email}",
             "email": email,
             "projectId": project,
-            "uniqueId": project_number(email),
+            "uniqueId": str(zlib.crc32(email.encode())).zfill(21),
             "disabled": False,
         }
         path = f"projects/-/serviceAccounts/{email}"
