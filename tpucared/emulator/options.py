@@ -170,6 +170,11 @@ class EmulatorOptions:
     # v6e and v5p among flex-start machine series. "allow" (that quote), or "refuse" (400):
     # tpucared makes every flex-start slot a bulk MIG, which works under both.
     compute_tpu_flex_instances: str = "allow"
+    # Undocumented (research §10 row M9): whether a ZONAL MIG takes bulk mode. Google's bulk
+    # page limits only a regional MIG's shape (ANY_SINGLE_ZONE); [3P] a TPU7x CI runs zonal
+    # bulk MIGs. "allow", or "refuse" (400 on the insert): tpucared's flex-start and
+    # reservation-bound slices are zonal bulk MIGs, so then they fail as INVALID, told once.
+    compute_bulk_zonal: str = "allow"
 
     request_log_size: int = 100_000
     max_operations: int = 100_000  # finished operations kept for GET, oldest dropped first
@@ -191,6 +196,7 @@ class EmulatorOptions:
             "compute_flex_run_end_records": ("none", "system_op"),
             "compute_flex_expiry": ("instance_deleted", "instance_terminated", "op_error"),
             "compute_tpu_flex_instances": ("allow", "refuse"),
+            "compute_bulk_zonal": ("allow", "refuse"),
         }
         if self.compute_rate_limit_status not in (403, 429):
             raise ValueError("compute_rate_limit_status must be 403 or 429")

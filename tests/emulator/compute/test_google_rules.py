@@ -8,7 +8,9 @@ beside its source, each refusal a 400 naming the field; and what it accepts inst
 - a RESERVATION_BOUND VM deleted at the reservation's end and bound to a specific
   reservation (compute/docs/instance-groups/bulk-create-instances-in-mig);
 - `compute_tpu_flex_instances` ("allow" | "refuse"): whether instances.insert makes a single
-  FLEX_START TPU VM, which no Google page we could read documents (an option, both tested).
+  FLEX_START TPU VM, which no Google page we could read documents (an option, both tested);
+- `compute_bulk_zonal` ("allow" | "refuse"): whether a zonal MIG takes bulk mode (documented
+  neither way; [3P] a TPU7x CI runs zonal bulk MIGs).
 """
 
 from __future__ import annotations
@@ -121,3 +123,16 @@ async def test_a_single_flex_start_tpu_vm_is_an_option(flex_instances: str) -> N
         else:
             message = _refused(code, payload, "resource.scheduling.provisioningModel")
             assert "managed instance groups" in message
+
+
+@pytest.mark.parametrize("bulk_zonal", ["allow", "refuse"])
+async def test_a_zonal_bulk_mig_is_an_option(bulk_zonal: str) -> None:
+    async with official(compute_bulk_zonal=bulk_zonal) as c:
+        await make_policy(c)
+        await make_template(c, bound=True)
+        code, payload = await c.http("POST", MIGS, mig_body(mode="BULK"))
+        if bulk_zonal == "allow":
+            assert code == 200, payload
+        else:
+            message = _refused(code, payload, "resource.targetSizePolicy.mode")
+            assert "regional" in message

@@ -96,6 +96,13 @@ class MigRequests:
         region = scope.split("/")[1] if scope.startswith("regions/") else region_of(scope[6:])
         template = self._template(project, region, body)
         _bulk_rules(body, template)
+        bulk = (body.get("targetSizePolicy") or {}).get("mode") == "BULK"
+        if bulk and scope.startswith("zones/") and self.options.compute_bulk_zonal == "refuse":
+            raise errors.invalid(  # wording ours: the refusal itself is a hypothesis
+                "resource.targetSizePolicy.mode",
+                "BULK",
+                "Bulk mode is supported only in regional MIGs (ANY_SINGLE_ZONE).",
+            )
         policy = self._policy(project, region, body, template, size)
         zone = scope[6:] if scope.startswith("zones/") else self._zone(region, body, template, size)
         mig = Mig(project=project, scope=scope, zone=zone, body=dict(body), template=template,
