@@ -3,6 +3,9 @@
 Contract (README.md, "The emulator"):
     POST   /_emulator/v1/projects/{p}/locations/{zone}/nodes/{id}:preempt
            (also :terminate, :vanish, :unhealthy, :heal)         -> the node (internal view)
+    POST   .../nodes/{id}:schedule-maintenance {"start_in_seconds": S, "duration_seconds": D,
+           "type": "SCHEDULED"}: a host-maintenance window in `upcomingMaintenance` and the
+           workers' `instance/upcoming-maintenance` (maintenance.py)  -> the node
     POST   .../nodes/{id}:wedge {"worker": i}   (simulated SSH hosts only) leave worker i's TPU
            held: -> {"worker", "pid", "device", "device_pattern", "lockfile"} for cleanup_script
     GET    /_emulator/v1/capacity                                 -> {"capacity": [...]}
@@ -43,7 +46,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tpucared.emulator import errors
+from tpucared.emulator import errors, maintenance
 from tpucared.emulator.faults import FaultInjector
 from tpucared.emulator.host_hook import NoWorkerHosts, WorkerHosts
 from tpucared.emulator.hosts import SshWorkerHosts
@@ -89,6 +92,10 @@ class ControlApi:
             return web.json_response({})
         if action == "wedge":
             return web.json_response(await self._wedge(request, project, zone, node_id))
+        if action == "schedule-maintenance":
+            node = self.state.get_node(project, zone, node_id)
+            node.maintenance = maintenance.parse_body(await _json_object(request), self.state.clock)
+            return web.json_response(node.internal_json())
         if action == "preempt" and request.can_read_body:
             notice = (await _json_object(request)).get("notice_seconds")
             if notice is not None and (
@@ -105,7 +112,8 @@ class ControlApi:
         }
         if action not in actions:
             raise errors.invalid_argument(
-                f"unknown node action {action!r}; one of {[*actions, 'vanish', 'wedge']}"
+                f"unknown node action {action!r}; one of "
+                f"{[*actions, 'vanish', 'wedge', 'schedule-maintenance']}"
             )
         node = actions[action](project, zone, node_id)
         return web.json_response(node.internal_json())

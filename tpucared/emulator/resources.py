@@ -11,7 +11,9 @@ from __future__ import annotations
 import itertools
 from typing import Any, NamedTuple
 
+from tpucared.emulator import maintenance
 from tpucared.emulator.clock import rfc3339
+from tpucared.emulator.maintenance import Window
 from tpucared.emulator.topology import AcceleratorShape
 from tpucared.emulator.workers import TPU_RUNTIME_PORT, Worker
 
@@ -37,6 +39,7 @@ class Node:
         "generation",
         "health",
         "health_description",
+        "maintenance",
         "multislice_node",
         "node_id",
         "notice_at",
@@ -83,6 +86,8 @@ class Node:
         self.capacity_pending = False
         # When the preemption notice came (instance/preempted is TRUE); None: no notice.
         self.notice_at: float | None = None
+        # The host maintenance a control call announced (emulator/maintenance.py), or None.
+        self.maintenance: Window | None = None
         self.create_op: str | None = None  # name of the create operation while it runs
         # Changed on every state change; timers scheduled for an older generation are stale.
         # Drawn from one count for all nodes, so a timer of a deleted node never matches a
@@ -138,8 +143,10 @@ class Node:
         """The API resource. Rendered again only when something it shows changed: a list of
         10,000 nodes every poll is the emulator's main work in the scale benchmark. The dict
         is shared between calls: callers copy it before changing it (none does)."""
+        window = self.maintenance  # shown as the clock stands: PENDING, ONGOING, gone
         key = (self.state, self.health, self.health_description, self.queued_resource,
-               self.multislice_node, self.spec_rev)  # fmt: skip
+               self.multislice_node, self.spec_rev, window,
+               None if window is None else window.status())  # fmt: skip
         if self._json is not None and self._json[0] == key:
             return self._json[1]
         out = self._render()
@@ -192,6 +199,8 @@ class Node:
             out["queuedResource"] = self.queued_resource
         if self.multislice_node:  # proto3 JSON omits false
             out["multisliceNode"] = True
+        if (upcoming := maintenance.shown(self.maintenance)) is not None:
+            out["upcomingMaintenance"] = upcoming  # Node.upcomingMaintenance, output only
         return out
 
     def _endpoint(self, worker: Worker) -> dict[str, Any]:
@@ -212,6 +221,7 @@ class Node:
             "accelerator_type": self.accelerator_type,
             "doomed": self.doomed is not None,
             "notice_at": self.notice_at,
+            "maintenance": maintenance.shown(self.maintenance),
             "workers": [
                 {"index": w.index, "ip": w.ip, "host_key": w.host_public_key} for w in self.workers
             ],

@@ -24,6 +24,7 @@ from typing import Any
 
 from tpucared.core.leadership.lease import Lease, Role
 from tpucared.core.model.lifecycle import LIVE_PHASES
+from tpucared.core.model.observed import MaintenanceWindow
 from tpucared.core.model.records import (
     EventRecord,
     IncarnationRecord,
@@ -188,6 +189,7 @@ def _node_doc(node: IncarnationRecord, workers: Sequence[WorkerRecord]) -> dict[
         "deleted_at": iso(node.deleted_at),
         "end_reason": node.end_reason,
         "run_ends_at": iso(node.run_ends_at),  # a flex-start node's planned end, else null
+        "maintenance": _maintenance_doc(node.maintenance),  # its next window, else null
         "error": None if node.error is None else node.error.value,
         "operation": node.operation,
         "queued_resource": node.queued_resource,
@@ -297,6 +299,22 @@ def _slice_row(p: SliceStatus, now: datetime) -> list[str]:
             *blank, uptime, truncate(why, LAST_ERROR_WIDTH)]  # fmt: skip
 
 
+def _maintenance_doc(w: MaintenanceWindow | None) -> dict[str, Any] | None:
+    if w is None:
+        return None
+    return {"start": iso(w.start), "end": iso(w.end), "type": w.type, "status": w.status,
+            "can_reschedule": w.can_reschedule}  # fmt: skip
+
+
+def _maintenance_text(w: MaintenanceWindow | None, now: datetime) -> str | None:
+    """`maintenance in 2d 3h`, or `in maintenance` once its window began; None without one."""
+    if w is None:
+        return None
+    if w.status == "ONGOING" or (w.start is not None and w.start <= now):
+        return "in maintenance"
+    return "maintenance in ?" if w.start is None else f"maintenance in {duration(w.start - now)}"
+
+
 def _row(f: FleetStatus, s: SlotStatus, now: datetime) -> list[str]:
     node = s.node
     live = node is not None and node.phase in LIVE_PHASES
@@ -309,6 +327,8 @@ def _row(f: FleetStatus, s: SlotStatus, now: datetime) -> list[str]:
         phase = f"waiting for flex-start capacity since {clock_time(since)}"
     elif node is not None and node.phase is NodePhase.READY and node.run_ends_at is not None:
         phase = f"ready, run ends in {duration(node.run_ends_at - now)}"
+    if live and node is not None and (soon := _maintenance_text(node.maintenance, now)):
+        phase = f"{phase}, {soon}"
     uptime = NONE
     if node is not None and node.phase is NodePhase.READY and node.ready_at is not None:
         uptime = duration(now - node.ready_at)

@@ -37,9 +37,10 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from tpucared.core.model.lifecycle import LIVE_PHASES
+from tpucared.core.model.observed import MaintenanceWindow
 from tpucared.core.model.records import AttemptOutcome, NodePhase
 from tpucared.core.model.specs import ErrorKind
-from tpucared.store.types import JSONText, StrEnumType, UTCDateTime
+from tpucared.store.types import JSONText, MaintenanceText, StrEnumType, UTCDateTime
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -176,6 +177,8 @@ class NodeRow(Base):
     # The cloud API that made (or adopted) it, core `FleetSpec.api` (migration 0008).
     api: Mapped[str] = mapped_column(String(16), default="tpu", server_default=text("'tpu'"))
     run_ends_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # flex-start (0009)
+    # The next host-maintenance window as last listed, JSON (0011).
+    maintenance: Mapped[MaintenanceWindow | None] = mapped_column(MaintenanceText)
     version: Mapped[int] = _version()  # its workers' changes touch it too (0010)
 
 

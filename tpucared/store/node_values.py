@@ -37,6 +37,7 @@ def cloud_values(cloud: CloudFacts) -> dict[str, object]:
         "cloud_id": cloud.cloud_id,
         "create_time": cloud.create_time,
         "run_ends_at": cloud.run_ends_at,
+        "maintenance": cloud.maintenance,
     }
 
 

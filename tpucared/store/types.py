@@ -10,6 +10,7 @@ nothing SQLite-only and serves PostgreSQL with the same models:
 - `StrEnumType`: a `StrEnum` stored as its value (`'ready'`, not `'READY'` or `3`). No CHECK
   constraint: adding an enum member must not require rebuilding a table.
 - `JSONText`: a JSON document stored as TEXT with sorted keys (`json_extract` works on it).
+- `MaintenanceText`: a core `MaintenanceWindow` as such a JSON document (migration 0011).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import DateTime, String, Text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
+
+from tpucared.core.model.observed import MaintenanceWindow
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -115,10 +118,22 @@ class StrEnumType(TypeDecorator[E], Generic[E]):
         return impl.length or 32
 
 
-def _json_default(value: object) -> str:
+def _json_default(value: object) -> object:
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, MaintenanceWindow):  # in a node event's cloud facts
+        return _window_json(value)
     return str(value)
+
+
+def _window_json(w: MaintenanceWindow) -> dict[str, object]:
+    return {
+        "start": w.start.isoformat() if w.start else None,
+        "end": w.end.isoformat() if w.end else None,
+        "type": w.type,
+        "status": w.status,
+        "can_reschedule": w.can_reschedule,
+    }
 
 
 class JSONText(TypeDecorator[Any]):
@@ -134,3 +149,31 @@ class JSONText(TypeDecorator[Any]):
 
     def process_result_value(self, value: str | None, dialect: Dialect) -> Any:
         return None if value is None else json.loads(value)
+
+
+class MaintenanceText(TypeDecorator[MaintenanceWindow]):
+    """A node's next maintenance window (`IncarnationRecord.maintenance`) as JSON TEXT."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: MaintenanceWindow | None, dialect: Dialect) -> str | None:
+        if value is None:
+            return None
+        return json.dumps(_window_json(value), sort_keys=True, separators=(",", ":"))
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> MaintenanceWindow | None:
+        if value is None:
+            return None
+        d = json.loads(value)
+
+        def at(key: str) -> datetime | None:
+            return datetime.fromisoformat(d[key]).astimezone(UTC) if d.get(key) else None
+
+        return MaintenanceWindow(
+            start=at("start"),
+            end=at("end"),
+            type=d.get("type"),
+            status=d.get("status"),
+            can_reschedule=d.get("can_reschedule"),
+        )

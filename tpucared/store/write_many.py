@@ -68,6 +68,7 @@ WRITTEN: Final = (
     "cloud_id",
     "create_time",
     "run_ends_at",
+    "maintenance",
     "delete_calls",
     "last_delete_at",
 )
@@ -218,6 +219,7 @@ class ManyNodeWrites(NodeWrites):
             inc, action.expected, action.new, now, action.reason, end_reason, KEEP,
             action.cloud, action.slot_update,
         )  # fmt: skip
+        self._maintenance_event(before, inc, now)
 
 
 def _as_workers(incarnation_id: int, cloud: CloudFacts) -> tuple[WorkerRecord, ...]:

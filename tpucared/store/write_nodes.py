@@ -29,6 +29,7 @@ from tpucared.core.model.lifecycle import check_transition
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, NodePhase, WorkerRecord
 from tpucared.core.model.specs import DEFAULT_API, DEFAULT_PROJECT, ErrorKind
+from tpucared.core.nodes import maintenance
 from tpucared.core.nodes.flex import RUN_ENDED, how
 from tpucared.core.vocab.actions import CloudFacts, RecordCloud, SlotUpdate
 from tpucared.store import convert
@@ -173,6 +174,7 @@ class NodeWrites(WriterBase):
         self._transition_events(
             inc, expected, new, now, reason, end_reason, operation, cloud, slot_update
         )
+        self._maintenance_event(current, inc, now)
         return inc
 
     def _transition_events(
@@ -346,6 +348,21 @@ class NodeWrites(WriterBase):
             previous_cloud_state=before.cloud_state,
             previous_health=before.health,
         )
+        self._maintenance_event(before, inc, now)
+
+    def _maintenance_event(
+        self, before: IncarnationRecord, inc: IncarnationRecord, now: datetime
+    ) -> None:
+        """`node.maintenance_scheduled` when the write made a window appear or move
+        (core/nodes/maintenance.py `announced`; docs/logs.md)."""
+        window = inc.maintenance
+        if window is None or not maintenance.announced(before.maintenance, window):
+            return
+        self._node_event(
+            inc, maintenance.SCHEDULED_EVENT,
+            f"{inc.node_name}: {maintenance.describe(window)}", now,
+            **maintenance.details(window),
+        )  # fmt: skip
 
     async def adopt(
         self,

@@ -97,3 +97,21 @@ def test_a_storm_is_folded_and_the_rest_waits_for_room() -> None:
     assert (posts, [n.subject for n in rest]) == ([], ["late"])  # no room this minute: kept
     posts, rest = limit.admit(SPEC, rest, T0 + timedelta(minutes=1))
     assert ([[n.subject for n in p] for p in posts], rest) == ([["late"]], [])
+
+
+def test_a_maintenance_window_is_news_of_its_own_kind() -> None:
+    """`node.maintenance_scheduled` (store/write_nodes.py) is `maintenance` news, one subject
+    per node and window start: a window moved is told again, the same one not."""
+    at = "2026-12-01T10:00:00+00:00"
+    event = EventRecord(
+        7, T0, "node.maintenance_scheduled", "sweep-0: SCHEDULED maintenance ...",
+        fleet="sweep", slot=0, node="sweep-0", details={"start": at, "type": "SCHEDULED"},
+    )  # fmt: skip
+    [news] = event_news([event])
+    assert (news.kind, news.subject, news.fleet, news.slot) == (
+        NotifyOn.MAINTENANCE, f"maintenance/sweep-0/{at}", "sweep", 0
+    )  # fmt: skip
+    assert news.summary == "sweep/0: sweep-0: SCHEDULED maintenance ..."
+    only_budget = NotifySpec(name="ops", url_env="X", on=frozenset({NotifyOn.FAILURE_BUDGET}))
+    assert RateLimit().admit(only_budget, [news], T0) == ([], [])
+    assert RateLimit().admit(SPEC, [news], T0) == ([[news]], [])

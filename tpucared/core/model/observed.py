@@ -66,6 +66,20 @@ class NodeMade:
 
 
 @dataclass(frozen=True)
+class MaintenanceWindow:
+    """A node's next host-maintenance window, as the cloud announces it (TPU API
+    `Node.upcomingMaintenance`, Compute Engine `Instance.resourceStatus.upcomingMaintenance`).
+    `start`/`end` are None when the cloud does not say; `type` (SCHEDULED, UNSCHEDULED, ...)
+    and `status` (PENDING, ONGOING) are the cloud's own names, kept as sent."""
+
+    start: datetime | None = None
+    end: datetime | None = None
+    type: str | None = None
+    status: str | None = None
+    can_reschedule: bool | None = None
+
+
+@dataclass(frozen=True)
 class ObservedNode:
     name: str  # the short node id, e.g. "sweep-3"
     zone: str
@@ -91,6 +105,8 @@ class ObservedNode:
     # (a slice that never became whole, a member the cloud recreated): before READY such a
     # node is a DEFECTIVE create (its own backoff), not a stockout. None: a plain DEAD state.
     defect: str | None = None
+    # The next host-maintenance window the cloud announces for it; None: none announced.
+    maintenance: MaintenanceWindow | None = None
 
     @property
     def fleet(self) -> str | None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from tpucared.core.model.observed import MaintenanceWindow
 from tpucared.core.model.specs import DEFAULT_API, DEFAULT_PROJECT, ErrorKind, error_text
 
 # ---------------------------------------------------------------------------------------------
@@ -101,6 +102,9 @@ class IncarnationRecord:
     # A flex-start node's planned end (`ObservedNode.run_ends_at`, migration 0009): its loss
     # near then is the run's end (core/nodes/flex.py), not a preemption. None: no such end.
     run_ends_at: datetime | None = None
+    # Its next host-maintenance window as last listed (`ObservedNode.maintenance`, migration
+    # 0011); None: none announced.
+    maintenance: MaintenanceWindow | None = None
 
     @property
     def key(self) -> tuple[str, int, int]:

@@ -116,6 +116,7 @@ def _unchanged_ready(view: View, inc: IncarnationRecord, s: Sighting) -> bool:
         and (node.cloud_id or inc.cloud_id) == inc.cloud_id
         and (node.create_time or inc.create_time) == inc.create_time
         and (node.run_ends_at or inc.run_ends_at) == inc.run_ends_at
+        and node.maintenance == inc.maintenance
         and s.known
         and node.labels.get(OWNER_LABEL) == view.owner  # ours, for a node alone
         and node.labels.get(FLEET_LABEL) == inc.fleet

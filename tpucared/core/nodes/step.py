@@ -268,12 +268,14 @@ def cloud_facts(step: Step, s: Sighting, *, endpoints: bool = False) -> CloudFac
     health: str | None = None
     cloud_id, create_time = inc.cloud_id, inc.create_time
     run_ends_at = inc.run_ends_at  # kept once the node is gone: its loss is judged by it
+    maintenance = inc.maintenance  # kept likewise: the window it was lost in, if any
     if node is not None:
         state = str(node.state)  # a plain string in the record, whatever the adapter's type
         health = node.health
         cloud_id = node.cloud_id or cloud_id
         create_time = node.create_time or create_time
         run_ends_at = node.run_ends_at or run_ends_at
+        maintenance = node.maintenance  # a window no longer listed is over (or called off)
     elif qr is not None:
         state = queued_pseudo_state(qr.state)
     else:
@@ -292,6 +294,7 @@ def cloud_facts(step: Step, s: Sighting, *, endpoints: bool = False) -> CloudFac
         create_time=create_time,
         endpoints=node.endpoints if endpoints and node is not None else None,
         run_ends_at=run_ends_at,
+        maintenance=maintenance,
     )
 
 
@@ -304,6 +307,7 @@ def _differs(inc: IncarnationRecord, f: CloudFacts) -> bool:
         or f.cloud_id != inc.cloud_id
         or f.create_time != inc.create_time
         or f.run_ends_at != inc.run_ends_at
+        or f.maintenance != inc.maintenance
     )
 
 

@@ -221,6 +221,7 @@ def _facts(r: Resource, now: datetime) -> CloudFacts:
             create_time=n.create_time,
             endpoints=n.endpoints,
             run_ends_at=n.run_ends_at,
+            maintenance=n.maintenance,
         )
     assert r.queued is not None
     return CloudFacts(

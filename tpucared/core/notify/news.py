@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from tpucared.core.model.records import EventRecord
+from tpucared.core.nodes.maintenance import SCHEDULED_EVENT as MAINTENANCE_EVENT
 from tpucared.core.notify.spec import NotifyOn, NotifySpec
 
 PER_MINUTE = 6  # posts per webhook per minute; a storm becomes one summary, not a flood
@@ -34,13 +35,15 @@ class News:
 
 def event_news(events: Iterable[EventRecord]) -> list[News]:
     """News in new events: warning and error notices (a slot out of its failure budget is its
-    own kind) and zones that became unreachable."""
+    own kind), maintenance windows announced, and zones that became unreachable."""
     out = []
     for e in events:
         if e.kind == "notice" and str(e.details.get("severity")) in _TOLD_SEVERITIES:
             key = str(e.details.get("key") or e.message)
             kind = NotifyOn.FAILURE_BUDGET if key.startswith(GAVE_UP_KEY) else NotifyOn.NOTICE
             out.append(News(kind, key, e.message, e.at, fleet=e.fleet, slot=e.slot))
+        elif e.kind == MAINTENANCE_EVENT:
+            out.append(_maintenance_news(e))
         elif e.kind == "zone.unreachable":
             zone = e.details.get("zone")
             out.append(
@@ -53,6 +56,19 @@ def event_news(events: Iterable[EventRecord]) -> list[News]:
                 )
             )
     return out
+
+
+def _maintenance_news(e: EventRecord) -> News:
+    """A window announced or moved (core/nodes/maintenance.py): told once per node and start."""
+    where = f"{e.fleet}/{e.slot}" if e.fleet is not None else str(e.node)
+    return News(
+        NotifyOn.MAINTENANCE,
+        f"maintenance/{e.node}/{e.details.get('start')}",
+        f"{where}: {e.message}",
+        e.at,
+        fleet=e.fleet,
+        slot=e.slot,
+    )
 
 
 def health_news(was_healthy: bool, healthy: bool, reason: str, now: datetime) -> News | None:

@@ -19,6 +19,7 @@ class NotifyOn(StrEnum):
     FAILURE_BUDGET = "failure_budget"  # a slot's workload out of its failure budget
     STOCKOUT = "stockout"  # a slot waiting for capacity longer than `stockout_after`
     UNHEALTHY = "unhealthy"  # the daemon's /healthz turned 503, and back
+    MAINTENANCE = "maintenance"  # the cloud announced (or moved) a node's maintenance window
 
 
 @dataclass(frozen=True)

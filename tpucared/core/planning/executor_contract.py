@@ -215,6 +215,7 @@ def _with_facts(inc: IncarnationRecord, f: CloudFacts) -> IncarnationRecord:
         cloud_id=f.cloud_id,
         create_time=f.create_time,
         run_ends_at=f.run_ends_at,
+        maintenance=f.maintenance,
     )
 
 

@@ -96,7 +96,7 @@ from datetime import datetime
 from enum import Enum, StrEnum
 from typing import Any, ClassVar
 
-from tpucared.core.model.observed import WorkerEndpoint
+from tpucared.core.model.observed import MaintenanceWindow, WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import DEFAULT_API, DEFAULT_PROJECT, CapacityKind, Provisioning
 
@@ -120,6 +120,7 @@ class CloudFacts:
     create_time: datetime | None
     endpoints: tuple[WorkerEndpoint, ...] | None = None  # None: leave WorkerRecords alone
     run_ends_at: datetime | None = None  # a flex-start node's planned end (ObservedNode's)
+    maintenance: MaintenanceWindow | None = None  # its next maintenance window (ObservedNode's)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,6 +5,9 @@
          records a `compute.instances.preempted` operation; with S, `instance/preempted` is
          TRUE on the VM's metadata server for S seconds first
     POST .../instances/{name}:terminate     TERMINATED at once, no preempted operation
+    POST .../instances/{name}:schedule-maintenance {"start_in_seconds": S, "duration_seconds": D,
+         "type": "SCHEDULED"}  a host-maintenance window in `resourceStatus.upcomingMaintenance`
+         and the VM's `instance/upcoming-maintenance` (emulator/maintenance.py)
     POST .../instances/{name}:vanish        gone at once, no operation
     GET  /_emulator/v1/instances            {"instances": [internal view incl. the worker IP]}
     PUT  /_emulator/v1/quota {"region", "family", "chips": N | null}   the chip quota of a
@@ -21,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tpucared.emulator import errors
+from tpucared.emulator import errors, maintenance
 from tpucared.emulator.catalog import MACHINE_TYPES
 from tpucared.emulator.compute.book import ComputeBook
 from tpucared.emulator.compute.resources import Instance
@@ -40,6 +43,7 @@ def internal_json(inst: Instance) -> dict[str, Any]:
         "spot": inst.spot,
         "doomed": inst.doomed is not None,
         "notice_at": inst.host.notice_at,
+        "maintenance": maintenance.shown(inst.host.maintenance),
         "workers": [{"index": 0, "ip": inst.worker.ip, "host_key": inst.worker.host_public_key}],
         "instance": inst.to_json(),
     }
@@ -64,9 +68,15 @@ class ComputeControl:
             return web.json_response({})
         if action == "terminate":
             return web.json_response(internal_json(self.book.terminate(project, zone, name)))
+        if action == "schedule-maintenance":
+            inst = self.book.instance(project, zone, name)
+            body = await _json_object(request)
+            inst.host.maintenance = maintenance.parse_body(body, self.book.state.clock)
+            return web.json_response(internal_json(inst))
         if action != "preempt":
             raise errors.invalid_argument(
-                f"unknown instance action {action!r}; one of ['preempt', 'terminate', 'vanish']"
+                f"unknown instance action {action!r}; one of "
+                "['preempt', 'terminate', 'vanish', 'schedule-maintenance']"
             )
         notice = (await _json_object(request)).get("notice_seconds")
         if notice is not None and (

@@ -21,6 +21,7 @@ import itertools
 import json
 from typing import Any
 
+from tpucared.emulator import maintenance
 from tpucared.emulator.catalog import MachineType
 from tpucared.emulator.clock import rfc3339
 from tpucared.emulator.compute.errors import OpError
@@ -124,7 +125,7 @@ class Instance:
             workers=[worker],
         )
         self.generation = next(_GENERATIONS)  # bumped on every change: older timers are stale
-        self._json: tuple[int, dict[str, Any]] | None = None
+        self._json: tuple[tuple[object, ...], dict[str, Any]] | None = None
         self._prints: dict[str, str] | None = None  # the spec's fingerprints, made once
 
     def _fingerprints(self) -> dict[str, str]:
@@ -189,10 +190,12 @@ class Instance:
     def to_json(self) -> dict[str, Any]:
         """The API resource, rendered again only after a change (lists are polled often; the
         dict is shared between calls and never changed in place)."""
-        if self._json is not None and self._json[0] == self.generation:
+        window = self.host.maintenance  # shown as the clock stands (emulator/maintenance.py)
+        key = (self.generation, window, None if window is None else window.status())
+        if self._json is not None and self._json[0] == key:
             return self._json[1]
         out = self._render()
-        self._json = (self.generation, out)
+        self._json = (key, out)
         return out
 
     def _render(self) -> dict[str, Any]:
@@ -234,6 +237,9 @@ class Instance:
             out["resourceStatus"] = {
                 "scheduling": {"terminationTimestamp": rfc3339(self.run_ends_at)}
             }
+        if (upcoming := maintenance.shown(self.host.maintenance)) is not None:
+            # ResourceStatus.upcomingMaintenance (google.cloud.compute_v1), output only.
+            out.setdefault("resourceStatus", {})["upcomingMaintenance"] = upcoming
         for key in (
             "description",
             "labels",

@@ -6,10 +6,12 @@ Google`. A spot or preemptible VM about to be preempted sees `instance/preempted
 (about 30 s before power-off); `?wait_for_change=true` holds the request until the value
 differs from `last_etag` (or from the current value without one), up to `timeout_sec`.
 
-It also serves the instance attributes (`instance/attributes/` lists them, `.../{key}` gives
-one): the node's metadata plus the worker id keys a TPU VM has, `agent-worker-number` and
-`tpu-env` (`WORKER_ID: '0'`), per `Node.metadata_attributes` (resources.py; on Compute Engine
-VMs, which of them is an emulator option).
+`instance/upcoming-maintenance` shows the node's announced host-maintenance window
+(`Node.maintenance`, emulator/maintenance.py). It also serves the instance attributes
+(`instance/attributes/` lists them, `.../{key}` gives one): the node's metadata plus the
+worker id keys a TPU VM has, `agent-worker-number` and `tpu-env` (`WORKER_ID: '0'`), per
+`Node.metadata_attributes` (resources.py; on Compute Engine VMs, which of them is an emulator
+option).
 
 Each `SimulatedWorker` (worker.py) runs one on its own address and a port of its own, and puts
 `GCE_METADATA_HOST=<ip>:<port>` in every command's environment. `notify()` wakes the waiting
@@ -25,10 +27,13 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from tpucared.emulator import maintenance
+
 if TYPE_CHECKING:
     from tpucared.emulator.resources import Node
 
 PREEMPTED = "/computeMetadata/v1/instance/preempted"
+UPCOMING_MAINTENANCE = "/computeMetadata/v1/instance/upcoming-maintenance"
 ATTRIBUTES = "/computeMetadata/v1/instance/attributes/"
 MAX_WAIT_S = 3600.0  # the longest a wait_for_change request is held without a timeout_sec
 
@@ -58,6 +63,7 @@ class MetadataServer:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get(PREEMPTED, self._preempted)
+        app.router.add_get(UPCOMING_MAINTENANCE, self._upcoming_maintenance)
         app.router.add_get(ATTRIBUTES, self._attribute)
         app.router.add_get(ATTRIBUTES + "{key}", self._attribute)
         # A client that hangs up (the watcher stopped with its run) ends its waiting request.
@@ -96,6 +102,15 @@ class MetadataServer:
             text = attributes[key]
         else:
             return web.Response(status=404, text="Not Found\n")
+        headers = {"Metadata-Flavor": "Google"}
+        return web.Response(text=text, headers=headers, content_type="application/text")
+
+    async def _upcoming_maintenance(self, request: web.Request) -> web.Response:
+        """The node's announced window as JSON (emulator/maintenance.py), or the body the TPU
+        page documents when there is none."""
+        if request.headers.get("Metadata-Flavor") != "Google":
+            return web.Response(status=403, text="Missing Metadata-Flavor:Google header.\n")
+        text = maintenance.metadata_value(self.node.maintenance)
         headers = {"Metadata-Flavor": "Google"}
         return web.Response(text=text, headers=headers, content_type="application/text")
 

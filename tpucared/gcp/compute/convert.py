@@ -16,6 +16,8 @@ about everything else, as tpu/convert.py is (the readers are gcp/fields.py's):
   run by itself (compute/docs/instances/limit-vm-runtime; `ResourceStatusScheduling` in
   google-cloud-compute). `scheduling.terminationTime` is never read: it is an input, the
   alternative to maxRunDuration, and not where Google reports the end (issue 39).
+- `resourceStatus.upcomingMaintenance` (google-cloud-compute `ResourceStatus`,
+  `UpcomingMaintenance`) is `maintenance`, the next host-maintenance window (gcp/maintenance.py).
 - `accelerator_type` is the machine type's short name (`tpu7x-standard-4t`), the name the
   fleet asked for.
 """
@@ -26,7 +28,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from tpucared.core.model.observed import NodeMade, ObservedNode, WorkerEndpoint
+from tpucared.core.model.observed import MaintenanceWindow, NodeMade, ObservedNode, WorkerEndpoint
+from tpucared.gcp import maintenance
 from tpucared.gcp.compute.names import short_name
 from tpucared.gcp.compute.states import InstanceStatus, parse_status, state_fields
 from tpucared.gcp.fields import (
@@ -97,6 +100,7 @@ def instance_from_json(zone: str, data: Mapping[str, Any]) -> ObservedNode:
         endpoints=_endpoints(interfaces, what),
         raw_state=raw_excerpt(raw) if status is InstanceStatus.UNRECOGNIZED else None,
         run_ends_at=run_end(data, what),
+        maintenance=upcoming_maintenance(data, what),
         made=NodeMade(
             network=network,
             subnetwork=subnetwork,
@@ -119,3 +123,17 @@ def run_end(data: Mapping[str, Any], what: str = "instance") -> datetime | None:
             raise MalformedResource(f"{what}: {key} is not an object: {raw_excerpt(inner)}")
         block = inner
     return parse_time(block.get("terminationTimestamp"))
+
+
+def upcoming_maintenance(
+    data: Mapping[str, Any], what: str = "instance"
+) -> MaintenanceWindow | None:
+    """The instance's next host-maintenance window, or None:
+    `resourceStatus.upcomingMaintenance` (gcp/maintenance.py). MalformedResource for a block of
+    the wrong shape."""
+    status = data.get("resourceStatus")
+    if status is None:
+        return None
+    if not isinstance(status, Mapping):
+        raise MalformedResource(f"{what}: resourceStatus is not an object: {raw_excerpt(status)}")
+    return maintenance.window(status.get("upcomingMaintenance"), what)

@@ -54,7 +54,7 @@ INSTANCE_LIST_FIELDS = (
     "nextPageToken,warning,items(name,id,status,labels,creationTimestamp,machineType,"
     "networkInterfaces(network,subnetwork,networkIP,accessConfigs(natIP)),"
     "serviceAccounts(email),tags(items),metadata(items),"
-    "resourceStatus(scheduling(terminationTimestamp)))"
+    "resourceStatus(scheduling(terminationTimestamp),upcomingMaintenance))"
 )
 # What slices.py reads of a MIG.
 MIG_LIST_FIELDS = (

@@ -21,6 +21,7 @@ Pure functions from compute v1 JSON, so every rule is testable without a server:
   the instance statuses where one member's says it all, slice-level names where none does.
 - `slice_from_json`: the MIG and its members -> one `ObservedNode` named as the MIG (labels
   from the description, `cloud_id` the MIG's id, endpoints the members by worker id,
+  `maintenance` the members' earliest announced window (gcp/maintenance.py `earliest`);
   `run_ends_at` the earliest member's run end (convert.py `run_end`), when a flex-start run has
   one). A member recreated by the MIG (DO_NOTHING should prevent it; a REPAIR policy or a
   cloud that does it anyway) is told by `currentActions.recreating` while it happens and, once
@@ -42,10 +43,11 @@ from typing import Any
 from tpucared.core.model.observed import ObservedNode, StateClass, WorkerEndpoint
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind, ErrorKind
 from tpucared.gcp.compute import names
-from tpucared.gcp.compute.convert import instance_from_json, run_end
+from tpucared.gcp.compute.convert import instance_from_json, run_end, upcoming_maintenance
 from tpucared.gcp.compute.states import INSTANCE_STATES, InstanceStatus, parse_status
 from tpucared.gcp.errors import ApiError, classify_compute_operation
 from tpucared.gcp.fields import MalformedResource, optional_str, parse_time, raw_excerpt
+from tpucared.gcp.maintenance import earliest
 from tpucared.ports.cloud import NodeShape
 
 MEMBER_SUFFIX = "-w-###"
@@ -292,6 +294,7 @@ def slice_from_json(
         endpoints=tuple(endpoints),
         made=nodes[0].made if nodes else None,
         run_ends_at=min(ends) if ends else None,
+        maintenance=earliest([upcoming_maintenance(m) for m in members]),
         defect=defect,
     )
 

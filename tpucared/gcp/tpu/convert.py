@@ -27,6 +27,7 @@ from tpucared.core.model.observed import (
     QueuedState,
     WorkerEndpoint,
 )
+from tpucared.gcp import maintenance
 from tpucared.gcp.errors import classify_operation_error
 from tpucared.gcp.fields import (
     MalformedResource,
@@ -185,6 +186,7 @@ def node_from_json(zone: str, data: Mapping[str, Any]) -> ObservedNode:
         queued_resource=optional_str(data, "queuedResource", what),
         raw_state=raw_excerpt(raw) if state is NodeState.UNRECOGNIZED else None,
         made=_made(data, what),
+        maintenance=maintenance.window(data.get("upcomingMaintenance"), what),
     )
 
 

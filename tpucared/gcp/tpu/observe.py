@@ -55,7 +55,7 @@ LIST_PAGE_SIZE = 1000
 NODE_LIST_FIELDS = (
     "nextPageToken,unreachable,nodes(name,id,state,health,labels,createTime,acceleratorType,"
     "runtimeVersion,queuedResource,networkEndpoints(ipAddress,accessConfig/externalIp),"
-    "networkConfig(network,subnetwork),serviceAccount/email,tags)"
+    "networkConfig(network,subnetwork),serviceAccount/email,tags,upcomingMaintenance)"
 )
 
 

@@ -122,6 +122,13 @@ class DaemonMetrics:
         self.workload_attempts = _counter(
             r, "tpucared_workload_attempts", "Workload attempts by outcome", "fleet", "outcome"
         )
+        self.maintenance_start = _gauge(
+            r,
+            "tpucared_maintenance_window_start_seconds",
+            "Start of the slot's next announced host-maintenance window (Unix seconds)",
+            "fleet",
+            "slot",
+        )
 
     def _register_tick_and_api_families(self, r: CollectorRegistry) -> None:
         """The daemon's own pace: ticks, and its requests to the TPU API."""
@@ -267,6 +274,22 @@ class DaemonMetrics:
             family.clear()
             for fleet_name, n in counts.items():
                 family.labels(fleet_name).set(n)
+        self._set_maintenance(snapshot)
+
+    def _set_maintenance(self, snapshot: Snapshot) -> None:
+        """Each slot's next maintenance window start: the earliest of its live nodes' (a
+        multislice slot has one per slice); no series for a slot without one."""
+        starts: dict[tuple[str, int], float] = {}
+        for (fleet_name, slot, _), node in snapshot.nodes.items():
+            window = node.maintenance
+            if window is None or window.start is None:
+                continue
+            at = window.start.timestamp()
+            if (fleet_name, slot) not in starts or at < starts[fleet_name, slot]:
+                starts[fleet_name, slot] = at
+        self.maintenance_start.clear()
+        for (fleet_name, slot), at in starts.items():
+            self.maintenance_start.labels(fleet_name, str(slot)).set(at)
 
     def render(self) -> bytes:
         """The Prometheus text exposition (content type `CONTENT_TYPE`)."""
