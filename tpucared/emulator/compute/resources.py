@@ -198,6 +198,18 @@ class Instance:
         self._json = (key, out)
         return out
 
+    def _resource_status(self) -> dict[str, Any]:
+        """`resourceStatus` (output only): a run's planned end and the announced maintenance."""
+        out: dict[str, Any] = {}
+        if self.run_ends_at is not None:
+            # Where Google reports a run's planned end: output only, beside the intent
+            # (`scheduling.terminationTime` is an input, echoed only if the body had it):
+            # compute/docs/instances/limit-vm-runtime, ResourceStatusScheduling.
+            out["scheduling"] = {"terminationTimestamp": rfc3339(self.run_ends_at)}
+        if (upcoming := maintenance.shown(self.host.maintenance)) is not None:
+            out["upcomingMaintenance"] = upcoming  # ResourceStatus.upcomingMaintenance
+        return out
+
     def _render(self) -> dict[str, Any]:
         spec = self.spec
         prints = self._fingerprints()
@@ -230,16 +242,8 @@ class Instance:
         }  # fmt: skip
         if self.status_message:
             out["statusMessage"] = self.status_message
-        if self.run_ends_at is not None:
-            # Where Google reports a run's planned end: output only, beside the intent
-            # (`scheduling.terminationTime` is an input, echoed only if the body had it):
-            # compute/docs/instances/limit-vm-runtime, ResourceStatusScheduling.
-            out["resourceStatus"] = {
-                "scheduling": {"terminationTimestamp": rfc3339(self.run_ends_at)}
-            }
-        if (upcoming := maintenance.shown(self.host.maintenance)) is not None:
-            # ResourceStatus.upcomingMaintenance (google.cloud.compute_v1), output only.
-            out.setdefault("resourceStatus", {})["upcomingMaintenance"] = upcoming
+        if status := self._resource_status():
+            out["resourceStatus"] = status
         for key in (
             "description",
             "labels",
