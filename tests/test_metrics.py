@@ -11,10 +11,11 @@ import pytest
 from inspect_support import T0, facts, populate, preempted, snapshot
 from prometheus_client import REGISTRY
 
+from tpucared.core.model.observed import MaintenanceWindow
 from tpucared.core.model.records import AttemptOutcome, CreateAttemptRecord, EventRecord, NodePhase
 from tpucared.runtime.telemetry.metrics import DaemonMetrics
 from tpucared.store import Store
-from tpucared.store.snapshot import frozen_mapping
+from tpucared.store.snapshot import Snapshot, frozen_mapping
 
 P = NodePhase
 
@@ -124,6 +125,24 @@ def test_series_of_a_slot_that_left_are_removed() -> None:
     assert value(m, "tpucared_nodes", fleet="f", phase="ready") == 0
 
 
+WINDOW = MaintenanceWindow(T0 + timedelta(days=2), T0 + timedelta(days=2, hours=1), "SCHEDULED")
+
+
+def _in_maintenance(snap: Snapshot, window: MaintenanceWindow | None) -> Snapshot:
+    """`snap` with its one node announcing `window`."""
+    [(key, node)] = snap.nodes.items()
+    return replace(snap, nodes=frozen_mapping({key: replace(node, maintenance=window)}))
+
+
+def test_a_slot_s_next_maintenance_window_start_is_a_gauge() -> None:
+    m = DaemonMetrics()
+    m.set_nodes(_in_maintenance(snapshot(), WINDOW), T0)
+    start = WINDOW.start.timestamp() if WINDOW.start else None
+    assert value(m, "tpucared_maintenance_window_start_seconds", fleet="f", slot="0") == start
+    m.set_nodes(snapshot(), T0)  # the window is over: no series
+    assert value(m, "tpucared_maintenance_window_start_seconds", fleet="f", slot="0") is None
+
+
 def test_docs_list_exactly_the_families_with_their_types_and_labels() -> None:
     doc = (Path(__file__).resolve().parents[1] / "docs" / "metrics.md").read_text()
     rows = re.findall(r"^\| `(tpucared_\w+)` \| (\w+) \|([^|]*)\|", doc, re.M)
@@ -132,7 +151,7 @@ def test_docs_list_exactly_the_families_with_their_types_and_labels() -> None:
     # A sample in every family, so that each shows its label names.
     m.api_request("nodes.list", "200", 0.1)
     m.record_create(CreateAttemptRecord("f", 0, "z-a", "v4-8", T0, "ok"))
-    m.set_nodes(snapshot(running=True), T0)
+    m.set_nodes(_in_maintenance(snapshot(running=True), WINDOW), T0)
     m.set_zones([("", "z-a")], {})
     lost: dict[str, object] = {"from": "ready", "slot_update": {"add_preemptions": 1}}
     steps: list[tuple[int, str, dict[str, object]]] = [
