@@ -1,10 +1,11 @@
 """The PostgreSQL standby setup in containers: two daemon containers of the image on one
-PostgreSQL, against the emulator; the leader is killed and the standby takes over.
+PostgreSQL, against the emulator (its own image, with the `emulator` extra); the leader is
+killed and the standby takes over.
 
 deploy/examples/standby/compose.yaml gives each container its own network and reaches the
 others by name over a bridge; here everything stays on loopback (the only addresses this
 project's tests may reach), so the containers share the host's network: the PostgreSQL is the
-tests' own (tests/postgres_support.py), the emulator runs from the image, and each daemon
+tests' own (tests/postgres_support.py), the emulator runs from the emulator image, and each daemon
 listens on its own HTTP port (on one network two cannot both take 9464, which is also why
 the HEALTHCHECK is not what is checked here: tests/deploy/test_container.py runs it).
 Otherwise the daemons' configs are the same: db, owner, lease, fleet and SSH key (made by the
@@ -54,7 +55,7 @@ def names() -> Iterator[dict[str, str]]:
 
 
 def test_two_daemon_containers_on_postgresql_a_standby_takes_over(
-    image: str, names: dict[str, str], pg_url: URL, tmp_path: Path
+    image: str, emulator_image: str, names: dict[str, str], pg_url: URL, tmp_path: Path
 ) -> None:
     api = f"http://127.0.0.1:{_free_port()}"
     nodes_url = f"{api}/v2/projects/ctr-project/locations/us-central2-b/nodes"
@@ -88,7 +89,9 @@ def test_two_daemon_containers_on_postgresql_a_standby_takes_over(
         )
         configs[who].chmod(0o644)
     port = api.rsplit(":", 1)[1]
-    podman("run", "-d", "--name", names["emulator"], "--network", "host", *RUN, image,
+    # The emulator from the image with its extra (Google's types); the daemons from the
+    # product image, which has none.
+    podman("run", "-d", "--name", names["emulator"], "--network", "host", *RUN, emulator_image,
            "emulator", "--host", "127.0.0.1", "--port", port, "--no-ssh-hosts",
            "--create-seconds", "0.5")  # fmt: skip
     wait("the emulator", lambda: _get(nodes_url)[0] == 200, 60)

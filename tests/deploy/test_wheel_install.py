@@ -40,13 +40,15 @@ def _run(*cmd: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The bin directory of a fresh venv holding only the built wheel and its dependencies."""
+    """The bin directory of a fresh venv holding only the built wheel and its dependencies,
+    with its `emulator` extra (Google's types, which the installed emulator checks every
+    request body with: the smoke run below runs it)."""
     root = tmp_path_factory.mktemp("wheel")
     _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", root / "dist", REPO,
          cwd=root)  # fmt: skip
     (wheel,) = (root / "dist").glob("tpucared-*.whl")
     _run(sys.executable, "-m", "venv", root / "venv", cwd=root)
-    _run(root / "venv" / "bin" / "pip", "install", "-q", wheel, cwd=root)
+    _run(root / "venv" / "bin" / "pip", "install", "-q", f"{wheel}[emulator]", cwd=root)
     return root / "venv" / "bin"
 
 
