@@ -41,12 +41,12 @@ Never subject to fault injection or the request log.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
 
 from tpucared.emulator import errors, maintenance
+from tpucared.emulator.control_body import json_object
 from tpucared.emulator.faults import FaultInjector
 from tpucared.emulator.host_hook import NoWorkerHosts, WorkerHosts
 from tpucared.emulator.hosts import SshWorkerHosts
@@ -94,10 +94,10 @@ class ControlApi:
             return web.json_response(await self._wedge(request, project, zone, node_id))
         if action == "schedule-maintenance":
             node = self.state.get_node(project, zone, node_id)
-            node.maintenance = maintenance.parse_body(await _json_object(request), self.state.clock)
+            node.maintenance = maintenance.parse_body(await json_object(request), self.state.clock)
             return web.json_response(node.internal_json())
         if action == "preempt" and request.can_read_body:
-            notice = (await _json_object(request)).get("notice_seconds")
+            notice = (await json_object(request)).get("notice_seconds")
             if notice is not None and (
                 not isinstance(notice, int | float) or isinstance(notice, bool) or notice < 0
             ):
@@ -121,7 +121,7 @@ class ControlApi:
     async def _wedge(
         self, request: web.Request, project: str, zone: str, node_id: str
     ) -> dict[str, Any]:
-        body = await _json_object(request)
+        body = await json_object(request)
         worker = body.get("worker", 0)
         if not isinstance(worker, int) or isinstance(worker, bool):
             raise errors.invalid_argument("worker must be an integer")
@@ -142,7 +142,7 @@ class ControlApi:
         return web.json_response({"capacity": self.state.capacity()})
 
     async def put_capacity(self, request: web.Request) -> web.Response:
-        body = await _json_object(request)
+        body = await json_object(request)
         # One of accelerator_type (TPU API nodes) or machine_type (Compute Engine instances).
         kind = "machine_type" if "machine_type" in body else "accelerator_type"
         zone, name = body.get("zone"), body.get(kind)
@@ -170,7 +170,7 @@ class ControlApi:
         return web.json_response(self.faults.to_json())
 
     async def put_faults(self, request: web.Request) -> web.Response:
-        self.faults.configure(await _json_object(request))
+        self.faults.configure(await json_object(request))
         return web.json_response(self.faults.to_json())
 
     async def delete_faults(self, _: web.Request) -> web.Response:
@@ -181,7 +181,7 @@ class ControlApi:
         return web.json_response(self.state.timing.to_json())
 
     async def put_timing(self, request: web.Request) -> web.Response:
-        self.state.timing.update(await _json_object(request))
+        self.state.timing.update(await json_object(request))
         return web.json_response(self.state.timing.to_json())
 
     async def get_requests(self, request: web.Request) -> web.Response:
@@ -201,13 +201,3 @@ class ControlApi:
         self.faults.clear()
         self.requests.clear()
         return web.json_response({})
-
-
-async def _json_object(request: web.Request) -> dict[str, Any]:
-    try:
-        body = json.loads(await request.text() or "{}")
-    except ValueError:
-        raise errors.invalid_argument("the body must be JSON") from None
-    if not isinstance(body, dict):
-        raise errors.invalid_argument("the body must be a JSON object")
-    return body

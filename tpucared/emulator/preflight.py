@@ -56,6 +56,7 @@ from aiohttp import web
 
 from tpucared.emulator import errors
 from tpucared.emulator.compute import errors as compute_errors
+from tpucared.emulator.control_body import json_object
 from tpucared.emulator.projects import project_number
 from tpucared.emulator.state import EmulatorState
 
@@ -220,7 +221,7 @@ class PreflightApi:
             raise web.HTTPNotFound()
         if f"projects/{project}" in self.settings.missing:
             raise errors.permission_denied("resourcemanager.projects.get", f"projects/{project}")
-        return web.json_response(self._granted(await _json(request)))
+        return web.json_response(self._granted(await json_object(request)))
 
     async def service(self, request: web.Request) -> web.Response:
         project, name = request.match_info["project"], request.match_info["service"]
@@ -256,7 +257,7 @@ class PreflightApi:
             raise web.HTTPNotFound()
         if f"projects/-/serviceAccounts/{email}" in self.settings.missing:
             raise errors.not_found(f"projects/-/serviceAccounts/{email}")
-        return web.json_response(self._granted(await _json(request)))
+        return web.json_response(self._granted(await json_object(request)))
 
     async def tpu_list(self, request: web.Request) -> web.Response:
         project, zone = request.match_info["project"], request.match_info["zone"]
@@ -390,13 +391,3 @@ def _quota_info(parent: str, service: str, quota_id: str, values: dict[str, int]
         "metricUnit": "1",
         "dimensionsInfos": infos,
     }
-
-
-async def _json(request: web.Request) -> JsonDict:
-    try:
-        body = json.loads(await request.text() or "{}")
-    except ValueError:
-        raise errors.invalid_argument("the body must be JSON") from None
-    if not isinstance(body, dict):
-        raise errors.invalid_argument("the body must be a JSON object")
-    return body

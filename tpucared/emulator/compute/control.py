@@ -19,7 +19,6 @@ Each answers the internal view of the instance (`{}` for :vanish). Like the rest
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
@@ -28,6 +27,7 @@ from tpucared.emulator import errors, maintenance
 from tpucared.emulator.catalog import MACHINE_TYPES
 from tpucared.emulator.compute.book import ComputeBook
 from tpucared.emulator.compute.resources import Instance
+from tpucared.emulator.control_body import json_object
 
 PREFIX = "/_emulator/v1"
 
@@ -70,7 +70,7 @@ class ComputeControl:
             return web.json_response(internal_json(self.book.terminate(project, zone, name)))
         if action == "schedule-maintenance":
             inst = self.book.instance(project, zone, name)
-            body = await _json_object(request)
+            body = await json_object(request)
             inst.host.maintenance = maintenance.parse_body(body, self.book.state.clock)
             return web.json_response(internal_json(inst))
         if action != "preempt":
@@ -78,7 +78,7 @@ class ComputeControl:
                 f"unknown instance action {action!r}; one of "
                 "['preempt', 'terminate', 'vanish', 'schedule-maintenance']"
             )
-        notice = (await _json_object(request)).get("notice_seconds")
+        notice = (await json_object(request)).get("notice_seconds")
         if notice is not None and (
             not isinstance(notice, int | float) or isinstance(notice, bool) or notice < 0
         ):
@@ -98,7 +98,7 @@ class ComputeControl:
         return web.json_response({"quota": quota})
 
     async def put_quota(self, request: web.Request) -> web.Response:
-        body = await _json_object(request)
+        body = await json_object(request)
         region, family, chips = body.get("region"), body.get("family"), body.get("chips")
         families = sorted({m.family for m in MACHINE_TYPES.values()})
         if not isinstance(region, str) or family not in families:
@@ -112,13 +112,3 @@ class ComputeControl:
         else:
             self.book.quota[(region, str(family))] = chips
         return await self.get_quota(request)
-
-
-async def _json_object(request: web.Request) -> dict[str, Any]:
-    try:
-        body = json.loads(await request.text() or "{}")
-    except ValueError:
-        raise errors.invalid_argument("the body must be JSON") from None
-    if not isinstance(body, dict):
-        raise errors.invalid_argument("the body must be a JSON object")
-    return body
