@@ -11,6 +11,7 @@ import json
 from datetime import datetime
 
 import aiohttp
+import pytest
 from compute_support import CONTROL, ZONE, running
 from emulator_http import Http
 from official_answers_support import tpu_problems
@@ -54,7 +55,7 @@ async def test_a_tpu_node_s_window_pending_ongoing_then_gone(http: Http) -> None
     assert (block["type"], block["maintenanceStatus"], block["canReschedule"]) == (
         "SCHEDULED", "PENDING", False
     )  # fmt: skip
-    assert span(block) == 0.6
+    assert span(block) == pytest.approx(0.6, abs=1e-5)  # timestamps in microseconds
     assert tpu_problems("Node", node, partial=False) == []
     listed = await http.ok("GET", NODES, fields="nodes(name,upcomingMaintenance)")
     assert listed["nodes"] == [{"name": node["name"], "upcomingMaintenance": block}]
