@@ -36,6 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from tpucared.core.model.causes import LossCause
 from tpucared.core.model.lifecycle import LIVE_PHASES
 from tpucared.core.model.observed import MaintenanceWindow
 from tpucared.core.model.records import AttemptOutcome, NodePhase
@@ -179,6 +180,8 @@ class NodeRow(Base):
     run_ends_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # flex-start (0009)
     # The next host-maintenance window as last listed, JSON (0011).
     maintenance: Mapped[MaintenanceWindow | None] = mapped_column(MaintenanceText)
+    # Why it was lost, core/model/causes.py `LossCause` (0012); NULL: not lost.
+    loss_cause: Mapped[LossCause | None] = mapped_column(StrEnumType(LossCause, 32))
     version: Mapped[int] = _version()  # its workers' changes touch it too (0010)
 
 

@@ -69,6 +69,7 @@ WRITTEN: Final = (
     "create_time",
     "run_ends_at",
     "maintenance",
+    "loss_cause",
     "delete_calls",
     "last_delete_at",
 )

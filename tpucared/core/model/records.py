@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from tpucared.core.model.causes import LossCause
 from tpucared.core.model.observed import MaintenanceWindow
 from tpucared.core.model.specs import DEFAULT_API, DEFAULT_PROJECT, ErrorKind, error_text
 
@@ -105,6 +106,8 @@ class IncarnationRecord:
     # Its next host-maintenance window as last listed (`ObservedNode.maintenance`, migration
     # 0011); None: none announced.
     maintenance: MaintenanceWindow | None = None
+    # Why it was lost (core/model/causes.py, migration 0012); None: not lost (yet).
+    loss_cause: LossCause | None = None
 
     @property
     def key(self) -> tuple[str, int, int]:
