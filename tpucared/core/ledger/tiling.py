@@ -1,0 +1,315 @@
+"""The intervals that tile one slot's [first create, now], each in exactly one category.
+
+How an instant is classified:
+1. A workload attempt running on it (no workload in the fleet: a node READY) is productive,
+   cut short at the death of a node it ran on: from the cloud's loss on, it made no progress,
+   even while the daemon had not yet noticed.
+2. Otherwise the instant belongs to the latest *disruption* at or before it: an attempt's end
+   (FAILED or HUNG: a crash restart; PREEMPTED, or any end on a node that then died: a loss),
+   a node's death (a loss, its category by `loss_cause`: maintenance, bad_host, crash or,
+   for the rest and for None, INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION), a hold, or a spent
+   budget. Before the first one it is the slot's first bring-up (startup, or capacity_wait
+   while creates fail for capacity or quota).
+3. The sub-phase is what the records say at that instant: the lost node still alive in our
+   records (detection), a node READY (setup), a node asked for or creating (provisioning),
+   a dead node being deleted (delete), no node and the last create failed for capacity or
+   quota (capacity_wait).
+
+The boundaries are every timestamp of the records, so classifying each piece between two of
+them by its start is exact: the pieces tile [start, now] with no gap and no overlap, and
+neighbours with the same label are merged. Pure: `now` is an argument.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import pairwise
+
+from tpucared.core.ledger.categories import (
+    Category,
+    Interval,
+    NodeTimes,
+    Phase,
+    SlotHistory,
+)
+from tpucared.core.model.causes import LossCause
+from tpucared.core.model.records import AttemptOutcome, CreateAttemptRecord
+from tpucared.core.model.specs import ErrorKind
+
+_CAPACITY_OUTCOMES = frozenset({ErrorKind.CAPACITY.value, ErrorKind.QUOTA.value})
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What the latest disruption makes of the time after it."""
+
+    category: Category
+    cause: LossCause | None = None
+    lost: NodeTimes | None = None  # the node whose loss it is
+    bring_up: bool = False  # no loss: bringing a node up (startup, or capacity_wait)
+
+
+_STARTUP = _Context(Category.STARTUP, bring_up=True)
+
+
+def loss_category(cause: LossCause | None) -> Category:
+    """The category of the time a loss costs, by its cause (None: unknown, or ours)."""
+    if cause is LossCause.MAINTENANCE:
+        return Category.MAINTENANCE
+    if cause is LossCause.BAD_HOST:
+        return Category.BAD_HOST
+    if cause is LossCause.CRASH:
+        return Category.CRASH_RESTART
+    return Category.RECOVERY
+
+
+def slot_ledger(history: SlotHistory, now: datetime) -> list[Interval]:
+    """The slot's intervals from its first create to `now`, in time order (none before
+    its first create, or when that is not before `now`)."""
+    start = history.first
+    if start is None or start >= now:
+        return []
+    nodes = sorted(history.nodes, key=lambda n: (n.requested_at, n.id))
+    by_id = {n.id: n for n in nodes}
+    spans = _productive(history, nodes, by_id, now)
+    events = _disruptions(history, by_id, spans, now)
+    times = [t for t, _ in events]
+    creates = sorted(history.creates, key=lambda c: c.started_at)
+    create_times = [c.started_at for c in creates]
+    bounds = _bounds(start, now, nodes, history, spans, times)
+    out: list[Interval] = []
+    for t0, t1 in pairwise(bounds):
+        running, node = _running(spans, t0)
+        if running:
+            piece = Interval(
+                t0,
+                t1,
+                Category.PRODUCTIVE,
+                zone=node.zone if node else None,
+                node=node.node_name if node else None,
+                accelerator_type=node.accelerator_type if node else None,
+            )
+        else:
+            at = bisect_right(times, t0)
+            context = events[at - 1][1] if at else _STARTUP
+            latest = bisect_right(create_times, t0)
+            piece = _classify(t0, t1, context, nodes, creates[latest - 1] if latest else None)
+            if piece.category is not Category.HELD and history.done and context.bring_up:
+                piece = Interval(t0, t1, Category.IDLE)
+        out.append(piece)
+    return merged(out)
+
+
+_Span = tuple[datetime, datetime, NodeTimes | None]
+
+
+def _productive(
+    history: SlotHistory, nodes: Sequence[NodeTimes], by_id: dict[int, NodeTimes], now: datetime
+) -> list[_Span]:
+    spans: list[_Span] = []
+    if history.workload:
+        for attempt in history.attempts:
+            begin = attempt.started_at
+            end = attempt.ended_at or now
+            # Cut at the loss of a node it ran on: the cloud's time, not when we noticed.
+            for n in nodes:
+                if n.requested_at <= begin and n.dead_at is not None and begin < n.dead_at < end:
+                    end = n.dead_at
+            spans.append((begin, min(end, now), by_id.get(attempt.incarnation_id)))
+    else:
+        for n in nodes:
+            if n.ready_at is not None:
+                spans.append((n.ready_at, min(n.usable_until() or now, now), n))
+    return sorted((s for s in spans if s[0] < s[1]), key=lambda s: s[0])
+
+
+def _disruptions(
+    history: SlotHistory, by_id: dict[int, NodeTimes], spans: Sequence[_Span], now: datetime
+) -> list[tuple[datetime, _Context]]:
+    """Every disruption, in time order; at a tie the later in this list wins (a node's loss
+    over an attempt's end, a hold over both)."""
+    events: list[tuple[int, datetime, _Context]] = []
+    last_end: tuple[datetime, AttemptOutcome | None] | None = None
+    for attempt in history.attempts:
+        if attempt.ended_at is None:
+            continue
+        node = by_id.get(attempt.incarnation_id)
+        end = attempt.ended_at
+        if node is not None and node.dead_at is not None and attempt.started_at < node.dead_at:
+            end = min(end, node.dead_at)
+        outcome = attempt.outcome
+        if outcome in (AttemptOutcome.FAILED, AttemptOutcome.HUNG):
+            context = _Context(Category.CRASH_RESTART, LossCause.CRASH)
+        elif node is not None and (
+            outcome is AttemptOutcome.PREEMPTED
+            or (node.dead_at is not None and node.dead_at >= attempt.started_at)
+        ):
+            context = _Context(loss_category(node.loss_cause), node.loss_cause, node)
+        elif outcome is AttemptOutcome.PREEMPTED:
+            context = _Context(Category.RECOVERY)
+        else:  # succeeded, or cancelled by us: nothing lost, nothing asked
+            context = _Context(Category.IDLE, bring_up=True)
+        events.append((0, end, context))
+        if last_end is None or end >= last_end[0]:
+            last_end = (end, outcome)
+    for node in by_id.values():
+        if node.dead_at is not None:
+            events.append(
+                (1, node.dead_at, _Context(loss_category(node.loss_cause), node.loss_cause, node))
+            )
+    if (
+        history.done
+        and last_end is not None
+        and last_end[1]
+        not in (
+            AttemptOutcome.SUCCEEDED,
+            AttemptOutcome.CANCELLED,
+        )
+    ):
+        # Done after a failure: the slot's failure budget is spent, it holds.
+        events.append((2, last_end[0], _Context(Category.HELD)))
+    if history.held_since is not None:
+        events.append((2, history.held_since, _Context(Category.HELD)))
+    events.sort(key=lambda e: (e[1], e[0]))
+    return [(t, c) for _, t, c in events if t <= now]
+
+
+def _bounds(
+    start: datetime,
+    now: datetime,
+    nodes: Iterable[NodeTimes],
+    history: SlotHistory,
+    spans: Iterable[_Span],
+    events: Iterable[datetime],
+) -> list[datetime]:
+    points: set[datetime] = {start, now, *events}
+    for n in nodes:
+        points.update(
+            t
+            for t in (
+                n.requested_at,
+                n.creating_at,
+                n.ready_at,
+                n.dead_at,
+                n.deleting_at,
+                n.deleted_at,
+                n.failed_at,
+            )
+            if t is not None
+        )
+    for s, e, _ in spans:
+        points.update((s, e))
+    points.update(c.started_at for c in history.creates)
+    return sorted(p for p in points if start <= p <= now)
+
+
+def _running(spans: Sequence[_Span], at: datetime) -> tuple[bool, NodeTimes | None]:
+    """Whether a productive span covers `at`, and its node."""
+    for s, e, node in spans:
+        if s > at:
+            break
+        if at < e:
+            return True, node
+    return False, None
+
+
+def _classify(
+    t0: datetime,
+    t1: datetime,
+    context: _Context,
+    nodes: Sequence[NodeTimes],
+    last_create: CreateAttemptRecord | None,
+) -> Interval:
+    if context.category is Category.HELD:
+        return Interval(t0, t1, Category.HELD)
+    phase, node = _stage(t0, context.lost, nodes, last_create)
+    zone = node.zone if node is not None else (last_create.zone if last_create else None)
+    category = context.category
+    if context.bring_up:
+        if category is Category.IDLE and phase in (Phase.DETECTION, Phase.DELETE, None):
+            return Interval(t0, t1, Category.IDLE)  # no node is the point: none is wanted
+        category = Category.CAPACITY_WAIT if phase is Phase.CAPACITY_WAIT else Category.STARTUP
+        if category is Category.CAPACITY_WAIT:
+            phase = None
+    return Interval(
+        t0,
+        t1,
+        category,
+        phase,
+        context.cause,
+        zone,
+        _name(node),
+        node.accelerator_type if node else (last_create.accelerator_type if last_create else None),
+    )
+
+
+def _name(node: NodeTimes | None) -> str | None:
+    return node.node_name if node is not None else None
+
+
+def _stage(
+    at: datetime,
+    lost: NodeTimes | None,
+    nodes: Sequence[NodeTimes],
+    last_create: CreateAttemptRecord | None,
+) -> tuple[Phase | None, NodeTimes | None]:
+    if lost is not None:
+        dead = lost.dead_at or lost.deleting_at or lost.gone_at
+        if dead is None or at < dead:
+            return Phase.DETECTION, lost
+    ready = creating = dying = None
+    for n in nodes:
+        if n.failed_at is not None or n.requested_at > at:
+            continue  # a create that failed never was a node: its time is the wait's
+        if n.gone_at is not None and at >= n.gone_at:
+            continue
+        usable_until = n.usable_until()
+        if usable_until is not None and at >= usable_until:
+            dying = n
+        elif n is lost:
+            continue
+        elif n.ready_at is not None and n.ready_at <= at:
+            ready = n
+        else:
+            creating = n
+    if ready is not None:
+        return Phase.SETUP, ready
+    if creating is not None:
+        return Phase.PROVISIONING, creating
+    if dying is not None:
+        return Phase.DELETE, dying
+    if last_create is not None and last_create.outcome in _CAPACITY_OUTCOMES:
+        return Phase.CAPACITY_WAIT, None
+    return (Phase.PROVISIONING if last_create is not None else None), None
+
+
+def merged(intervals: Iterable[Interval]) -> list[Interval]:
+    """Neighbours with the same label as one interval."""
+    out: list[Interval] = []
+    for piece in intervals:
+        if out and out[-1].end == piece.start and _label(out[-1]) == _label(piece):
+            out[-1] = Interval(out[-1].start, piece.end, *_label(piece))
+        else:
+            out.append(piece)
+    return out
+
+
+def _label(
+    i: Interval,
+) -> tuple[Category, Phase | None, LossCause | None, str | None, str | None, str | None]:
+    return (i.category, i.phase, i.cause, i.zone, i.node, i.accelerator_type)
+
+
+def clipped(intervals: Iterable[Interval], since: datetime) -> list[Interval]:
+    """The part at or after `since` (`--since`)."""
+    out = []
+    for i in intervals:
+        if i.end <= since:
+            continue
+        if i.start < since:
+            i = Interval(since, i.end, *_label(i))
+        out.append(i)
+    return out
