@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Final
 
+from tpucared.core.model.causes import LossCause
 from tpucared.core.model.lifecycle import check_transition, is_terminal
 from tpucared.core.model.records import IncarnationRecord, NodePhase, WorkerRecord
 from tpucared.core.vocab.actions import CloudFacts, SlotUpdate
@@ -71,6 +72,7 @@ def transition_values(
     end_reason: str | Keep | None,
     operation: str | Keep | None,
     cloud: CloudFacts | None,
+    cause: LossCause | None = None,
 ) -> dict[str, object]:
     """The columns `transition` writes (see its docstring)."""
     values = entering(current, new, now)
@@ -78,11 +80,17 @@ def transition_values(
     values.update(given(end_reason=end_reason, operation=operation))
     if cloud is not None:
         values.update(cloud_values(cloud))
+    if cause is not None:
+        values["loss_cause"] = cause
     return values
 
 
 def deleting_values(
-    current: IncarnationRecord, expected: NodePhase, now: datetime, end_reason: str | None
+    current: IncarnationRecord,
+    expected: NodePhase,
+    now: datetime,
+    end_reason: str | None,
+    cause: LossCause | None = None,
 ) -> dict[str, object]:
     """The columns `begin_delete` writes, but for the call count (`delete_calls + 1`)."""
     values: dict[str, object] = {"last_delete_at": now, "error": None}
@@ -91,7 +99,18 @@ def deleting_values(
         values.update(entering(current, NodePhase.DELETING, now))
     if end_reason is not None:
         values["end_reason"] = end_reason
+    if cause is not None:
+        values["loss_cause"] = cause
     return values
+
+
+def cause_details(current: IncarnationRecord, cause: LossCause | None) -> dict[str, object]:
+    """`{"cause": ...}` for the event of a write that records a loss's cause; empty when it
+    sets none, or the one already recorded (each loss's cause is in exactly one event, which
+    the metrics count: docs/metrics.md `tpucared_losses_total`)."""
+    if cause is None or cause == current.loss_cause:
+        return {}
+    return {"cause": cause.value}
 
 
 def check_slot_update(current: IncarnationRecord, slot_update: SlotUpdate | None) -> None:

@@ -40,6 +40,7 @@ from tpucared.store.errors import NotFound, StaleWrite
 from tpucared.store.models import NodeRow
 from tpucared.store.node_values import (
     PHASE_AT,
+    cause_details,
     check_slot_update,
     cloud_values,
     deleting_values,
@@ -161,9 +162,11 @@ class ManyNodeWrites(NodeWrites):
             check_transition(action.expected, action.new)
             check_slot_update(current, action.slot_update)
             end_reason = action.end_reason if action.end_reason is not None else KEEP
-            values = transition_values(current, action.new, now, end_reason, KEEP, action.cloud)
+            values = transition_values(
+                current, action.new, now, end_reason, KEEP, action.cloud, action.cause
+            )
         else:
-            values = deleting_values(current, action.expected, now, action.end_reason)
+            values = deleting_values(current, action.expected, now, action.end_reason, action.cause)
             values["delete_calls"] = current.delete_calls + 1
         if current.phase is not action.expected:
             raise StaleWrite(
@@ -207,8 +210,9 @@ class ManyNodeWrites(NodeWrites):
     ) -> None:
         """What the single write does after its compare-and-set, but for the slot's
         bookkeeping (`_slot_updates`): the workers, the events. `before`: the row it changed."""
+        cause = cause_details(before, action.cause) if not isinstance(action, RecordCloud) else {}
         if isinstance(action, DeleteNode):
-            self._deleting_event(inc, action.expected, now, action.reason, action.end_reason)
+            self._deleting_event(inc, action.expected, now, action.reason, action.end_reason, cause)
             return
         if action.cloud is not None and action.cloud.endpoints is not None:
             await self.set_workers(inc.id, action.cloud.endpoints)
@@ -218,7 +222,7 @@ class ManyNodeWrites(NodeWrites):
         end_reason = action.end_reason if action.end_reason is not None else KEEP
         self._transition_events(
             inc, action.expected, action.new, now, action.reason, end_reason, KEEP,
-            action.cloud, action.slot_update,
+            action.cloud, action.slot_update, cause,
         )  # fmt: skip
         self._maintenance_event(before, inc, now)
 

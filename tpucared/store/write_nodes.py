@@ -16,7 +16,7 @@ Which method carries out which action (see core/vocab/actions.py for the contrac
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,6 +25,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ClauseElement
 
+from tpucared.core.model.causes import LossCause
 from tpucared.core.model.lifecycle import check_transition
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, NodePhase, WorkerRecord
@@ -36,6 +37,7 @@ from tpucared.store import convert
 from tpucared.store.errors import LiveIncarnationExists, NotFound, StaleWrite
 from tpucared.store.models import NodeRow, WorkerRow
 from tpucared.store.node_values import (
+    cause_details,
     check_slot_update,
     cloud_values,
     deleting_values,
@@ -151,9 +153,11 @@ class NodeWrites(WriterBase):
         operation: str | Keep | None = KEEP,
         cloud: CloudFacts | None = None,
         slot_update: SlotUpdate | None = None,
+        cause: LossCause | None = None,
     ) -> IncarnationRecord:
         """Move an incarnation from `expected` to `new` (compare-and-set) and append a
-        `node.<new>` event whose message is `reason`.
+        `node.<new>` event whose message is `reason`; `cause` (a loss's) is written to
+        `loss_cause` and, when it changes it, put in the event's details.
 
         Also: `<new>_at` and `phase_since` = now (and `dead_at` on entering DELETING if
         unset); `error` cleared (the planner has decided on it); `operation` cleared on
@@ -165,15 +169,16 @@ class NodeWrites(WriterBase):
         check_transition(expected, new)
         current = await self._require_incarnation(incarnation_id)
         check_slot_update(current, slot_update)
-        values = transition_values(current, new, now, end_reason, operation, cloud)
+        values = transition_values(current, new, now, end_reason, operation, cloud, cause)
         inc = await self._cas(incarnation_id, expected, values)
         if cloud is not None and cloud.endpoints is not None:
             await self.set_workers(inc.id, cloud.endpoints)
         if slot_update is not None:
             await self.apply_slot_update(slot_update)
         self._transition_events(
-            inc, expected, new, now, reason, end_reason, operation, cloud, slot_update
-        )
+            inc, expected, new, now, reason, end_reason, operation, cloud, slot_update,
+            cause_details(current, cause),
+        )  # fmt: skip
         self._maintenance_event(current, inc, now)
         return inc
 
@@ -188,11 +193,14 @@ class NodeWrites(WriterBase):
         operation: str | Keep | None,
         cloud: CloudFacts | None,
         slot_update: SlotUpdate | None,
+        cause: Mapping[str, object] | None = None,
     ) -> None:
-        """The events of `transition`: `node.<new>`, and `node.run_ended` for a flex-start
-        run's end (docs/logs.md, the metrics' count)."""
+        """The events of `transition`: `node.<new>` (with the loss's `cause` when it records
+        one: node_values.cause_details), and `node.run_ended` for a flex-start run's end
+        (docs/logs.md, the metrics' count)."""
         details: dict[str, Any] = {"from": expected.value, "to": new.value}
         details.update(given(end_reason=end_reason, operation=operation))
+        details.update(cause or {})
         if cloud is not None:
             details["cloud"] = cloud_values(cloud)
         if slot_update is not None:
@@ -214,15 +222,16 @@ class NodeWrites(WriterBase):
         *,
         end_reason: str | None = None,
         reason: str = "",
+        cause: LossCause | None = None,
     ) -> IncarnationRecord:
         """Record the intent to delete, before the delete call (DeleteNode T1): CAS on
-        `expected`; move to DELETING unless already there (end_reason if given); count the
-        call (`delete_calls`, `last_delete_at`) and clear `error`."""
+        `expected`; move to DELETING unless already there (end_reason and the loss's `cause`
+        if given); count the call (`delete_calls`, `last_delete_at`) and clear `error`."""
         current = await self._require_incarnation(incarnation_id)
-        values = deleting_values(current, expected, now, end_reason)
+        values = deleting_values(current, expected, now, end_reason, cause)
         values["delete_calls"] = NodeRow.delete_calls + 1  # in SQL: the row as it stands
         inc = await self._cas(incarnation_id, expected, values)
-        self._deleting_event(inc, expected, now, reason, end_reason)
+        self._deleting_event(inc, expected, now, reason, end_reason, cause_details(current, cause))
         return inc
 
     def _deleting_event(
@@ -232,6 +241,7 @@ class NodeWrites(WriterBase):
         now: datetime,
         reason: str,
         end_reason: str | None,
+        cause: Mapping[str, object] | None = None,
     ) -> None:
         self._node_event(
             inc,
@@ -242,6 +252,7 @@ class NodeWrites(WriterBase):
             to=NodePhase.DELETING.value,
             delete_calls=inc.delete_calls,
             end_reason=end_reason,
+            **(cause or {}),
         )
 
     async def record_outcome(

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from tpucared.core.model.causes import LossCause
 from tpucared.core.model.specs import (
     DEFAULT_API,
     DEFAULT_PROJECT,
@@ -107,6 +108,9 @@ class ObservedNode:
     defect: str | None = None
     # The next host-maintenance window the cloud announces for it; None: none announced.
     maintenance: MaintenanceWindow | None = None
+    # Why it was lost, where its own state says (TPU PREEMPTED: preempted; the adapter's
+    # table); None: the state does not say (core/nodes/losses.py).
+    lost_to: LossCause | None = None
 
     @property
     def fleet(self) -> str | None:
@@ -186,11 +190,20 @@ class ZoneObservation:
         return self.error is None
 
 
+class RecordKind(StrEnum):
+    """What a cloud's record of a lost node says happened to it."""
+
+    PREEMPTED = "preempted"  # Compute Engine: a compute.instances.preempted operation
+    # Compute Engine: compute.instances.hostMaintenance / terminateOnHostMaintenance
+    HOST_MAINTENANCE = "host_maintenance"
+
+
 @dataclass(frozen=True)
 class PreemptionRecord:
-    """A cloud's own record that it preempted a node, where the node's state does not say so
-    (Compute Engine: a `compute.instances.preempted` zone operation; a TPU API node says
-    PREEMPTED itself). Read only when a node was lost (core/nodes/preemption.py)."""
+    """A cloud's own record that it preempted a node, or stopped it for host maintenance,
+    where the node's state does not say so (Compute Engine: a `compute.instances.preempted`
+    or host-maintenance zone operation; a TPU API node says PREEMPTED itself). Read only when
+    a node was lost (core/nodes/preemption.py)."""
 
     name: str  # the node it names (the record's target)
     at: datetime | None  # when the cloud preempted it
@@ -198,3 +211,4 @@ class PreemptionRecord:
     # of a slot): the cloud's id of the node, as `ObservedNode.cloud_id`.
     cloud_id: str | None = None
     record: str = ""  # the record's own name, for people (an operation's name)
+    kind: RecordKind = RecordKind.PREEMPTED

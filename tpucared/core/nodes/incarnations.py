@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from tpucared.core.model.causes import LossCause
 from tpucared.core.model.durations import fmt as _fmt
 from tpucared.core.model.lifecycle import PENDING_PHASES, SERVING_PHASES
 from tpucared.core.model.observed import QueuedState, StateClass
@@ -187,7 +188,8 @@ def _arrive(step: Step, s: Sighting, why: str) -> None:
         return
     if node is not None and node.state_class is K.DEAD:
         # Preempted before it was ever usable: capacity went away; try the next zone.
-        fail_dead(step, f"{node.state} before READY", ErrorKind.CAPACITY, facts, s)
+        why = f"{node.state} before READY"
+        fail_dead(step, why, ErrorKind.CAPACITY, facts, s, cause=node.lost_to)
         return
     if qr_dead:
         assert qr is not None
@@ -206,6 +208,7 @@ def _arrive(step: Step, s: Sighting, why: str) -> None:
             slot_update=budget.create_failed(
                 step.view, step.inc, ErrorKind.TRANSIENT, "deleted while creating"
             ),
+            cause=LossCause.DELETED_OUTSIDE,
         )
         return
     if step.phase is P.REQUESTED:
@@ -214,7 +217,7 @@ def _arrive(step: Step, s: Sighting, why: str) -> None:
         step.record(facts)
     expired = _pending_stuck(step, s, facts)
     if expired is not None:
-        fail_dead(step, expired, ErrorKind.TRANSIENT, facts, s)
+        fail_dead(step, expired, ErrorKind.TRANSIENT, facts, s, cause=LossCause.STUCK)
 
 
 def _pending_stuck(step: Step, s: Sighting, facts: CloudFacts) -> str | None:
@@ -272,6 +275,7 @@ def _absent_pending(step: Step, s: Sighting) -> None:
             end_reason="vanished",
             cloud=facts,
             slot_update=budget.create_failed(step.view, inc, ErrorKind.TRANSIENT, why),
+            cause=LossCause.UNKNOWN,  # seen, then gone: nothing tells why
         )
         step.move(P.DELETED, "nothing left to delete")
     else:
@@ -309,7 +313,7 @@ def _ready(step: Step, s: Sighting) -> None:
         rule = node.stuck_rule or "unspecified"
         expired = stuck_reason(step, rule, facts.cloud_state_since, node.state)
         if expired is not None:
-            die(step, expired, facts, s)
+            die(step, expired, facts, s, cause=LossCause.STUCK)
         else:
             step.record(facts)
 
@@ -367,7 +371,7 @@ def _release(step: Step, s: Sighting) -> None:
     if step.phase in PENDING:
         step.fail(ErrorKind.ALREADY_EXISTS, why)
     elif step.phase is P.READY:
-        step.move(P.DEAD, why, end_reason="released: lost our labels")
+        step.move(P.DEAD, why, end_reason="released: lost our labels", cause=LossCause.UNKNOWN)
         step.move(P.DELETED, "left alone: not ours")
     else:
         step.move(P.DELETED, "left alone: not ours")

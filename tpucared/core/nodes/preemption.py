@@ -15,12 +15,17 @@ cloud API in `RECORDS` (the name of its preemption record):
 3. `explain` rewords each marked Transition by what was found, before the plan is carried out:
 
    a record of this node (its name, and its cloud id when both say one)
-       end_reason "preempted"; the event says when, and which record;
+       a preemption record: end_reason "preempted", cause PREEMPTED; a host-maintenance
+       record (`compute.instances.hostMaintenance` / `terminateOnHostMaintenance`):
+       end_reason "host maintenance", cause MAINTENANCE; the event says when, and which
+       record. A loss inside its announced maintenance window stays MAINTENANCE;
    none, and its fleet asks for spot capacity
-       end_reason "<how>: counted as preempted" (a spot VM lost is preempted as far as anyone
-       can tell); the event says no record was found (or that they could not be read);
+       end_reason "<how>: counted as preempted" (the slot counts a preemption, as it always
+       has), but the cause stays UNKNOWN: nothing tells it; the event says no record was
+       found (or that they could not be read);
    none, another tier
-       the end as the lists showed it ("vanished", "terminated"), the event says no record.
+       the end as the lists showed it ("vanished", "terminated"), the event says no record,
+       the cause stays UNKNOWN.
 
 A location whose records were not read (`tpucared plan`, a cloud without the method) keeps
 the end as the lists showed it. Pure: the runtime does the reading.
@@ -32,15 +37,31 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from tpucared.core.model.observed import PreemptionRecord
+from tpucared.core.model.causes import LossCause
+from tpucared.core.model.observed import PreemptionRecord, RecordKind
 from tpucared.core.model.records import IncarnationRecord
 from tpucared.core.model.specs import COMPUTE_API, CapacityKind
 from tpucared.core.vocab.actions import Loss, Transition
 from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.view import View
 
-# The cloud APIs whose node states do not say "preempted", by what their record of one is.
+# The cloud APIs whose node states do not say "preempted", by what their record of one is
+# (their host-maintenance records are read with them: `ENDS`).
 RECORDS: Mapping[str, str] = {COMPUTE_API: "compute.instances.preempted operation"}
+# What each kind of record says: the loss's cause, and words for the Transition's reason.
+CAUSES: Mapping[RecordKind, LossCause] = {
+    RecordKind.PREEMPTED: LossCause.PREEMPTED,
+    RecordKind.HOST_MAINTENANCE: LossCause.MAINTENANCE,
+}
+ENDS: Mapping[RecordKind, tuple[str, str]] = {
+    RecordKind.PREEMPTED: ("preempted", "compute.instances.preempted operation"),
+    RecordKind.HOST_MAINTENANCE: ("terminated for host maintenance", "host-maintenance operation"),
+}
+# The end_reason a record's cause gives the incarnation.
+ENDS_AS: Mapping[LossCause, str] = {
+    LossCause.PREEMPTED: "preempted",
+    LossCause.MAINTENANCE: "host maintenance",
+}
 SPOT = frozenset({CapacityKind.SPOT, CapacityKind.PREEMPTIBLE})
 
 Where = tuple[str, str, str]  # (api, project as the core names it, zone)
@@ -113,16 +134,23 @@ def _explained(t: Transition, zone: ZoneRecords | None) -> Transition:
         return t
     what = RECORDS.get(loss.api, "preemption record")
     record = None if zone.error is not None else record_of(loss, zone.records)
+    # A loss inside its announced maintenance window stays MAINTENANCE whatever the record
+    # (core/nodes/losses.py: host-maintenance terminations are logged as preemptions too).
+    window = t.cause is LossCause.MAINTENANCE
     if record is not None:
         at = _when(record.at)
         named = f" {record.record}" if record.record else ""
-        reason = f"preempted at {at} (its {what}{named}); {loss.how}"
-        return replace(t, end_reason="preempted", reason=reason)
+        cause = LossCause.MAINTENANCE if window else CAUSES[record.kind]
+        done, record_words = ENDS[record.kind]
+        reason = f"{done} at {at} (its {record_words}{named}); {loss.how}"
+        return replace(t, end_reason=ENDS_AS[cause], reason=reason, cause=cause)
     if zone.error is not None:
         missing = f"its {what} could not be read ({zone.error})"
     else:
         missing = f"no {what} names it"
-    if loss.spot:
+    # No record: the cause stays what the lists told (UNKNOWN, or MAINTENANCE by its
+    # window), never a guess, even where the slot counts the loss as a preemption.
+    if loss.spot and not window:
         reason = f"{loss.how}: a spot VM lost, {missing}: counted as a preemption"
         return replace(t, end_reason=f"{loss.how}: counted as preempted", reason=reason)
     return replace(t, reason=f"{t.reason} ({missing})")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from tpucared.core.model.causes import LossCause
 from tpucared.core.model.durations import fmt as _fmt
 from tpucared.core.model.lifecycle import PENDING_PHASES
 from tpucared.core.model.observed import StateClass
@@ -22,6 +23,7 @@ from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, ErrorKind
 from tpucared.core.nodes import create_backoff as budget
 from tpucared.core.nodes import flex
 from tpucared.core.nodes.cloud import ABSENT, is_unhealthy, queued_pseudo_state
+from tpucared.core.nodes.losses import in_window, seen_cause
 from tpucared.core.nodes.preemption import loss_of
 from tpucared.core.vocab.actions import (
     Action,
@@ -65,6 +67,7 @@ class Step:
         cloud: CloudFacts | None = None,
         slot_update: SlotUpdate | None = None,
         loss: Loss | None = None,
+        cause: LossCause | None = None,
     ) -> None:
         self.actions.append(
             Transition(
@@ -77,6 +80,7 @@ class Step:
                 cloud=None if self._recorded else cloud,
                 slot_update=slot_update,
                 loss=loss,
+                cause=cause,
             )
         )
         self._recorded = self._recorded or cloud is not None
@@ -99,15 +103,20 @@ class Step:
         )
         self._recorded = True
 
-    def delete(self, reason: str, *, end_reason: str | None = None) -> None:
+    def delete(
+        self, reason: str, *, end_reason: str | None = None, cause: LossCause | None = None
+    ) -> None:
         """Delete by name, unless a successful list shows the name held by something not
-        ours: then our node is gone and a delete would hit theirs, so just stop tracking."""
+        ours: then our node is gone and a delete would hit theirs, so just stop tracking.
+        `cause`: why the node is lost (None: our own choice, or recorded already)."""
         inc = self.inc
         if _name_held_by_another(self.view, inc):
-            _end_without_delete(self, end_reason or reason)
+            _end_without_delete(self, end_reason or reason, cause)
             return
         end = end_reason if self.phase is not P.DELETING else None
-        self.actions.append(DeleteNode.of(inc, self.phase, reason=reason, end_reason=end))
+        self.actions.append(
+            DeleteNode.of(inc, self.phase, reason=reason, end_reason=end, cause=cause)
+        )
         self.phase = P.DELETING
 
     def fail(self, kind: ErrorKind, why: str, cloud: CloudFacts | None = None) -> None:
@@ -144,12 +153,24 @@ class Step:
 # Moves that end a node
 
 
-def die(step: Step, reason: str, facts: CloudFacts, s: Sighting, *, lost: bool = False) -> None:
+def die(
+    step: Step,
+    reason: str,
+    facts: CloudFacts,
+    s: Sighting,
+    *,
+    lost: bool = False,
+    cause: LossCause | None = None,
+) -> None:
     """An unplanned death of a READY node: DEAD, then delete (or DELETED if nothing is left).
     `lost`: a dead state or a vanishing, which a cloud whose node states do not say
     "preempted" may explain by its preemption records (core/nodes/preemption.py), unless it
-    is a flex-start run's end (core/nodes/flex.py): neither a preemption nor a failure."""
+    is a flex-start run's end (core/nodes/flex.py): neither a preemption nor a failure.
+    `cause`: the loss's cause when the caller knows it (STUCK); else what the lists tell
+    (core/nodes/losses.py `seen_cause`)."""
     if not (lost and _run_ended(step, P.DEAD, reason, facts)):
+        if cause is None:
+            cause = seen_cause(facts.maintenance, s.node, facts.health, _lost_at(step, facts))
         step.move(
             P.DEAD,
             reason,
@@ -157,6 +178,7 @@ def die(step: Step, reason: str, facts: CloudFacts, s: Sighting, *, lost: bool =
             cloud=facts,
             slot_update=budget.node_died(step.view, step.inc),
             loss=loss_of(step.view, step.inc, reason) if lost else None,
+            cause=cause,
         )
     if s.gone:
         step.move(P.DELETED, "nothing left to delete")
@@ -165,12 +187,19 @@ def die(step: Step, reason: str, facts: CloudFacts, s: Sighting, *, lost: bool =
 
 
 def fail_dead(
-    step: Step, reason: str, kind: ErrorKind, facts: CloudFacts, s: Sighting
+    step: Step,
+    reason: str,
+    kind: ErrorKind,
+    facts: CloudFacts,
+    s: Sighting,
+    *,
+    cause: LossCause | None = None,
 ) -> SlotUpdate:
     """A pending create that left a dead resource behind: DEAD and delete, slot backoff (the
-    slot's update, returned)."""
+    slot's update, returned). `cause`: set where the node is lost rather than never made
+    (stuck past its timeout)."""
     update = budget.create_failed(step.view, step.inc, kind, reason)
-    step.move(P.DEAD, reason, end_reason=reason, cloud=facts, slot_update=update)
+    step.move(P.DEAD, reason, end_reason=reason, cloud=facts, slot_update=update, cause=cause)
     if s.gone:
         step.move(P.DELETED, "nothing left to delete")
     else:
@@ -180,15 +209,18 @@ def fail_dead(
 
 def external_delete(step: Step, facts: CloudFacts) -> None:
     """Someone else is deleting the node: follow it to DELETING; the slot counts a death,
-    unless it is the cloud ending a flex-start run (core/nodes/flex.py)."""
+    unless it is the cloud ending a flex-start run (core/nodes/flex.py). Its cause is
+    DELETED_OUTSIDE, or MAINTENANCE inside its announced window (core/nodes/losses.py)."""
     if step.phase is P.READY and _run_ended(step, P.DELETING, "being deleted by the cloud", facts):
         return
+    maintained = in_window(facts.maintenance, _lost_at(step, facts))
     step.move(
         P.DELETING,
         "being deleted outside tpucared",
         end_reason="deleted outside tpucared",
         cloud=facts,
         slot_update=budget.node_died(step.view, step.inc),
+        cause=LossCause.MAINTENANCE if maintained else LossCause.DELETED_OUTSIDE,
     )
 
 
@@ -204,17 +236,23 @@ def _run_ended(step: Step, phase: NodePhase, why: str, facts: CloudFacts) -> boo
         end_reason=flex.RUN_ENDED,
         cloud=facts,
         slot_update=flex.run_over(step.view, step.inc),
+        cause=LossCause.RUN_ENDED,
     )
     return True
 
 
-def _end_without_delete(step: Step, why: str) -> None:
+def _lost_at(step: Step, facts: CloudFacts) -> datetime:
+    """When the lists first showed the loss: the start of the state it is lost to."""
+    return facts.cloud_state_since or step.now
+
+
+def _end_without_delete(step: Step, why: str, cause: LossCause | None = None) -> None:
     reason = f"{why}; the name is now held by a node that is not ours: nothing to delete"
     if step.phase in PENDING:
         step.move(P.FAILED, reason, end_reason=why)
         return
     if step.phase is P.READY:
-        step.move(P.DEAD, reason, end_reason=why)
+        step.move(P.DEAD, reason, end_reason=why, cause=cause)
     step.move(P.DELETED, reason)
 
 

@@ -177,6 +177,8 @@ class _Store:
             inc = self.move(inc, NodePhase.DELETING)
             if action.end_reason:
                 inc = replace(inc, end_reason=action.end_reason)
+        if action.cause is not None:
+            inc = replace(inc, loss_cause=action.cause)
         self.incs[inc.id] = replace(
             inc, delete_calls=inc.delete_calls + 1, last_delete_at=self.now, error=None
         )
@@ -188,6 +190,8 @@ class _Store:
         inc = self.move(inc, action.new)
         if action.end_reason:
             inc = replace(inc, end_reason=action.end_reason)
+        if action.cause is not None:
+            inc = replace(inc, loss_cause=action.cause)
         if action.cloud is not None:
             inc = _with_facts(inc, action.cloud)
         self.incs[inc.id] = inc

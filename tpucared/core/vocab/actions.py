@@ -42,15 +42,16 @@ CreateNode  T1 (intent): skip the action if (fleet, slot, slice) has an incarnat
             SlotRecord.last_error = message. Write a CreateAttemptRecord once the create's
             fate is known (this error, or the end of its operation).
 DeleteNode  T1 (intent): CAS phase == expected; if expected != DELETING, move to DELETING
-            (end_reason if given; dead_at=now if it was not dead yet); delete_calls += 1,
-            last_delete_at = now, error = None.
+            (end_reason if given; dead_at=now if it was not dead yet); loss_cause = cause
+            if given; delete_calls += 1, last_delete_at = now, error = None.
             Call: queuedResources.delete(queued_resource, force=true) when `queued_resource`
             is set (it deletes the node first), else nodes.delete(node_name) in `zone`.
             T2: accepted -> `operation` = its name; any error (NOT_FOUND included) ->
             `error` = its ErrorKind. The phase stays DELETING.
 Transition  T: CAS (id, phase == expected); check_transition(expected, new); set phase,
             phase_since=now; ready_at/dead_at/deleted_at = now on entering READY/DEAD/DELETED;
-            end_reason if given; error = None (the planner has decided on it); operation = None
+            end_reason and loss_cause (`cause`) if given; error = None (the planner has
+            decided on it); operation = None
             on entering a terminal phase; the `cloud` facts if given (WorkerRecords replaced
             by `cloud.endpoints` if not None); `slot_update` applied to the slot row.
 RecordCloud T: CAS (id, phase == expected); overwrite the cloud facts (and WorkerRecords when
@@ -96,6 +97,7 @@ from datetime import datetime
 from enum import Enum, StrEnum
 from typing import Any, ClassVar
 
+from tpucared.core.model.causes import LossCause
 from tpucared.core.model.observed import MaintenanceWindow, WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import DEFAULT_API, DEFAULT_PROJECT, CapacityKind, Provisioning
@@ -248,6 +250,9 @@ class DeleteNode(Action):
     queued_resource: str | None  # set: delete the queued resource (force) instead of the node
     end_reason: str | None = None  # recorded when the incarnation enters DELETING
     project: str = DEFAULT_PROJECT
+    # Why the node is lost (core/model/causes.py), recorded as nodes.loss_cause; None for a
+    # delete of our own choosing (scale-down, down, spec change) or of a loss already recorded.
+    cause: LossCause | None = None
 
     @classmethod
     def of(
@@ -257,6 +262,7 @@ class DeleteNode(Action):
         *,
         reason: str,
         end_reason: str | None = None,
+        cause: LossCause | None = None,
     ) -> DeleteNode:
         """The delete of `inc`'s node (its queued resource, if it has one), seen in
         `expected`."""
@@ -271,6 +277,7 @@ class DeleteNode(Action):
             end_reason=end_reason,
             reason=reason,
             project=inc.project,
+            cause=cause,
         )
 
     def subject(self) -> str:
@@ -295,6 +302,9 @@ class Transition(Action):
     slot_update: SlotUpdate | None = None
     # A loss whose end the cloud's preemption records will word (Loss); None for the rest.
     loss: Loss | None = None
+    # Why the node is lost (core/model/causes.py), recorded as nodes.loss_cause; None for a
+    # move that loses nothing, or ends the node by our own choice.
+    cause: LossCause | None = None
 
     def subject(self) -> str:
         return self.node_name

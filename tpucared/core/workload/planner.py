@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from tpucared.core.model.backoff import delay, jitter
+from tpucared.core.model.causes import LossCause
 from tpucared.core.model.durations import fmt
 from tpucared.core.model.records import (
     AttemptOutcome,
@@ -53,6 +54,7 @@ from tpucared.core.model.records import (
     WorkloadAttemptRecord,
 )
 from tpucared.core.model.specs import RestartPolicy, WorkloadSpec
+from tpucared.core.nodes.losses import in_window
 from tpucared.core.vocab.actions import (
     Action,
     DeleteNode,
@@ -414,6 +416,8 @@ def _lost(w: SlotWork, node: IncarnationRecord, why: str) -> list[Action]:
             add_preemptions=1,
         ),
         reason=f"{node.node_name} is being preempted: {why}",
+        # Inside its announced maintenance window the notice is the maintenance's.
+        cause=LossCause.MAINTENANCE if in_window(node.maintenance, w.now) else LossCause.PREEMPTED,
     )
     delete = DeleteNode.of(
         node, P.DEAD, reason="dead: delete it at once, without waiting for the API to say PREEMPTED"
@@ -422,9 +426,14 @@ def _lost(w: SlotWork, node: IncarnationRecord, why: str) -> list[Action]:
 
 
 def _replace(node: IncarnationRecord, end_reason: str, why: str) -> DeleteNode:
-    """A planned delete of a READY node; the slot gets a new one (no preemption counted)."""
+    """A planned delete of a READY node whose workers stopped answering; the slot gets a new
+    one (no preemption counted). Its cause is UNKNOWN: nothing tells why they stopped."""
     return DeleteNode.of(
-        node, P.READY, reason=f"replace {node.node_name}: {why}", end_reason=end_reason
+        node,
+        P.READY,
+        reason=f"replace {node.node_name}: {why}",
+        end_reason=end_reason,
+        cause=LossCause.UNKNOWN,
     )
 
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
+from tpucared.core.model.causes import LossCause
 from tpucared.core.model.observed import StateClass
 
 
@@ -74,8 +75,13 @@ NODE_STATES: Mapping[NodeState, tuple[StateClass, str | None]] = {
 }
 
 
+# The states that say why a node was lost (ObservedNode.lost_to, core/nodes/losses.py).
+LOST_TO: Mapping[NodeState, LossCause] = {S.PREEMPTED: LossCause.PREEMPTED}
+
+
 def state_fields(state: NodeState) -> dict[str, Any]:
-    """An `ObservedNode`'s state, class and stuck rule for `state`: how convert.py (and any
-    test or fake building observations of TPU nodes) fills them, from the one table."""
+    """An `ObservedNode`'s state, class, stuck rule and `lost_to` for `state`: how
+    convert.py (and any test or fake building observations of TPU nodes) fills them, from
+    the one table."""
     cls, rule = NODE_STATES[state]
-    return {"state": state, "state_class": cls, "stuck_rule": rule}
+    return {"state": state, "state_class": cls, "stuck_rule": rule, "lost_to": LOST_TO.get(state)}

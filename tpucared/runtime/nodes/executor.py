@@ -356,6 +356,7 @@ class Executor:
                         now,
                         end_reason=action.end_reason,
                         reason=action.reason,
+                        cause=action.cause,
                     )
                 except BaseException:
                     self._calls.unreserve_delete(action)

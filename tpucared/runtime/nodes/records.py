@@ -43,6 +43,7 @@ async def record(tx: Tx, action: Action, now: datetime) -> str:
                 end_reason=action.end_reason if action.end_reason is not None else KEEP,
                 cloud=action.cloud,
                 slot_update=action.slot_update,
+                cause=action.cause,
             )
         case HoldSlices():
             await tx.update_slot(
