@@ -13,6 +13,7 @@ after a restart; the CLI's read-only commands and people with `sqlite3` read it 
 - `statements`: statements built once and run with parameters (the compare-and-set UPDATE).
 - `reads` / `writes`: the queries (`Reader`) and the changes (`Tx`), returning core records;
   `Tx.apply_each` applies many small writes, each undone alone if refused.
+- `ledger_reads`: the badput ledger's read (`Reader.ledger`, for `tpucared goodput`).
 - `snapshot`: `Snapshot` (the planner's input) and the status read models.
 - `errors`: `StaleWrite` (lost compare-and-set), `IllegalTransition`, `NotFound`, and
   `DatabaseError` (a file tpucared must not use: broken, newer, someone else's, locked).

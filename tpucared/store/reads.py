@@ -34,6 +34,7 @@ from tpucared.core.workload.job_failures import JOB_FAILED, JOB_RECOVERED
 from tpucared.store import convert, statements
 from tpucared.store.cache import RecordCache
 from tpucared.store.changes import changed_snapshot, read_counts
+from tpucared.store.ledger_reads import LedgerRecords, read_ledger
 from tpucared.store.models import (
     LIVE_NODE_SQL,
     CreateAttemptRow,
@@ -231,6 +232,12 @@ class Reader:
         if since is not None:
             stmt = stmt.where(CreateAttemptRow.started_at >= since)
         return [convert.create_attempt(r) for r in await self._rows(stmt)]
+
+    async def ledger(
+        self, fleet: str | None = None, slot: int | None = None, since: datetime | None = None
+    ) -> LedgerRecords:
+        """What `tpucared goodput` sums: the slots' records since `since` (ledger_reads.py)."""
+        return await read_ledger(self._conn, fleet, slot, since)
 
     async def events(
         self,

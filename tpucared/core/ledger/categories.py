@@ -1,8 +1,8 @@
 """The ledger's vocabulary, and the view of a slot's records it is computed from.
 
 Category names follow Google's `BadputType` where one fits, so the figures can be put beside
-those of ml-goodput-measurement (AI-Hypercomputer/ml-goodput-measurement, README "Badput
-Breakdown Details" and `ml_goodput_measurement/src/goodput_utils.py`, `class BadputType`:
+those of ml-goodput-measurement (GitHub AI-Hypercomputer/ml-goodput-measurement, its README's
+"Badput Breakdown Details" and the `BadputType` enum of its `goodput_utils` module:
 TPU_INITIALIZATION, TRAINING_PREP, PROGRAM_STARTUP, DATA_LOADING_SYNC, DATA_LOADING_ASYNC,
 UNPRODUCTIVE_CHECKPOINT_SAVE_TIME, UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME,
 WASTED_PROGRESS_FROM_DISRUPTION, INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION, CUSTOM_BADPUT_EVENTS,
@@ -99,6 +99,17 @@ class NodeTimes:
             loss_cause=inc.loss_cause,
             slice=inc.slice,
         )
+
+    @property
+    def lost_at(self) -> datetime | None:
+        """When it was lost. The store sets `dead_at` on entering DELETING too (store
+        write_nodes.py `transition`), so a death recorded only by our own delete (at the
+        same instant, with no cause: a scale-down, `down`, a spec change) is no loss."""
+        if self.dead_at is None:
+            return None
+        if self.loss_cause is None and self.dead_at == self.deleting_at:
+            return None
+        return self.dead_at
 
     @property
     def gone_at(self) -> datetime | None:

@@ -116,8 +116,9 @@ def _productive(
             end = attempt.ended_at or now
             # Cut at the loss of a node it ran on: the cloud's time, not when we noticed.
             for n in nodes:
-                if n.requested_at <= begin and n.dead_at is not None and begin < n.dead_at < end:
-                    end = n.dead_at
+                lost = n.lost_at
+                if n.requested_at <= begin and lost is not None and begin < lost < end:
+                    end = lost
             spans.append((begin, min(end, now), by_id.get(attempt.incarnation_id)))
     else:
         for n in nodes:
@@ -138,14 +139,14 @@ def _disruptions(
             continue
         node = by_id.get(attempt.incarnation_id)
         end = attempt.ended_at
-        if node is not None and node.dead_at is not None and attempt.started_at < node.dead_at:
-            end = min(end, node.dead_at)
+        lost = node.lost_at if node is not None else None
+        if lost is not None and attempt.started_at < lost:
+            end = min(end, lost)
         outcome = attempt.outcome
         if outcome in (AttemptOutcome.FAILED, AttemptOutcome.HUNG):
             context = _Context(Category.CRASH_RESTART, LossCause.CRASH)
         elif node is not None and (
-            outcome is AttemptOutcome.PREEMPTED
-            or (node.dead_at is not None and node.dead_at >= attempt.started_at)
+            outcome is AttemptOutcome.PREEMPTED or (lost is not None and lost >= attempt.started_at)
         ):
             context = _Context(loss_category(node.loss_cause), node.loss_cause, node)
         elif outcome is AttemptOutcome.PREEMPTED:
@@ -156,9 +157,10 @@ def _disruptions(
         if last_end is None or end >= last_end[0]:
             last_end = (end, outcome)
     for node in by_id.values():
-        if node.dead_at is not None:
+        lost = node.lost_at
+        if lost is not None:
             events.append(
-                (1, node.dead_at, _Context(loss_category(node.loss_cause), node.loss_cause, node))
+                (1, lost, _Context(loss_category(node.loss_cause), node.loss_cause, node))
             )
     if (
         history.done
