@@ -210,7 +210,8 @@ class Cloud(Protocol):
 
 @runtime_checkable
 class PreemptionRecords(Protocol):
-    """A cloud that keeps records of the nodes it preempted (module docstring)."""
+    """A cloud that keeps records of the nodes it preempted, or stopped for host
+    maintenance (module docstring); each record says which (`PreemptionRecord.kind`)."""
 
     async def preemptions(
         self, project: str, zone: str, nodes: Collection[str]

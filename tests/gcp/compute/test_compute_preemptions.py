@@ -1,14 +1,16 @@
 """`ComputeCloud.preemptions` (the optional `PreemptionRecords` of ports/cloud.py) against the
 emulator: one zoneOperations.list for every lost VM of a zone, each `compute.instances.preempted`
-operation read as the core's `PreemptionRecord` (the instance's name and id, the operation's
-time and name); a VM lost without one (`:vanish`) has none, and an earlier VM of the same name
+(or host-maintenance) operation read as the core's `PreemptionRecord` (the instance's name and
+id, the operation's time, name and kind); a VM lost without one (`:vanish`) has none, and an earlier VM of the same name
 is told apart by its id."""
 
 from __future__ import annotations
 
+from tpucared.core.model.observed import RecordKind
 from tpucared.core.nodes.preemption import record_of
 from tpucared.core.vocab.actions import Loss
 from tpucared.gcp.compute import ComputeCloud
+from tpucared.gcp.compute.operation import RECORDS_FILTER
 from tpucared.ports.cloud import PreemptionRecords
 
 from .support import ZONE, Control, P, finished, shape
@@ -44,7 +46,7 @@ async def test_one_list_reads_every_lost_vm_of_a_zone(
     records = await cloud.preemptions(P, ZONE, ["iron-0", "iron-1", "iron-2"])
     log = (await control.requests())[asked:]
     assert [(r["method"], r["path"].rsplit("/", 1)[-1]) for r in log] == [("GET", "operations")]
-    assert log[0]["query"]["filter"] == 'operationType="compute.instances.preempted"'
+    assert log[0]["query"]["filter"] == RECORDS_FILTER
     by_name = {r.name: r for r in records}
     assert sorted(by_name) == ["iron-0", "iron-1"]  # iron-2 vanished with no operation
     for name in ("iron-0", "iron-1"):
@@ -52,6 +54,7 @@ async def test_one_list_reads_every_lost_vm_of_a_zone(
         assert r.cloud_id == before[name]
         assert r.at is not None
         assert r.record.startswith("systemevent-")
+        assert r.kind is RecordKind.PREEMPTED
         assert record_of(loss(name, before[name]), records) == r
     assert record_of(loss("iron-2", before["iron-2"]), records) is None
     # Only the names asked for.

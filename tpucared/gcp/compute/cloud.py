@@ -17,8 +17,9 @@ of a single VM is one or two client calls, nothing decided here:
 - `oslogin` is the OS Login v1 client on the same request path (tpu/oslogin.py).
 Beyond the port, `preemption` reads the zone's `compute.instances.preempted` operations for
 one instance: the evidence that a lost spot VM was preempted, to ask only when one was lost;
-`preemptions` (the optional `PreemptionRecords` of ports/cloud.py) reads them once for every
-instance the daemon lost in a zone in one tick, as the core's `PreemptionRecord`s.
+`preemptions` (the optional `PreemptionRecords` of ports/cloud.py) reads them, and the
+host-maintenance operations (operation.py `HOST_MAINTENANCE`), once for every instance the
+daemon lost in a zone in one tick, as the core's `PreemptionRecord`s, each with its kind.
 Multi-host slices (`shape.hosts` > 1, issue 28) and single-host flex-start slots (a one-VM
 bulk MIG without a workload policy, issue 39): one zonal MIG per node (slices.py, shared.py):
 - `create` ensures the workload policy and the instance template (shared.py, waiting for
@@ -52,7 +53,7 @@ from tpucared.gcp.compute import bodies, names, shared
 from tpucared.gcp.compute import slices as slice_rules
 from tpucared.gcp.compute.client import ComputeClient
 from tpucared.gcp.compute.observe import INSTANCE_LIST_FIELDS, observe_zone
-from tpucared.gcp.compute.operation import PREEMPTED, Operation
+from tpucared.gcp.compute.operation import PREEMPTED, RECORD_KINDS, RECORDS_FILTER, Operation
 from tpucared.gcp.errors import ApiError, NotFoundError
 from tpucared.gcp.fields import parse_time
 from tpucared.gcp.observing import NodeCache
@@ -301,30 +302,33 @@ class ComputeCloud:
     async def preemptions(
         self, project: str, zone: str, nodes: Collection[str]
     ) -> tuple[PreemptionRecord, ...]:
-        """The zone's `compute.instances.preempted` operations naming one of `nodes`: one
-        zoneOperations.list (filtered by type; matched to the instances here, by path, since
-        the host in `targetLink` is the API's own), however many were lost."""
+        """The zone's `compute.instances.preempted` and host-maintenance operations naming
+        one of `nodes`, each with its kind: one zoneOperations.list (filtered by type;
+        matched to the instances here, by path, since the host in `targetLink` is the API's
+        own), however many were lost."""
         wanted = set(nodes)
         # A slice's members are `{slice}-w-NNN`: their records are the slice's.
         slices = wanted & self._slices.get((project, zone), set())
-        ops = await self.client.list_operations(
-            project, zone, filter=f'operationType="{PREEMPTED}"'
-        )
+        ops = await self.client.list_operations(project, zone, filter=RECORDS_FILTER)
         out = []
         for op in ops:
+            kind = RECORD_KINDS.get(op.operation_type or "")
             name = op.target
             if name is not None and name not in wanted:
                 name = _slice_of(name, slices) or name
-            if op.operation_type != PREEMPTED or name not in wanted or op.target_link is None:
+            if kind is None or name not in wanted or op.target_link is None:
                 continue
+            at = parse_time(op.insert_time or op.start_time or op.end_time)
             if name in slices:
-                at = parse_time(op.insert_time or op.start_time or op.end_time)
-                out.append(PreemptionRecord(name=name, at=at, cloud_id=None, record=op.name))
+                out.append(
+                    PreemptionRecord(name=name, at=at, cloud_id=None, record=op.name, kind=kind)
+                )
                 continue
             if not names.names_instance(op.target_link, project, zone, name):
                 continue
-            at = parse_time(op.insert_time or op.start_time or op.end_time)
-            out.append(PreemptionRecord(name=name, at=at, cloud_id=op.target_id, record=op.name))
+            out.append(
+                PreemptionRecord(name=name, at=at, cloud_id=op.target_id, record=op.name, kind=kind)
+            )
         return tuple(out)
 
     async def sweep(self, project: str, zone: str) -> tuple[str, ...]:

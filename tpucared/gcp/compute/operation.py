@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tpucared.core.model.observed import RecordKind
 from tpucared.gcp.compute import names
 from tpucared.gcp.errors import ApiError, classify_compute_operation
 from tpucared.gcp.fields import parse_time
@@ -24,6 +25,22 @@ from tpucared.gcp.fields import parse_time
 _VERBS = {"insert": "create", "delete": "delete"}
 
 PREEMPTED = "compute.instances.preempted"  # the system operation of a spot preemption
+# The system operations of a VM stopped for host maintenance (docs/research/compute-engine.md
+# §10 O13): the names Google's audit logs and tools read, both kinds taken.
+HOST_MAINTENANCE = (
+    "compute.instances.hostMaintenance",
+    "compute.instances.terminateOnHostMaintenance",
+)
+# What each record's operationType says happened (core/model/observed.py RecordKind).
+RECORD_KINDS: Mapping[str, RecordKind] = {
+    PREEMPTED: RecordKind.PREEMPTED,
+    **{t: RecordKind.HOST_MAINTENANCE for t in HOST_MAINTENANCE},
+}
+# One zoneOperations.list for all of them: the regex form of `filter` (RE2, whole field);
+# AIP-160 `OR` would do too, but the regex form is one documented term.
+RECORDS_FILTER = (
+    'operationType eq "compute.instances.(preempted|hostMaintenance|terminateOnHostMaintenance)"'
+)
 
 
 @dataclass(frozen=True)
