@@ -46,6 +46,7 @@ from tpucared.config.apis import (
 from tpucared.config.guard import build_guard
 from tpucared.config.messages import dotted
 from tpucared.config.node_options import node_options
+from tpucared.config.prices import build_prices
 from tpucared.config.problems import Problems
 from tpucared.config.schema import (
     DEFAULT_ENDPOINT,
@@ -93,6 +94,7 @@ def build_config(raw: ConfigFile, file: Path, problems: Problems) -> Config | No
     policy = _policy(raw.policy, problems)
     guard = build_guard(raw.guard, raw, problems)
     notify = _notify(raw.notify, problems)
+    prices = build_prices(raw.prices, problems)
     if problems or daemon is None or gcp is None or ssh is None or policy is None:
         return None
     return Config(
@@ -104,6 +106,7 @@ def build_config(raw: ConfigFile, file: Path, problems: Problems) -> Config | No
         policy=policy,
         guard=guard,
         notify=notify,
+        prices=prices,
     )
 
 

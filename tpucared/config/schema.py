@@ -24,6 +24,7 @@ from tpucared.config.node_options import (
     Subnetwork,
     Tags,
 )
+from tpucared.config.prices import PricesTable
 from tpucared.config.syntax import (
     AcceleratorType,
     Api,
@@ -207,7 +208,7 @@ class NotifyTable(Table):
 
 class ConfigFile(Table):
     """The whole file: `[daemon]`, `[gcp]`, `[ssh]`, `[[fleet]]`, `[policy]`, `[guard]`,
-    `[[notify]]`."""
+    `[[notify]]`, `[prices]`."""
 
     daemon: DaemonTable
     gcp: GcpTable
@@ -216,3 +217,4 @@ class ConfigFile(Table):
     policy: PolicyTable = PolicyTable()
     guard: GuardTable | None = None
     notify: list[NotifyTable] = Field(default_factory=list)
+    prices: PricesTable = Field(default_factory=dict)  # config/prices.py

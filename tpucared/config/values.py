@@ -7,9 +7,10 @@ The runtime, the CLI and the demo read these; only `build.py` makes them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from tpucared.core.ledger.cost import Prices
 from tpucared.core.model.specs import CapacityKind, FleetSpec
 from tpucared.core.notify.spec import NotifySpec
 from tpucared.core.vocab.policy import Policy
@@ -74,6 +75,7 @@ class Config:
     policy: Policy
     guard: GuardConfig | None = None
     notify: tuple[NotifySpec, ...] = ()
+    prices: Prices = field(default_factory=Prices)  # `[prices]`, for `tpucared goodput`
 
     def fleet(self, name: str) -> FleetSpec:
         for spec in self.fleets:
