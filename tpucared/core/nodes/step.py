@@ -17,7 +17,7 @@ from datetime import datetime
 from tpucared.core.model.causes import LossCause
 from tpucared.core.model.durations import fmt as _fmt
 from tpucared.core.model.lifecycle import PENDING_PHASES
-from tpucared.core.model.observed import StateClass
+from tpucared.core.model.observed import MaintenanceWindow, StateClass
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, ErrorKind
 from tpucared.core.nodes import create_backoff as budget
@@ -170,7 +170,8 @@ def die(
     (core/nodes/losses.py `seen_cause`)."""
     if not (lost and _run_ended(step, P.DEAD, reason, facts)):
         if cause is None:
-            cause = seen_cause(facts.maintenance, s.node, facts.health, _lost_at(step, facts))
+            window = _window(step, facts)
+            cause = seen_cause(window, s.node, facts.health, _lost_at(step, facts))
         step.move(
             P.DEAD,
             reason,
@@ -213,7 +214,7 @@ def external_delete(step: Step, facts: CloudFacts) -> None:
     DELETED_OUTSIDE, or MAINTENANCE inside its announced window (core/nodes/losses.py)."""
     if step.phase is P.READY and _run_ended(step, P.DELETING, "being deleted by the cloud", facts):
         return
-    maintained = in_window(facts.maintenance, _lost_at(step, facts))
+    maintained = in_window(_window(step, facts), _lost_at(step, facts))
     step.move(
         P.DELETING,
         "being deleted outside tpucared",
@@ -239,6 +240,12 @@ def _run_ended(step: Step, phase: NodePhase, why: str, facts: CloudFacts) -> boo
         cause=LossCause.RUN_ENDED,
     )
     return True
+
+
+def _window(step: Step, facts: CloudFacts) -> MaintenanceWindow | None:
+    """The maintenance window a loss is judged by: as listed now, else as recorded before
+    (the cloud may stop announcing a window once it has begun)."""
+    return facts.maintenance or step.inc.maintenance
 
 
 def _lost_at(step: Step, facts: CloudFacts) -> datetime:
