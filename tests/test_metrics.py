@@ -153,7 +153,11 @@ def test_docs_list_exactly_the_families_with_their_types_and_labels() -> None:
     m.record_create(CreateAttemptRecord("f", 0, "z-a", "v4-8", T0, "ok"))
     m.set_nodes(_in_maintenance(snapshot(running=True), WINDOW), T0)
     m.set_zones([("", "z-a")], {})
-    lost: dict[str, object] = {"from": "ready", "slot_update": {"add_preemptions": 1}}
+    lost: dict[str, object] = {
+        "from": "ready",
+        "slot_update": {"add_preemptions": 1},
+        "cause": "preempted",
+    }
     steps: list[tuple[int, str, dict[str, object]]] = [
         (1, "node.dead", lost),
         (2, "attempt.preempted", {}),
@@ -198,3 +202,37 @@ def test_a_flex_start_run_end_is_counted_and_is_no_preemption() -> None:
     assert value(m, "tpucared_flex_runs_ended_total", fleet="f") == 1
     assert value(m, "tpucared_preemptions_total", fleet="f") is None
     assert value(m, "tpucared_recovery_seconds_count", fleet="f") is None
+
+
+def test_losses_are_counted_by_cause_once_each() -> None:
+    """`tpucared_losses_total{fleet,cause}`: a node event's `cause` (one event per loss, the
+    store's rule), and `crash` from the attempts ended failed or hung; a node replaced after
+    a crash is not a second crash."""
+    m = DaemonMetrics()
+    steps: list[tuple[int, str, dict[str, object]]] = [
+        (1, "node.dead", {"from": "ready", "cause": "preempted"}),
+        (2, "node.deleting", {"delete_calls": 1}),
+        (3, "node.deleting", {"from": "ready", "cause": "deleted_outside"}),
+        (4, "node.dead", {"from": "ready", "cause": "maintenance"}),
+        (5, "node.dead", {"from": "ready", "cause": "preempted"}),
+        (6, "attempt.failed", {}),
+        (7, "attempt.hung", {}),
+        (8, "attempt.preempted", {}),
+        (9, "node.deleting", {"from": "ready", "cause": "crash"}),
+        (10, "workload.job_failed", {"cause": "preempted"}),
+    ]
+    m.observe_events(
+        EventRecord(n, T0, kind, "", fleet="f", slot=0, details=details)
+        for n, kind, details in steps
+    )
+    counts = {
+        cause: value(m, "tpucared_losses_total", fleet="f", cause=cause)
+        for cause in ("preempted", "deleted_outside", "maintenance", "crash", "stuck")
+    }
+    assert counts == {
+        "preempted": 2,
+        "deleted_outside": 1,
+        "maintenance": 1,
+        "crash": 2,
+        "stuck": None,
+    }

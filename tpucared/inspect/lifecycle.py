@@ -11,6 +11,10 @@ Definitions (also in docs/metrics.md):
   terminated, vanished, unhealthy, stuck, deleted outside tpucared), counted per fleet.
 - flex-start run end: a `node.run_ended` event (core/nodes/flex.py), counted per fleet; it
   is no preemption and no loss the recovery latency waits on.
+- loss by cause (core/model/causes.py): a node event whose details say `cause` (the store puts
+  it in exactly one event per loss), counted per fleet and cause; `crash` is counted from the
+  workload attempts ended `failed` or `hung` instead (a node replaced after a crash is the
+  same loss, not a second one).
 - dead-to-delete: from `node.dead` (the tick that found the node dead) to the first delete
   call recorded for it (`node.deleting` with `delete_calls == 1`). Nodes that needed no
   delete (vanished) are not measured.
@@ -26,11 +30,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from tpucared.core.model.causes import LossCause
 from tpucared.core.model.records import AttemptOutcome, EventRecord
 from tpucared.core.nodes.flex import RUN_ENDED
 
 SlotKey = tuple[str, int]
 _OUTCOMES = frozenset(o.value for o in AttemptOutcome)
+# The causes counted from node events: all but crash, which the attempts count.
+_NODE_CAUSES = frozenset(c.value for c in LossCause if c is not LossCause.CRASH)
 
 
 class LatencyKind(StrEnum):
@@ -52,6 +59,14 @@ class RunEnded:
 
 
 @dataclass(frozen=True)
+class Lost:
+    """A loss with its cause (a LossCause value): a node's, or a crashed workload attempt's."""
+
+    fleet: str
+    cause: str
+
+
+@dataclass(frozen=True)
 class Latency:
     kind: LatencyKind
     fleet: str
@@ -64,7 +79,8 @@ class AttemptEnded:
     outcome: str  # an AttemptOutcome value
 
 
-Observation = Preempted | Latency | AttemptEnded | RunEnded
+Observation = Preempted | Latency | AttemptEnded | RunEnded | Lost
+_CRASHED = frozenset({AttemptOutcome.FAILED.value, AttemptOutcome.HUNG.value})
 
 
 class LifecycleTracker:
@@ -88,12 +104,16 @@ class LifecycleTracker:
                 del self._lost_at[key]
             return []
         if e.kind.startswith("attempt.") and e.kind[len("attempt.") :] in _OUTCOMES:
-            return [AttemptEnded(e.fleet, e.kind[len("attempt.") :])]
+            outcome = e.kind[len("attempt.") :]
+            crashed = [Lost(e.fleet, LossCause.CRASH.value)] if outcome in _CRASHED else []
+            return [AttemptEnded(e.fleet, outcome), *crashed]
         if e.kind == "node.run_ended":
             return [RunEnded(e.fleet)]
+        cause = e.details.get("cause") if e.kind.startswith("node.") else None
+        lost = [Lost(e.fleet, cause)] if cause in _NODE_CAUSES else []
         if e.slot is None:
-            return []
-        return self._slot_event(e, (e.fleet, e.slot))
+            return lost
+        return lost + self._slot_event(e, (e.fleet, e.slot))
 
     def _slot_event(self, e: EventRecord, key: SlotKey) -> list[Observation]:
         found: list[Observation] = []

@@ -41,6 +41,7 @@ from tpucared.inspect.lifecycle import (
     Latency,
     LatencyKind,
     LifecycleTracker,
+    Lost,
     Preempted,
     RunEnded,
 )
@@ -95,6 +96,13 @@ class DaemonMetrics:
         )
         self.preemptions = _counter(
             r, "tpucared_preemptions", "Nodes lost while serving (preempted, ...)", "fleet"
+        )
+        self.losses = _counter(
+            r,
+            "tpucared_losses",
+            "Losses by cause: nodes (preempted, maintenance, ...) and crashed workload attempts",
+            "fleet",
+            "cause",
         )
         self.flex_runs_ended = _counter(
             r,
@@ -233,6 +241,8 @@ class DaemonMetrics:
                 self.preemptions.labels(fact.fleet).inc(fact.count)
             elif isinstance(fact, RunEnded):
                 self.flex_runs_ended.labels(fact.fleet).inc()
+            elif isinstance(fact, Lost):
+                self.losses.labels(fact.fleet, fact.cause).inc()
             elif isinstance(fact, AttemptEnded):
                 self.workload_attempts.labels(fact.fleet, fact.outcome).inc()
             elif isinstance(fact, Latency):
