@@ -10,6 +10,7 @@
 - `down`        `tpucared down` / `up` (the deleting: tpucared/runtime/down.py).
 - `workers`     `tpucared logs` / `exec` / `cp` (the SSH work: runtime/workload/by_hand.py).
 - `inspect`     `tpucared status` / `events`: read the database only.
+- `goodput`     `tpucared goodput`: each slot's badput ledger and its cost, read-only.
 - `config_arg`  `-c FILE` / `$TPUCARED_CONFIG`, loaded or refused with a one-line error.
 `tpucared emulator`, `demo` and `babysit` are handed to their own packages.
 """

@@ -97,6 +97,16 @@ def _add_events(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.set_defaults(handler=handler, log_stream="stderr")
 
 
+def _add_goodput(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("goodput", help="where each slot's time went, and its cost (read-only)")
+    _config_arg(p, required=False)
+    _db_arg(p)
+    p.add_argument("target", nargs="?", metavar="FLEET[/SLOT]", help="only this fleet or slot")
+    p.add_argument("--since", metavar="DURATION", help="only the last DURATION (e.g. 7d)")
+    p.add_argument("--json", action="store_true", help="one JSON document (docs/inspecting.md)")
+    p.set_defaults(handler=_lazy("goodput", "goodput_command"), log_stream="stderr")
+
+
 def _lazy(module: str, command: str) -> Handler:
     """A handler running `tpucared.cli.<module>.<command>`, imported only when used: a typo
     in the arguments costs no import of aiohttp, SQLAlchemy or asyncssh."""
@@ -256,6 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_db(sub)
     _add_status(sub)
     _add_events(sub)
+    _add_goodput(sub)
     _add_workload_commands(sub)
     _add_demo(sub)
     _add_babysit(sub)

@@ -55,12 +55,14 @@ def test_cost_is_chip_hours_times_price_and_the_headline_names_the_biggest_losse
     assert s.lost_s == 3 * 3600
     assert s.share == 0.75
     assert s.dollars(s.total_s) == 12 * 8 * 0.5
-    assert s.causes == {None: 2 * 3600, LossCause.PREEMPTED: 3600}
-    assert top_causes([s]) == [(None, 7200.0), (LossCause.PREEMPTED, 3600.0)]
+    assert s.causes == {LossCause.PREEMPTED: 3600}  # a first create's wait has no cause
+    assert top_causes([s]) == [(LossCause.PREEMPTED, 3600.0)]
     assert headline([s], "2026-11-01") == (
         "$12.00 of $48.00 since 2026-11-01 was lost: $8.00 capacity waits, "
         "$4.00 disruption recovery"
     )
     unpriced = summarize("f", 1, intervals, chips=8)
     assert headline([s, unpriced], "x").endswith("(1 slot without a price or chip count)")
-    assert headline([unpriced], "x").startswith("24.0 chip-hours of 96.0 chip-hours since x")
+    assert headline([unpriced], "x").startswith(
+        "24.0 of 96.0 chip-hours since x were lost: 16.0 chip-hours capacity waits"
+    )

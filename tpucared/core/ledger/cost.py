@@ -24,6 +24,12 @@ from tpucared.core.ledger.categories import LOST, Category, Interval, Phase
 from tpucared.core.model.causes import LossCause
 from tpucared.core.model.machines import MACHINE_TYPES, chips_of
 
+# The categories a loss starts: the time its cause cost (a stockout at the first create, a
+# hold or idle time has no loss, hence no cause).
+FROM_LOSSES = frozenset(
+    {Category.RECOVERY, Category.MAINTENANCE, Category.BAD_HOST, Category.CRASH_RESTART}
+)
+
 # TPU API generations whose accelerator type counts TensorCores, two to a chip.
 _COUNTS_CORES = frozenset({"v2", "v3", "v4", "v5p", "tpu7x"})
 _CORES_PER_CHIP = 2
@@ -115,16 +121,33 @@ def summarize(
         s = i.seconds
         seconds[i.category] += s
         phases[(i.category, i.phase)] += s
-        if i.category in LOST and i.category not in (Category.IDLE, Category.HELD):
+        if i.category in FROM_LOSSES:
             causes[i.cause] += s
     return SlotSummary(fleet, slot, dict(seconds), dict(phases), dict(causes), chips, price)
+
+
+def combined(
+    fleet: str, summaries: Iterable[SlotSummary], *, chips: int | None, price: float | None
+) -> SlotSummary:
+    """Slots of one fleet summed as one summary (slot -1): they share chips and price."""
+    seconds: dict[Category, float] = defaultdict(float)
+    phases: dict[tuple[Category, Phase | None], float] = defaultdict(float)
+    causes: dict[LossCause | None, float] = defaultdict(float)
+    for summary in summaries:
+        for category, s in summary.seconds.items():
+            seconds[category] += s
+        for key, s in summary.phases.items():
+            phases[key] += s
+        for cause, s in summary.causes.items():
+            causes[cause] += s
+    return SlotSummary(fleet, -1, dict(seconds), dict(phases), dict(causes), chips, price)
 
 
 def top_causes(
     summaries: Iterable[SlotSummary], n: int = 3
 ) -> list[tuple[LossCause | None, float]]:
-    """The causes that lost the most seconds, most first (None: no loss, e.g. a stockout at
-    the first create, or a cause nothing recorded)."""
+    """The loss causes that cost the most seconds, most first (None: a loss whose cause
+    nothing recorded)."""
     total: dict[LossCause | None, float] = defaultdict(float)
     for summary in summaries:
         for cause, s in summary.causes.items():
@@ -165,7 +188,10 @@ def headline(summaries: Iterable[SlotSummary], since: str) -> str:
             parts.append((value, category))
     parts.sort(key=lambda p: -p[0])
     fmt = money if unit == "$" else _hours
-    text = f"{fmt(lost)} of {fmt(total)} since {since} was lost"
+    if unit == "$":
+        text = f"{money(lost)} of {money(total)} since {since} was lost"
+    else:
+        text = f"{lost:,.1f} of {_hours(total)} since {since} were lost"
     if parts:
         text += ": " + ", ".join(f"{fmt(v)} {HEADLINE_WORDS[c]}" for v, c in parts)
     unpriced = len(items) - len(pick)
