@@ -12,5 +12,7 @@ HTTP endpoint (`tpucared.runtime.telemetry.server`), and the trackers feed the P
 - `lifecycle`: reads the event log and derives preemptions, dead-to-delete and recovery
   latencies, and workload outcomes.
 - `goodput`: integrates productive time per slot between snapshots.
+- `ledger`: `tpucared goodput`'s figures (each slot's badput ledger, summed and priced) and its
+  table and JSON document.
 - `dbpath`: which database a read-only command opens.
 """

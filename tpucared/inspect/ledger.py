@@ -148,7 +148,8 @@ def goodput_lines(fleets: Sequence[FleetLedger], since_text: str) -> list[str]:
             f"{chips_text}, {price}"
         )
         rows: list[list[str]] = []
-        for row in [*fleet.slots, SlotLedger(fleet_total(fleet), ())]:
+        total = [SlotLedger(fleet_total(fleet), ())] if len(fleet.slots) > 1 else []
+        for row in [*fleet.slots, *total]:
             rows.extend(_category_rows(row.summary))
         lines.extend("  " + line for line in table(_HEADERS, rows))
         causes = top_causes([fleet_total(fleet)])
