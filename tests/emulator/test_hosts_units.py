@@ -156,3 +156,10 @@ async def test_wedge_needs_the_ssh_hosts(emulator: EmulatorServer) -> None:
         assert (status, body["error"]["status"]) == (400, "FAILED_PRECONDITION")
         status, body = await http("POST", control, {"worker": "0"})
         assert (status, body["error"]["status"]) == (400, "INVALID_ARGUMENT")
+        held = "/_emulator/v1/projects/p/locations/us-central2-b/nodes/n/workers/0"
+        status, body = await http("POST", f"{held}:hold-accelerator", {"stubborn": True})
+        assert (status, body["error"]["status"]) == (400, "FAILED_PRECONDITION")
+        for path, payload in ((f"{held}:hold-accelerator", {"stubborn": "yes"}),
+                              (f"{held}:release", {}), (held, {})):  # fmt: skip
+            status, body = await http("POST", path, payload)
+            assert (status, body["error"]["status"]) == (400, "INVALID_ARGUMENT"), path

@@ -6,6 +6,7 @@ real SSH session (detachment, process groups, the TPU cleanup) is in test_ssh_wo
 
 from __future__ import annotations
 
+import os
 import shutil
 import stat
 import subprocess
@@ -351,3 +352,33 @@ def test_multislice_environment_is_what_jax_multislice_reads() -> None:
     }
     assert (env["TPUCARED_SLICE"], env["TPUCARED_NUM_SLICES"]) == ("1", "2")
     assert (env["TPUCARED_WORKER"], env["TPUCARED_NUM_WORKERS"], env["KEEP"]) == ("1", "2", "me")
+
+
+def test_the_pre_launch_check_frees_a_held_device_under_its_root_then_runs_the_health_check(
+    tmp_path: Path,
+) -> None:
+    # The emulator's workers set TPUCARED_DEVICE_ROOT: /dev/accel* is looked for under it.
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "tmp").mkdir()
+    device = tmp_path / "dev" / "accel0"
+    device.touch()
+    with device.open() as held:
+        holder = subprocess.Popen(["sleep", "60"], stdin=held, start_new_session=True)
+    env = {"PATH": os.environ["PATH"], "TPUCARED_DEVICE_ROOT": str(tmp_path)}
+    try:
+        check = "echo probing; echo 'no TPU found' >&2; exit 3"
+        out = sh(cleanup_script(None, grace_seconds=0.5, health_check=check), env=env)
+        result = parse_cleanup(out)
+        assert (result.state, result.holders_killed) == (CleanupState.CLEAN, 1)
+        assert holder.wait(5) is not None
+        assert (result.health, result.health_code) == ("failed", 3)
+        assert result.health_output == ("probing", "no TPU found")
+        slow = parse_cleanup(sh(cleanup_script(None, health_check="sleep 5", health_timeout=1),
+                                env=env))  # fmt: skip
+        assert (slow.health, slow.health_code) == ("failed", 124)  # timed out
+        ok = parse_cleanup(sh(cleanup_script(None, health_check="true"), env=env))
+        assert (ok.health, ok.health_code, ok.health_output) == ("ok", 0, ())
+        assert parse_cleanup(sh(cleanup_script(None), env=env)).health == "none"
+    finally:
+        holder.kill()
+        holder.wait()

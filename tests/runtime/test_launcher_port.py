@@ -24,6 +24,7 @@ from tpucared.launch import workload_environment
 from tpucared.ports.launcher import (
     CleanupResult,
     CleanupState,
+    HealthCheck,
     Launch,
     Launcher,
     LaunchResult,
@@ -120,10 +121,12 @@ class LocalLauncher:
         self.runs[(place.inc.id, worker, run.run_id, run.attempt)] = _Process(popen, env)
         return Reply(worker, LaunchResult(LaunchState.STARTED, pid=popen.pid))
 
-    async def cleanup(self, place: Place, run: Run) -> list[Reply[CleanupResult]]:
+    async def cleanup(
+        self, place: Place, run: Run | None, health: HealthCheck | None = None
+    ) -> list[Reply[CleanupResult]]:
         replies = []
         for w in range(place.size):
-            found = self._run(place, w, run)
+            found = self._run(place, w, run) if run is not None else None
             group = "none" if found is None or not _kill(found) else "killed"
             replies.append(Reply(w, CleanupResult(CleanupState.CLEAN, group, 0, "absent")))
         return replies

@@ -33,7 +33,7 @@ from runtime_support import (
 from bench import daemon_config
 from tpucared.config import load_config
 from tpucared.core.vocab.actions import DeleteNode
-from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload
+from tpucared.core.workload.actions import LaunchWorkload
 from tpucared.emulator import EmulatorServer
 from tpucared.emulator.hosts import SshWorkerHosts
 from tpucared.gcp import NoAuth
@@ -371,9 +371,10 @@ async def test_a_launch_on_a_node_that_dies_is_cancelled_and_the_slot_recovers(
     tmp_path: Path, emulator: EmulatorServer, control: Control
 ) -> None:
     """The node's SSH stops answering after its first probe, so the launch hangs connecting
-    (10 s per try, retried); the node is preempted meanwhile. The tick that deletes the node
-    cancels the launch at once (without waiting for its retries), the attempt ends as
-    preempted and the new node runs attempt 2."""
+    (10 s per try, retried) in its pre-launch check; the node is preempted meanwhile. The tick
+    that deletes the node cancels the launch at once (without waiting for its retries); the
+    check comes before the attempt's record, so no attempt was spent: the new node runs
+    attempt 1."""
     async with inprocess(tmp_path, emulator) as h:
         await h.tick_until(lambda t: _ready(h, 1), "slot 0 READY")
         jobs = h.jobs
@@ -393,23 +394,17 @@ async def test_a_launch_on_a_node_that_dies_is_cancelled_and_the_slot_recovers(
             )
             assert tick.seconds < 2.0
             await eventually(lambda: jobs.busy((FLEET, 0)) is None, "the launch ended", 2.0)
-        # The attempt (recorded before the launch) ends as preempted; the new node runs
-        # attempt 2 on every worker.
-        finish = await h.tick_until(lambda t: bool(t.plan.of(FinishAttempt)), "the finish")
-        assert [f.outcome.value for f in finish.plan.of(FinishAttempt)] == ["preempted"]
+        # Cancelled in its pre-launch check, before its record: the new node runs attempt 1
+        # on every worker.
         for _ in range(200):
             await h.tick()
             now = (await h.store.load_snapshot()).nodes.get((FLEET, 0, 0))
-            if (
-                now is not None
-                and now.id != first
-                and h.attempts() == [(1, "preempted"), (2, None)]
-            ):
+            if now is not None and now.id != first and h.attempts() == [(1, None)]:
                 break
             await asyncio.sleep(0.05)
-        await eventually(lambda: [h.attempts_on(0, w) for w in range(4)] == [[2]] * 4,
-                         "attempt 2 runs on every worker of the new node")  # fmt: skip
-        assert [a.attempt for a in launches(h.ticks)] == [1, 2]
+        await eventually(lambda: [h.attempts_on(0, w) for w in range(4)] == [[1]] * 4,
+                         "attempt 1 runs on every worker of the new node")  # fmt: skip
+        assert [a.attempt for a in launches(h.ticks)] == [1, 1]
 
 
 async def test_a_stop_during_a_stuck_launch_ends_it_cleanly_after_the_drain(

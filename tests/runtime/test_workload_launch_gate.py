@@ -34,7 +34,7 @@ from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.policy import Policy
 from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload
 from tpucared.emulator import EmulatorServer
-from tpucared.ports.launcher import CleanupResult, Launcher, Place, Reply, Run
+from tpucared.ports.launcher import CleanupResult, HealthCheck, Launcher, Place, Reply, Run
 from tpucared.runtime.workload.launchers import ssh_launcher
 from tpucared.runtime.workload.runner import WorkloadRunner
 
@@ -114,8 +114,10 @@ class _Unreached:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def cleanup(self, place: Place, run: Run) -> list[Reply[CleanupResult]]:
-        replies = await self._inner.cleanup(place, run)
+    async def cleanup(
+        self, place: Place, run: Run | None, health: HealthCheck | None = None
+    ) -> list[Reply[CleanupResult]]:
+        replies = await self._inner.cleanup(place, run, health)
         if not self.on:
             return replies
         return [Reply(r.worker, why="timeout") if r.worker == 2 else r for r in replies]

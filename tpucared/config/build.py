@@ -387,6 +387,8 @@ def _workload(raw: WorkloadTable, at: str, base: Path, problems: Problems) -> Wo
         if not source.exists():
             problems.add(f"{at}: workload.files.{dotted([local])}", f"{source} does not exist")
         files[str(source)] = remote
+    if not timedelta(seconds=1) <= raw.health_check_timeout <= timedelta(minutes=10):
+        problems.add(f"{at}: workload.health_check_timeout", "between 1s and 10m")
     if raw.stop_grace > MAX_STOP_GRACE:
         problems.add(
             f"{at}: workload.stop_grace",
@@ -406,6 +408,9 @@ def _workload(raw: WorkloadTable, at: str, base: Path, problems: Problems) -> Wo
         on_success=raw.on_success,
         stop_signal=raw.stop_signal.removeprefix("SIG"),
         stop_grace=raw.stop_grace.total_seconds(),
+        health_check=raw.health_check,
+        health_check_timeout=raw.health_check_timeout.total_seconds(),
+        max_bad_hosts=raw.max_bad_hosts,
     )
 
 

@@ -119,6 +119,9 @@ class WorkloadTable(Table):
     stop_signal: StopSignal = "TERM"
     stop_grace: Duration = timedelta(seconds=25)
     on_success: Annotated[OnSuccess, _lax()] = OnSuccess.DELETE
+    health_check: NonEmpty | None = None
+    health_check_timeout: Duration = timedelta(seconds=60)
+    max_bad_hosts: int = Field(default=3, ge=0)
 
 
 class DataDiskTable(Table):

@@ -8,6 +8,9 @@ Contract (README.md, "The emulator"):
            workers' `instance/upcoming-maintenance` (maintenance.py)  -> the node
     POST   .../nodes/{id}:wedge {"worker": i}   (simulated SSH hosts only) leave worker i's TPU
            held: -> {"worker", "pid", "device", "device_pattern", "lockfile"} for cleanup_script
+    POST   .../nodes/{id}/workers/{i}:hold-accelerator {"stubborn": false}  (simulated SSH
+           hosts only) a process holds worker i's accelerator device: killable (the pre-launch
+           check frees it), or stubborn (it comes back when killed: a bad host) -> as :wedge
     GET    /_emulator/v1/capacity                                 -> {"capacity": [...]}
     PUT    /_emulator/v1/capacity {"zone", "accelerator_type", "available": N | null}
            (or "machine_type" instead of "accelerator_type": Compute Engine instances)
@@ -72,6 +75,8 @@ class ControlApi:
     def add_routes(self, app: web.Application) -> None:
         nodes = PREFIX + "/projects/{project}/locations/{zone}/nodes/{node_action}"
         app.router.add_post(nodes, self.node_action)
+        app.router.add_post(PREFIX + "/projects/{project}/locations/{zone}/nodes/{node}"
+                            "/workers/{worker_action}", self.worker_action)  # fmt: skip
         app.router.add_get(PREFIX + "/nodes", self.list_nodes)
         app.router.add_get(PREFIX + "/capacity", self.get_capacity)
         app.router.add_put(PREFIX + "/capacity", self.put_capacity)
@@ -118,6 +123,19 @@ class ControlApi:
         node = actions[action](project, zone, node_id)
         return web.json_response(node.internal_json())
 
+    async def worker_action(self, request: web.Request) -> web.Response:
+        """`.../nodes/{node}/workers/{i}:hold-accelerator`: the one worker action."""
+        index, _, action = request.match_info["worker_action"].partition(":")
+        if action != "hold-accelerator" or not index.isdigit():
+            raise errors.invalid_argument(f"unknown worker action {action!r}: hold-accelerator")
+        body = await json_object(request) if request.can_read_body else {}
+        stubborn = body.get("stubborn", False)
+        if not isinstance(stubborn, bool):
+            raise errors.invalid_argument("stubborn must be true or false")
+        project, zone = request.match_info["project"], request.match_info["zone"]
+        held = await self._hold(project, zone, request.match_info["node"], int(index), stubborn)
+        return web.json_response(held)
+
     async def _wedge(
         self, request: web.Request, project: str, zone: str, node_id: str
     ) -> dict[str, Any]:
@@ -125,13 +143,18 @@ class ControlApi:
         worker = body.get("worker", 0)
         if not isinstance(worker, int) or isinstance(worker, bool):
             raise errors.invalid_argument("worker must be an integer")
+        return await self._hold(project, zone, node_id, worker, False)
+
+    async def _hold(
+        self, project: str, zone: str, node_id: str, worker: int, stubborn: bool
+    ) -> dict[str, Any]:
         node = self.state.get_node(project, zone, node_id)
         if not isinstance(self.hosts, SshWorkerHosts):
             raise errors.failed_precondition("wedge needs the simulated SSH hosts (ssh_hosts)")
         if node.state != "READY" or not self.hosts.running(node):
             raise errors.failed_precondition(f"node is {node.state} without running hosts")
         try:
-            return await self.hosts.wedge(node, worker)
+            return await self.hosts.wedge(node, worker, stubborn=stubborn)
         except IndexError as exc:
             raise errors.invalid_argument(str(exc)) from None
 

@@ -41,6 +41,7 @@ from tpucared.launch.scripts import (
 )
 from tpucared.ports.launcher import (
     CleanupResult,
+    HealthCheck,
     Launch,
     LaunchResult,
     NoticeResult,
@@ -193,8 +194,9 @@ class SshLauncher:
         return Place(inc, len(targets), targets)
 
     async def _run(
-        self, place: Place, command: str | Callable[[Target], str], label: str
-    ) -> list[WorkerResult]:
+        self, place: Place, command: str | Callable[[Target], str], label: str,
+        seconds: float | None = None,
+    ) -> list[WorkerResult]:  # fmt: skip
         """One fan-out over the place's workers; the host keys seen are pinned."""
         targets = targets_of(place)
         results = await run_on_all(
@@ -202,7 +204,7 @@ class SshLauncher:
             command,
             pool=self._pool,
             retry=self._options.retry,
-            command_timeout=self._options.command_timeout,
+            command_timeout=seconds or self._options.command_timeout,
             label=label,
         )
         await self._hosts.remember(place.inc, targets, results)
@@ -285,15 +287,23 @@ class SshLauncher:
         results = await self._run(place, launch_for, "launch")
         return [parsed(r, parse_launch, launch=True) for r in results]
 
-    async def cleanup(self, place: Place, run: Run) -> list[Reply[CleanupResult]]:
-        """`cleanup.sh` on every worker: the run's group, then whatever holds the TPU."""
+    async def cleanup(
+        self, place: Place, run: Run | None, health: HealthCheck | None = None
+    ) -> list[Reply[CleanupResult]]:
+        """`cleanup.sh` on every worker: the run's group, then whatever holds the TPU, then
+        the fleet's health check; one command per worker (the pre-launch check)."""
         script = cleanup_script(
-            layout.attempt_dir(run.run_id, run.attempt),
+            layout.attempt_dir(run.run_id, run.attempt) if run is not None else None,
             grace_seconds=self._options.cleanup_grace,
             device_patterns=self._options.device_patterns,
             lockfile=self._options.lockfile,
+            health_check=health.command if health is not None else None,
+            health_timeout=health.timeout if health is not None else 60.0,
         )
-        results = await self._run(place, sh_command(script), "cleanup")
+        timeout = self._options.command_timeout
+        if health is not None:  # the check's own time on top of the cleanup's
+            timeout += health.timeout + 5
+        results = await self._run(place, sh_command(script), "cleanup", timeout)
         return [parsed(r, parse_cleanup) for r in results]
 
     async def wait_notice(

@@ -175,25 +175,32 @@ def cleanup_script(
     grace_seconds: float = 5.0,
     device_patterns: Sequence[str] = DEFAULT_DEVICE_PATTERNS,
     lockfile: str = DEFAULT_LIBTPU_LOCKFILE,
+    health_check: str | None = None,
+    health_timeout: float = 60.0,
 ) -> str:
-    """A script (sh/cleanup.sh) that frees the TPU on a worker before a relaunch, in the order
-    that works:
+    """A script (sh/cleanup.sh) that frees the TPU on a worker before a launch (`run_dir`
+    None: a node's first, nothing of ours to stop), in the order that works:
 
     1. TERM the run's process group, wait up to `grace_seconds`, then KILL it;
     2. TERM (then KILL) every remaining process holding a file matching `device_patterns`,
        found by scanning /proc/*/fd (what fuser and lsof do; neither need be installed);
     3. remove the libtpu lock file;
-    4. report `busy` if anything still holds a device or the group survived KILL.
+    4. report `busy` if anything still holds a device or the group survived KILL;
+    5. on a free TPU, run `health_check` (the fleet's own command, under `timeout`
+       `health_timeout` seconds) and report its exit code and last lines of output.
 
     Uses `sudo -n` when not root and it is available (the guest agent gives ssh-keys users
     passwordless sudo), since a wedged holder may belong to another user; without either, the
     result says so (`scope=own`). Prints `TPUCARED_CLEANUP state=clean|busy group=...
-    holders_killed=N lockfile=... scope=all|own busy_pids=...`.
+    holders_killed=N lockfile=... scope=all|own busy_pids=... health=none|ok|failed
+    health_code=N`.
     """
     if not device_patterns:
         raise ValueError("device_patterns must not be empty")
     tenths = max(1, math.ceil(grace_seconds * 10))
+    seconds = max(1, math.ceil(health_timeout))
     args = [optional_path(run_dir), path_expr(lockfile), quote(str(tenths))]
+    args += [quote(health_check or ""), quote(str(seconds))]
     args += [quote(pattern) for pattern in device_patterns]
     return shfiles.script("cleanup", args, lib=True)
 
@@ -216,7 +223,17 @@ def parse_cleanup(stdout: str) -> CleanupResult:
         lockfile=fields.get("lockfile", "absent"),
         busy_pids=busy,
         sees_all_processes=fields.get("scope", "all") == "all",
+        health=fields.get("health", "none"),
+        health_code=int_field(fields, "health_code"),
+        health_output=tuple(
+            line.removeprefix(HEALTH_OUT).strip()
+            for line in stdout.splitlines()
+            if line.startswith(HEALTH_OUT)
+        ),
     )
+
+
+HEALTH_OUT = "TPUCARED_HEALTH_OUT "  # cleanup.sh: a failed health check's last lines
 
 
 # ---------------------------------------------------------------------------------------------

@@ -173,6 +173,19 @@ class CleanupResult:
     # False when neither root nor passwordless sudo was available: other users' processes were
     # invisible, so `clean` only speaks for the SSH user's own processes.
     sees_all_processes: bool = True
+    # The fleet's health check, run on a free TPU: none (not configured, or the TPU was busy),
+    # ok or failed, with its exit code (124: timed out) and the last lines of its output.
+    health: str = "none"
+    health_code: int | None = None
+    health_output: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HealthCheck:
+    """The fleet's own pre-launch check (`workload.health_check`), run on every worker."""
+
+    command: str
+    timeout: float = 60.0
 
 
 class NoticeState(StrEnum):
@@ -226,8 +239,11 @@ class Launcher(Protocol):
         exists reports it instead)."""
         ...
 
-    async def cleanup(self, place: Place, run: Run) -> list[Reply[CleanupResult]]:
-        """Stop `run` on every worker and free the TPU for a relaunch."""
+    async def cleanup(
+        self, place: Place, run: Run | None, health: HealthCheck | None = None
+    ) -> list[Reply[CleanupResult]]:
+        """Stop `run` (None: no run to stop, a node's first launch) on every worker and free
+        the TPU for a launch; then, on a free TPU, run the fleet's `health` check."""
         ...
 
     async def wait_notice(

@@ -264,7 +264,7 @@ def ended(
         ({"last": None, "node_": node(P.CREATING)}, []),
         ({"last": None, "phase_after": P.DEAD}, []),
         ({"last": None, "workers": 0}, []),
-        # The TPU stayed held after the last cleanup: replace the node.
+        # The TPU stayed held after the last cleanup: a bad host, replaced.
         ({"last": ended(Out.FAILED), "probe_": probe(attempt=3, busy=(2,))}, ["delete"]),
         # Unreachable workers: hold, then replace.
         ({"last": None, "probe_": probe("down", "norun", "norun", "norun", attempt=None)}, []),
@@ -343,7 +343,7 @@ def test_replacing_a_node_is_a_planned_delete_of_the_ready_node() -> None:
     (delete,) = p.actions
     assert isinstance(delete, DeleteNode)
     assert (delete.incarnation_id, delete.expected, delete.end_reason) == (
-        NODE_ID, P.READY, "replaced: TPU busy after cleanup")  # fmt: skip
+        NODE_ID, P.READY, "bad host")  # fmt: skip (core/workload/bad_hosts.py)
     assert "worker(s) 1, 3" in delete.reason
     assert delete.end_reason is not None
     assert len(delete.end_reason) <= 64

@@ -107,11 +107,23 @@ class WorkloadSpec:
     # long it may take to exit before the node is given up as preempted.
     stop_signal: str = "TERM"
     stop_grace: float = 25.0  # seconds
+    # Bad hosts (core/workload/bad_hosts.py): the fleet's own pre-launch check on every worker,
+    # run after the held-accelerator check (None: that check only), and how many nodes a slot
+    # may recycle as bad hosts in a rolling day before it is held for a person.
+    health_check: str | None = None
+    health_check_timeout: float = 60.0  # seconds
+    max_bad_hosts: int = 3
 
 
 # WorkloadSpec fields younger than stored spec hashes: left out of a hash while at their
 # defaults, so upgrading tpucared does not read as a change of every fleet's spec.
-_NEWER_WORKLOAD_FIELDS = {"stop_signal": "TERM", "stop_grace": 25.0}
+_NEWER_WORKLOAD_FIELDS = {
+    "stop_signal": "TERM",
+    "stop_grace": 25.0,
+    "health_check": None,
+    "health_check_timeout": 60.0,
+    "max_bad_hosts": 3,
+}
 
 # How long a direct multislice slot keeps its READY slices while it hunts for a missing one
 # (they bill and hold quota idle), in seconds: DESIGN's `multislice_hold`, 30 min.

@@ -146,6 +146,7 @@ def plan_workloads(
             unwanted=view.unwanted(fleet, index),
             now=view.now,
             gang=gang,
+            zones=tuple(fleet_spec.zones) if fleet_spec is not None else (),
         )
         one = plan_slot(work, policy)
         out.actions += one.actions

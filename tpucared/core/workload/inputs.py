@@ -117,6 +117,10 @@ class SlotProbe:
     # unclean: the launch rules in core/workload/launch_gate.py read both.
     secrets_present: frozenset[str] | None = None
     unclean: Unclean | None = None
+    # The pre-launch check (core/workload/bad_hosts.py): workers whose health check failed,
+    # and the end times of the slot's earlier bad hosts (the store's, read when it failed).
+    unhealthy: tuple[int, ...] = ()
+    bad_hosts: tuple[datetime, ...] = ()
 
     def worker(self, index: int) -> WorkerProbe | None:
         for w in self.workers:

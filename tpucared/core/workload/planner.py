@@ -23,7 +23,9 @@ slot's READY node (`attempt` = slot.attempts + 1, so numbers only grow):
                                        lasted `stable_after` restarts at once; preemptions and
                                        cancellations never wait
   no fresh probe of every worker       hold
-  TPU busy after the last cleanup      replace the node (a planned delete: no preemption)
+  a worker failed the pre-launch       a bad host: recycle the node (cause bad_host, another
+  check: TPU still held after the      zone first), or past max_bad_hosts hold the slot with
+  kill, or the fleet's health_check    a notice (bad_hosts.py); max_failures is not touched
   a worker unreachable                 hold; replace the node after `unreachable_grace`
   a launch cannot work: a secret's     hold and a notice (launch_gate.py; the runtime
   variable missing from the daemon's   refuses such a launch all the same, and says so in an
@@ -71,6 +73,7 @@ from tpucared.core.workload.actions import (
     MarkSlotDone,
     StopWorkload,
 )
+from tpucared.core.workload.bad_hosts import recycle
 from tpucared.core.workload.inputs import WorkerState
 from tpucared.core.workload.judge import Verdict, earliest_since, judge, worker_names
 from tpucared.core.workload.launch_gate import cannot_launch, unclean_words
@@ -255,7 +258,7 @@ def _launch_held(
     out: SlotPlan,
 ) -> bool:
     """Whether something stands in the way of a launch on the READY node: the crash backoff,
-    no fresh probe of every worker, a TPU still busy, an unreachable worker, or a launch that
+    no fresh probe of every worker, a bad host, an unreachable worker, or a launch that
     cannot work. Each adds its hold, node replacement or notice to `out`."""
     due = _due(w, last, failures, policy)
     if due is not None and w.now < due:
@@ -266,11 +269,10 @@ def _launch_held(
     if probe is None or probe.incarnation_id != node.id or len(probe.workers) < w.workers:
         out.holds.append(_hold(w, "waiting for a probe of every worker of " + node.node_name))
         return True
-    if probe.busy:
-        workers = ", ".join(str(i) for i in probe.busy)
-        why = f"the TPU is still held on worker(s) {workers} after cleanup"
-        for busy in _nodes_of(w, probe.busy):
-            out.actions.append(_replace(busy, "replaced: TPU busy after cleanup", why))
+    if probe.busy or probe.unhealthy:
+        actions, holds = recycle(w, probe, _nodes_of(w, (*probe.busy, *probe.unhealthy)))
+        out.actions += actions
+        out.holds += holds
         return True
     unreachable = [p for p in probe.workers if p.state is W.UNREACHABLE]
     if unreachable:

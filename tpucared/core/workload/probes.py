@@ -198,7 +198,8 @@ def is_reachable(probe: SlotProbe) -> bool:
 
 def _facts(p: SlotProbe) -> tuple[object, ...]:
     """What the probe says besides the workers' answers: its run, and the daemon's facts."""
-    return (p.incarnation_id, p.attempt, p.busy, p.blocked, p.secrets_present, p.unclean)
+    return (p.incarnation_id, p.attempt, p.busy, p.blocked, p.secrets_present, p.unclean,
+            p.unhealthy, p.bad_hosts)  # fmt: skip
 
 
 def _answers(workers: Iterable[WorkerProbe]) -> list[tuple[object, ...]]:

@@ -68,3 +68,4 @@ class SlotWork:
     # A multislice slot's slices (core/workload/gang.py); `node`, `phase_after` and `workers`
     # are then the gang's stand-in, its phase and its workers. None for a single slice.
     gang: Gang | None = None
+    zones: tuple[str, ...] = ()  # the fleet's zones, in order (a bad host's next zone)

@@ -241,10 +241,10 @@ class SshWorkerHosts:
     # -----------------------------------------------------------------------------------------
     # Fault injection.
 
-    async def wedge(self, node: Node, index: int) -> dict[str, Any]:
-        """Leave worker `index`'s TPU held (see SimulatedWorker.wedge); KeyError if the node's
-        hosts are not running, IndexError for a worker it does not have."""
+    async def wedge(self, node: Node, index: int, *, stubborn: bool = False) -> dict[str, Any]:
+        """Leave worker `index`'s TPU held (see SimulatedWorker.hold_accelerator); KeyError if
+        the node's hosts are not running, IndexError for a worker it does not have."""
         hosts = self._nodes[self.node_key(node)]
         if not 0 <= index < len(hosts.workers):
             raise IndexError(f"node {node.name} has workers 0..{len(hosts.workers) - 1}")
-        return await hosts.workers[index].wedge()
+        return await hosts.workers[index].hold_accelerator(stubborn=stubborn)

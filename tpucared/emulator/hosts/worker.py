@@ -14,7 +14,9 @@ Layout of a worker's directory (the manager picks where it lives):
 
     home/   $HOME, the login directory
     tmp/    $TMPDIR (a VM's /tmp is its own; the host's /tmp is shared by every worker)
-    dev/    fake TPU device files, created by `wedge()`
+    dev/    fake TPU device files, created by `wedge()` / `hold_accelerator()`; the login
+            environment's TPUCARED_DEVICE_ROOT (this directory) puts cleanup.sh's device
+            patterns and libtpu lock file here, not on the machine's own /dev and /tmp
 
 `halt()` is the preemption: no new connections or commands, every connection dropped, every
 command's process group killed; the manager then kills detached descendants by tag, and
@@ -262,6 +264,7 @@ class SimulatedWorker:
             SSH_CLIENT=f"{peer_host} {peer_port} {self.port}",
             SSH_CONNECTION=f"{peer_host} {peer_port} {self.worker.ip} {self.port}",
             TPUCARED_EMULATOR_WORKER_DIR=str(self.directory),
+            TPUCARED_DEVICE_ROOT=str(self.directory),
             # A real VM's metadata server is metadata.google.internal; this worker's is its own.
             GCE_METADATA_HOST=self.metadata.address,
         )
@@ -276,12 +279,43 @@ class SimulatedWorker:
         device open, and a libtpu lock file. `cleanup_script(lockfile=..., device_patterns=
         [device_pattern])` clears it; the node's preemption kills the holder like any command.
         """
+        return await self.hold_accelerator()
+
+    async def hold_accelerator(self, *, stubborn: bool = False) -> dict[str, Any]:
+        """Hold this worker's accelerator as `wedge` does; `stubborn`: a bad host, whose
+        holder comes back at once whenever it is killed (as a device the kernel keeps busy
+        would stay busy), until the node goes away."""
         if self._halted:
             raise RuntimeError("worker is not running")
         self.dev.mkdir(parents=True, exist_ok=True)
         device = self.dev / "accel0"
         lockfile = self.tmp / "libtpu_lockfile"
         device.touch()
+        holder = await self._spawn_holder(device, lockfile)
+        if stubborn:
+            keeper = asyncio.create_task(self._keep_holding(holder, device, lockfile))
+            self._tasks.add(keeper)
+            keeper.add_done_callback(self._tasks.discard)
+        return {
+            "worker": self.worker.index,
+            "pid": holder.pid,
+            "device": str(device),
+            "device_pattern": str(self.dev / "accel*"),
+            "lockfile": str(lockfile),
+            "stubborn": stubborn,
+        }
+
+    async def _keep_holding(
+        self, holder: asyncio.subprocess.Process, device: Path, lockfile: Path
+    ) -> None:
+        while True:
+            await holder.wait()
+            if self._halted:
+                return
+            holder = await self._spawn_holder(device, lockfile)
+
+    async def _spawn_holder(self, device: Path, lockfile: Path) -> asyncio.subprocess.Process:
+        """A process holding `device` and `lockfile` open, reaped by a task of its own."""
         fds = [os.open(device, os.O_RDWR), os.open(lockfile, os.O_RDWR | os.O_CREAT, 0o644)]
         try:
             env = {"PATH": self.path, "HOME": str(self.home), **self.tags}
@@ -301,19 +335,13 @@ class SimulatedWorker:
             for fd in fds:
                 os.close(fd)
         self._procs.add(holder)
-        lockfile.write_text(f"{holder.pid}\n")
+        lockfile.write_text(f"{holder.pid}\n")  # noqa: ASYNC240 (a few bytes in tmp, as before)
         # Reaped by this task whoever kills it (cleanup or preemption); halt() waits for it.
         reaper = asyncio.create_task(self._reap(holder), name=f"wedge-{holder.pid}")
         self._tasks.add(reaper)
         reaper.add_done_callback(self._tasks.discard)
         log.info("emulator.worker.wedged", ip=self.worker.ip, pid=holder.pid)
-        return {
-            "worker": self.worker.index,
-            "pid": holder.pid,
-            "device": str(device),
-            "device_pattern": str(self.dev / "accel*"),
-            "lockfile": str(lockfile),
-        }
+        return holder
 
     async def _reap(self, proc: asyncio.subprocess.Process) -> None:
         try:

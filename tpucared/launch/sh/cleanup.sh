@@ -3,23 +3,40 @@
 #   2. TERM (then KILL) every remaining process holding a file matching a device pattern,
 #      found by scanning /proc/*/fd (what fuser and lsof do; neither need be installed);
 #   3. remove the libtpu lock file;
-#   4. report busy if anything still holds a device or the group survived KILL.
+#   4. report busy if anything still holds a device or the group survived KILL;
+#   5. when the TPU is free and a health check is given, run it (under `timeout`) and report
+#      its exit code, its output's last lines on TPUCARED_HEALTH_OUT lines before the marker.
 # Uses `sudo -n` when not root and it is available (the guest agent gives ssh-keys users
 # passwordless sudo), since a wedged holder may belong to another user; without either, the
 # result says so (scope=own).
 #
-# When: before every relaunch on a node that ran an attempt, on every worker; sent as one
-#   `sh -c` command by `scripts.cleanup_script`, after lib.sh.
+# When: before every new attempt, on every worker (the pre-launch check: a first launch on a
+#   node too, with no run to stop); sent as one `sh -c` command by `scripts.cleanup_script`,
+#   after lib.sh.
 # Expects: $1 the run directory or '' (no run to stop: holders and lock file only), $2 the
 #   libtpu lock file, $3 the grace period in tenths of a second (how many 0.1 s polls to wait
-#   for each step), then one or more device patterns (shell globs, e.g. /dev/accel*).
+#   for each step), $4 the fleet's health check command or '' (none), $5 its timeout in
+#   seconds, then one or more device patterns (shell globs, e.g. /dev/accel*).
+#   $TPUCARED_DEVICE_ROOT, when set (the emulator's simulated workers, which share one
+#   machine), is put in front of the patterns and the lock file; unset on a real VM.
 # Prints: TPUCARED_CLEANUP state=clean|busy group=none|terminated|killed|stuck
 #   holders_killed=N lockfile=removed|absent|failed scope=all|own busy_pids=P,P...
+#   health=none|ok|failed health_code=N
 #
 # shellcheck shell=sh
 set -u
-rd=$1 lockfile=$2 steps=$3
-shift 3
+rd=$1 lockfile=$2 steps=$3 hc=$4 hc_secs=$5
+shift 5
+root=${TPUCARED_DEVICE_ROOT:-}
+if [ -n "$root" ]; then
+  _n=$#
+  # A path already under the root (a test naming one worker's device) is kept as it is.
+  while [ "$_n" -gt 0 ]; do
+    case $1 in "$root"/*) set -- "$@" "$1";; *) set -- "$@" "$root$1";; esac
+    shift; _n=$((_n - 1))
+  done
+  case $lockfile in "$root"/*) ;; *) lockfile=$root$lockfile;; esac
+fi
 # "$@" is now the device patterns: holders and has_holders take them as their arguments.
 SUDO='' scope=all
 if [ "$(id -u)" != 0 ]; then
@@ -104,5 +121,20 @@ left=$(holders "$@" | tr '\n' ',')
 left=${left%,}
 state=clean
 if [ -n "$left" ] || [ "$group" = stuck ]; then state=busy; fi
+
+# The fleet's own check, only on a free TPU (a held one already makes the node a bad host).
+health=none code=
+if [ -n "$hc" ] && [ "$state" = clean ]; then
+  out=${TMPDIR:-/tmp}/tpucared-health.$$
+  if command -v timeout >/dev/null 2>&1; then
+    timeout -k 5 "$hc_secs" sh -c "$hc" </dev/null >"$out" 2>&1
+  else
+    sh -c "$hc" </dev/null >"$out" 2>&1
+  fi
+  code=$?
+  if [ "$code" = 0 ]; then health=ok; else health=failed; fi
+  [ "$code" = 0 ] || tail -n 5 "$out" | cut -c1-200 | sed 's/^/TPUCARED_HEALTH_OUT /'
+  rm -f "$out"
+fi
 echo "TPUCARED_CLEANUP state=$state group=$group holders_killed=$((killed))" \
-  "lockfile=$lock scope=$scope busy_pids=$left"
+  "lockfile=$lock scope=$scope busy_pids=$left health=$health health_code=$code"

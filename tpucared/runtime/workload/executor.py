@@ -3,15 +3,19 @@
 `WorkloadExecutor.execute` follows the contract in core/workload/actions.py, one action at a
 time: FinishAttempt and MarkSlotDone are store writes; StopWorkload frees the TPU of an attempt
 on every worker (`_cleanup`); LaunchWorkload checks its preconditions, frees the TPU of the
-previous attempt on the node, records the new one (intent before the launch) and starts it
-detached on every worker: the workload is (re)launched here, in `_launch`. Secret values are
-read from the daemon's environment at launch, registered for log redaction, and handed to the
-launcher (`Launcher.install`; the SSH launcher writes them to a 0600 file through SSH stdin):
-never the database, node metadata, logs, or a command line. A launch that the rules of
-core/workload/launch_gate.py forbid now (a secret's variable gone since the plan; its own
-cleanup left a worker unclean) is refused, with a `workload.launch_refused` event in the
+previous attempt on the node (on a node's first launch: whatever holds its accelerator), runs
+the fleet's health check (the pre-launch check: one SSH command per worker), records the new
+one (intent before the launch) and starts it detached on every worker: the workload is
+(re)launched here, in `_launch`. A worker whose accelerator stays held or that fails the health
+check makes its node a bad host (a `node.bad_host` event; core/workload/bad_hosts.py decides).
+Secret values are read from the daemon's environment at launch, registered for log redaction,
+and handed to the launcher (`Launcher.install`; the SSH launcher writes them to a 0600 file
+through SSH stdin): never the database, node metadata, logs, or a command line. A launch that
+the rules of core/workload/launch_gate.py forbid now (a secret's variable gone since the plan;
+its own cleanup left a worker unclean) is refused, with a `workload.launch_refused` event in the
 rule's words. What the planner must know of a cleanup (workers whose TPU stays held, workers
-it left unclean) waits in `busy` and `unclean` for the next probe. Every remote step
+it left unclean, workers that failed the health check) waits in `busy`, `unclean` and
+`unhealthy` for the next probe. Every remote step
 goes through the runner's `Launcher` (tpucared/ports/launcher.py); the runner
 (runtime/workload/runner.py) makes one executor and hands it every workload action.
 """
@@ -35,13 +39,16 @@ from tpucared.core.workload.actions import (
     MarkSlotDone,
     StopWorkload,
 )
+from tpucared.core.workload.bad_hosts import bad_host_ends
 from tpucared.core.workload.gang import newest
 from tpucared.core.workload.gang import whole as gang_whole
 from tpucared.core.workload.inputs import Unclean
 from tpucared.core.workload.launch_gate import refuse_after_cleanup, refuse_secrets
 from tpucared.logsetup import register_secret
 from tpucared.ports.launcher import (
+    CleanupResult,
     CleanupState,
+    HealthCheck,
     Launch,
     Launcher,
     LaunchResult,
@@ -87,11 +94,17 @@ class WorkloadExecutor:
         # workers it left unclean, and why): the next probe says so (SlotProbe.busy, .unclean).
         self.busy: dict[int, tuple[int, ...]] = {}
         self.unclean: dict[int, tuple[int, tuple[tuple[int, str], ...]]] = {}
+        # Incarnation -> workers that failed the health check, and -> the end times of the
+        # slot's earlier bad hosts (SlotProbe.unhealthy, .bad_hosts).
+        self.unhealthy: dict[int, tuple[int, ...]] = {}
+        self.bad_hosts: dict[int, tuple[datetime, ...]] = {}
 
     def forget(self, live: set[int]) -> None:
         """Drop what is remembered about incarnations that are not live any more."""
         self.busy = {i: w for i, w in self.busy.items() if i in live}
         self.unclean = {i: u for i, u in self.unclean.items() if i in live}
+        self.unhealthy = {i: w for i, w in self.unhealthy.items() if i in live}
+        self.bad_hosts = {i: b for i, b in self.bad_hosts.items() if i in live}
 
     async def execute(self, action: Action, now: datetime) -> None:
         """One workload action; one whose records moved on since the plan is skipped."""
@@ -181,12 +194,20 @@ class WorkloadExecutor:
             why = f"attempt {a.attempt} not launched: workload.files: {exc}"
             await self._refuse(gang[0], now, why, a.attempt)
             return None
-        if a.attempt_id is None and a.clean_after is not None:
-            # Free the TPU of the previous attempt on the node first.
-            unclean = await self._cleanup(gang, a.clean_after, now)
-            refused = refuse_after_cleanup(a.attempt, unclean)
-            if refused is not None:
-                await self._refuse(gang[0], now, refused, a.attempt)
+        if a.attempt_id is None:
+            # The pre-launch check: free the TPU (of the previous attempt on the node, if any),
+            # then the fleet's health check. A resume skips it: its other workers run.
+            check = None
+            if spec.health_check is not None:
+                check = HealthCheck(spec.health_check, spec.health_check_timeout)
+            left = await self._cleanup(gang, a.clean_after, now, check)
+            if left:
+                if a.clean_after is not None:
+                    refused = refuse_after_cleanup(a.attempt, Unclean(a.clean_after, left))
+                else:
+                    whys = "; ".join(f"{w}: {why}" for w, why in left)
+                    refused = f"attempt {a.attempt} not launched: the pre-launch check ({whys})"
+                await self._refuse(gang[0], now, refused or whys, a.attempt)
                 return None
         return secrets, files
 
@@ -268,26 +289,32 @@ class WorkloadExecutor:
                         node=s.inc.node_name, workers=failed)  # fmt: skip
         return not failed
 
-    async def _cleanup(self, gang: list[_Slice], attempt: int, now: datetime) -> Unclean | None:
-        """Free the TPU of `attempt` on every worker of every slice; the workers left unclean
-        (numbered slice by slice), or None when every worker is clean."""
-        done = await asyncio.gather(*(self._cleanup_slice(s, attempt, now) for s in gang))
+    async def _cleanup(
+        self, gang: list[_Slice], attempt: int | None, now: datetime,
+        check: HealthCheck | None = None,
+    ) -> tuple[tuple[int, str], ...]:  # fmt: skip
+        """Free the TPU (of `attempt`, if any) on every worker of every slice, then run the
+        health `check`; the workers left unclean or unhealthy (numbered slice by slice)."""
+        done = await asyncio.gather(*(self._cleanup_slice(s, attempt, now, check) for s in gang))
         unclean: list[tuple[int, str]] = []
         offset = 0
         for s, left in zip(gang, done, strict=True):
             unclean += [(offset + w, why) for w, why in left]
             offset += s.place.size
-        return Unclean(attempt, tuple(unclean)) if unclean else None
+        return tuple(unclean)
 
     async def _cleanup_slice(
-        self, s: _Slice, attempt: int, now: datetime
+        self, s: _Slice, attempt: int | None, now: datetime, check: HealthCheck | None = None
     ) -> tuple[tuple[int, str], ...]:
         """Free the TPU of `attempt` on every worker; the workers left unclean, and why.
-        They are remembered for the next probe (busy: the planner replaces the node; all of
-        them: the next launch cleans up again first, and says why)."""
-        replies = await self._launcher.cleanup(s.place, Run(s.slot.run_id, attempt))
+        They are remembered for the next probe (busy or unhealthy: the planner recycles the
+        node as a bad host; all of them: the next launch cleans up again first, and says
+        why)."""
+        run = Run(s.slot.run_id, attempt) if attempt is not None else None
+        replies = await self._launcher.cleanup(s.place, run, check)
         report: dict[int, str] = {}
         busy: list[int] = []
+        bad: dict[int, CleanupResult] = {}
         for r in replies:
             c = r.value
             if c is None:
@@ -296,19 +323,27 @@ class WorkloadExecutor:
             report[r.worker] = f"{c.state.value} (group {c.group}, {c.holders_killed} holders)"
             if c.state is CleanupState.BUSY:
                 busy.append(r.worker)
+                bad[r.worker] = c
                 report[r.worker] += f" held by pids {list(c.busy_pids)}"
+            elif c.health == "failed":
+                bad[r.worker] = c
+                report[r.worker] = f"unhealthy: health check exit {c.health_code}"
         left = tuple(
             (w, why) for w, why in sorted(report.items())
             if not why.startswith(CleanupState.CLEAN.value)
         )  # fmt: skip
-        if busy:
-            self.busy[s.inc.id] = tuple(sorted(busy))
-        else:
-            self.busy.pop(s.inc.id, None)
-        if left:
+        unhealthy = tuple(sorted(w for w in bad if w not in busy))
+        for memo, value in ((self.busy, tuple(sorted(busy))), (self.unhealthy, unhealthy)):
+            if value:
+                memo[s.inc.id] = value
+            else:
+                memo.pop(s.inc.id, None)
+        if left and attempt is not None:
             self.unclean[s.inc.id] = (attempt, left)
         else:
             self.unclean.pop(s.inc.id, None)
+        if bad:
+            await self._bad_host(s, bad, now)
         (log.warning if left else log.info)(
             "workload.cleanup", fleet=s.inc.fleet, slot=s.inc.slot, attempt=attempt, workers=report
         )
@@ -316,6 +351,24 @@ class WorkloadExecutor:
             message = f"cleanup of attempt {attempt}: {report}"
             await self._event(s, "workload.cleanup_incomplete", now, message, workers=report)
         return left
+
+    async def _bad_host(self, s: _Slice, bad: Mapping[int, CleanupResult], now: datetime) -> None:
+        """A `node.bad_host` event naming what failed on which worker, and the slot's earlier
+        bad hosts read for the planner's budget (SlotProbe.bad_hosts)."""
+        async with self._store.read() as r:
+            earlier = await r.incarnations(s.inc.fleet, s.inc.slot, limit=200)
+        self.bad_hosts[s.inc.id] = bad_host_ends(i for i in earlier if i.id != s.inc.id)
+        workers: dict[int, dict[str, object]] = {}
+        for w, c in sorted(bad.items()):
+            if c.state is CleanupState.BUSY:
+                workers[w] = {"failed": "accelerator held", "pids": list(c.busy_pids)}
+            else:
+                workers[w] = {"failed": "health check", "exit_code": c.health_code,
+                              "output": list(c.health_output)}  # fmt: skip
+        log.warning("node.bad_host", fleet=s.inc.fleet, slot=s.inc.slot, node=s.inc.node_name,
+                    workers=workers)  # fmt: skip
+        what = "; ".join(f"worker {w}: {d['failed']}" for w, d in workers.items())
+        await self._event(s, "node.bad_host", now, f"bad host ({what})", workers=workers)
 
     async def _slices(
         self, fleet: str, slot_index: int, incarnation_id: int, *, whole: bool

@@ -301,6 +301,8 @@ class WorkloadRunner:
         slice by slice as the gang's (core/workload/gang.py)."""
         workers: list[WorkerProbe] = []
         busy: list[int] = []
+        unhealthy: list[int] = []
+        bad_hosts: set[datetime] = set()
         unclean: list[tuple[int, str]] = []
         cleaned: int | None = None  # the attempt the last unclean cleanup was of
         offset = 0
@@ -313,6 +315,8 @@ class WorkloadRunner:
                 mine = [_worker_probe(r) for r in answers]
             workers += [replace(w, worker=w.worker + offset) for w in mine]
             busy += [offset + w for w in self._executor.busy.get(inc.id, ())]
+            unhealthy += [offset + w for w in self._executor.unhealthy.get(inc.id, ())]
+            bad_hosts.update(self._executor.bad_hosts.get(inc.id, ()))
             if inc.id in self._executor.unclean:
                 cleaned, left = self._executor.unclean[inc.id]
                 unclean += [(offset + w, why) for w, why in left]
@@ -328,6 +332,8 @@ class WorkloadRunner:
             blocked=files_missing(job.spec),
             secrets_present=secrets_present(job.spec, self._environ.keys()),
             unclean=Unclean(cleaned, tuple(unclean)) if cleaned is not None else None,
+            unhealthy=tuple(unhealthy),
+            bad_hosts=tuple(sorted(bad_hosts)),
         )
 
     # -----------------------------------------------------------------------------------------
