@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from tpucared.core.model.causes import LossCause
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import (
     AttemptOutcome,
@@ -104,6 +105,7 @@ async def populate(db: Path, now: datetime | None = None) -> Scenario:
             end_reason="preempted",
             cloud=facts("PREEMPTED", s.died),
             slot_update=preempted("sweep", 0),
+            cause=LossCause.PREEMPTED,
         )
         await tx.finish_attempt(first.id, AttemptOutcome.PREEMPTED, s.died)
         await tx.begin_delete(a.id, P.DEAD, s.died + timedelta(seconds=2))

@@ -26,6 +26,7 @@ from tpucared.inspect.lifecycle import (
     Latency,
     LatencyKind,
     LifecycleTracker,
+    Lost,
     Preempted,
 )
 from tpucared.inspect.status import status_lines
@@ -89,6 +90,7 @@ async def test_lifecycle_facts_from_the_stores_own_events(tmp_path: Path) -> Non
         events = await store.events(limit=1000)
     facts = LifecycleTracker().feed(events)
     assert facts == [
+        Lost("sweep", "preempted"),  # the loss's cause, from the node.dead event
         Preempted("sweep", 1),
         AttemptEnded("sweep", "preempted"),
         Latency(LatencyKind.DEAD_TO_DELETE, "sweep", 2.0),  # begin_delete 2 s after dead
@@ -154,7 +156,12 @@ def test_planned_endings_are_not_losses_and_cancel_waiting() -> None:
             ev(12, "notice", slot=None, fleet="other"),
         ]
     )
-    assert facts == [Preempted("f", 1), Preempted("f", 1), AttemptEnded("f", "failed")]
+    assert facts == [
+        Preempted("f", 1),
+        Preempted("f", 1),
+        AttemptEnded("f", "failed"),
+        Lost("f", "crash"),  # a crash is a loss by its cause
+    ]
 
 
 # -- goodput ------------------------------------------------------------------------------------

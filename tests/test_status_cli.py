@@ -81,7 +81,8 @@ def test_status_table_shows_every_slot_readably(db: Path) -> None:
         "1",  # preemptions
         "0",  # failures
     ]
-    assert sweep0[10] == "2h05m"  # uptime of the current node: now - ready_at
+    assert sweep0[10:12] == ["1", "preempted"]  # its losses by cause
+    assert sweep0[12] == "2h05m"  # uptime of the current node: now - ready_at
     # The multi-line capacity error: one line, truncated.
     sweep1 = rows[("sweep", "1")]
     assert "requested" in sweep1
@@ -112,6 +113,8 @@ def test_status_json_is_a_stable_document(scenario_db: tuple[Path, Scenario]) ->
         "end_reason", "error", "operation", "delete_calls", "workers",
     }  # fmt: skip
     assert (sweep0["attempts"], sweep0["preemptions"], sweep0["failures"]) == (2, 1, 0)
+    assert sweep0["losses"] == {"preempted": 1}
+    assert fleets["sweep"]["slots"][1]["losses"] == {}
     node = sweep0["node"]
     assert (node["name"], node["phase"], node["live"]) == ("sweep-0", "ready", True)
     assert (node["cloud_state"], node["health"]) == ("READY", "UNHEALTHY_MAINTENANCE")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -40,6 +40,7 @@ from tpucared.store.snapshot import FleetStatus, SliceStatus, SlotStatus, ZoneHe
 
 STATUS_VERSION = 1  # bumped only for an incompatible change; new keys do not bump it
 LAST_ERROR_WIDTH = 60
+LOSSES_WIDTH = 32
 HEADERS = (
     "FLEET",
     "SLOT",
@@ -50,6 +51,7 @@ HEADERS = (
     "ATTEMPT",
     "PREEMPT",
     "FAIL",
+    "LOSSES",
     "UPTIME",
     "LAST ERROR",
 )
@@ -147,6 +149,8 @@ def _slot_doc(s: SlotStatus, down: bool = False, flex: bool = False) -> dict[str
         "next_zone": slot.next_zone,
         "last_error": slot.last_error,
         "done": slot.done,
+        # Its losses by cause (core/model/causes.py): {"preempted": 2, "maintenance": 1}.
+        "losses": dict(s.losses),
         "waiting_for_capacity": waiting_for_capacity(s, down),
         # A flex-start slot's node waiting for capacity: since when (null otherwise).
         "waiting_for_flex_start_since": iso(flex_waiting_since(s, flex)),
@@ -283,7 +287,7 @@ def _rows(f: FleetStatus, s: SlotStatus, now: datetime) -> list[list[str]]:
         row[4] = "ready" if len(ready) == len(s.slices) else f"{len(ready)}/{len(s.slices)} ready"
     row[5] = NONE
     uptimes = [now - p.node.ready_at for p in ready if p.node.ready_at is not None]
-    row[9] = duration(min(uptimes)) if len(ready) == len(s.slices) and uptimes else NONE
+    row[10] = duration(min(uptimes)) if len(ready) == len(s.slices) and uptimes else NONE
     return [row, *(_slice_row(p, now) for p in s.slices)]
 
 
@@ -293,7 +297,7 @@ def _slice_row(p: SliceStatus, now: datetime) -> list[str]:
     if node.phase is NodePhase.READY and node.ready_at is not None:
         uptime = duration(now - node.ready_at)
     where = location_name(node.project, node.zone)
-    blank = [""] * 3
+    blank = [""] * 4
     why = node.end_reason if node.phase not in LIVE_PHASES else None
     return ["", f"  slice {p.index}", node.node_name, where, node.phase.value, _cloud(node),
             *blank, uptime, truncate(why, LAST_ERROR_WIDTH)]  # fmt: skip
@@ -342,9 +346,19 @@ def _row(f: FleetStatus, s: SlotStatus, now: datetime) -> list[str]:
         _attempt(s),
         str(s.slot.preemptions),
         str(s.slot.failures),
+        losses_text(s.losses),
         uptime,
         truncate(s.slot.last_error or _zone_error(f, s), LAST_ERROR_WIDTH),
     ]
+
+
+def losses_text(losses: Mapping[str, int]) -> str:
+    """`2 preempted, 1 maintenance`: the slot's losses by cause, the most first (the full
+    map is in --json); NONE without any."""
+    if not losses:
+        return NONE
+    ranked = sorted(losses.items(), key=lambda kv: -kv[1])  # stable: the vocabulary's order
+    return truncate(", ".join(f"{n} {cause}" for cause, n in ranked), LOSSES_WIDTH)
 
 
 def _empty_fleet_row(f: FleetStatus) -> list[str]:

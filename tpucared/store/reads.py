@@ -31,7 +31,7 @@ from tpucared.core.model.records import (
     WorkloadAttemptRecord,
 )
 from tpucared.core.workload.job_failures import JOB_FAILED, JOB_RECOVERED
-from tpucared.store import convert, statements
+from tpucared.store import convert, loss_counts, statements
 from tpucared.store.cache import RecordCache
 from tpucared.store.changes import changed_snapshot, read_counts
 from tpucared.store.ledger_reads import LedgerRecords, read_ledger
@@ -370,6 +370,9 @@ class Reader:
             creates[(create.fleet, create.slot)] = create
         failing = [z for z in await self.zone_health() if z.failing]
         job_failures = await self.job_failures()
+        losses = loss_counts.by_slot(
+            await self._rows(loss_counts.NODE_LOSSES), await self._rows(loss_counts.CRASHES)
+        )
         result = []
         for f in fleets:
             zones = _spec_zones(f) | {n.zone for (name, _), n in nodes.items() if name == f.name}
@@ -388,6 +391,7 @@ class Reader:
                         last_create=creates.get((s.fleet, s.index)),
                         job_failure=job_failures.get((s.fleet, s.index)),
                         slices=_slices(pieces.get((s.fleet, s.index), {}), count, workers),
+                        losses=losses.get((s.fleet, s.index), {}),
                     )
                 )
             mine = tuple(z for z in failing if z.zone in zones)

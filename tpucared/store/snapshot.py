@@ -94,6 +94,8 @@ class SlotStatus:
     job_failure: EventRecord | None = None
     # A multislice slot's slices, by index (`node` is then slice 0's); empty for one slice.
     slices: tuple[SliceStatus, ...] = ()
+    # Its losses by cause (a LossCause value -> count; store/loss_counts.py), none at zero.
+    losses: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

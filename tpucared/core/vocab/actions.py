@@ -287,6 +287,7 @@ class DeleteNode(Action):
         what = f"queued resource {self.queued_resource}" if self.queued_resource else "node"
         return (
             f"{self.node_name} [#{self.incarnation_id} {self.expected.value}] {what} in {self.zone}"
+            + _cause(self.cause)
         )
 
 
@@ -312,6 +313,7 @@ class Transition(Action):
     def summary(self) -> str:
         return (
             f"{self.node_name} [#{self.incarnation_id}] {self.expected.value} -> {self.new.value}"
+            + _cause(self.cause)
         )
 
 
@@ -406,6 +408,11 @@ ALL_ACTIONS: tuple[type[Action], ...] = (
     HoldSlices,
     Notice,
 )
+
+
+def _cause(cause: LossCause | None) -> str:
+    """A summary's tail naming the loss's cause: ` (cause preempted)`; empty without one."""
+    return "" if cause is None else f" (cause {cause.value})"
 
 
 def _jsonable(value: object) -> Any:
