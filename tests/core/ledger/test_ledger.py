@@ -294,3 +294,18 @@ def test_the_intervals_tile_first_create_to_now_exactly(case: tuple[SlotHistory,
     assert sum((i.end - i.start for i in ledger), timedelta()) == now - first
     for i in ledger:
         assert (i.phase is None) or i.category is not C.PRODUCTIVE
+
+
+def test_a_death_recorded_only_by_our_own_delete_is_no_loss() -> None:
+    # `down`: the store sets dead_at on entering DELETING; with no cause that is our delete.
+    history = SlotHistory(
+        "f",
+        0,
+        nodes=[node(1, 0, ready_at=0, dead_at=50, deleting_at=50, deleted_at=70)],
+        attempts=[attempt(1, 1, 0, 50, AttemptOutcome.CANCELLED)],
+        done=True,
+    )
+    assert table(slot_ledger(history, at(100))) == [
+        (0, 50, C.PRODUCTIVE, None),
+        (50, 100, C.IDLE, None),
+    ]

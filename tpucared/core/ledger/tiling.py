@@ -81,8 +81,21 @@ def slot_ledger(history: SlotHistory, now: datetime) -> list[Interval]:
     create_times = [c.started_at for c in creates]
     bounds = _bounds(start, now, nodes, history, spans, times)
     out: list[Interval] = []
+    # The nodes and spans alive at t0, kept as the sweep goes: a long history is scanned
+    # once, not once per piece.
+    live_nodes: list[NodeTimes] = []
+    live_spans: list[_Span] = []
+    next_node = next_span = 0
     for t0, t1 in pairwise(bounds):
-        running, node = _running(spans, t0)
+        while next_node < len(nodes) and nodes[next_node].requested_at <= t0:
+            live_nodes.append(nodes[next_node])
+            next_node += 1
+        while next_span < len(spans) and spans[next_span][0] <= t0:
+            live_spans.append(spans[next_span])
+            next_span += 1
+        live_nodes = [n for n in live_nodes if n.gone_at is None or t0 < n.gone_at]
+        live_spans = [sp for sp in live_spans if t0 < sp[1]]
+        running, node = (True, live_spans[0][2]) if live_spans else (False, None)
         if running:
             piece = Interval(
                 t0,
@@ -96,7 +109,8 @@ def slot_ledger(history: SlotHistory, now: datetime) -> list[Interval]:
             at = bisect_right(times, t0)
             context = events[at - 1][1] if at else _STARTUP
             latest = bisect_right(create_times, t0)
-            piece = _classify(t0, t1, context, nodes, creates[latest - 1] if latest else None)
+            last_create = creates[latest - 1] if latest else None
+            piece = _classify(t0, t1, context, live_nodes, last_create)
             if piece.category is not Category.HELD and history.done and context.bring_up:
                 piece = Interval(t0, t1, Category.IDLE)
         out.append(piece)
@@ -206,16 +220,6 @@ def _bounds(
         points.update((s, e))
     points.update(c.started_at for c in history.creates)
     return sorted(p for p in points if start <= p <= now)
-
-
-def _running(spans: Sequence[_Span], at: datetime) -> tuple[bool, NodeTimes | None]:
-    """Whether a productive span covers `at`, and its node."""
-    for s, e, node in spans:
-        if s > at:
-            break
-        if at < e:
-            return True, node
-    return False, None
 
 
 def _classify(
