@@ -110,7 +110,7 @@ class LifecycleTracker:
         if e.kind == "node.run_ended":
             return [RunEnded(e.fleet)]
         cause = e.details.get("cause") if e.kind.startswith("node.") else None
-        lost = [Lost(e.fleet, cause)] if cause in _NODE_CAUSES else []
+        lost: list[Observation] = [Lost(e.fleet, str(cause))] if cause in _NODE_CAUSES else []
         if e.slot is None:
             return lost
         return lost + self._slot_event(e, (e.fleet, e.slot))
