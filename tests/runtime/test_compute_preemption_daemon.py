@@ -88,6 +88,13 @@ async def test_preempted_vms_say_when_and_a_vanished_spot_vm_counts_too(
         "gone-0": "preempted",
         "iron-1": "vanished: counted as preempted",
     }
+    # The loss's cause (issue 41 item 4): by the record, never a guess without one.
+    causes = {
+        r["node_name"]: r["loss_cause"]
+        for r in query(db, "SELECT node_name, id, loss_cause FROM nodes")
+        if r["id"] in first.values()
+    }
+    assert causes == {"iron-0": "preempted", "gone-0": "preempted", "iron-1": "unknown"}
     dead = {
         r["node"]: r["message"]
         for r in query(db, "SELECT node, node_id, message FROM events WHERE kind = 'node.dead'")
