@@ -1,8 +1,8 @@
 """`ComputeCloud.preemptions` (the optional `PreemptionRecords` of ports/cloud.py) against the
 emulator: one zoneOperations.list for every lost VM of a zone, each `compute.instances.preempted`
 (or host-maintenance) operation read as the core's `PreemptionRecord` (the instance's name and
-id, the operation's time, name and kind); a VM lost without one (`:vanish`) has none, and an earlier VM of the same name
-is told apart by its id."""
+id, the operation's time, name and kind); a VM lost without one (`:vanish`) has none, and an
+earlier VM of the same name is told apart by its id."""
 
 from __future__ import annotations
 
