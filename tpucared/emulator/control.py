@@ -4,8 +4,10 @@ Contract (README.md, "The emulator"):
     POST   /_emulator/v1/projects/{p}/locations/{zone}/nodes/{id}:preempt
            (also :terminate, :vanish, :unhealthy, :heal)         -> the node (internal view)
     POST   .../nodes/{id}:schedule-maintenance {"start_in_seconds": S, "duration_seconds": D,
-           "type": "SCHEDULED"}: a host-maintenance window in `upcomingMaintenance` and the
-           workers' `instance/upcoming-maintenance` (maintenance.py)  -> the node
+           "type": "SCHEDULED", "can_reschedule": B}: a host-maintenance window in
+           `upcomingMaintenance` and the workers' `instance/upcoming-maintenance`
+           (maintenance.py), which then happens (maintenance_tpu.py: the notice in
+           `instance/maintenance-event`, the node down at S, back after D)  -> the node
     POST   .../nodes/{id}:wedge {"worker": i}   (simulated SSH hosts only) leave worker i's TPU
            held: -> {"worker", "pid", "device", "device_pattern", "lockfile"} for cleanup_script
     POST   .../nodes/{id}/workers/{i}:hold-accelerator {"stubborn": false}  (simulated SSH
@@ -48,7 +50,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tpucared.emulator import errors, maintenance
+from tpucared.emulator import errors
 from tpucared.emulator.control_body import json_object
 from tpucared.emulator.faults import FaultInjector
 from tpucared.emulator.host_hook import NoWorkerHosts, WorkerHosts
@@ -99,7 +101,7 @@ class ControlApi:
             return web.json_response(await self._wedge(request, project, zone, node_id))
         if action == "schedule-maintenance":
             node = self.state.get_node(project, zone, node_id)
-            node.maintenance = maintenance.parse_body(await json_object(request), self.state.clock)
+            self.state.maintenance.announce_window(node, await json_object(request))
             return web.json_response(node.internal_json())
         if action == "preempt" and request.can_read_body:
             notice = (await json_object(request)).get("notice_seconds")

@@ -47,8 +47,10 @@ _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 def _keeps_disk(node: Node) -> bool:
     """Whether the node may come back with this disk: a single-host on-demand node being
-    stopped (nodes.stop refuses every other kind). Read when the hook runs, so a node stopped
-    and started again since counts too."""
+    stopped (nodes.stop refuses every other kind), or any node down for host maintenance.
+    Read when the hook runs, so a node stopped and started again since counts too."""
+    if node.host_maintenance is not None and node.host_maintenance.down:
+        return True  # down for host maintenance: it boots again from the same disks
     return len(node.workers) == 1 and not node.preemptible and node.state in _RESTARTABLE_STATES
 
 
