@@ -17,6 +17,8 @@ Node lifecycle (emulator side; `gone` = removed from the state):
     CREATING -> gone                  after create_seconds, operation error 8 (no capacity)
     CREATING|READY|STOP* -> PREEMPTED | TERMINATED    control API, or spot/preemptible timers
     READY -> READY (UNHEALTHY_MAINTENANCE)            control API :unhealthy
+    READY -> down for host maintenance -> READY | TERMINATED   maintenance_tpu.py ("maintenance"
+                                      timers, keyed "phase|node" with the maintenance's serial)
     READY -> STOPPING -> STOPPED -> STARTING -> READY nodes.stop / nodes.start (on-demand only)
     any but DELETING -> DELETING -> gone              nodes.delete, after delete_seconds
     any -> gone                                       control API :vanish
@@ -57,6 +59,7 @@ TimerKind = Literal[
     "node_started",
     "node_expire",
     "node_notice_over",
+    "maintenance",
     "qr_tick",
     "vm_tick",
 ]
@@ -106,12 +109,20 @@ class QueuedBook(Protocol):
     def node_removed(self, node: Node, now: float, initiator: str | None) -> None: ...
 
 
+class MaintenanceTicks(Protocol):
+    """maintenance_tpu.py's `TpuMaintenance`, as its timers see it."""
+
+    def tick(self, phase: str, name: str, serial: int, due: float) -> None: ...
+
+
 class CloudLifecycle:
     """The records of one emulated cloud and the transitions between them; `EmulatorState`
     (state.py) is the whole of it, with the requests on top."""
 
     # Made by `EmulatorState._init_data`: queued resources take the whole state.
     queued: QueuedBook
+    # Host maintenance of nodes (maintenance_tpu.py), made there too: its timers' "phase|node".
+    maintenance: MaintenanceTicks
 
     def __init__(self, options: EmulatorOptions | None = None, clock: Clock | None = None):
         self.options = options or EmulatorOptions()
@@ -178,6 +189,10 @@ class CloudLifecycle:
             return
         if kind == "vm_tick":
             self.vms.tick(key, generation, due)
+            return
+        if kind == "maintenance":  # `generation` is the maintenance's serial, not the node's
+            phase, _, name = key.partition("|")
+            self.maintenance.tick(phase, name, generation, due)
             return
         node = self._nodes.get(key)
         if node is None or node.generation != generation:

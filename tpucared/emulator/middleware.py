@@ -29,9 +29,10 @@ log = structlog.get_logger(__name__)
 
 API_PREFIX = "/v2/"
 COMPUTE_PREFIX = "/compute/v1/"
-# Calls that get faults and the request log: the TPU API, the Compute Engine API (compute/)
-# and the OS Login API (oslogin.py).
-LOGGED_PREFIXES = (API_PREFIX, COMPUTE_PREFIX, "/v1/users/")
+# Calls that get faults and the request log: the TPU API (v2, and the v2alpha1 maintenance
+# methods of api_v2alpha1.py), the Compute Engine API (compute/) and the OS Login API
+# (oslogin.py).
+LOGGED_PREFIXES = (API_PREFIX, "/v2alpha1/", COMPUTE_PREFIX, "/v1/users/")
 
 
 def error_response(error: ApiError) -> web.Response:

@@ -176,6 +176,32 @@ class EmulatorOptions:
     # reservation-bound slices are zonal bulk MIGs, so then they fail as INVALID, told once.
     compute_bulk_zonal: str = "allow"
 
+    # --- Host maintenance (maintenance_run.py; research §10.8). Documented: a VM's
+    # `instance/maintenance-event` turns TERMINATE_ON_HOST_MAINTENANCE 60 s before the event
+    # (compute/docs/metadata/getting-live-migration-notice); tests shorten it.
+    maintenance_event_lead_seconds: float = 60.0
+    # Documented: only a VM that has read maintenance-event since its last event is warned;
+    # False warns every VM (for a daemon that must not rely on the rule).
+    maintenance_event_needs_poll: bool = True
+    # Undocumented: how long a node or VM is down for maintenance. None: the window's length
+    # (windowEndTime is when "the maintenance disruption will be completed", per the
+    # v2alpha1 proto's UpcomingMaintenance).
+    maintenance_duration_seconds: float | None = None
+    # Undocumented (row H3): what a TPU API node (not spot/preemptible: those end TERMINATED)
+    # shows during maintenance: "unhealthy" (READY, health UNHEALTHY_MAINTENANCE, then HEALTHY),
+    # "repairing" (REPAIRING, then READY) or "terminated" (TERMINATED, stays).
+    tpu_maintenance_node: str = "unhealthy"
+    # Third-party (row H5): the operationType a Compute Engine maintenance termination records
+    # (gcpdiag and audit-log filters: compute.instances.terminateOnHostMaintenance).
+    compute_maintenance_op_type: str = "compute.instances.terminateOnHostMaintenance"
+    # Third-party (row H6): a spot VM hit by maintenance: "preempted" (exactly a preemption,
+    # as vllm-project/ci-infra #608 saw on v6e) or "host_maintenance" (the op type above,
+    # then the instanceTerminationAction, no restart).
+    compute_spot_maintenance: str = "preempted"
+    # Undocumented (row H8): instances.performMaintenance on a VM with no pending maintenance:
+    # "refuse" (400 badRequest, wording ours) or "accept" (a DONE operation, nothing happens).
+    compute_perform_without_window: str = "refuse"
+
     request_log_size: int = 100_000
     max_operations: int = 100_000  # finished operations kept for GET, oldest dropped first
     seed: int | None = None  # fixes node ids, random preemptions and random faults
@@ -197,6 +223,13 @@ class EmulatorOptions:
             "compute_flex_expiry": ("instance_deleted", "instance_terminated", "op_error"),
             "compute_tpu_flex_instances": ("allow", "refuse"),
             "compute_bulk_zonal": ("allow", "refuse"),
+            "tpu_maintenance_node": ("unhealthy", "repairing", "terminated"),
+            "compute_maintenance_op_type": (
+                "compute.instances.terminateOnHostMaintenance",
+                "compute.instances.hostMaintenance",
+            ),
+            "compute_spot_maintenance": ("preempted", "host_maintenance"),
+            "compute_perform_without_window": ("refuse", "accept"),
         }
         if self.compute_rate_limit_status not in (403, 429):
             raise ValueError("compute_rate_limit_status must be 403 or 429")

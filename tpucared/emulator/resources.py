@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from tpucared.emulator import maintenance
 from tpucared.emulator.clock import rfc3339
-from tpucared.emulator.maintenance import Window
+from tpucared.emulator.maintenance import MaintenanceRun, Window
 from tpucared.emulator.topology import AcceleratorShape
 from tpucared.emulator.workers import TPU_RUNTIME_PORT, Worker
 
@@ -39,6 +39,7 @@ class Node:
         "generation",
         "health",
         "health_description",
+        "host_maintenance",
         "maintenance",
         "multislice_node",
         "node_id",
@@ -88,6 +89,8 @@ class Node:
         self.notice_at: float | None = None
         # The host maintenance a control call announced (emulator/maintenance.py), or None.
         self.maintenance: Window | None = None
+        # What that maintenance does to it (notice, termination, return), once it does.
+        self.host_maintenance: MaintenanceRun | None = None
         self.create_op: str | None = None  # name of the create operation while it runs
         # Changed on every state change; timers scheduled for an older generation are stale.
         # Drawn from one count for all nodes, so a timer of a deleted node never matches a

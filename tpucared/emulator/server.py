@@ -29,6 +29,7 @@ from aiohttp import web
 
 from tpucared.emulator import fields
 from tpucared.emulator.api import V2Api
+from tpucared.emulator.api_v2alpha1 import V2Alpha1Api
 from tpucared.emulator.clock import Clock
 from tpucared.emulator.compute import (
     ComputeApi,
@@ -103,6 +104,7 @@ class EmulatorServer:
             return web.Response(body=body, content_type="application/json", charset="utf-8")
 
         app.router.add_route("*", "/v2/{tail:.*}", v2)
+        V2Alpha1Api(self.state).add_routes(app)  # performMaintenance, simulateMaintenanceEvent
         ComputeApi(ComputeRequests(self.compute), MigRequests(self.migs)).add_routes(app)
         ControlApi(self.state, self.faults, self.requests, self.worker_hosts).add_routes(app)
         ComputeControl(self.compute).add_routes(app)

@@ -18,6 +18,7 @@ import structlog
 from tpucared.emulator import errors, validation
 from tpucared.emulator.clock import rfc3339
 from tpucared.emulator.lifecycle import KILLABLE, CloudLifecycle, HostEvent, TimerKind, Timing
+from tpucared.emulator.maintenance_tpu import TpuMaintenance
 from tpucared.emulator.paging import Page, SortedNames, decode_token, encode_token, page_size
 from tpucared.emulator.queued import QueuedResources
 from tpucared.emulator.resources import Node, Operation
@@ -37,10 +38,12 @@ class EmulatorState(CloudLifecycle):
 
     # The whole book, for the API; the transitions below see only its `QueuedBook` calls.
     queued: QueuedResources
+    maintenance: TpuMaintenance
 
     def _init_data(self) -> None:
         super()._init_data()
         self.queued = QueuedResources(self)
+        self.maintenance = TpuMaintenance(self)
 
     # -----------------------------------------------------------------------------------------
     # Locations, accelerator types, runtime versions.

@@ -52,8 +52,9 @@ async def test_a_tpu_node_s_window_pending_ongoing_then_gone(http: Http) -> None
     assert internal["maintenance"]["maintenanceStatus"] == "PENDING"
     node = await http.ok("GET", f"{NODES}/kept")
     block = node["upcomingMaintenance"]
+    # A v4 may start maintenance early: canReschedule while PENDING.
     assert (block["type"], block["maintenanceStatus"], block["canReschedule"]) == (
-        "SCHEDULED", "PENDING", False
+        "SCHEDULED", "PENDING", True
     )  # fmt: skip
     assert span(block) == pytest.approx(0.6, abs=1e-5)  # timestamps in microseconds
     assert tpu_problems("Node", node, partial=False) == []
@@ -62,7 +63,8 @@ async def test_a_tpu_node_s_window_pending_ongoing_then_gone(http: Http) -> None
     await asyncio.sleep(0.7)
     node = await http.ok("GET", f"{NODES}/kept")
     assert node["upcomingMaintenance"]["maintenanceStatus"] == "ONGOING"
-    assert node["state"] == "READY"  # item 1 only: the window does nothing to the node yet
+    # A spot node ends TERMINATED at the start (test_maintenance_tpu.py has the rest).
+    assert node["state"] == "TERMINATED"
     await asyncio.sleep(0.6)
     assert "upcomingMaintenance" not in await http.ok("GET", f"{NODES}/kept")
 

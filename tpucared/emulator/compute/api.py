@@ -8,6 +8,8 @@ REST transport and the daemon's client send them, research section 8):
     GET    projects/{p}/zones/{z}/instances/{name}              instances.get
     DELETE projects/{p}/zones/{z}/instances/{name}?requestId=   instances.delete
     GET    projects/{p}/zones/{z}/instances/{name}/getGuestAttributes?queryPath=|variableKey=
+    POST   projects/{p}/zones/{z}/instances/{name}/performMaintenance?requestId=   (body empty)
+    POST   .../instances/{name}/simulateMaintenanceEvent?requestId=&withExtendedNotifications=
     GET    projects/{p}/zones/{z}/operations[?filter&maxResults&pageToken]  zoneOperations.list
     GET    projects/{p}/zones/{z}/operations/{op}               zoneOperations.get
     POST   projects/{p}/zones/{z}/operations/{op}/wait          zoneOperations.wait
@@ -96,6 +98,10 @@ class ComputeApi:
                    frozenset({"requestId", "noGracefulShutdown"})),
             _Route("GET", rf"{_ZONE}/instances/{_ID}/getGuestAttributes", self.guest_attributes,
                    frozenset({"queryPath", "variableKey"})),
+            _Route("POST", rf"{_ZONE}/instances/{_ID}/performMaintenance", self.maintenance,
+                   _RID),
+            _Route("POST", rf"{_ZONE}/instances/{_ID}/simulateMaintenanceEvent",
+                   self.maintenance, _RID | {"withExtendedNotifications"}),
             _Route("GET", rf"{_ZONE}/operations", self.list_operations, _LIST),
             _Route("GET", rf"{_ZONE}/operations/{_ID}", self.get_operation, frozenset()),
             _Route("POST", rf"{_ZONE}/operations/{_ID}/wait", self.wait, frozenset()),
@@ -196,6 +202,21 @@ class ComputeApi:
         body = await _body(r, "Instance")
         return self.requests.insert(m[1], m[2], body, q.get("requestId")).to_json()
 
+    async def maintenance(self, r: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
+        """instances.performMaintenance / simulateMaintenanceEvent: "The request body must be
+        empty" (their reference pages); compute/maintenance.py does the rest."""
+        text = (await r.text()).strip()
+        extra = _empty_body(text)
+        if extra is not None:
+            raise errors.ComputeError(
+                400,
+                "invalid",
+                f'Invalid JSON payload received. Unknown name "{extra}": Cannot find field.',
+            )
+        book = self.requests.book.maintenance
+        call = book.perform if r.path.endswith("/performMaintenance") else book.simulate
+        return call(m[1], m[2], m[3], q.get("requestId")).to_json()
+
     async def list_instances(self, _: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
         return self.requests.list_instances(m[1], m[2], q)
 
@@ -252,6 +273,19 @@ class ComputeApi:
 
     async def wait_scoped(self, _: web.Request, m: re.Match[str], q: dict[str, str]) -> JsonDict:
         return (await self._wait(self._scoped_op(m))).to_json()
+
+
+def _empty_body(text: str) -> str | None:
+    """None for an empty body (or `{}`); else the first name it should not carry."""
+    if not text:
+        return None
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text[:20]
+    if isinstance(body, dict):
+        return next(iter(body), None)
+    return text[:20]
 
 
 def _region(tail: str) -> str:

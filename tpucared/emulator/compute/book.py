@@ -16,6 +16,8 @@ Instance lifecycle (emulator side; `gone` = removed; research section 4):
     RUNNING -> STOPPING -> TERMINATED     preempted, instanceTerminationAction STOP (default)
     RUNNING -> STOPPING -> gone           preempted, instanceTerminationAction DELETE
     any -> TERMINATED                     control :terminate;   any -> gone   control :vanish
+    RUNNING -> STOPPING -> TERMINATED [-> STAGING -> RUNNING]   host maintenance
+                                          (compute/maintenance.py; restarted if automaticRestart)
     PENDING -> PROVISIONING ...           flex-start: waits for capacity (compute/flex.py)
 A preemption records a `compute.instances.preempted` operation by `system`; with a notice
 (`notice_seconds`, or the VM's own `preemptionNoticeDuration`), the VM's metadata
@@ -38,6 +40,7 @@ from tpucared.emulator.compute.errors import OpError
 from tpucared.emulator.compute.flex import STEPS as FLEX_STEPS
 from tpucared.emulator.compute.flex import FlexStart
 from tpucared.emulator.compute.hooks import Groups, NoGroups
+from tpucared.emulator.compute.maintenance import ComputeMaintenance
 from tpucared.emulator.compute.operations import OperationBook
 from tpucared.emulator.compute.resources import Instance, ZoneOperation
 from tpucared.emulator.paging import SortedNames
@@ -51,7 +54,7 @@ log = structlog.get_logger(__name__)
 
 Step = Literal[
     "staging", "running", "deleted", "notice_over", "stopped", "expire",
-    "run_over", "run_ended", "flex_expire", "mig",
+    "run_over", "run_ended", "flex_expire", "mig", "maintenance",
 ]  # fmt: skip
 # Not yet created: a PENDING flex-start VM (waiting for capacity) counts as being created.
 CREATING = frozenset({"PENDING", "PROVISIONING", "STAGING"})
@@ -76,6 +79,7 @@ class ComputeBook(OperationBook):
         self._request_ids: dict[tuple[str, str, str], str] = {}  # (project, scope, id) -> op
         self.quota: dict[tuple[str, str], int] = {}  # (region, family) -> chips (control API)
         self.flex = FlexStart(self)  # flex-start VMs' capacity queues
+        self.maintenance = ComputeMaintenance(self)  # host maintenance (compute/maintenance.py)
 
     # -----------------------------------------------------------------------------------------
     # Instances: records.
@@ -251,6 +255,10 @@ class ComputeBook(OperationBook):
         step, _, name = key.partition("|")
         if step == "mig":
             self.groups.tick(name, now)
+            return
+        if step == "maintenance":  # "phase@instance"; `generation` is the maintenance's serial
+            phase, _, key = name.partition("@")
+            self.maintenance.tick(phase, key, generation, now)
             return
         inst = self.instances.get(name)
         if inst is None or inst.generation != generation:

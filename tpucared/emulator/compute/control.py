@@ -6,8 +6,10 @@
          TRUE on the VM's metadata server for S seconds first
     POST .../instances/{name}:terminate     TERMINATED at once, no preempted operation
     POST .../instances/{name}:schedule-maintenance {"start_in_seconds": S, "duration_seconds": D,
-         "type": "SCHEDULED"}  a host-maintenance window in `resourceStatus.upcomingMaintenance`
-         and the VM's `instance/upcoming-maintenance` (emulator/maintenance.py)
+         "type": "SCHEDULED", "can_reschedule": B}  a host-maintenance window in
+         `resourceStatus.upcomingMaintenance` and the VM's `instance/upcoming-maintenance`
+         (emulator/maintenance.py), which then happens (compute/maintenance.py: the notice in
+         `instance/maintenance-event`, the VM terminated at S, restarted after D)
     POST .../instances/{name}:vanish        gone at once, no operation
     GET  /_emulator/v1/instances            {"instances": [internal view incl. the worker IP]}
     PUT  /_emulator/v1/quota {"region", "family", "chips": N | null}   the chip quota of a
@@ -70,8 +72,7 @@ class ComputeControl:
             return web.json_response(internal_json(self.book.terminate(project, zone, name)))
         if action == "schedule-maintenance":
             inst = self.book.instance(project, zone, name)
-            body = await json_object(request)
-            inst.host.maintenance = maintenance.parse_body(body, self.book.state.clock)
+            self.book.maintenance.announce_window(inst, await json_object(request))
             return web.json_response(internal_json(inst))
         if action != "preempt":
             raise errors.invalid_argument(

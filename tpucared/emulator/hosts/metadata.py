@@ -7,7 +7,9 @@ Google`. A spot or preemptible VM about to be preempted sees `instance/preempted
 differs from `last_etag` (or from the current value without one), up to `timeout_sec`.
 
 `instance/upcoming-maintenance` shows the node's announced host-maintenance window
-(`Node.maintenance`, emulator/maintenance.py). It also serves the instance attributes
+(`Node.maintenance`, emulator/maintenance.py); `instance/maintenance-event` is NONE, or
+TERMINATE_ON_HOST_MAINTENANCE from the notice until the node is back (maintenance_run.py),
+watched like `instance/preempted`. It also serves the instance attributes
 (`instance/attributes/` lists them, `.../{key}` gives one): the node's metadata plus the
 worker id keys a TPU VM has, `agent-worker-number` and `tpu-env` (`WORKER_ID: '0'`), per
 `Node.metadata_attributes` (resources.py; on Compute Engine VMs, which of them is an emulator
@@ -15,7 +17,8 @@ option).
 
 Each `SimulatedWorker` (worker.py) runs one on its own address and a port of its own, and puts
 `GCE_METADATA_HOST=<ip>:<port>` in every command's environment. `notify()` wakes the waiting
-requests once the emulator gives the node its notice (`Node.notice_at`, lifecycle.py).
+requests once the emulator gives the node its notice (`Node.notice_at`, lifecycle.py) or its
+maintenance-event changes.
 """
 
 from __future__ import annotations
@@ -23,17 +26,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from tpucared.emulator import maintenance
+from tpucared.emulator.maintenance_run import run_of
 
 if TYPE_CHECKING:
     from tpucared.emulator.resources import Node
 
 PREEMPTED = "/computeMetadata/v1/instance/preempted"
 UPCOMING_MAINTENANCE = "/computeMetadata/v1/instance/upcoming-maintenance"
+MAINTENANCE_EVENT = "/computeMetadata/v1/instance/maintenance-event"
 ATTRIBUTES = "/computeMetadata/v1/instance/attributes/"
 MAX_WAIT_S = 3600.0  # the longest a wait_for_change request is held without a timeout_sec
 
@@ -64,6 +70,7 @@ class MetadataServer:
         app = web.Application()
         app.router.add_get(PREEMPTED, self._preempted)
         app.router.add_get(UPCOMING_MAINTENANCE, self._upcoming_maintenance)
+        app.router.add_get(MAINTENANCE_EVENT, self._maintenance_event)
         app.router.add_get(ATTRIBUTES, self._attribute)
         app.router.add_get(ATTRIBUTES + "{key}", self._attribute)
         # A client that hangs up (the watcher stopped with its run) ends its waiting request.
@@ -114,10 +121,28 @@ class MetadataServer:
         headers = {"Metadata-Flavor": "Google"}
         return web.Response(text=text, headers=headers, content_type="application/text")
 
+    def maintenance_event(self) -> str:
+        """`instance/maintenance-event` as this worker reads it (maintenance_run.py)."""
+        run = self.node.host_maintenance
+        return maintenance.EVENT_NONE if run is None else run.event_value(self.worker_index)
+
+    async def _maintenance_event(self, request: web.Request) -> web.Response:
+        """NONE or TERMINATE_ON_HOST_MAINTENANCE, watched like `instance/preempted`. Every read
+        counts as the VM having asked since its last event, which Google requires before it
+        warns (getting-live-migration-notice; the key must be queried directly)."""
+        if request.headers.get("Metadata-Flavor") == "Google":
+            run_of(self.node).polled = True
+        return await self._watched(request, self.maintenance_event)
+
     async def _preempted(self, request: web.Request) -> web.Response:
+        return await self._watched(request, self.value)
+
+    async def _watched(self, request: web.Request, current: Callable[[], str]) -> web.Response:
+        """A key with `?wait_for_change=true` (held until its value's ETag differs from
+        `last_etag`, or from the current value's, up to `timeout_sec`) and its ETag."""
         if request.headers.get("Metadata-Flavor") != "Google":
             return web.Response(status=403, text="Missing Metadata-Flavor:Google header.\n")
-        value = self.value()
+        value = current()
         if request.query.get("wait_for_change", "").lower() == "true":
             since = request.query.get("last_etag", self.etag(value))
             try:
@@ -126,14 +151,14 @@ class MetadataServer:
                 return web.Response(status=400, text="bad timeout_sec\n")
             loop = asyncio.get_running_loop()
             deadline = loop.time() + min(max(timeout, 0.0), MAX_WAIT_S)
-            while self.etag(self.value()) == since and not self._closing:
+            while self.etag(current()) == since and not self._closing:
                 left = deadline - loop.time()
                 if left <= 0:
                     break
                 self._changed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), left)
-            value = self.value()
+            value = current()
         return web.Response(
             text=value,
             headers={"ETag": self.etag(value), "Metadata-Flavor": "Google"},
