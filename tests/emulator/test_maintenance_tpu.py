@@ -17,6 +17,7 @@ from emulator_http import Http
 
 from tpucared.emulator import EmulatorServer, running_emulator
 from tpucared.emulator.hosts.metadata import MAINTENANCE_EVENT, MetadataServer
+from tpucared.emulator.server import build_parser
 
 P, Z = "upkeep", "us-central2-b"
 NODES = f"/v2/projects/{P}/locations/{Z}/nodes"
@@ -232,3 +233,19 @@ async def test_maintenance_event_warns_only_a_vm_that_asked(
     run = emulator.state.get_node(P, Z, "asks").host_maintenance
     assert run is not None
     assert run.event_value(0) == "NONE"
+
+
+def test_the_command_line_takes_the_maintenance_options() -> None:
+    args = build_parser().parse_args(
+        ["--maintenance-lead-seconds", "2", "--maintenance-duration-seconds", "5",
+         "--tpu-maintenance-node", "repairing"]
+    )  # fmt: skip
+    assert (args.maintenance_lead_seconds, args.maintenance_duration_seconds) == (2.0, 5.0)
+    assert args.tpu_maintenance_node == "repairing"
+    defaults = build_parser().parse_args([])
+    assert (defaults.maintenance_lead_seconds, defaults.maintenance_duration_seconds) == (
+        60.0,
+        None,
+    )
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--tpu-maintenance-node", "gone"])

@@ -240,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
         "log in, as the profile's user; ssh-keys metadata is ignored",
     )
     _compute_arguments(parser)
+    _maintenance_arguments(parser)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument(
         "--state-file", default=None, help="JSON file to load at start, save at exit"
@@ -268,6 +269,30 @@ def _compute_arguments(parser: argparse.ArgumentParser) -> None:
         default=EmulatorOptions.compute_mig_on_member_loss,
         help="what a DO_NOTHING managed instance group does when a VM is lost: leave it "
         "TERMINATED or gone (default), or create it again as REPAIR does",
+    )
+
+
+def _maintenance_arguments(parser: argparse.ArgumentParser) -> None:
+    """Host maintenance (maintenance_run.py): its timing, and what a TPU node shows."""
+    parser.add_argument(
+        "--maintenance-lead-seconds",
+        type=float,
+        default=EmulatorOptions.maintenance_event_lead_seconds,
+        help="how long before a maintenance instance/maintenance-event says "
+        "TERMINATE_ON_HOST_MAINTENANCE (Google: 60)",
+    )
+    parser.add_argument(
+        "--maintenance-duration-seconds",
+        type=float,
+        default=None,
+        help="how long a node or VM is down for maintenance (default: the window's length)",
+    )
+    parser.add_argument(
+        "--tpu-maintenance-node",
+        choices=("unhealthy", "repairing", "terminated"),
+        default=EmulatorOptions.tpu_maintenance_node,
+        help="what a TPU API node shows during maintenance: READY with health "
+        "UNHEALTHY_MAINTENANCE (default), REPAIRING, or TERMINATED for good",
     )
 
 
@@ -303,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
         compute_stockout_mode=args.compute_stockout_mode,
         compute_stockout_code=args.compute_stockout_code,
         compute_mig_on_member_loss=args.compute_mig_on_member_loss,
+        maintenance_event_lead_seconds=args.maintenance_lead_seconds,
+        maintenance_duration_seconds=args.maintenance_duration_seconds,
+        tpu_maintenance_node=args.tpu_maintenance_node,
         seed=args.seed,
         state_file=args.state_file,
     )
