@@ -6,6 +6,8 @@ earlier VM of the same name is told apart by its id."""
 
 from __future__ import annotations
 
+import pytest
+
 from tpucared.core.model.observed import RecordKind
 from tpucared.core.nodes.preemption import record_of
 from tpucared.core.vocab.actions import Loss
@@ -15,6 +17,9 @@ from tpucared.ports.cloud import PreemptionRecords
 
 from .support import ZONE, Control, P, finished, shape
 from .test_compute_cloud import NOW, running, wait_status
+
+FAST = {"create_seconds": 0.2, "delete_seconds": 0.1, "queued_provision_seconds": 0.1}
+MAINTENANCE_TIMING = {"maintenance_event_lead_seconds": 0.05, "maintenance_duration_seconds": 0.5}
 
 
 def loss(name: str, cloud_id: str | None) -> Loss:
@@ -76,3 +81,26 @@ async def test_an_earlier_vm_of_the_same_name_is_not_this_ones(
     assert [r.cloud_id for r in records] == [earlier]
     assert record_of(loss("iron-0", now), records) is None
     assert record_of(loss("iron-0", earlier), records) == records[0]
+
+
+@pytest.mark.parametrize(
+    "emulator_options",
+    [{**FAST, "compute_spot_maintenance": "host_maintenance", **MAINTENANCE_TIMING}],
+)
+async def test_a_host_maintenance_termination_is_a_record_of_its_own_kind(
+    cloud: ComputeCloud, control: Control
+) -> None:
+    """A spot VM terminated for host maintenance (the emulator's
+    `compute.instances.terminateOnHostMaintenance` operation) is read in the same one list,
+    with its kind; a preempted one beside it keeps its own."""
+    op = await cloud.create(P, ZONE, "iron-0", shape(on_preemption="stop"))
+    await finished(cloud, op)
+    await running(cloud, "iron-1")
+    window = {"start_in_seconds": 0.1, "duration_seconds": 0.5, "type": "SCHEDULED"}
+    await control.instance("iron-0", "schedule-maintenance", window)
+    await control.instance("iron-1", "preempt")
+    await wait_status(cloud, "iron-0", "TERMINATED")
+    await wait_status(cloud, "iron-1", "TERMINATED")
+    records = await cloud.preemptions(P, ZONE, ["iron-0", "iron-1"])
+    kinds = {r.name: r.kind for r in records}
+    assert kinds == {"iron-0": RecordKind.HOST_MAINTENANCE, "iron-1": RecordKind.PREEMPTED}
