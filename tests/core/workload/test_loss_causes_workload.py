@@ -43,6 +43,17 @@ def test_the_notice_inside_the_announced_window_is_maintenance() -> None:
     assert dead.cause is LossCause.MAINTENANCE
 
 
+def test_a_notice_just_before_the_window_is_maintenance_one_long_before_is_not() -> None:
+    """The maintenance-event notice comes about 60 s before the window starts."""
+    for start_in, cause in ((60, LossCause.MAINTENANCE), (3600, LossCause.PREEMPTED)):
+        start = T0 + timedelta(seconds=start_in)
+        window = MaintenanceWindow(start=start, end=start + timedelta(hours=1))
+        node_ = replace(node(), maintenance=window)
+        p = decide(work(spec=SPEC, node_=node_, probe_=noticed("ok", "ok", "ok", "ok")))
+        (dead,) = [a for a in p.actions if isinstance(a, Transition)]
+        assert dead.cause is cause, start_in
+
+
 def test_workers_unreachable_replace_the_node_with_an_unknown_cause() -> None:
     down = probe("down", "down", "run", "run", since=T0 - timedelta(minutes=30))
     p = decide(work(probe_=down))

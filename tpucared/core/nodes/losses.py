@@ -21,24 +21,31 @@ of spot VMs as preemptions too (vllm-project/ci-infra #608, [3P]).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Final
 
 from tpucared.core.model.causes import LossCause
 from tpucared.core.model.observed import MaintenanceWindow, ObservedNode
 
 ONGOING: Final = "ONGOING"  # upcomingMaintenance.maintenanceStatus while the window runs
+# How long before its window a VM is told of the maintenance (`instance/maintenance-event`
+# turns TERMINATE_ON_HOST_MAINTENANCE "about 60 s before": issue 41, Google's live-migration
+# notice page), with slack for a probe's pace: a notice this close to an announced window is
+# the window's (the workload planner's notice path, core/workload/planner.py `_lost`).
+NOTICE_LEAD: Final = timedelta(minutes=2)
 MAINTENANCE_HEALTH: Final = "UNHEALTHY_MAINTENANCE"  # TPU Node.Health during host maintenance
 
 
-def in_window(window: MaintenanceWindow | None, at: datetime) -> bool:
+def in_window(
+    window: MaintenanceWindow | None, at: datetime, lead: timedelta = timedelta(0)
+) -> bool:
     """The node's announced window is running at `at`: the cloud says ONGOING, or `at` falls
-    between its start and its end (an end not said: from its start on)."""
+    between its start (less `lead`) and its end (an end not said: from its start on)."""
     if window is None:
         return False
     if window.status == ONGOING:
         return True
-    if window.start is None or at < window.start:
+    if window.start is None or at < window.start - lead:
         return False
     return window.end is None or at <= window.end
 

@@ -56,7 +56,7 @@ from tpucared.core.model.records import (
     WorkloadAttemptRecord,
 )
 from tpucared.core.model.specs import RestartPolicy, WorkloadSpec
-from tpucared.core.nodes.losses import in_window
+from tpucared.core.nodes.losses import NOTICE_LEAD, in_window
 from tpucared.core.vocab.actions import (
     Action,
     DeleteNode,
@@ -418,13 +418,22 @@ def _lost(w: SlotWork, node: IncarnationRecord, why: str) -> list[Action]:
             add_preemptions=1,
         ),
         reason=f"{node.node_name} is being preempted: {why}",
-        # Inside its announced maintenance window the notice is the maintenance's.
-        cause=LossCause.MAINTENANCE if in_window(node.maintenance, w.now) else LossCause.PREEMPTED,
+        cause=_notice_cause(w, node),
     )
     delete = DeleteNode.of(
         node, P.DEAD, reason="dead: delete it at once, without waiting for the API to say PREEMPTED"
     )
     return [dead, delete]
+
+
+def _notice_cause(w: SlotWork, node: IncarnationRecord) -> LossCause:
+    """A notice at (or just before, core/nodes/losses.py NOTICE_LEAD) the node's announced
+    maintenance window is the maintenance's; any other is a preemption."""
+    noticed = [p.notice_at for p in (w.probe.workers if w.probe else ()) if p.notice_at]
+    at = min(noticed, default=w.now)
+    if in_window(node.maintenance, at, NOTICE_LEAD):
+        return LossCause.MAINTENANCE
+    return LossCause.PREEMPTED
 
 
 def _replace(node: IncarnationRecord, end_reason: str, why: str) -> DeleteNode:
