@@ -179,6 +179,9 @@ async def test_simulate_maintenance_event(http: Http, emulator: EmulatorServer) 
             assert (block["type"], block["maintenanceStatus"]) == ("UNSCHEDULED", "ONGOING")
             await asyncio.sleep(0.05)
             # "A maintenance event will only be fired on the first specified worker ID."
+            internal = (await http.ok("GET", "/_emulator/v1/nodes"))["nodes"]
+            [sim] = [n for n in internal if n["node_id"] == "sim"]
+            assert sim["maintenance_event"] == ["NONE", "TERMINATE_ON_HOST_MAINTENANCE"]
             assert [await event(session, s) for s in servers] == [
                 "NONE", "TERMINATE_ON_HOST_MAINTENANCE"
             ]  # fmt: skip
@@ -186,6 +189,10 @@ async def test_simulate_maintenance_event(http: Http, emulator: EmulatorServer) 
         for server in servers:
             await server.close()
     await until(http, "sim", unhealthy)
+    [sim] = [
+        n for n in (await http.ok("GET", "/_emulator/v1/nodes"))["nodes"] if n["node_id"] == "sim"
+    ]
+    assert sim["maintenance_down"] is True
 
 
 async def event(session: aiohttp.ClientSession, server: MetadataServer, **query: str) -> str:

@@ -212,8 +212,14 @@ class Node:
             endpoint["accessConfig"] = {"externalIp": worker.ip}
         return endpoint
 
+    def maintenance_event(self, worker_index: int) -> str:
+        """`instance/maintenance-event` as that worker's metadata server answers it."""
+        run = self.host_maintenance
+        return maintenance.EVENT_NONE if run is None else run.event_value(worker_index)
+
     def internal_json(self) -> dict[str, Any]:
         """The control API's view: the API resource plus what only the emulator knows."""
+        run = self.host_maintenance
         return {
             "project": self.project,
             "zone": self.zone,
@@ -225,6 +231,10 @@ class Node:
             "doomed": self.doomed is not None,
             "notice_at": self.notice_at,
             "maintenance": maintenance.shown(self.maintenance),
+            # What maintenance is doing to it (maintenance_run.py): each worker's
+            # instance/maintenance-event, and whether it is down for the maintenance.
+            "maintenance_event": [self.maintenance_event(w.index) for w in self.workers],
+            "maintenance_down": run is not None and run.down,
             "workers": [
                 {"index": w.index, "ip": w.ip, "host_key": w.host_public_key} for w in self.workers
             ],

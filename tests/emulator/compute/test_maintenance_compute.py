@@ -63,6 +63,10 @@ async def test_the_window_terminates_and_automatic_restart_brings_it_back(
     assert seen[-1] == "TERMINATE_ON_HOST_MAINTENANCE"
     assert (await http.ok("GET", f"{ZONE}/instances/vm-0"))["status"] == "RUNNING"
     await wait_status(http, "vm-0", "TERMINATED")
+    [seen_vm] = (await http.ok("GET", "/_emulator/v1/instances"))["instances"]
+    assert (seen_vm["maintenance_down"], seen_vm["maintenance_event"]) == (
+        True, "TERMINATE_ON_HOST_MAINTENANCE"
+    )  # fmt: skip
     [op] = await ops_of(http, TERMINATE_OP, "vm-0")
     assert (op["user"], op["status"], op["targetId"]) == ("system", "DONE", vm["id"])
     assert await ops_of(http, "compute.instances.preempted", "vm-0") == []

@@ -46,6 +46,9 @@ def internal_json(inst: Instance) -> dict[str, Any]:
         "doomed": inst.doomed is not None,
         "notice_at": inst.host.notice_at,
         "maintenance": maintenance.shown(inst.host.maintenance),
+        "maintenance_event": inst.host.maintenance_event(0),  # compute/maintenance.py
+        "maintenance_down": inst.host.host_maintenance is not None
+        and inst.host.host_maintenance.down,
         "workers": [{"index": 0, "ip": inst.worker.ip, "host_key": inst.worker.host_public_key}],
         "instance": inst.to_json(),
     }

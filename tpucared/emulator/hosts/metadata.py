@@ -123,8 +123,7 @@ class MetadataServer:
 
     def maintenance_event(self) -> str:
         """`instance/maintenance-event` as this worker reads it (maintenance_run.py)."""
-        run = self.node.host_maintenance
-        return maintenance.EVENT_NONE if run is None else run.event_value(self.worker_index)
+        return self.node.maintenance_event(self.worker_index)
 
     async def _maintenance_event(self, request: web.Request) -> web.Response:
         """NONE or TERMINATE_ON_HOST_MAINTENANCE, watched like `instance/preempted`. Every read
