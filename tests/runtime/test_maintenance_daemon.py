@@ -54,7 +54,8 @@ async def test_a_scheduled_window_is_seen_shown_counted_and_told_once(
     assert datetime.fromisoformat(str(window.pop("start"))) == start
     end = datetime.fromisoformat(str(window.pop("end")))
     assert (end - start).total_seconds() == 3600
-    assert window == {"type": "SCHEDULED", "status": "PENDING", "can_reschedule": False}
+    # The emulator lets a node Google lets start maintenance early (v4) say canReschedule.
+    assert window == {"type": "SCHEDULED", "status": "PENDING", "can_reschedule": True}
     code, out, err = await tpucared("status", "-c", str(config))
     assert code == 0, err
     assert "ready, maintenance in 2d23h" in out, out
