@@ -86,7 +86,7 @@ async def test_plan_prints_what_it_would_do_and_changes_nothing(
     code, out, err = await tpucared("plan", "-c", str(config))
     assert code == 0, err
     assert out.splitlines() == [
-        "transition   sweep-1 [#2] ready -> dead: preempted",
+        "transition   sweep-1 [#2] ready -> dead (cause preempted): preempted",
         "delete       sweep-1 [#2 dead] node in us-central2-b: dead: delete it at once",
         "hold         sweep-1: the previous node is still deleting; its name is not free yet",
     ]
