@@ -14,8 +14,11 @@ its own URLs, calls and list shape, and shares everything here. Every request go
   `"error"` as the status when no response came back; `on_request` sees each one too.
 
 `_pages` is the paging loop both APIs' lists share: it follows the page token to the end,
-within `MAX_LIST_PAGES` and `list_deadline` (a list that does not end is MALFORMED), and
-refuses a repeated token; what a page must look like is the caller's `accept`.
+within `MAX_LIST_PAGES` (or the fewer pages `LIST_BOUNDS` allows: ten times the zone's last
+good list's and ten, ports/cloud.py) and `list_deadline` (a list that does not end is
+MALFORMED), and refuses a repeated token; what a page must look like is the caller's `accept`.
+Under `LIST_BOUNDS` with `retry` off (a failing zone's probe) its requests are not retried,
+and the pages a list took are written back into it.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from tpucared.gcp.auth import TokenSource
 from tpucared.gcp.errors import classify_transport, malformed_response
 from tpucared.gcp.responses import PageMemo, read_body
 from tpucared.gcp.retry import RetryPolicy, Rng, Sleep, call_with_retry
+from tpucared.ports.cloud import LIST_BOUNDS
 
 JSON = dict[str, Any]
 RequestHook = Callable[[str, str, float], None]  # (call, status, seconds)
@@ -224,9 +228,14 @@ class RestClient:
         items: list[JSON] = []
         seen: set[str] = set()
         token: str | None = None
+        bounds = LIST_BOUNDS.get()
+        most = MAX_LIST_PAGES
+        if bounds is not None and bounds.pages is not None:
+            most = min(most, bounds.pages)
+        retry = bounds is None or bounds.retry
         deadline = self._clock() + self._list_deadline
         while True:
-            if len(seen) >= MAX_LIST_PAGES or self._clock() > deadline:
+            if len(seen) >= most or self._clock() > deadline:
                 # A server handing out fresh page tokens forever once cost 126,212 requests
                 # in 40 s and 600 MiB: a list that does not end is a failed list.
                 raise malformed_response(
@@ -234,19 +243,23 @@ class RestClient:
                     f"{len(seen)} pages fetched, {len(items)} items",
                     method="GET",
                     url=url,
-                    why=f"the list did not end within {MAX_LIST_PAGES} pages / "
-                    f"{self._list_deadline:.0f} s",
+                    why=f"the list did not end within {most} pages / {self._list_deadline:.0f} s",
                 )
             query = dict(params)
             if token:
                 query["pageToken"] = token
             read = read_body if memo is None else partial(memo.read, len(seen))
-            page = await self._call(call, "GET", url, params=query, read=read)
+            if retry:
+                page = await self._call(call, "GET", url, params=query, read=read)
+            else:  # a probe: its next one is the retry
+                page = await self._send(call, "GET", url, query, None, read)
             items.extend(accept(page))
             token = page.get("nextPageToken") or None
             if token is None:
                 if memo is not None:
                     memo.ended(len(seen) + 1)
+                if bounds is not None:
+                    bounds.longest = max(bounds.longest, len(seen) + 1)
                 return items
             if token in seen:
                 # A server that hands out the same token again would keep us here forever.

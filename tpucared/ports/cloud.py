@@ -23,7 +23,10 @@ plan lost such a node (core/nodes/preemption.py).
 Every call may be given a deadline: `ANSWER_BY` (a context variable, the event loop's clock) is
 the instant by which the caller needs the answer, and the caller cancels the call there. An
 implementation that retries must not start a retry that cannot finish before it (gcp/retry.py):
-the request would only be cancelled, costing the API a request for nothing.
+the request would only be cancelled, costing the API a request for nothing. `observe` may be
+given `LIST_BOUNDS` the same way: how many pages each paginated list may take and whether its
+requests are retried (a failing zone's probe, core/planning/zone_health.py), and the adapter
+writes back into it the most pages a list took.
 
 Every call but `observe` fails only with a `CloudError` carrying the core `ErrorKind` the
 planner decides on (the gcp adapters' `ApiError` is one). The runtime holds one port per
@@ -48,6 +51,19 @@ DEFAULT_SA_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 # When the caller of a cloud call needs its answer, on the running loop's clock (`loop.time()`);
 # None: no deadline. Set by the runtime around a call (module docstring), read by the adapters.
 ANSWER_BY: ContextVar[float | None] = ContextVar("tpucared_answer_by", default=None)
+
+
+@dataclass
+class ListBounds:
+    """How one `observe` lists (set by the runtime) and what its lists took (by the adapter)."""
+
+    pages: int | None = None  # the most pages any one list may take; None: the adapter's own
+    retry: bool = True  # False: a failed request is not retried
+    longest: int = 0  # the most pages one list of this observe took (written by the adapter)
+
+
+# The bounds of the `observe` running in this context; None: the adapter's own, retried.
+LIST_BOUNDS: ContextVar[ListBounds | None] = ContextVar("tpucared_list_bounds", default=None)
 
 
 class CloudError(Exception):

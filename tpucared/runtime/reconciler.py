@@ -29,8 +29,11 @@ error, since when) is brought up to date in one small write transaction, only fo
 whose row changed: a zone that keeps listing fine costs nothing. The `UNREACHABLE_AFTER`th
 consecutive failure tells `zone.unreachable` (once per outage); the first list that succeeds
 after it tells `zone.reachable`. A failing zone is listed again only after its backoff
-(`ZoneHealth.next_list_at`, core/planning/zone_health.py): until then a tick does not ask it
-and it is unknown for that tick, as if its list had failed again, without counting as one.
+(`ZoneHealth.next_list_at`, core/planning/zone_health.py: at most 30 s once it listed well
+since the start, 5 minutes before that): until then a tick does not ask it and it is unknown
+for that tick, as if its list had failed again, without counting as one. Its list then is a
+probe (the observer's `list_terms`: one request when it fails at the first page, at most ten
+times its last good list's pages and ten when the pages do not end).
 """
 
 from __future__ import annotations
@@ -173,7 +176,9 @@ class Reconciler:
         reused = observations is not None
         if observations is None:
             skip = await self._backing_off(zones)
-            observations = await self._observer.observe(zones, self._clock.now(), skip=skip)
+            observations = await self._observer.observe(
+                zones, self._clock.now(), skip=skip, health=self.zone_health
+            )
             await self._record_zone_health(
                 by_location(o for o in observations if (o.project, o.zone) not in skip)
             )
@@ -317,6 +322,7 @@ class Reconciler:
             after, event = next_zone_health(
                 before, obs, obs.project or self.project, self._last_ok.get(where),
                 UNREACHABLE_AFTER, poll_interval=self._poll,
+                bounded=self._observer.bounded(where),
             )  # fmt: skip
             if after != before:
                 self.zone_health[where] = after

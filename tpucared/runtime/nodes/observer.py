@@ -20,6 +20,12 @@ hangs costs a tick 2 s, not the HTTP timeouts of all its retries. A list that mi
 cancelled and the location is unknown for the tick, exactly like a failed list (the planner
 concludes nothing from absence there); the late answer is dropped, never used by a later
 tick. The locations in `skip` (backing off after failed lists, reconciler.py) are not asked.
+
+Each list is bounded by `LIST_BOUNDS` (ports/cloud.py) on the terms core/planning/zone_health.py
+`list_terms` sets: at most ten times the pages of the location's last good list by that API,
+and ten (remembered here, in memory: after a restart a zone's first lists have the client's
+200-page bound, and a failing one backs off to 5 minutes, not 30 s, until it lists well once),
+and a failing location's list is a probe whose requests are not retried.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from datetime import datetime
 import structlog
 
 from tpucared.core.model.observed import ZoneObservation
-from tpucared.core.model.records import IncarnationRecord
+from tpucared.core.model.records import IncarnationRecord, ZoneHealth
 from tpucared.core.model.specs import (
     DEFAULT_API,
     DEFAULT_PROJECT,
@@ -42,7 +48,8 @@ from tpucared.core.model.specs import (
     Provisioning,
     location_name,
 )
-from tpucared.ports.cloud import ANSWER_BY
+from tpucared.core.planning.zone_health import list_terms
+from tpucared.ports.cloud import ANSWER_BY, LIST_BOUNDS, ListBounds
 from tpucared.runtime.clouds import CloudMap
 
 log = structlog.get_logger(__name__)
@@ -112,6 +119,15 @@ class Observer:
         self.deadline = max(deadline, LIST_FLOOR_S)  # a list never listed fine gets this long
         # Seconds of each location's good lists, per API listing it.
         self._took: dict[tuple[Location, str], deque[float]] = {}
+        # Pages of each location's last good list (its longest), per API listing it.
+        self._pages: dict[tuple[Location, str], int] = {}
+        self._apis: dict[Location, tuple[str, ...]] = {}  # the APIs that listed it last
+
+    def bounded(self, where: Location) -> bool:
+        """Whether every API listing the location has listed it well (its lists are bounded
+        by that, and a failing one is probed every 30 s: core/planning/zone_health.py)."""
+        apis = self._apis.get(where, ())
+        return bool(apis) and all((where, api) in self._pages for api in apis)
 
     def project_of(self, project: str) -> str:
         return project or self._project
@@ -129,16 +145,23 @@ class Observer:
         now: datetime,
         *,
         skip: Mapping[Location, ZoneObservation] | None = None,
+        health: Mapping[Location, ZoneHealth] | None = None,
     ) -> tuple[ZoneObservation, ...]:
         """List every location at once, through the port of each API listing it and within
         its `limit`; the observations come back sorted by (project, zone, api), each carrying
         the project as the core knows it and the API that listed it. `skip`: what to say of
-        the locations not asked (once each)."""
+        the locations not asked (once each); `health`: the locations' list health, for
+        `list_terms`."""
         skip = skip or {}
+        health = health or {}
         lists = [(w, a) for w in sorted(zones.nodes) for a in zones.apis(w) if w not in skip]
+        for where in zones.nodes:
+            self._apis[where] = zones.apis(where)
 
         async def one(where: Location, api: str) -> ZoneObservation:
             project = where[0]
+            pages, retry = list_terms(health.get(where), self._pages.get((where, api)))
+            LIST_BOUNDS.set(ListBounds(pages=pages, retry=retry))  # this list's task alone
             obs = await self._listed(where, api, zones, now)
             if project != DEFAULT_PROJECT:
                 obs = replace(obs, project=project)
@@ -174,6 +197,9 @@ class Observer:
         if obs.ok:
             took = self._took.setdefault((where, api), deque(maxlen=RECENT_LISTS))
             took.append(loop.time() - started)
+            bounds = LIST_BOUNDS.get()
+            if bounds is not None and bounds.longest:
+                self._pages[(where, api)] = bounds.longest
         return obs
 
 
