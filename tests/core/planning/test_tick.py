@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tpucared.core.model.causes import LossCause
 from tpucared.core.model.records import (
     AttemptOutcome,
     IncarnationRecord,
@@ -178,11 +179,20 @@ def test_replacing_a_busy_node_then_creating_a_new_one() -> None:
     busy = replace(probe(1, 1, *(WorkerProbe.exited(i, 1) for i in range(4))), busy=(2,))
     listed = world(node(f"{FLEET}-0", cloud_id="101"))
     plan = tick(specs, listed, snap, {(FLEET, 0): busy})
+    # A TPU still held after cleanup makes a bad host (core/workload/bad_hosts.py): recycled
+    # with its own cause, the slot's next create in the fleet's next zone; no preemption is
+    # counted, no failure spent, and no create while it is deleted.
+    (move,) = plan.of(Transition)
+    assert (move.expected, move.new, move.cause) == (P.READY, P.DELETING, LossCause.BAD_HOST)
+    assert move.slot_update is not None
+    assert move.slot_update.add_preemptions == 0
     (delete,) = plan.of(DeleteNode)
-    assert (delete.expected, delete.end_reason) == (P.READY, "replaced: TPU busy after cleanup")
-    # No preemption is counted for a planned replacement, and no create while it is deleted.
-    assert plan.of(Transition) == ()
-    assert [a.kind for a in plan.actions] == ["delete"]
+    assert (delete.expected, delete.end_reason, delete.cause) == (
+        P.DELETING,
+        "bad host",
+        LossCause.BAD_HOST,
+    )
+    assert [a.kind for a in plan.actions] == ["transition", "delete"]
 
 
 def test_a_fleet_left_out_of_the_config_keeps_its_workload_running() -> None:
