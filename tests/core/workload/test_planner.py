@@ -342,8 +342,9 @@ def test_replacing_a_node_is_a_planned_delete_of_the_ready_node() -> None:
     p = decide(work(last=ended(Out.FAILED), probe_=probe(attempt=3, busy=(1, 3))))
     (delete,) = p.actions
     assert isinstance(delete, DeleteNode)
-    assert (delete.incarnation_id, delete.expected, delete.end_reason) == (
-        NODE_ID, P.READY, "bad host")  # fmt: skip (core/workload/bad_hosts.py)
+    # The end a bad host gets (core/workload/bad_hosts.py).
+    expected = (NODE_ID, P.READY, "bad host")
+    assert (delete.incarnation_id, delete.expected, delete.end_reason) == expected
     assert "worker(s) 1, 3" in delete.reason
     assert delete.end_reason is not None
     assert len(delete.end_reason) <= 64
