@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from store_support import facts, hours, seed, slot_update
 
+from tpucared.core.model.causes import LossCause
 from tpucared.core.model.records import AttemptOutcome, CreateAttemptRecord, NodePhase
 from tpucared.core.model.specs import ErrorKind
 from tpucared.store import Store
@@ -59,6 +60,7 @@ async def populate(store: Store, now: datetime) -> None:
             at(5.5),
             end_reason="preempted",
             slot_update=slot_update("sweep", 0, add_preemptions=1),
+            cause=LossCause.PREEMPTED,
         )
         await tx.begin_delete(a.id, P.DEAD, at(5.45))
         await tx.transition(a.id, P.DELETING, P.DELETED, at(5.4))
@@ -98,6 +100,7 @@ async def populate(store: Store, now: datetime) -> None:
             at(3),
             end_reason="preempted",
             slot_update=slot_update("sweep", 2, add_preemptions=1),
+            cause=LossCause.PREEMPTED,
         )
 
         # sweep/3: READY 9h, attempt 1 failed, attempt 2 succeeded, slot done, node deleted.
@@ -182,6 +185,15 @@ def check_preemptions_per_fleet(rows: Rows) -> None:
     assert rows[1]["first_at"] < rows[1]["last_at"]
 
 
+def check_losses_by_cause(rows: Rows) -> None:
+    # Two preemptions recorded with their cause; sweep/3's failed attempt is the one crash;
+    # sweep-3's delete when its workload was done is no loss (no cause).
+    assert [(r["fleet"], r["cause"], r["losses"]) for r in rows] == [
+        ("sweep", "preempted", 2),
+        ("sweep", "crash", 1),
+    ]
+
+
 def check_preemption_history(rows: Rows) -> None:
     assert [(r["node_name"], r["zone"]) for r in rows] == [("sweep-2", "z-a"), ("sweep-0", "z-a")]
     assert [r["ready_hours"] for r in rows] == [6.0, 4.0]
@@ -258,6 +270,7 @@ EXPECTED: dict[str, list[Callable[[Rows], None]]] = {
     "Recent events": [check_recent_events],
     "Zones the daemon cannot list": [check_zones_failing],
     "Preemptions per fleet": [check_preemptions_per_fleet],
+    "Losses by cause": [check_losses_by_cause],
     "Preemption history": [check_preemption_history],
     "Uptime and goodput per slot": [check_goodput],
     "Create failures by zone in the last day": [
