@@ -182,6 +182,11 @@ class NodeRow(Base):
     maintenance: Mapped[MaintenanceWindow | None] = mapped_column(MaintenanceText)
     # Why it was lost, core/model/causes.py `LossCause` (0012); NULL: not lost.
     loss_cause: Mapped[LossCause | None] = mapped_column(StrEnumType(LossCause, 32))
+    # What `on_maintenance` did about a window (0013): the window start it acted on, when the
+    # workload got its stop signal, when the cloud was asked to start the maintenance now.
+    maintenance_handled_for: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    maintenance_checkpoint_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    maintenance_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     version: Mapped[int] = _version()  # its workers' changes touch it too (0010)
 
 

@@ -108,6 +108,12 @@ class IncarnationRecord:
     maintenance: MaintenanceWindow | None = None
     # Why it was lost (core/model/causes.py, migration 0012); None: not lost (yet).
     loss_cause: LossCause | None = None
+    # What the fleet's `on_maintenance` did about a window (core/workload/maintenance.py,
+    # migration 0013): the window start it acted on, when the workload got its stop signal,
+    # when the cloud was asked to start the maintenance now. None: nothing (yet).
+    maintenance_handled_for: datetime | None = None
+    maintenance_checkpoint_at: datetime | None = None
+    maintenance_started_at: datetime | None = None
 
     @property
     def key(self) -> tuple[str, int, int]:
