@@ -304,8 +304,7 @@ def workload_config(
         daemon_config.fleet(
             fleet,
             accelerator_type=accelerator_type,
-            capacity="spot",
-            **lines,
+            **({"capacity": "spot"} | lines),
             workload={
                 "run": run,
                 "env": {"RESULTS": str(results)},

@@ -149,6 +149,9 @@ class FakeCloud:
         node = self.nodes[(zone, name)]
         return {w.index: list(w.host_keys().items()) for w in node.vm.workers}
 
+    async def start_maintenance(self, project: str, zone: str, name: str) -> OperationState:
+        raise CloudError("this cloud announces no maintenance", ErrorKind.INVALID)
+
     async def aclose(self) -> None:
         await self.hosts.close()
 

@@ -394,6 +394,13 @@ def _workload(raw: WorkloadTable, at: str, base: Path, problems: Problems) -> Wo
             f"{at}: workload.stop_grace",
             "at most 10m: a preempted VM is powered off about 30 s after its notice",
         )
+    lead = raw.maintenance_lead
+    if not max(raw.stop_grace, timedelta(seconds=10)) <= lead <= timedelta(hours=1):
+        problems.add(
+            f"{at}: workload.maintenance_lead",
+            "between workload.stop_grace (the workload must have stopped before the window "
+            "starts) and 1h, and at least 10s",
+        )
     return WorkloadSpec(
         run=raw.run,
         repository=raw.repository,
@@ -411,6 +418,8 @@ def _workload(raw: WorkloadTable, at: str, base: Path, problems: Problems) -> Wo
         health_check=raw.health_check,
         health_check_timeout=raw.health_check_timeout.total_seconds(),
         max_bad_hosts=raw.max_bad_hosts,
+        on_maintenance=raw.on_maintenance,
+        maintenance_lead=lead.total_seconds(),
     )
 
 

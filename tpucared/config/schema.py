@@ -51,6 +51,7 @@ from tpucared.config.syntax import (
 from tpucared.core.model.specs import (
     CapacityKind,
     DiskMode,
+    OnMaintenance,
     OnSuccess,
     Provisioning,
     RestartPolicy,
@@ -122,6 +123,8 @@ class WorkloadTable(Table):
     health_check: NonEmpty | None = None
     health_check_timeout: Duration = timedelta(seconds=60)
     max_bad_hosts: int = Field(default=3, ge=0)
+    on_maintenance: Annotated[OnMaintenance, _lax()] = OnMaintenance.CHECKPOINT
+    maintenance_lead: Duration = timedelta(minutes=5)
 
 
 class DataDiskTable(Table):

@@ -221,6 +221,12 @@ class Cloud(Protocol):
 
     async def host_keys(self, project: str, zone: str, name: str) -> PublishedHostKeys: ...
 
+    async def start_maintenance(self, project: str, zone: str, name: str) -> OperationState:
+        """Start node `name`'s pending host-maintenance window now (a fleet's
+        `on_maintenance = now`). INVALID when the cloud refuses (nothing pending, the window
+        cannot be moved, a slice too small to start it early)."""
+        ...
+
     async def aclose(self) -> None: ...
 
 

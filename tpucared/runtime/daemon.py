@@ -42,12 +42,12 @@ import structlog
 from tpucared import __version__
 from tpucared.config import Config
 from tpucared.core.leadership.lease import Role
-from tpucared.core.model.records import CreateAttemptRecord
+from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord
 from tpucared.core.model.specs import FleetSpec
 from tpucared.gcp import TokenSource
 from tpucared.notify import WebhookSender, resolve_webhooks
 from tpucared.notify.sender import Webhook, WebhookConfigError
-from tpucared.ports.cloud import Clouds
+from tpucared.ports.cloud import Clouds, OperationState
 from tpucared.ports.launcher import Launcher
 from tpucared.preflight import start_checks
 from tpucared.runtime.clock import Clock, SystemClock
@@ -128,6 +128,8 @@ class Daemon:
             max_creates=config.policy.max_creates, on_attempt=on_attempt, guard=guard,
         )  # fmt: skip
         self.workloads = None if workloads is None else self._slot_jobs(workloads)
+        if workloads is not None:
+            workloads.start_maintenance_with(self._start_maintenance)
         self.sweeper = Sweeper(self.clouds, config.gcp.project, self.tasks)
         self.reconciler = Reconciler(
             specs=config.fleets if specs is None else specs,
@@ -161,6 +163,11 @@ class Daemon:
             clock=resources.clock,
             **options,
         )
+
+    async def _start_maintenance(self, inc: IncarnationRecord) -> OperationState:
+        """A node's pending maintenance started now, through the cloud that made it."""
+        project = inc.project or self.config.gcp.project
+        return await self.clouds.for_node(inc).start_maintenance(project, inc.zone, inc.node_name)
 
     def _slot_jobs(self, runner: WorkloadRunner) -> WorkloadJobs:
         """The slots' SSH work (probes, workload actions), off the tick; probed once per poll,

@@ -3,10 +3,10 @@
 Handed out by `Store.write()`; valid only inside that `async with` block. The methods are
 grouped by what they change: `write_base` (events, fleets, slots, create attempts),
 `write_nodes` (incarnations and workers), `write_many` (a run of their compare-and-sets at
-once), `write_adopt` (many slots and adoptions at once),
-`write_workloads` (workload attempts), `lease` (the leader lease), `prune`
-(the maintenance task's bounded deletes); the reads come from `reads.Reader`. Here: the
-savepoints, and `apply_each`, many small writes each undone alone.
+once), `write_adopt` (many slots and adoptions at once), `write_workloads` (workload
+attempts), `write_maintenance` (what `on_maintenance` did about a window), `lease` (the leader
+lease), `prune` (the maintenance task's bounded deletes); the reads come from
+`reads.Reader`. Here: the savepoints, and `apply_each`, many small writes each undone alone.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from tpucared.store.engine import connection_lost
 from tpucared.store.lease import LeaseWrites
 from tpucared.store.prune import PruneWrites
 from tpucared.store.write_adopt import AdoptWrites
+from tpucared.store.write_maintenance import MaintenanceWrites
 from tpucared.store.write_many import ManyNodeWrites
 from tpucared.store.write_workloads import WorkloadWrites
 
@@ -36,7 +37,7 @@ class Applied(Generic[T]):
     error: Exception | None = None
 
 
-class Tx(ManyNodeWrites, AdoptWrites, WorkloadWrites, PruneWrites, LeaseWrites):
+class Tx(ManyNodeWrites, AdoptWrites, WorkloadWrites, MaintenanceWrites, PruneWrites, LeaseWrites):
     """Everything in one `Store.write()` block commits together or not at all."""
 
     @asynccontextmanager

@@ -42,6 +42,16 @@ class RestartPolicy(StrEnum):
     ALWAYS = "always"
 
 
+class OnMaintenance(StrEnum):
+    """What a fleet does about its node's announced host-maintenance window
+    (core/workload/maintenance.py; docs/daemon.md argues the default)."""
+
+    CHECKPOINT = "checkpoint"  # the workload checkpoints before the window; relaunch after it
+    NOW = "now"  # ... then the maintenance is started at once (performMaintenance)
+    REPLACE = "replace"  # ... then the node is replaced (another zone first)
+    IGNORE = "ignore"  # nothing before the window (the notice path still hears it)
+
+
 class OnSuccess(StrEnum):
     """What happens to a slot's node once its workload has succeeded for good."""
 
@@ -113,6 +123,10 @@ class WorkloadSpec:
     health_check: str | None = None
     health_check_timeout: float = 60.0  # seconds
     max_bad_hosts: int = 3
+    # Host maintenance on the workload's terms (core/workload/maintenance.py): what to do about
+    # an announced window, and how long before its start the workload gets its stop signal.
+    on_maintenance: OnMaintenance = OnMaintenance.CHECKPOINT
+    maintenance_lead: float = 300.0  # seconds
 
 
 # WorkloadSpec fields younger than stored spec hashes: left out of a hash while at their
@@ -123,6 +137,8 @@ _NEWER_WORKLOAD_FIELDS = {
     "health_check": None,
     "health_check_timeout": 60.0,
     "max_bad_hosts": 3,
+    "on_maintenance": OnMaintenance.CHECKPOINT,
+    "maintenance_lead": 300.0,
 }
 
 # How long a direct multislice slot keeps its READY slices while it hunts for a missing one

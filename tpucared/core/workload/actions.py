@@ -50,6 +50,17 @@ FinishAttempt   T: finish_attempt(attempt_id, outcome, exit_codes, detail): comp
                 counts preemptions when the node dies.
 MarkSlotDone    T: update_slot(done=True). The node planner then deletes the slot's node
                 unless on_success = keep, and never creates one for it again.
+CheckpointForMaintenance  The node's announced maintenance window is `maintenance_lead` away
+                (core/workload/maintenance.py). T: record the window as handled on the node
+                (its start, and the time: `nodes.maintenance_handled_for` /
+                `maintenance_checkpoint_at`) with a `maintenance.checkpoint` event, then, when
+                an attempt runs, send its runs on every slice the fleet's `stop_signal`. The
+                record comes first: the judge then reads the attempt's end as the
+                maintenance's (PREEMPTED, never charged), even after a crash in between.
+StartMaintenance  T: record `maintenance_started_at` (asked once, whatever the answer), then
+                ask the node's cloud to start the window now (`Cloud.start_maintenance`); an
+                event says whether it did (`maintenance.started`) or why not
+                (`maintenance.start_refused`: the planner then waits for the window).
 Replacing a node whose TPU stays busy or whose workers stopped answering is a plain
 `DeleteNode` (core/vocab/actions.py) with `expected` READY: the daemon's executor carries it out.
 """
@@ -58,6 +69,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import ClassVar, Final
 
 from tpucared.core.model.records import AttemptOutcome
@@ -131,18 +143,57 @@ class MarkSlotDone(Action):
         return f"{self.fleet}/{self.slot}"
 
 
+@dataclass(frozen=True, kw_only=True)
+class CheckpointForMaintenance(Action):
+    kind: ClassVar[str] = "maintenance-checkpoint"
+    fleet: str
+    slot: int
+    incarnation_id: int  # the node whose window it is
+    node_name: str
+    window_start: datetime
+    attempt: int | None  # the running attempt to signal; None: nothing runs, only recorded
+    signal: str  # the fleet's stop_signal
+
+    def subject(self) -> str:
+        return f"{self.fleet}/{self.slot}"
+
+    def summary(self) -> str:
+        what = f"attempt {self.attempt} gets SIG{self.signal}" if self.attempt else "no run"
+        return f"{self.fleet}/{self.slot} before the window of {self.node_name}: {what}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartMaintenance(Action):
+    kind: ClassVar[str] = "maintenance-start"
+    fleet: str
+    slot: int
+    incarnation_id: int
+    node_name: str
+    window_start: datetime
+
+    def subject(self) -> str:
+        return f"{self.fleet}/{self.slot}"
+
+    def summary(self) -> str:
+        return f"{self.fleet}/{self.slot} start the maintenance of {self.node_name} now"
+
+
 WORKLOAD_ACTIONS: tuple[type[Action], ...] = (
     LaunchWorkload,
     StopWorkload,
     FinishAttempt,
     MarkSlotDone,
+    CheckpointForMaintenance,
+    StartMaintenance,
 )
 
 __all__ = [
     "CHARGED_OUTCOMES",
     "WORKLOAD_ACTIONS",
+    "CheckpointForMaintenance",
     "FinishAttempt",
     "LaunchWorkload",
     "MarkSlotDone",
+    "StartMaintenance",
     "StopWorkload",
 ]

@@ -86,25 +86,35 @@ def recycle(
     for node in nodes:
         reason = f"replace {node.node_name}: bad host ({what}); bad host {len(recent) + 1} of " \
             f"{budget} today"  # fmt: skip
-        update = _next_zone(w, node)
-        if update is not None:
-            # The slot's next zone moves with the node's end, in the same transaction.
-            actions.append(
-                Transition(
-                    incarnation_id=node.id,
-                    node_name=node.node_name,
-                    expected=P.READY,
-                    new=P.DELETING,
-                    end_reason=END_REASON,
-                    cause=LossCause.BAD_HOST,
-                    slot_update=update,
-                    reason=reason,
-                )
-            )
-        seen = P.DELETING if update is not None else P.READY
-        cause = LossCause.BAD_HOST
-        actions.append(DeleteNode.of(node, seen, reason=reason, end_reason=END_REASON, cause=cause))
+        actions += replace_elsewhere(w, node, reason, END_REASON, LossCause.BAD_HOST)
     return actions, []
+
+
+def replace_elsewhere(
+    w: SlotWork, node: IncarnationRecord, reason: str, end_reason: str, cause: LossCause
+) -> list[Action]:
+    """A planned delete of the READY `node` with `cause`; a single-slice slot of a fleet with
+    several zones tries the zone after the node's first (the module docstring; also a node
+    replaced before its maintenance window, maintenance.py)."""
+    out: list[Action] = []
+    update = _next_zone(w, node)
+    if update is not None:
+        # The slot's next zone moves with the node's end, in the same transaction.
+        out.append(
+            Transition(
+                incarnation_id=node.id,
+                node_name=node.node_name,
+                expected=P.READY,
+                new=P.DELETING,
+                end_reason=end_reason,
+                cause=cause,
+                slot_update=update,
+                reason=reason,
+            )
+        )
+    seen = P.DELETING if update is not None else P.READY
+    out.append(DeleteNode.of(node, seen, reason=reason, end_reason=end_reason, cause=cause))
+    return out
 
 
 def words(probe: SlotProbe) -> str:

@@ -22,6 +22,9 @@ wins:
                                        moves it to DEAD, counting the preemption once, and the
                                        node planner deletes it without waiting for PREEMPTED);
                                        until then keep watching: the workload checkpoints
+  the daemon signalled it before a      PREEMPTED (never a failure, whatever the exit codes)
+  maintenance window (maintenance.py)  once no worker runs it, or `stop_grace` after the
+                                       signal (then stop); the node stays for the window
   a worker rebooted                    PREEMPTED, stop
   a worker exited non-zero or died     FAILED, stop every worker
   a worker unreachable                 wait `unreachable_grace`, then PREEMPTED and replace
@@ -42,6 +45,7 @@ from datetime import datetime, timedelta
 
 from tpucared.core.model.durations import fmt
 from tpucared.core.model.records import AttemptOutcome, NodePhase, WorkloadAttemptRecord
+from tpucared.core.workload import maintenance
 from tpucared.core.workload.inputs import (
     NEVER_STARTED,
     REBOOTED,
@@ -87,6 +91,9 @@ def judge(w: SlotWork, a: WorkloadAttemptRecord, policy: WorkloadPolicy) -> Verd
     noticed = [p.notice_at for p in probe.workers if p.notice_at is not None]
     if noticed:
         return _noticed(w, probe.workers, min(noticed), codes)
+    asked = maintenance.asked_at(w, a.started_at)
+    if asked is not None:
+        return _checkpointed(w, probe.workers, asked, codes)
     return _by_workers(w, a, probe.workers, codes, policy, w.spec.hang_timeout)
 
 
@@ -107,6 +114,26 @@ def _noticed(
     )
     # No stop: the node is lost and deleted, processes and all.
     return Verdict(Out.PREEMPTED, f"preemption notice; {how}", codes, lost=True)
+
+
+def _checkpointed(
+    w: SlotWork, workers: tuple[WorkerProbe, ...], at: datetime, codes: dict[int, int | None]
+) -> Verdict | None:
+    """The daemon sent the workload its stop signal before a maintenance window
+    (maintenance.py): its end, whatever the exit codes, is the maintenance's. The node stays
+    (the window has not started); a run still going after `stop_grace` is stopped."""
+    assert w.spec is not None
+    running = [p for p in workers if p.state is W.RUNNING]
+    waited = w.now - at
+    if running and waited < timedelta(seconds=w.spec.stop_grace):
+        return None
+    how = (
+        f"{worker_names(running)} still running after {fmt(waited)} (stop_grace): stopped"
+        if running
+        else f"stopped within {fmt(max(waited, timedelta(0)))}: {_story(workers)}"
+    )
+    detail = f"checkpointed before host maintenance; {how}"
+    return Verdict(Out.PREEMPTED, detail, codes, stop=_may_run(workers))
 
 
 def _probe_of(w: SlotWork, a: WorkloadAttemptRecord, on_node: bool) -> SlotProbe | None:

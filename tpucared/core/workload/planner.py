@@ -18,6 +18,8 @@ slot's READY node (`attempt` = slot.attempts + 1, so numbers only grow):
                                        on_success = keep)
   last FAILED/HUNG, restart = never,   give up: MarkSlotDone and a notice for a person
   or failures > max_failures
+  a host-maintenance window handled    hold, start it now, or replace the node, as the
+  or within `maintenance_lead`         fleet's on_maintenance says (maintenance.py)
   last ended within its backoff        hold: a crash loop backs off (`crash_backoff`, by the
                                        slot's failures, jitter from stable facts); a run that
                                        lasted `stable_after` restarts at once; preemptions and
@@ -66,6 +68,7 @@ from tpucared.core.vocab.actions import (
     Transition,
 )
 from tpucared.core.vocab.plan import Hold
+from tpucared.core.workload import maintenance
 from tpucared.core.workload.actions import (
     CHARGED_OUTCOMES,
     FinishAttempt,
@@ -105,6 +108,7 @@ def plan_slot(w: SlotWork, policy: WorkloadPolicy) -> SlotPlan:
     if last is not None and last.ended_at is None:
         verdict = judge(w, last, policy)
         if verdict is None:
+            out.actions += maintenance.before_window(w, last.number)
             return out
         if verdict.resume:
             out.actions.append(_resume(w, last, verdict))
@@ -214,6 +218,8 @@ def _next(
         return None
     if w.workers == 0:
         return None
+    if _maintenance_first(w, out):
+        return None
     if _launch_held(w, node, last, failures, policy, out):
         return None
     launch = _launch(w, node, slot, last)
@@ -247,6 +253,23 @@ def _workload_over(
             _give_up(w, why, out)
             return True
     return False
+
+
+def _maintenance_first(w: SlotWork, out: SlotPlan) -> bool:
+    """Whether a host-maintenance window stands in the way of a launch (maintenance.py): one
+    within the lead is recorded as handled first; a handled one is waited for, started now
+    or replaced, as the fleet's `on_maintenance` says."""
+    due = maintenance.before_window(w, None)
+    if due:
+        out.actions += due
+        out.holds.append(_hold(w, f"no launch into the maintenance window: {due[0].reason}"))
+        return True
+    gated = maintenance.gate(w)
+    if gated is None:
+        return False
+    out.actions += gated[0]
+    out.holds += gated[1]
+    return True
 
 
 def _launch_held(

@@ -303,6 +303,15 @@ class ComputeClient(RestClient):
             "instanceGroupManagers.delete", "DELETE", url, project, zone, params=params
         )
 
+    async def perform_maintenance(self, project: str, zone: str, name: str) -> Operation:
+        """instances.performMaintenance (compute/docs/reference/rest/v1/instances/
+        performMaintenance: no body): start the instance's pending maintenance now."""
+        url = self._url(names.instance_path(project, zone, name), "performMaintenance")
+        params = {"requestId": str(uuid.uuid4())}
+        return await self._operation(
+            "instances.performMaintenance", "POST", url, project, zone, params=params
+        )
+
     async def list_migs(
         self, project: str, zone: str, *, fields: str | None = None, memo: PageMemo | None = None
     ) -> list[JSON]:

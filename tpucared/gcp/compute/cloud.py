@@ -38,6 +38,7 @@ bulk MIG without a workload policy, issue 39): one zonal MIG per node (slices.py
   (one instances.list of the slice's members by name, then one get per member).
 - `preemptions` maps a member's `compute.instances.preempted` record to its slice's name.
 - `sweep` (the optional `SharedResources`): shared.py's.
+`start_maintenance` is instances.performMaintenance of the VM, or of each member of a slice.
 Errors are the client's `ApiError`s, which are the port's `CloudError`s.
 """
 
@@ -248,6 +249,31 @@ class ComputeCloud:
             self._flex.discard(operation)
             self._inserted.discard(operation)
         return OperationState(operation, done=done, error=error, verb="create")
+
+    async def start_maintenance(self, project: str, zone: str, name: str) -> OperationState:
+        """instances.performMaintenance of the VM, or of every member of a slice (each host
+        has its own window; a member with none pending is refused and skipped: the slice's
+        start stands if any member's did)."""
+        if name not in self._slices.get((project, zone), ()):
+            return operation_state(await self.client.perform_maintenance(project, zone, name))
+        members = await self.client.list_managed_instances(project, zone, name)
+        started: OperationState | None = None
+        refused: ApiError | None = None
+        for member in members:
+            instance = str(member.get("instance") or "").rsplit("/", 1)[-1]
+            if not instance:
+                continue
+            try:
+                op = await self.client.perform_maintenance(project, zone, instance)
+            except ApiError as exc:
+                if exc.kind is not ErrorKind.INVALID:
+                    raise
+                refused = refused or exc
+                continue
+            started = operation_state(op)
+        if started is None:
+            raise refused or ApiError.of(ErrorKind.INVALID, f"slice {name} has no members")
+        return started
 
     async def host_keys(self, project: str, zone: str, name: str) -> PublishedHostKeys:
         if name in self._slices.get((project, zone), ()):

@@ -155,6 +155,15 @@ class TpuClient(QueuedResourceCalls, RestClient):
         name = names.resolve(parts, names.node_name)
         return await self._operation("nodes.delete", "DELETE", self._url(name))
 
+    async def perform_maintenance(self, project: str, zone: str, node_id: str) -> Operation:
+        """v2alpha1 `nodes.performMaintenance` (only v2alpha1 has it: googleapis
+        google/cloud/tpu/v2alpha1/cloud_tpu.proto, `body: "*"` of a request whose only field
+        is the name in the URL): start the node's pending maintenance now. The operation it
+        answers is the zone's, read with v2 `operations.get`."""
+        name = names.node_name(project, zone, node_id)
+        url = f"{self.endpoint}/v2alpha1/{name}:performMaintenance"
+        return await self._operation("nodes.performMaintenance", "POST", url, body={})
+
     async def patch_node(
         self, name: str, body: Mapping[str, Any], update_mask: Sequence[str]
     ) -> Operation:

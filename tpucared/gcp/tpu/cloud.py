@@ -111,6 +111,9 @@ class TpuCloud:
     async def poll(self, operation: str) -> OperationState:
         return operation_state(await self.client.get_operation(operation))
 
+    async def start_maintenance(self, project: str, zone: str, name: str) -> OperationState:
+        return operation_state(await self.client.perform_maintenance(project, zone, name))
+
     async def host_keys(self, project: str, zone: str, name: str) -> PublishedHostKeys:
         node = names.node_name(project, zone, name)
         body = await self.client.get_guest_attributes(node, query_path="hostkeys/")

@@ -15,7 +15,8 @@ the rules of core/workload/launch_gate.py forbid now (a secret's variable gone s
 its own cleanup left a worker unclean) is refused, with a `workload.launch_refused` event in the
 rule's words. What the planner must know of a cleanup (workers whose TPU stays held, workers
 it left unclean, workers that failed the health check) waits in `busy`, `unclean` and
-`unhealthy` for the next probe. Every remote step
+`unhealthy` for the next probe. The steps of a fleet's `on_maintenance` (a checkpoint before a
+window, its early start) are maintenance.py's. Every remote step
 goes through the runner's `Launcher` (tpucared/ports/launcher.py); the runner
 (runtime/workload/runner.py) makes one executor and hands it every workload action.
 """
@@ -34,9 +35,11 @@ from tpucared.core.model.records import IncarnationRecord, NodePhase, SlotRecord
 from tpucared.core.model.specs import WorkloadSpec
 from tpucared.core.vocab.actions import Action
 from tpucared.core.workload.actions import (
+    CheckpointForMaintenance,
     FinishAttempt,
     LaunchWorkload,
     MarkSlotDone,
+    StartMaintenance,
     StopWorkload,
 )
 from tpucared.core.workload.bad_hosts import bad_host_ends
@@ -59,6 +62,7 @@ from tpucared.ports.launcher import (
     SliceOf,
     WorkerFile,
 )
+from tpucared.runtime.workload.maintenance import MaintenanceSteps
 from tpucared.store import NotFound, StaleWrite, Store
 
 log = structlog.get_logger(__name__)
@@ -98,6 +102,9 @@ class WorkloadExecutor:
         # slot's earlier bad hosts (SlotProbe.unhealthy, .bad_hosts).
         self.unhealthy: dict[int, tuple[int, ...]] = {}
         self.bad_hosts: dict[int, tuple[datetime, ...]] = {}
+        self.maintenance = MaintenanceSteps(
+            store, launcher, lambda f, s, i: self._slices(f, s, i, whole=False)
+        )
 
     def forget(self, live: set[int]) -> None:
         """Drop what is remembered about incarnations that are not live any more."""
@@ -120,6 +127,10 @@ class WorkloadExecutor:
                 await self._stop(action, now)
             elif isinstance(action, LaunchWorkload):
                 await self._launch(action, now)
+            elif isinstance(action, CheckpointForMaintenance):
+                await self.maintenance.checkpoint(action, now)
+            elif isinstance(action, StartMaintenance):
+                await self.maintenance.start(action, now)
             else:
                 raise TypeError(f"not a workload action: {action.kind}")
         except (StaleWrite, NotFound) as exc:
@@ -416,7 +427,8 @@ class WorkloadExecutor:
 
 
 def _slot_of(a: Action) -> tuple[str, int]:
-    assert isinstance(a, LaunchWorkload | StopWorkload | FinishAttempt | MarkSlotDone)
+    assert isinstance(a, LaunchWorkload | StopWorkload | FinishAttempt | MarkSlotDone
+                      | CheckpointForMaintenance | StartMaintenance)  # fmt: skip
     return (a.fleet, a.slot)
 
 

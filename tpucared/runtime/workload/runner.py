@@ -55,6 +55,7 @@ from tpucared.ports.launcher import (
 from tpucared.runtime.workload.executor import WorkloadExecutor, chains_by_slot, files_missing
 from tpucared.runtime.workload.hosts import HostKeyFetcher
 from tpucared.runtime.workload.launchers import ssh_launcher_for
+from tpucared.runtime.workload.maintenance import Starter
 from tpucared.runtime.workload.probe_jobs import Answer, ProbeJob, numbered
 from tpucared.store import Store
 
@@ -107,6 +108,10 @@ class WorkloadRunner:
         if launcher is None:
             launcher = ssh_launcher_for(config, store, fetch_host_keys=fetch_host_keys)
         return cls(store, config.fleets, launcher, clock=clock)
+
+    def start_maintenance_with(self, starter: Starter) -> None:
+        """How a fleet's `on_maintenance = now` asks the node's cloud (the daemon's clouds)."""
+        self._executor.maintenance.starter = starter
 
     async def close(self) -> None:
         await self._launcher.close()
