@@ -22,6 +22,7 @@ from tpucared.core.workload.actions import (
     StartMaintenance,
     StopWorkload,
 )
+from tpucared.core.workload.gang import Gang
 from tpucared.core.workload.maintenance import MAX_OVERRUN
 from tpucared.core.workload.slot_work import SlotWork
 
@@ -57,7 +58,7 @@ def ended_attempt() -> WorkloadAttemptRecord:
     return attempt(outcome=AttemptOutcome.PREEMPTED, ended=T0 - timedelta(seconds=5))
 
 
-# --- the checkpoint -------------------------------------------------------------------------------
+# --- the checkpoint ------------------------------------------------------------------------------
 
 
 def test_a_window_within_the_lead_gets_the_running_attempt_checkpointed() -> None:
@@ -120,7 +121,7 @@ def test_an_attempt_started_after_the_signal_is_judged_as_usual() -> None:
     assert finish.outcome is AttemptOutcome.FAILED
 
 
-# --- no launch into the window --------------------------------------------------------------------
+# --- no launch into the window -------------------------------------------------------------------
 
 
 def idle_work(policy: OnMaintenance, node_: IncarnationRecord) -> SlotWork:
@@ -152,7 +153,7 @@ def test_a_window_never_run_nor_withdrawn_holds_no_longer_than_its_end_and_the_o
     assert launch_of(decide(idle_work(M.CHECKPOINT, handled(win)))) is not None
 
 
-# --- now ------------------------------------------------------------------------------------------
+# --- now -----------------------------------------------------------------------------------------
 
 
 def test_now_starts_the_maintenance_once_after_the_checkpoint() -> None:
@@ -194,7 +195,7 @@ def test_now_falls_back_to_waiting_and_says_why(win: MaintenanceWindow, words: s
     assert any(words in h.reason and "cannot start" in h.reason for h in p.holds)
 
 
-# --- replace --------------------------------------------------------------------------------------
+# --- replace -------------------------------------------------------------------------------------
 
 
 def test_replace_deletes_the_node_with_cause_maintenance_when_the_window_is_longer() -> None:
@@ -215,3 +216,28 @@ def test_replace_waits_instead_when_a_recreate_takes_longer_than_the_window() ->
     p = decide(idle_work(M.REPLACE, node_))
     assert not [a for a in p.actions if isinstance(a, DeleteNode)]
     assert any("to pass" in h.reason for h in p.holds)
+
+
+# --- a multislice slot -----------------------------------------------------------------------
+
+
+def test_a_slice_s_window_checkpoints_the_whole_gang_and_ends_its_attempt() -> None:
+    """Each slice has its own window: the first due one acts for the gang (every slice's run
+    is signalled by the runtime), and the gang's attempt ends as the maintenance's."""
+    win = window(60)
+    first = replace(node(id=3), slice=0, maintenance=win)
+    second = replace(node(id=7), slice=1)
+    gang = Gang("sweep-0", 2, (first, second), {3: first.phase, 7: second.phase}, {3: 2, 7: 2})
+    stand_in = gang.stand_in()
+    assert stand_in is not None
+    running = replace(work(spec=spec(), node_=stand_in, last=attempt(node_id=7),
+                           probe_=probe(node_id=7)), gang=gang)  # fmt: skip
+    (ask,) = [a for a in decide(running).actions if isinstance(a, CheckpointForMaintenance)]
+    assert (ask.incarnation_id, ask.attempt) == (3, 3)
+    signalled = replace(first, maintenance_handled_for=win.start,
+                        maintenance_checkpoint_at=T0 - timedelta(seconds=3))  # fmt: skip
+    gang = replace(gang, slices=(signalled, second))
+    stopped = replace(running, gang=gang, probe=probe("ok", "ok", "ok", "ok", node_id=7))
+    finish = finish_of(decide(stopped))
+    assert finish is not None
+    assert finish.outcome is AttemptOutcome.PREEMPTED
