@@ -34,6 +34,7 @@ BENCHMARKS: dict[str, str] = {
     "notice": "bench.notice",
     "takeover": "bench.takeover",
     "writerate": "bench.writerate",
+    "ledger": "bench.ledger",
 }
 
 RunFunction = Callable[[bool], dict[str, Any]]

@@ -52,7 +52,9 @@ def goodput_command(args: argparse.Namespace) -> int:
     result = ledgers(records, prices, now, since)
     headline_from = since_text(since, result)
     if args.json:
-        text = json.dumps(goodput_document(result, now, since, headline_from), indent=2)
+        # One line: the C encoder (json's indenting one is pure Python, 5x slower on the
+        # 500 MB a 10,000-slot month's intervals make); `jq .` reads it for a person.
+        text = json.dumps(goodput_document(result, now, since, headline_from))
     else:
         text = "\n".join(goodput_lines(result, headline_from))
     try:

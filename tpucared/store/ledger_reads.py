@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -29,6 +29,8 @@ from tpucared.core.model.records import (
 from tpucared.store import convert
 from tpucared.store.models import CreateAttemptRow, FleetRow, NodeRow, SlotRow, WorkloadAttemptRow
 from tpucared.store.snapshot import SlotKey
+
+NODE_TIMES = tuple(f.name for f in fields(NodeTimes))
 
 
 @dataclass(frozen=True)
@@ -70,14 +72,8 @@ async def read_ledger(
     nodes_stmt, attempts_stmt, creates_stmt = _statements(scope, since)
     nodes: dict[SlotKey, list[NodeTimes]] = defaultdict(list)
     for row in await _rows(conn, nodes_stmt.order_by(NodeRow.id)):
-        nodes[(row["fleet"], row["slot"])].append(
-            NodeTimes.of(
-                convert.incarnation(row),
-                creating_at=row["creating_at"],
-                deleting_at=row["deleting_at"],
-                failed_at=row["failed_at"],
-            )
-        )
+        key = (row.pop("fleet"), row.pop("slot"))
+        nodes[key].append(NodeTimes(**row))
     attempts: dict[SlotKey, list[WorkloadAttemptRecord]] = defaultdict(list)
     for row in await _rows(conn, attempts_stmt.order_by(WorkloadAttemptRow.id)):
         attempts[(row["fleet"], row["slot"])].append(convert.workload_attempt(row))
@@ -98,7 +94,10 @@ def _statements(
 ) -> tuple[Select[Any], Select[Any], Select[Any]]:
     """The nodes', attempts' and create attempts' selects: all of them, or what matters
     since `since` (the module's docstring)."""
-    nodes = select(NodeRow.__table__).where(scope(NodeRow))
+    # Only the columns the ledger reads (`NodeTimes`): a node row is wide, and its JSON and
+    # datetime columns cost a conversion each, for 400,000 rows at 10,000 slots x 30 days.
+    columns = [NodeRow.__table__.c[name] for name in ("fleet", "slot", *NODE_TIMES)]
+    nodes = select(*columns).where(scope(NodeRow))
     attempts = select(WorkloadAttemptRow.__table__).where(scope(WorkloadAttemptRow))
     creates = select(CreateAttemptRow.__table__).where(scope(CreateAttemptRow))
     if since is None:
