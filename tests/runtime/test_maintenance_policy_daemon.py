@@ -39,12 +39,15 @@ FLEET = "train"
 START_IN = 12.0  # the window's start, seconds after it is announced
 LENGTH = 3.0  # and how long it lasts
 
-# Records each attempt's start (and environment), trains until SIGTERM, on which it records
-# the time and "checkpoints" (0.3 s) before exiting 0.
+# Records each attempt's start and the step it resumed from, trains (a step every 0.1 s)
+# until SIGTERM, on which it records the time and checkpoints its step (0.3 s) before
+# exiting 0.
 RUN = (
-    'echo "$TPUCARED_ATTEMPT $TPUCARED_FAILURES $(date +%s.%N)" >> "$RESULTS/starts"; '
-    "trap 'date +%s.%N > \"$RESULTS/term-$TPUCARED_ATTEMPT\"; sleep 0.3; exit 0' TERM; "
-    "while :; do sleep 0.1; done"
+    'step=$(cat "$RESULTS/checkpoint" 2>/dev/null || echo 0); '
+    'echo "$TPUCARED_ATTEMPT $TPUCARED_FAILURES $(date +%s.%N) $step" >> "$RESULTS/starts"; '
+    'trap \'date +%s.%N > "$RESULTS/term-$TPUCARED_ATTEMPT"; sleep 0.3; '
+    'echo $step > "$RESULTS/checkpoint"; exit 0\' TERM; '
+    "while :; do step=$((step + 1)); sleep 0.1; done"
 )
 
 
@@ -62,10 +65,11 @@ async def _exists(path: Path) -> bool:
     return await asyncio.to_thread(path.exists)
 
 
-def _starts(results: Path) -> list[tuple[int, int, float]]:
+def _starts(results: Path) -> list[tuple[int, int, float, int]]:
+    """(attempt, TPUCARED_FAILURES, start time, the step it resumed from), one per attempt."""
     path = results / "starts"
     lines = path.read_text().splitlines() if path.exists() else []
-    return [(int(a), int(f), float(t)) for a, f, t in (line.split() for line in lines)]
+    return [(int(a), int(f), float(t), int(s)) for a, f, t, s in (x.split() for x in lines)]
 
 
 async def _through_a_window(
@@ -103,7 +107,12 @@ async def _through_a_window(
     assert slot["failures"] == 0
     (checkpoint,) = query(db, "SELECT details FROM events WHERE kind = 'maintenance.checkpoint'")
     assert json.loads(checkpoint["details"])["signalled"] is True
-    assert [f for _, f, _ in _starts(results)] == [0, 0]  # TPUCARED_FAILURES stays 0
+    starts = _starts(results)
+    assert [(a, f) for a, f, _, _ in starts] == [(1, 0), (2, 0)]  # TPUCARED_FAILURES stays 0
+    # Attempt 2 resumed from the checkpoint attempt 1 took at its signal: no step lost.
+    checkpoint = int((results / "checkpoint").read_text())
+    assert checkpoint > 0
+    assert starts[1][3] == checkpoint
     return db, results, start, old
 
 
@@ -118,7 +127,7 @@ async def test_checkpoint_relaunches_on_the_same_node_after_the_window(
     db, results, start, old = await _through_a_window(
         "checkpoint", emulator, control, daemons, tmp_path
     )
-    (_, _, second) = _starts(results)[1]
+    (_, _, second, _) = _starts(results)[1]
     assert second > start, "no launch into the window"
     assert await _node_ids(control) == [old]
     assert [r["n"] for r in query(db, "SELECT count(*) AS n FROM nodes")] == [1]
@@ -130,7 +139,7 @@ async def test_now_starts_the_maintenance_at_the_checkpoint_and_resumes_before_t
     tmp_path: Path,
 ) -> None:  # fmt: skip
     db, results, start, old = await _through_a_window("now", emulator, control, daemons, tmp_path)
-    (_, _, second) = _starts(results)[1]
+    (_, _, second, _) = _starts(results)[1]
     assert second < start, "the maintenance ran at the workload's moment, not the window's"
     assert await _node_ids(control) == [old]
     kinds = [
@@ -146,7 +155,7 @@ async def test_replace_moves_the_workload_to_a_new_node_before_the_window(
     db, results, start, old = await _through_a_window(
         "replace", emulator, control, daemons, tmp_path
     )
-    (_, _, second) = _starts(results)[1]
+    (_, _, second, _) = _starts(results)[1]
     assert second < start
     assert old not in await _node_ids(control)
     ended = query(db, "SELECT loss_cause, end_reason FROM nodes WHERE cloud_id = ?", old)
