@@ -100,7 +100,7 @@ class V2Api:
         for route in self.routes:
             match = route.regex.fullmatch(tail)
             if match and route.method == request.method:
-                return await route.handler(request, match, _query(request, route.params))
+                return await route.handler(request, match, query_of(request, route.params))
         raise errors.ApiError(
             "NOT_FOUND", f"The requested URL {request.path} was not found on this server."
         )
@@ -259,8 +259,9 @@ class V2Api:
         return self.state.queued.reset(m[1], m[2], m[3]).to_json()
 
 
-def _query(request: web.Request, allowed: frozenset[str]) -> dict[str, str]:
-    """Query parameters by camelCase name; 400 for one the method does not take."""
+def query_of(request: web.Request, allowed: frozenset[str]) -> dict[str, str]:
+    """Query parameters by camelCase name; 400 for one the method does not take (system
+    parameters aside), in Google's words. Also the v2alpha1 methods' (api_v2alpha1.py)."""
     out: dict[str, str] = {}
     for raw_name, value in request.query.items():
         if raw_name in SYSTEM_PARAMETERS:
@@ -278,17 +279,23 @@ def _query(request: web.Request, allowed: frozenset[str]) -> dict[str, str]:
 async def _body(request: web.Request, schema: str, path: str) -> object:
     """The JSON body, checked first as the discovery document's `schema` with Google's own
     types (official_tpu.py); `path` is where its errors say it is."""
+    body = await json_payload(request)
+    official_tpu.check(schema, body, path)
+    return body
+
+
+async def json_payload(request: web.Request) -> object:
+    """The request's JSON body ({} when empty); 400 in Google's words when it is not JSON.
+    Also the v2alpha1 methods' (api_v2alpha1.py)."""
     text = await request.text()
     if not text.strip():
         return {}
     try:
-        body = json.loads(text)
+        return json.loads(text)
     except ValueError as exc:
         raise errors.invalid_argument(
             f"Invalid JSON payload received. {exc.args[0] if exc.args else exc}"
         ) from None
-    official_tpu.check(schema, body, path)
-    return body
 
 
 def _bool(raw: str | None, name: str) -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from tpucared.emulator import errors
-from tpucared.emulator.api import SYSTEM_PARAMETERS
+from tpucared.emulator.api import json_payload, query_of
 from tpucared.emulator.state import EmulatorState
 
 PREFIX = "/v2alpha1/"
@@ -46,12 +46,7 @@ class V2Alpha1Api:
             raise errors.ApiError(
                 "NOT_FOUND", f"The requested URL {request.path} was not found on this server."
             )
-        for name in request.query:
-            if name not in SYSTEM_PARAMETERS:
-                raise errors.invalid_argument(
-                    f'Invalid JSON payload received. Unknown name "{name}": Cannot bind query '
-                    f"parameter. Field '{name}' could not be found in request message."
-                )
+        query_of(request, frozenset())  # no query parameter but the system ones
         project, zone, node_id, verb = match.groups()
         body = await _body(request)
         maintenance = self.state.maintenance
@@ -71,15 +66,7 @@ class V2Alpha1Api:
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
-    text = await request.text()
-    if not text.strip():
-        return {}
-    try:
-        body = json.loads(text)
-    except ValueError as exc:
-        raise errors.invalid_argument(
-            f"Invalid JSON payload received. {exc.args[0] if exc.args else exc}"
-        ) from None
+    body = await json_payload(request)
     if not isinstance(body, dict):
         raise errors.invalid_argument(
             f"Invalid JSON payload received. Expected an object, got {json.dumps(body)[:40]}"
