@@ -102,16 +102,9 @@ def _noticed(
 ) -> Verdict | None:
     """The VM is being preempted: the workload got its stop signal from the watcher; wait
     for it to exit (a checkpoint) up to `stop_grace`, then the attempt was preempted."""
-    assert w.spec is not None
-    running = [p for p in workers if p.state is W.RUNNING]
-    waited = w.now - at
-    if running and waited < timedelta(seconds=w.spec.stop_grace):
+    how = _after_signal(w, workers, at, "every worker stopped")
+    if how is None:
         return None
-    how = (
-        f"{worker_names(running)} still running after {fmt(waited)} (stop_grace)"
-        if running
-        else f"every worker stopped within {fmt(max(waited, timedelta(0)))}: {_story(workers)}"
-    )
     # No stop: the node is lost and deleted, processes and all.
     return Verdict(Out.PREEMPTED, f"preemption notice; {how}", codes, lost=True)
 
@@ -122,18 +115,26 @@ def _checkpointed(
     """The daemon sent the workload its stop signal before a maintenance window
     (maintenance.py): its end, whatever the exit codes, is the maintenance's. The node stays
     (the window has not started); a run still going after `stop_grace` is stopped."""
+    how = _after_signal(w, workers, at, "stopped")
+    if how is None:
+        return None
+    detail = f"checkpointed before host maintenance; {how}"
+    return Verdict(Out.PREEMPTED, detail, codes, stop=_may_run(workers))
+
+
+def _after_signal(
+    w: SlotWork, workers: tuple[WorkerProbe, ...], at: datetime, stopped: str
+) -> str | None:
+    """How the workload took the stop signal it got at `at`: None while some worker still
+    runs it within `stop_grace` (it checkpoints), else the words for the attempt's end."""
     assert w.spec is not None
     running = [p for p in workers if p.state is W.RUNNING]
     waited = w.now - at
     if running and waited < timedelta(seconds=w.spec.stop_grace):
         return None
-    how = (
-        f"{worker_names(running)} still running after {fmt(waited)} (stop_grace): stopped"
-        if running
-        else f"stopped within {fmt(max(waited, timedelta(0)))}: {_story(workers)}"
-    )
-    detail = f"checkpointed before host maintenance; {how}"
-    return Verdict(Out.PREEMPTED, detail, codes, stop=_may_run(workers))
+    if running:
+        return f"{worker_names(running)} still running after {fmt(waited)} (stop_grace)"
+    return f"{stopped} within {fmt(max(waited, timedelta(0)))}: {_story(workers)}"
 
 
 def _probe_of(w: SlotWork, a: WorkloadAttemptRecord, on_node: bool) -> SlotProbe | None:
