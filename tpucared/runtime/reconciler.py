@@ -9,10 +9,10 @@ incarnation is always in a configured zone, or in a zone just listed).
 The plan is computed by the pure `core.planning.tick.plan_tick` (the node planner plus the
 workload planner, fed the probes of READY slices that ended since the last tick and are still
 valid) with the notice keys reported by the previous plan (`reported`), so each condition is
-told once per run. When the plan lost nodes whose status does not say whether they were
-preempted (Compute Engine), their zones' preemption records are read once
-(nodes/preemptions.py) and the pure core/nodes/preemption.py `explain` words their ends by
-them, before anything is carried out. Node actions go to the executor; then the workload
+told once per run. When the lists show serving nodes lost whose status does not say whether
+they were preempted (Compute Engine: core/nodes/preemption.py `suspects`), their zones'
+preemption records are read once (nodes/preemptions.py) into the observation, and the plan is
+made once, with them. Node actions go to the executor; then the workload
 actions (launch, stop, finish, done) go to the slots' background jobs (workload/jobs.py),
 which also start the probes that are due. The tick never waits for SSH: a slow or hung
 worker delays only its own slot, and a job that ends wakes the loop. Without workloads
@@ -238,9 +238,10 @@ class Reconciler:
         return live
 
     async def _plan(self, observations: tuple[ZoneObservation, ...], snapshot: Snapshot) -> Plan:
-        """The pure plan (with the workload planner's when there are workloads), its lost
-        nodes' ends worded by their preemption records (module docstring)."""
+        """The pure plan (with the workload planner's when there are workloads), made with
+        the preemption records of the nodes it finds lost (module docstring)."""
         now = self._clock.now()
+        observations = await self._with_loss_records(observations, snapshot, now)
         if self._workloads is None:
             plan = make_plan(
                 self.specs, observations, snapshot, now, self.policy, self.owner,
@@ -254,10 +255,22 @@ class Reconciler:
                 reported=self.reported, deleting=self._executor.deletes_in_flight(),
                 sent=self._executor.creates_sent(),
             )  # fmt: skip
-        lost = preemption.losses(plan)
-        if lost and self._preemptions is not None:
-            plan = preemption.explain(plan, await self._preemptions.read(lost))
         return plan
+
+    async def _with_loss_records(
+        self, observations: tuple[ZoneObservation, ...], snapshot: Snapshot, now: datetime
+    ) -> tuple[ZoneObservation, ...]:
+        """The observations, with the cloud's records of the nodes this tick finds lost where
+        the node states do not say why (core/nodes/preemption.py `suspects`): read once,
+        only in a tick that has such a loss, and planned with, once."""
+        if self._preemptions is None:
+            return observations
+        lost = preemption.suspects(
+            self.specs, observations, snapshot.nodes.values(), now, self.policy.vanish_grace
+        )
+        if not lost:
+            return observations
+        return preemption.with_records(observations, await self._preemptions.read(lost))
 
     def _reusable(
         self, quiet: bool, zones: Zones, started: float

@@ -16,9 +16,10 @@ from tpucared.core.model.records import IncarnationRecord
 from tpucared.core.model.specs import COMPUTE_API, CapacityKind, FleetSpec, NodeOptions
 from tpucared.core.nodes.cloud import ABSENT
 from tpucared.core.nodes.flex import RUN_END_LAG, RUN_ENDED, run_ended
-from tpucared.core.nodes.preemption import losses
-from tpucared.core.vocab.actions import RecordCloud, Transition
+from tpucared.core.nodes.preemption import suspects
+from tpucared.core.vocab.actions import Loss, RecordCloud, Transition
 from tpucared.core.vocab.plan import Plan
+from tpucared.core.vocab.policy import Policy
 from tpucared.gcp.compute.states import InstanceStatus, state_fields
 
 from ..core_support import FLEET, T0, Z1, ago, edges, inc, ours, run, slot, snapshot, spec, world
@@ -59,6 +60,13 @@ def plan_lost(
     return run([fleet], world(*shown), snapshot(ready(ends, **kw), specs=[fleet], slots=slots))
 
 
+def suspected(status: InstanceStatus | None, ends: datetime, **kw: Any) -> tuple[Loss, ...]:
+    """The preemption-record suspects of the plan_lost world (core/nodes/preemption.py)."""
+    shown = [] if status is None else [instance(status, ends)]
+    lists = [replace(o, api=COMPUTE_API) for o in world(*shown)]
+    return suspects([flex_spec()], lists, [ready(ends, **kw)], T0, Policy().vanish_grace)
+
+
 def dead(p: Plan) -> Transition:
     [t] = [a for a in p.of(Transition) if a.new.value == "dead"]
     return t
@@ -89,8 +97,7 @@ def test_a_flex_vm_stopping_at_its_planned_end_ended_its_run(status: InstanceSta
     p = plan_lost(status, ends=ago(seconds=10))
     t = dead(p)
     assert t.end_reason == RUN_ENDED
-    assert t.loss is None  # no preemption record is read for it
-    assert losses(p) == ()
+    assert suspected(status, ago(seconds=10)) == ()  # no preemption record is read for it
     assert t.slot_update is not None
     # Neither a preemption nor a failure: the slot asks again at once, counters unchanged.
     assert (t.slot_update.add_preemptions, t.slot_update.next_create_at) == (0, None)
@@ -106,7 +113,8 @@ def test_a_flex_vm_gone_at_its_planned_end_ended_its_run() -> None:
     gone = {"cloud_state": ABSENT, "cloud_state_since": ago(seconds=25)}
     p = plan_lost(None, ends=ago(seconds=40), **gone)
     t = dead(p)
-    assert (t.end_reason, t.loss) == (RUN_ENDED, None)
+    assert t.end_reason == RUN_ENDED
+    assert suspected(None, ago(seconds=40), **gone) == ()
     assert t.slot_update is not None
     assert t.slot_update.add_preemptions == 0
     assert edges(p, 1) == [("ready", "dead"), ("dead", "deleted")]
@@ -116,7 +124,8 @@ def test_a_flex_vm_lost_before_its_planned_end_was_preempted() -> None:
     p = plan_lost(InstanceStatus.TERMINATED, ends=T0 + timedelta(hours=5))
     t = dead(p)
     assert t.end_reason == "terminated"
-    assert t.loss is not None  # its preemption record is asked for, as any lost VM's
+    # Its preemption record is read, as any lost VM's.
+    assert len(suspected(InstanceStatus.TERMINATED, T0 + timedelta(hours=5))) == 1
     assert t.slot_update is not None
     assert t.slot_update.add_preemptions == 1
 

@@ -3,7 +3,7 @@ issue 41 item 4): the Transition or DeleteNode that ends a node as a loss carrie
 `LossCause`, decided where the loss is decided; an end of our own choosing carries none.
 
 One row per situation: the incarnation as recorded, what the lists show, the cause the plan
-gives it. Then the Compute Engine records (`explain`: a record's kind, never a guess), and the
+gives it. Then the Compute Engine records (`worded`: a record's kind, never a guess), and the
 budget: no node cause ever touches the slot's create failures.
 """
 
@@ -15,17 +15,21 @@ from datetime import timedelta
 import pytest
 
 from tpucared.core.model.causes import LossCause
-from tpucared.core.model.observed import MaintenanceWindow, PreemptionRecord, RecordKind
+from tpucared.core.model.observed import (
+    LossRecords,
+    MaintenanceWindow,
+    PreemptionRecord,
+    RecordKind,
+)
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import COMPUTE_API
 from tpucared.core.nodes.cloud import ABSENT
 from tpucared.core.nodes.losses import in_window, seen_cause
-from tpucared.core.nodes.preemption import ZoneRecords, explain
 from tpucared.core.vocab.actions import DeleteNode, Transition
 from tpucared.core.vocab.plan import Plan
 from tpucared.gcp.compute.states import InstanceStatus
 
-from ..core_support import FLEET, T0, Z1, ago, inc, node, run, seen, slot, snapshot, spec, world
+from ..core_support import FLEET, T0, ago, inc, node, run, seen, slot, snapshot, spec, world
 from .nodes_support import READY_NODE, SPEC, C, P, pending, plan_for, ready
 from .test_flex import plan_lost as plan_flex_lost
 from .test_preemption import compute_spec, plan_lost
@@ -196,9 +200,8 @@ def test_in_window_by_status_or_by_its_times() -> None:
 
 
 def explained(record: PreemptionRecord | None, **kw: object) -> Transition:
-    p = plan_lost(InstanceStatus.TERMINATED, **kw)  # type: ignore[arg-type]
-    found = () if record is None else (record,)
-    p = explain(p, {(COMPUTE_API, "", Z1): ZoneRecords(records=found)})
+    found = LossRecords(records=() if record is None else (record,))
+    p = plan_lost(InstanceStatus.TERMINATED, found=found, **kw)
     [t] = [a for a in p.of(Transition) if a.new is P.DEAD]
     return t
 
@@ -209,7 +212,7 @@ def record(kind: RecordKind) -> PreemptionRecord:
     )
 
 
-def test_before_explain_a_compute_loss_is_unknown() -> None:
+def test_without_its_records_a_compute_loss_is_unknown() -> None:
     p = plan_lost(InstanceStatus.TERMINATED)
     assert lost_cause(p) is L.UNKNOWN
 
@@ -232,10 +235,7 @@ def test_no_record_is_unknown_never_a_guess_though_the_slot_counts_a_preemption(
     assert t.end_reason == "terminated: counted as preempted"
     assert t.slot_update is not None
     assert t.slot_update.add_preemptions == 1
-    unread = explain(
-        plan_lost(InstanceStatus.TERMINATED),
-        {(COMPUTE_API, "", Z1): ZoneRecords(error="HTTP 503")},
-    )
+    unread = plan_lost(InstanceStatus.TERMINATED, found=LossRecords(error="HTTP 503"))
     assert lost_cause(unread) is L.UNKNOWN
 
 

@@ -1,24 +1,32 @@
-"""A preemption, not a failure (core/nodes/preemption.py): a lost Compute Engine VM's
-Transition is marked with its `Loss`, and `explain` words its end by the preemption records
-the runtime read (the `compute.instances.preempted` operations): preempted at the record's
-time; a spot VM with no record (or unreadable records) counted as preempted, saying so; any
-other tier ended as the lists showed it. A TPU API node is never marked: it says PREEMPTED.
+"""A preemption, not a failure (core/nodes/preemption.py): `suspects` names a lost Compute
+Engine VM from the lists (before any plan), and the one plan words its end by the preemption
+records the runtime read into the observation (the `compute.instances.preempted` operations):
+preempted at the record's time; a spot VM with no record (or unreadable records) counted as
+preempted, saying so; any other tier ended as the lists showed it. A TPU API node is never a
+suspect: it says PREEMPTED.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from tpucared.core.model.observed import ObservedNode, PreemptionRecord
+from tpucared.core.model.observed import (
+    LossRecords,
+    ObservedNode,
+    PreemptionRecord,
+    ZoneObservation,
+)
 from tpucared.core.model.records import IncarnationRecord
-from tpucared.core.model.specs import COMPUTE_API, CapacityKind, FleetSpec
+from tpucared.core.model.specs import COMPUTE_API, CapacityKind, ErrorKind, FleetSpec
 from tpucared.core.nodes.cloud import ABSENT
-from tpucared.core.nodes.preemption import Where, ZoneRecords, explain, losses, where
+from tpucared.core.nodes.preemption import suspects, where, with_records
 from tpucared.core.vocab.actions import Loss, Transition
 from tpucared.core.vocab.plan import Plan
+from tpucared.core.vocab.policy import Policy
 from tpucared.gcp.compute.states import InstanceStatus, state_fields
 
 from ..core_support import FLEET, T0, Z1, Z2, ago, inc, ours, run, snapshot, spec, world
@@ -44,12 +52,34 @@ def ready_instance(**kw: Any) -> IncarnationRecord:
     return inc(1, 0, api=COMPUTE_API, accelerator_type=MACHINE, cloud_id="7001", **facts)
 
 
-def plan_lost(status: InstanceStatus | None, fleet: FleetSpec | None = None, **kw: Any) -> Plan:
-    """The plan for the READY VM now listed in `status` (None: gone from the list)."""
+def lost_world(
+    status: InstanceStatus | None, fleet: FleetSpec | None = None, **kw: Any
+) -> tuple[FleetSpec, list[ZoneObservation], IncarnationRecord]:
+    """The READY VM now listed in `status` (None: gone from the list), listed by Compute
+    Engine: (its fleet, the lists, its record)."""
     fleet = fleet or compute_spec()
-    record = ready_instance(**kw)
     shown = [] if status is None else [instance(status)]
-    return run([fleet], world(*shown), snapshot(record, specs=[fleet]))
+    lists = [replace(o, api=COMPUTE_API) for o in world(*shown)]
+    return fleet, lists, ready_instance(**kw)
+
+
+def suspected(status: InstanceStatus | None, **kw: Any) -> tuple[Loss, ...]:
+    fleet, lists, record = lost_world(status, **kw)
+    return suspects([fleet], lists, [record], T0, Policy().vanish_grace)
+
+
+def plan_lost(
+    status: InstanceStatus | None,
+    fleet: FleetSpec | None = None,
+    found: LossRecords | None = None,
+    **kw: Any,
+) -> Plan:
+    """The plan for the READY VM now listed in `status`, with `found` read for its zone (None:
+    nothing read, as `tpucared plan`)."""
+    fleet, lists, record = lost_world(status, fleet, **kw)
+    if found is not None:
+        lists = list(with_records(lists, {(COMPUTE_API, "", Z1): found}))
+    return run([fleet], lists, snapshot(record, specs=[fleet]))
 
 
 def dead(p: Plan) -> Transition:
@@ -62,59 +92,63 @@ def dead(p: Plan) -> Transition:
     [(InstanceStatus.TERMINATED, "terminated"), (InstanceStatus.STOPPING, "stopping")],
 )
 def test_a_dead_status_marks_the_loss_of_a_compute_vm(status: InstanceStatus, how: str) -> None:
-    p = plan_lost(status)
-    t = dead(p)
-    assert t.loss == Loss(
+    loss = Loss(
         api=COMPUTE_API, project="", zone=Z1, node_name=f"{FLEET}-0", cloud_id="7001",
         how=how, spot=True,
     )  # fmt: skip
-    assert t.end_reason == how  # as the lists showed it, until explained
+    assert suspected(status) == (loss,)
+    t = dead(plan_lost(status))
+    assert t.end_reason == how  # as the lists showed it, where no records were read
     assert t.slot_update is not None
     assert t.slot_update.add_preemptions == 1
-    assert losses(p) == (t.loss,)
-    assert p.to_dict()["actions"]  # a marked Transition renders (tpucared plan --json)
+    assert plan_lost(status).to_dict()["actions"]  # renders (tpucared plan --json)
 
 
-def test_a_vanished_compute_vm_is_marked_once_past_its_grace() -> None:
+def test_a_vanished_compute_vm_is_a_suspect_once_past_its_grace() -> None:
     gone_since = {"cloud_state": ABSENT, "cloud_state_since": ago(seconds=30)}
+    (loss,) = suspected(None, **gone_since)
+    assert loss.how == "vanished"
     p = plan_lost(None, **gone_since)
-    t = dead(p)
-    assert t.loss is not None
-    assert t.loss.how == "vanished"
     assert [a.new.value for a in p.of(Transition)] == ["dead", "deleted"]
     # Missing for less than vanish_grace (20 s): no loss yet, nothing read.
-    assert losses(plan_lost(None, cloud_state=ABSENT, cloud_state_since=ago(seconds=5))) == ()
+    assert suspected(None, cloud_state=ABSENT, cloud_state_since=ago(seconds=5)) == ()
+    assert not [a for a in plan_lost(None, cloud_state=ABSENT,
+                                     cloud_state_since=ago(seconds=5)).of(Transition)
+                if a.new.value == "dead"]  # fmt: skip
 
 
-def test_a_tpu_node_is_never_marked_it_says_preempted_itself() -> None:
+def test_a_tpu_node_is_never_a_suspect_it_says_preempted_itself() -> None:
     from ..core_support import node
     from .nodes_support import C, ready
 
     tpu = spec(size=1)
-    p = run([tpu], world(node(state=C.TERMINATED)), snapshot(ready(node()), specs=[tpu]))
+    lists = world(node(state=C.TERMINATED))
+    p = run([tpu], lists, snapshot(ready(node()), specs=[tpu]))
     assert dead(p).end_reason == "terminated"
-    assert losses(p) == ()
+    assert suspects([tpu], lists, [ready(node())], T0, Policy().vanish_grace) == ()
 
 
-def test_a_usable_or_unlisted_zone_marks_nothing() -> None:
-    assert losses(plan_lost(InstanceStatus.RUNNING)) == ()
+def test_a_usable_or_unlisted_zone_suspects_nothing() -> None:
+    assert suspected(InstanceStatus.RUNNING) == ()
     fleet = compute_spec()
     record = ready_instance(cloud_state=ABSENT, cloud_state_since=ago(minutes=1))
     # Only Z2 listed: Z1 unknown, nothing concluded from absence.
-    p = run([fleet], world(zones=(Z2,)), snapshot(record, specs=[fleet]))
-    assert losses(p) == ()
+    lists = [replace(o, api=COMPUTE_API) for o in world(zones=(Z2,))]
+    assert suspects([fleet], lists, [record], T0, Policy().vanish_grace) == ()
+    failed = [*lists, replace(lists[0], zone=Z1, error=ErrorKind.TRANSIENT)]
+    assert suspects([fleet], failed, [record], T0, Policy().vanish_grace) == ()
 
 
-def records(*found: PreemptionRecord, error: str | None = None) -> dict[Where, ZoneRecords]:
-    return {(COMPUTE_API, "", Z1): ZoneRecords(records=found, error=error)}
+def records(*found: PreemptionRecord, error: str | None = None) -> LossRecords:
+    return LossRecords(records=found, error=error)
 
 
 def test_its_preempted_operation_says_preempted_and_when() -> None:
-    p = plan_lost(InstanceStatus.TERMINATED)
     at = T0 - timedelta(seconds=42)
     older = PreemptionRecord(name=f"{FLEET}-0", at=ago(hours=2), cloud_id="6000", record="old")
     mine = PreemptionRecord(name=f"{FLEET}-0", at=at, cloud_id="7001", record=RECORD)
-    t = dead(explain(p, records(older, mine)))
+    p = plan_lost(InstanceStatus.TERMINATED, found=records(older, mine))
+    t = dead(p)
     assert t.end_reason == "preempted"
     assert t.reason == (
         f"preempted at 2025-06-01T11:59:18Z (its compute.instances.preempted operation "
@@ -122,25 +156,25 @@ def test_its_preempted_operation_says_preempted_and_when() -> None:
     )
     assert t.slot_update is not None
     assert t.slot_update.add_preemptions == 1
-    # Everything else in the plan is as it was.
-    rest = [a for a in explain(p, records(mine)).actions if a is not t]
-    assert [a for a in rest if not isinstance(a, Transition)] == [
-        a for a in p.actions if not isinstance(a, Transition)
+    # Everything else in the plan is as without records.
+    bare = plan_lost(InstanceStatus.TERMINATED)
+    assert [a for a in p.actions if not isinstance(a, Transition)] == [
+        a for a in bare.actions if not isinstance(a, Transition)
     ]
 
 
 def test_a_record_without_an_id_is_matched_by_name() -> None:
-    p = plan_lost(InstanceStatus.STOPPING)
     found = PreemptionRecord(name=f"{FLEET}-0", at=ago(seconds=5), record=RECORD)
-    assert dead(explain(p, records(found))).end_reason == "preempted"
+    p = plan_lost(InstanceStatus.STOPPING, found=records(found))
+    assert dead(p).end_reason == "preempted"
 
 
 def test_a_spot_vm_with_no_operation_counts_as_preempted_and_says_so() -> None:
-    p = plan_lost(None, cloud_state=ABSENT, cloud_state_since=ago(seconds=30))
     # An earlier VM of the same name was preempted: not this one's record.
     earlier = PreemptionRecord(name=f"{FLEET}-0", at=ago(hours=1), cloud_id="6000", record="x")
     other = PreemptionRecord(name=f"{FLEET}-1", at=ago(seconds=3), cloud_id="7002", record="y")
-    t = dead(explain(p, records(earlier, other)))
+    gone = {"cloud_state": ABSENT, "cloud_state_since": ago(seconds=30)}
+    t = dead(plan_lost(None, found=records(earlier, other), **gone))
     assert t.end_reason == "vanished: counted as preempted"
     assert t.reason == (
         "vanished: a spot VM lost, no compute.instances.preempted operation names it: "
@@ -151,8 +185,7 @@ def test_a_spot_vm_with_no_operation_counts_as_preempted_and_says_so() -> None:
 
 
 def test_unreadable_records_still_count_a_spot_vm_and_say_they_were_unread() -> None:
-    p = plan_lost(InstanceStatus.TERMINATED)
-    t = dead(explain(p, records(error="HTTP 503: backend error")))
+    t = dead(plan_lost(InstanceStatus.TERMINATED, found=records(error="HTTP 503: backend error")))
     assert t.end_reason == "terminated: counted as preempted"
     assert "its compute.instances.preempted operation could not be read (HTTP 503" in t.reason
 
@@ -161,21 +194,24 @@ def test_unreadable_records_still_count_a_spot_vm_and_say_they_were_unread() -> 
 def test_another_tier_ends_as_listed_unless_a_record_says_preempted(
     capacity: CapacityKind,
 ) -> None:
-    p = plan_lost(InstanceStatus.TERMINATED, compute_spec(capacity))
-    t = dead(explain(p, records()))
+    t = dead(plan_lost(InstanceStatus.TERMINATED, compute_spec(capacity), records()))
     assert t.end_reason == "terminated"
     assert t.reason == "terminated (no compute.instances.preempted operation names it)"
     found = PreemptionRecord(name=f"{FLEET}-0", at=ago(seconds=9), cloud_id="7001", record=RECORD)
-    assert dead(explain(p, records(found))).end_reason == "preempted"
+    p = plan_lost(InstanceStatus.TERMINATED, compute_spec(capacity), records(found))
+    assert dead(p).end_reason == "preempted"
 
 
-def test_a_location_not_read_leaves_the_plan_as_it_was() -> None:
-    p = plan_lost(InstanceStatus.TERMINATED)
-    assert explain(p, {}) is p
-    elsewhere = {(COMPUTE_API, "", Z2): ZoneRecords()}
-    assert explain(p, elsewhere).actions == p.actions
-    loss = dead(p).loss
-    assert loss is not None
+def test_records_of_another_location_leave_the_end_as_listed() -> None:
+    fleet, lists, record = lost_world(InstanceStatus.TERMINATED)
+    elsewhere = list(with_records(lists, {(COMPUTE_API, "", Z2): records()}))
+    assert [o.loss_records is not None for o in elsewhere] == [False, True]  # Z1, Z2
+    # ...and records read by another API's name for the location are not attached.
+    assert all(o.loss_records is None for o in with_records(lists, {("tpu", "", Z1): records()}))
+    t = dead(run([fleet], elsewhere, snapshot(record, specs=[fleet])))
+    assert t.end_reason == "terminated"
+    assert t.reason == "terminated"
+    (loss,) = suspected(InstanceStatus.TERMINATED)
     assert where(loss) == (COMPUTE_API, "", Z1)
 
 
@@ -184,8 +220,8 @@ def test_a_fleet_gone_from_the_config_is_not_taken_for_spot() -> None:
     lost with no record ends as the lists showed it."""
     record = ready_instance()
     snap = snapshot(record, extra_fleets=[FLEET], down=[FLEET])
-    p = run([], world(instance(InstanceStatus.TERMINATED)), snap)
-    t = dead(p)
-    assert t.loss is not None
-    assert not t.loss.spot
-    assert dead(explain(p, records())).end_reason == "terminated"
+    lists = [replace(o, api=COMPUTE_API) for o in world(instance(InstanceStatus.TERMINATED))]
+    (loss,) = suspects([], lists, [record], T0, Policy().vanish_grace)
+    assert not loss.spot
+    found = list(with_records(lists, {(COMPUTE_API, "", Z1): records()}))
+    assert dead(run([], found, snap)).end_reason == "terminated"

@@ -184,6 +184,10 @@ class ZoneObservation:
     project: str = DEFAULT_PROJECT  # the project listed (DEFAULT_PROJECT: gcp.project)
     # The cloud API that listed it (`FleetSpec.api`): one location may be listed by several.
     api: str = DEFAULT_API
+    # The cloud's records of the nodes lost here (`LossRecords`), read in the same tick when a
+    # serving node of a cloud whose states do not say "preempted" is dead or gone from this
+    # list (core/nodes/preemption.py `suspects`); None: not read.
+    loss_records: LossRecords | None = None
 
     @property
     def ok(self) -> bool:
@@ -212,3 +216,12 @@ class PreemptionRecord:
     cloud_id: str | None = None
     record: str = ""  # the record's own name, for people (an operation's name)
     kind: RecordKind = RecordKind.PREEMPTED
+
+
+@dataclass(frozen=True)
+class LossRecords:
+    """The records read for one location's lost nodes (`ZoneObservation.loss_records`): every
+    one that names one of them; `error` when they could not be read (nothing is known then)."""
+
+    records: tuple[PreemptionRecord, ...] = ()
+    error: str | None = None

@@ -11,8 +11,8 @@ and in the event of the loss. Rules, first match wins:
   its health says host maintenance (UNHEALTHY_MAINTENANCE)                      MAINTENANCE
   anything else                                                                 UNKNOWN
 
-UNKNOWN is never a guess turned into a cause: a Compute Engine VM's loss is then explained by
-the cloud's own records before the plan is carried out (core/nodes/preemption.py `explain`:
+UNKNOWN is never a guess turned into a cause: a Compute Engine VM's loss is then worded by
+the cloud's own records, read in the same tick (core/nodes/preemption.py `worded`:
 a `compute.instances.preempted` operation -> PREEMPTED, a host-maintenance one ->
 MAINTENANCE), and stays UNKNOWN where none is found, even where the slot still counts it as a
 preemption. A window beats a preemption record: the cloud logs host-maintenance terminations

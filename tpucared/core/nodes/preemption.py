@@ -4,15 +4,18 @@ A TPU API node says PREEMPTED itself. A Compute Engine spot VM does not: preempt
 `instanceTerminationAction: STOP` it turns TERMINATED (STOPPING first), with DELETE it simply
 vanishes, and the evidence that it was preempted is a zone operation of type
 `compute.instances.preempted` naming it (docs/research/compute-engine.md §4.3). So, for a
-cloud API in `RECORDS` (the name of its preemption record):
+cloud API in `RECORDS` (the name of its preemption record), the records are part of the
+tick's observation and the core plans each loss once, with them:
 
-1. `die` (core/nodes/step.py) marks the Transition that ends a READY node lost to a dead state
-   or to a vanishing with a `Loss` (`loss_of`); the rest of the plan is made as for any loss
-   (the slot counts one preemption: `create_backoff.node_died`, whatever the records say).
-2. The runtime collects the plan's `losses`, reads the preemption records of each of their
-   locations once (the optional port method `PreemptionRecords.preemptions`, ports/cloud.py),
-   only in a tick that has a loss, never every tick, and hands them back as `ZoneRecords`.
-3. `explain` rewords each marked Transition by what was found, before the plan is carried out:
+1. `suspects` (pure, from the lists and the store's live nodes) names the serving nodes the
+   planner will find lost this tick: READY, of an API in `RECORDS`, in a location listed
+   well, and dead there or gone from the list past `vanish_grace` (what incarnations.py
+   `_ready` ends with `die(..., lost=True)`). A tick without one reads nothing.
+2. The runtime reads the records of their locations once (the optional port method
+   `PreemptionRecords.preemptions`, ports/cloud.py) and puts them in the locations'
+   observations (`with_records`: `ZoneObservation.loss_records`).
+3. `die` (core/nodes/step.py) words the Transition that ends such a node by them
+   (`worded`):
 
    a record of this node (its name, and its cloud id when both say one)
        a preemption record: end_reason "preempted", cause PREEMPTED; a host-maintenance
@@ -33,17 +36,27 @@ the end as the lists showed it. Pure: the runtime does the reading.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 from tpucared.core.model.causes import LossCause
-from tpucared.core.model.observed import PreemptionRecord, RecordKind
-from tpucared.core.model.records import IncarnationRecord
-from tpucared.core.model.specs import COMPUTE_API, CapacityKind
-from tpucared.core.vocab.actions import Loss, Transition
-from tpucared.core.vocab.plan import Plan
+from tpucared.core.model.observed import (
+    LossRecords,
+    ObservedNode,
+    PreemptionRecord,
+    RecordKind,
+    StateClass,
+    ZoneObservation,
+)
+from tpucared.core.model.records import IncarnationRecord, NodePhase
+from tpucared.core.model.specs import COMPUTE_API, CapacityKind, FleetSpec
+from tpucared.core.nodes import flex
+from tpucared.core.nodes.cloud import ABSENT
+from tpucared.core.vocab.actions import Loss
 from tpucared.core.vocab.view import View
+
+P = NodePhase
 
 # The cloud APIs whose node states do not say "preempted", by what their record of one is
 # (their host-maintenance records are read with them: `ENDS`).
@@ -67,53 +80,16 @@ SPOT = frozenset({CapacityKind.SPOT, CapacityKind.PREEMPTIBLE})
 Where = tuple[str, str, str]  # (api, project as the core names it, zone)
 
 
-@dataclass(frozen=True)
-class ZoneRecords:
-    """The preemption records read for one location: every one that names one of the lost
-    nodes; `error` when they could not be read (nothing is known then)."""
-
-    records: tuple[PreemptionRecord, ...] = ()
-    error: str | None = None
-
-
 def loss_of(view: View, inc: IncarnationRecord, how: str) -> Loss | None:
     """The `Loss` to mark on the Transition that ends READY `inc` (`how`: what the lists
     showed), or None when its cloud's node states say "preempted" themselves."""
     if inc.api not in RECORDS:
         return None
-    spec = view.specs.get(inc.fleet)
-    return Loss(
-        api=inc.api,
-        project=inc.project,
-        zone=inc.zone,
-        node_name=inc.node_name,
-        cloud_id=inc.cloud_id,
-        how=how,
-        spot=spec is not None and spec.capacity in SPOT,
-    )
-
-
-def losses(plan: Plan) -> tuple[Loss, ...]:
-    """The losses a plan marks, whose locations' records the runtime reads."""
-    return tuple(a.loss for a in plan.actions if isinstance(a, Transition) and a.loss is not None)
+    return _loss(view.specs.get(inc.fleet), inc, how)
 
 
 def where(loss: Loss) -> Where:
     return (loss.api, loss.project, loss.zone)
-
-
-def explain(plan: Plan, found: Mapping[Where, ZoneRecords]) -> Plan:
-    """`plan` with each marked Transition worded by the records read for its location
-    (module docstring); a location not in `found` leaves its Transitions as they are."""
-    if not found:
-        return plan
-    actions = tuple(
-        _explained(a, found.get(where(a.loss)))
-        if isinstance(a, Transition) and a.loss is not None
-        else a
-        for a in plan.actions
-    )
-    return replace(plan, actions=actions)
 
 
 def record_of(loss: Loss, records: tuple[PreemptionRecord, ...]) -> PreemptionRecord | None:
@@ -128,22 +104,25 @@ def record_of(loss: Loss, records: tuple[PreemptionRecord, ...]) -> PreemptionRe
     return max(mine, key=lambda r: r.at or datetime.min.replace(tzinfo=UTC), default=None)
 
 
-def _explained(t: Transition, zone: ZoneRecords | None) -> Transition:
-    loss = t.loss
-    if loss is None or zone is None:
-        return t
+def worded(
+    loss: Loss, reason: str, cause: LossCause | None, zone: LossRecords | None
+) -> tuple[str, str, LossCause | None]:
+    """(end_reason, reason, cause) of the Transition ending the node of `loss`, by the
+    records read for its location (the module docstring); as the lists showed it (`reason`,
+    `cause`) where they were not read."""
+    if zone is None:
+        return reason, reason, cause
     what = RECORDS.get(loss.api, "preemption record")
     record = None if zone.error is not None else record_of(loss, zone.records)
     # A loss inside its announced maintenance window stays MAINTENANCE whatever the record
     # (core/nodes/losses.py: host-maintenance terminations are logged as preemptions too).
-    window = t.cause is LossCause.MAINTENANCE
+    window = cause is LossCause.MAINTENANCE
     if record is not None:
         at = _when(record.at)
         named = f" {record.record}" if record.record else ""
-        cause = LossCause.MAINTENANCE if window else CAUSES[record.kind]
+        found = LossCause.MAINTENANCE if window else CAUSES[record.kind]
         done, record_words = ENDS[record.kind]
-        reason = f"{done} at {at} (its {record_words}{named}); {loss.how}"
-        return replace(t, end_reason=ENDS_AS[cause], reason=reason, cause=cause)
+        return ENDS_AS[found], f"{done} at {at} (its {record_words}{named}); {loss.how}", found
     if zone.error is not None:
         missing = f"its {what} could not be read ({zone.error})"
     else:
@@ -151,9 +130,79 @@ def _explained(t: Transition, zone: ZoneRecords | None) -> Transition:
     # No record: the cause stays what the lists told (UNKNOWN, or MAINTENANCE by its
     # window), never a guess, even where the slot counts the loss as a preemption.
     if loss.spot and not window:
-        reason = f"{loss.how}: a spot VM lost, {missing}: counted as a preemption"
-        return replace(t, end_reason=f"{loss.how}: counted as preempted", reason=reason)
-    return replace(t, reason=f"{t.reason} ({missing})")
+        words = f"{loss.how}: a spot VM lost, {missing}: counted as a preemption"
+        return f"{loss.how}: counted as preempted", words, cause
+    return reason, f"{reason} ({missing})", cause
+
+
+def suspects(
+    specs: Sequence[FleetSpec],
+    observations: Iterable[ZoneObservation],
+    nodes: Iterable[IncarnationRecord],
+    now: datetime,
+    vanish_grace: timedelta,
+) -> tuple[Loss, ...]:
+    """The serving nodes this tick's plan will find lost whose end the cloud's records word
+    (the module docstring, 1.): READY, of an API in `RECORDS`, in a location every list of
+    which succeeded, and listed dead there, or absent (recorded ABSENT for `vanish_grace`,
+    or absent now with no grace), unless that is a flex-start run's end. The lists of other
+    APIs cost nothing here."""
+    listed: dict[tuple[str, str], dict[str, ObservedNode]] = {}
+    failed: set[tuple[str, str]] = set()
+    for obs in observations:
+        where_ = (obs.project, obs.zone)
+        if not obs.ok:
+            failed.add(where_)
+        elif obs.api in RECORDS:
+            listed.setdefault(where_, {}).update((n.name, n) for n in obs.nodes)
+    if not listed:
+        return ()
+    fleets = {s.name: s for s in specs}
+    out: list[Loss] = []
+    for inc in nodes:
+        place = (inc.project, inc.zone)
+        if inc.phase is not P.READY or inc.api not in RECORDS or place in failed:
+            continue
+        shown = listed.get(place)
+        if shown is None:
+            continue
+        node = shown.get(inc.node_name)
+        if node is not None and inc.cloud_id and node.cloud_id and node.cloud_id != inc.cloud_id:
+            node = None  # another node of the same name: ours is gone
+        state = ABSENT if node is None else node.state
+        since = inc.cloud_state_since if inc.cloud_state == state else None
+        if node is None:
+            if vanish_grace > timedelta(0) and (since is None or now - since < vanish_grace):
+                continue
+            how = "vanished"
+        elif node.state_class is StateClass.DEAD:
+            how = node.state.lower()
+        else:
+            continue
+        spec = fleets.get(inc.fleet)
+        ends = (node.run_ends_at if node is not None else None) or inc.run_ends_at
+        if flex.run_ended(spec, ends, since or now):
+            continue  # a flex-start run's end (core/nodes/flex.py): no record to read
+        out.append(_loss(spec, inc, how))
+    return tuple(out)
+
+
+def with_records(
+    observations: Iterable[ZoneObservation], found: Mapping[Where, LossRecords]
+) -> tuple[ZoneObservation, ...]:
+    """The observations, each of a location in `found` (by its API) carrying its records."""
+    return tuple(
+        replace(o, loss_records=found[key]) if (key := (o.api, o.project, o.zone)) in found else o
+        for o in observations
+    )
+
+
+def _loss(spec: FleetSpec | None, inc: IncarnationRecord, how: str) -> Loss:
+    """The loss of `inc`; `spec`: its fleet's (None: not configured, its tier unknown)."""
+    return Loss(
+        api=inc.api, project=inc.project, zone=inc.zone, node_name=inc.node_name,
+        cloud_id=inc.cloud_id, how=how, spot=spec is not None and spec.capacity in SPOT,
+    )  # fmt: skip
 
 
 def _when(at: datetime | None) -> str:

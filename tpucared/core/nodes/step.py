@@ -24,12 +24,11 @@ from tpucared.core.nodes import create_backoff as budget
 from tpucared.core.nodes import flex
 from tpucared.core.nodes.cloud import ABSENT, is_unhealthy, queued_pseudo_state
 from tpucared.core.nodes.losses import in_window, seen_cause
-from tpucared.core.nodes.preemption import loss_of
+from tpucared.core.nodes.preemption import loss_of, worded
 from tpucared.core.vocab.actions import (
     Action,
     CloudFacts,
     DeleteNode,
-    Loss,
     Notice,
     RecordCloud,
     Severity,
@@ -66,7 +65,6 @@ class Step:
         end_reason: str | None = None,
         cloud: CloudFacts | None = None,
         slot_update: SlotUpdate | None = None,
-        loss: Loss | None = None,
         cause: LossCause | None = None,
     ) -> None:
         self.actions.append(
@@ -79,7 +77,6 @@ class Step:
                 end_reason=end_reason,
                 cloud=None if self._recorded else cloud,
                 slot_update=slot_update,
-                loss=loss,
                 cause=cause,
             )
         )
@@ -164,7 +161,8 @@ def die(
 ) -> None:
     """An unplanned death of a READY node: DEAD, then delete (or DELETED if nothing is left).
     `lost`: a dead state or a vanishing, which a cloud whose node states do not say
-    "preempted" may explain by its preemption records (core/nodes/preemption.py), unless it
+    "preempted" words by its preemption records, read this tick (core/nodes/preemption.py
+    `worded`; the runtime read them for the `suspects`), unless it
     is a flex-start run's end (core/nodes/flex.py): neither a preemption nor a failure.
     `cause`: the loss's cause when the caller knows it (STUCK); else what the lists tell
     (core/nodes/losses.py `seen_cause`)."""
@@ -172,13 +170,17 @@ def die(
         if cause is None:
             window = _window(step, facts)
             cause = seen_cause(window, s.node, facts.health, _lost_at(step, facts))
+        end_reason, why = reason, reason
+        loss = loss_of(step.view, step.inc, reason) if lost else None
+        if loss is not None:  # worded by the cloud's records, where they were read
+            found = step.view.loss_records(loss.project, loss.zone)
+            end_reason, why, cause = worded(loss, reason, cause, found)
         step.move(
             P.DEAD,
-            reason,
-            end_reason=reason,
+            why,
+            end_reason=end_reason,
             cloud=facts,
             slot_update=budget.node_died(step.view, step.inc),
-            loss=loss_of(step.view, step.inc, reason) if lost else None,
             cause=cause,
         )
     if s.gone:

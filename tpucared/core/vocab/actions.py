@@ -143,9 +143,9 @@ class SlotUpdate:
 class Loss:
     """A serving node lost (a dead state, or gone from the lists) where the cloud's node
     state does not say whether it was preempted (Compute Engine): the runtime reads the
-    cloud's preemption records of its location once, and core/nodes/preemption.py `explain`
-    words the Transition's end by them. `how`: what the lists showed ("vanished",
-    "terminated", ...); `spot`: its fleet asks for spot capacity."""
+    cloud's preemption records of its location once, before the plan, and
+    core/nodes/preemption.py `worded` words the Transition's end by them. `how`: what the
+    lists showed ("vanished", "terminated", ...); `spot`: its fleet asks for spot capacity."""
 
     api: str
     project: str
@@ -301,8 +301,6 @@ class Transition(Action):
     end_reason: str | None = None  # preempted, terminated, vanished, stuck, unhealthy, ...
     cloud: CloudFacts | None = None
     slot_update: SlotUpdate | None = None
-    # A loss whose end the cloud's preemption records will word (Loss); None for the rest.
-    loss: Loss | None = None
     # Why the node is lost (core/model/causes.py), recorded as nodes.loss_cause; None for a
     # move that loses nothing, or ends the node by our own choice.
     cause: LossCause | None = None

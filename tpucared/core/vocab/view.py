@@ -15,7 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from tpucared.core.model.lifecycle import LIVE_PHASES
-from tpucared.core.model.observed import ObservedNode, ObservedQueuedResource, ZoneObservation
+from tpucared.core.model.observed import (
+    LossRecords,
+    ObservedNode,
+    ObservedQueuedResource,
+    ZoneObservation,
+)
 from tpucared.core.model.records import FleetRecord, IncarnationRecord, SlotRecord
 from tpucared.core.model.specs import (
     DEFAULT_API,
@@ -143,6 +148,9 @@ class View:
         self._failed: set[Location] = set()
         self._queued_listed: set[Location] = set()
         self.errors: dict[Location, ZoneObservation] = {}
+        # The cloud's records of the nodes lost there, where the runtime read them this tick
+        # (core/nodes/preemption.py).
+        self._loss_records: dict[Location, LossRecords] = {}
         nodes: dict[tuple[str, str, str], ObservedNode] = {}
         queued: dict[tuple[str, str, str], ObservedQueuedResource] = {}
         listed: set[Location] = set()
@@ -157,6 +165,8 @@ class View:
                 self.errors[where] = obs
                 continue
             listed.add(where)
+            if obs.loss_records is not None:
+                self._loss_records[where] = obs.loss_records
             for n in obs.nodes:
                 nodes[(*where, n.name)] = n
             if obs.api != DEFAULT_API:
@@ -227,6 +237,10 @@ class View:
             if (project, zone) in self._failed:
                 continue
             yield Resource(zone, name, self._nodes.get(key), self._queued.get(key), project)
+
+    def loss_records(self, project: str, zone: str) -> LossRecords | None:
+        """The records read this tick for the nodes lost in `zone` of `project`, if any."""
+        return self._loss_records.get((project, zone))
 
     def listed_node(self, project: str, zone: str, name: str) -> ObservedNode | None:
         """The node a successful list shows under `name` in `zone` of `project` (matched or

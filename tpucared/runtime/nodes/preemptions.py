@@ -1,12 +1,13 @@
-"""Reading the cloud's preemption records for the nodes a plan lost (core/nodes/preemption.py).
+"""Reading the cloud's records of the nodes a tick finds lost (core/nodes/preemption.py).
 
-Between the plan and its execution (reconciler.py): when the plan marks losses (a Compute
-Engine VM TERMINATED or gone: its status does not say whether it was preempted), their
-locations' records are read through the optional port method `PreemptionRecords.preemptions`
-(ports/cloud.py): one call per (API, project, zone) with a loss, all at once, each within
-`deadline` (retries included, runtime/deadlines.py). A tick without a loss reads nothing.
+Part of the tick's observation, before the plan (reconciler.py): when the lists show a serving
+node lost where its state does not say whether it was preempted (a Compute Engine VM
+TERMINATED or gone: `preemption.suspects`), their locations' records are read through the
+optional port method `PreemptionRecords.preemptions` (ports/cloud.py): one call per (API,
+project, zone) with a loss, all at once, each within `deadline` (retries included,
+runtime/deadlines.py), and planned with. A tick without a loss reads nothing.
 
-A failed or late read is data (`ZoneRecords.error`), never an exception: the node is lost
+A failed or late read is data (`LossRecords.error`), never an exception: the node is lost
 either way and its delete must not wait; the core words its end by what is known. A cloud
 without the method says so the same way.
 """
@@ -18,7 +19,8 @@ from collections.abc import Iterable, Mapping
 
 import structlog
 
-from tpucared.core.nodes.preemption import Where, ZoneRecords, where
+from tpucared.core.model.observed import LossRecords
+from tpucared.core.nodes.preemption import Where, where
 from tpucared.core.vocab.actions import Loss
 from tpucared.ports.cloud import CloudError, PreemptionRecords
 from tpucared.runtime.clouds import CloudMap
@@ -33,7 +35,7 @@ class PreemptionReader:
         self._project = project  # what the core's DEFAULT_PROJECT means: `gcp.project`
         self.deadline = max(deadline, MIN_DEADLINE_S)
 
-    async def read(self, losses: Iterable[Loss]) -> Mapping[Where, ZoneRecords]:
+    async def read(self, losses: Iterable[Loss]) -> Mapping[Where, LossRecords]:
         """The records of every location with a loss, by location."""
         lost: dict[Where, set[str]] = {}
         for loss in losses:
@@ -42,11 +44,11 @@ class PreemptionReader:
         found = await asyncio.gather(*(self._one(w, lost[w]) for w in places))
         return dict(zip(places, found, strict=True))
 
-    async def _one(self, place: Where, nodes: set[str]) -> ZoneRecords:
+    async def _one(self, place: Where, nodes: set[str]) -> LossRecords:
         api, project, zone = place
         cloud = self._clouds.clouds.get(api)
         if not isinstance(cloud, PreemptionRecords):
-            return ZoneRecords(error=f"the {api} cloud keeps no preemption records")
+            return LossRecords(error=f"the {api} cloud keeps no preemption records")
         real = project or self._project
         what = f"preemption records of {real}/{zone}"
         try:
@@ -58,9 +60,9 @@ class PreemptionReader:
                 "preemption.records_unread", api=api, project=real, zone=zone,
                 nodes=sorted(nodes), error=exc.message,
             )  # fmt: skip
-            return ZoneRecords(error=exc.message)
+            return LossRecords(error=exc.message)
         log.info(
             "preemption.records_read", api=api, project=real, zone=zone, nodes=sorted(nodes),
             records=[r.record or r.name for r in records],
         )  # fmt: skip
-        return ZoneRecords(records=records)
+        return LossRecords(records=records)
