@@ -27,6 +27,7 @@ from tpucared.launch import shfiles
 from tpucared.ports.launcher import (
     CleanupResult,
     CleanupState,
+    HealthState,
     LaunchResult,
     LaunchState,
     NoticeResult,
@@ -211,6 +212,10 @@ def parse_cleanup(stdout: str) -> CleanupResult:
         state = CleanupState(fields.get("state", ""))
     except ValueError as exc:
         raise ScriptOutputError(f"unknown cleanup state in {fields}") from exc
+    try:
+        health = HealthState(fields.get("health", "none"))
+    except ValueError as exc:
+        raise ScriptOutputError(f"unknown health check state in {fields}") from exc
     pids = fields.get("busy_pids", "")
     try:
         busy = tuple(int(p) for p in pids.split(",") if p)
@@ -223,7 +228,7 @@ def parse_cleanup(stdout: str) -> CleanupResult:
         lockfile=fields.get("lockfile", "absent"),
         busy_pids=busy,
         sees_all_processes=fields.get("scope", "all") == "all",
-        health=fields.get("health", "none"),
+        health=health,
         health_code=int_field(fields, "health_code"),
         health_output=tuple(
             line.removeprefix(HEALTH_OUT).strip()

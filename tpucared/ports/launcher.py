@@ -133,6 +133,11 @@ class LaunchState(StrEnum):
     EXITED = "exited"  # the run in this directory already finished: nothing started
     ERROR = "error"  # could not start; `reason` says why
 
+    @property
+    def runs(self) -> bool:
+        """The attempt runs on the worker after this launch (started now, or already)."""
+        return self in (LaunchState.STARTED, LaunchState.RUNNING)
+
 
 @dataclass(frozen=True)
 class LaunchResult:
@@ -163,6 +168,14 @@ class CleanupState(StrEnum):
     BUSY = "busy"  # something survived SIGKILL or still holds the TPU: replace the node
 
 
+class HealthState(StrEnum):
+    """The fleet's health check on a worker, as the cleanup ran it."""
+
+    NONE = "none"  # not configured, or not run (the TPU was busy)
+    OK = "ok"
+    FAILED = "failed"
+
+
 @dataclass(frozen=True)
 class CleanupResult:
     state: CleanupState
@@ -175,9 +188,14 @@ class CleanupResult:
     sees_all_processes: bool = True
     # The fleet's health check, run on a free TPU: none (not configured, or the TPU was busy),
     # ok or failed, with its exit code (124: timed out) and the last lines of its output.
-    health: str = "none"
+    health: HealthState = HealthState.NONE
     health_code: int | None = None
     health_output: tuple[str, ...] = ()
+
+    @property
+    def clean(self) -> bool:
+        """Safe to relaunch on: nothing holds the TPU and the health check did not fail."""
+        return self.state is CleanupState.CLEAN and self.health is not HealthState.FAILED
 
 
 @dataclass(frozen=True)

@@ -151,7 +151,7 @@ class Reconciler:
         self.last: Tick | None = None
         self._live: tuple[IncarnationRecord, ...] | None = None
         # What DEFAULT_PROJECT means (zone health is recorded per real project and zone).
-        self.project = project if project is not None else str(getattr(observer, "_project", ""))
+        self.project = project if project is not None else observer.project
         self.zone_health: dict[Location, ZoneHealth] | None = None  # read from the store at first
         self._last_ok: dict[Location, datetime] = {}  # its last successful list (memory)
         self._reuse_within = reuse_lists_within

@@ -140,7 +140,7 @@ class TaskSet:
     async def cancel(self) -> int:
         left = [t for t in self._tasks if not t.done()]
         for task in left:
-            log.warning("tasks.cancelled", what=self._what, task=task.get_name())
+            log.warning("tasks.drain_cancelled", what=self._what, task=task.get_name())
             task.cancel()
         if left:
             await asyncio.gather(*left, return_exceptions=True)

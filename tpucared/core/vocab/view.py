@@ -143,6 +143,14 @@ class View:
         self.live: tuple[IncarnationRecord, ...] = tuple(
             sorted((i for i in snapshot.nodes.values() if i.phase in LIVE_PHASES), key=_inc_key)
         )
+        self._index(observations)
+        self._matched: set[tuple[str, str, str]] = set()
+        self._sightings: dict[int, Sighting] = {}
+        for inc in self.live:
+            self._sightings[inc.id] = self._sight(inc)
+
+    def _index(self, observations: Iterable[ZoneObservation]) -> None:
+        """The lists by location: their nodes, queued resources, failures and records."""
         # Everything is keyed by location, (project, zone): two projects may share a zone,
         # and a node name is unique only within one of them.
         self._failed: set[Location] = set()
@@ -181,10 +189,6 @@ class View:
         # Where nothing failed: the node lists, and the queued lists too (zone_known).
         self._known = listed - self._failed
         self._known_queued = self._known & self._queued_listed
-        self._matched: set[tuple[str, str, str]] = set()
-        self._sightings: dict[int, Sighting] = {}
-        for inc in self.live:
-            self._sightings[inc.id] = self._sight(inc)
 
     # -- zones ---------------------------------------------------------------------------
 

@@ -129,6 +129,11 @@ class Observer:
         apis = self._apis.get(where, ())
         return bool(apis) and all((where, api) in self._pages for api in apis)
 
+    @property
+    def project(self) -> str:
+        """What the core's DEFAULT_PROJECT means here: `gcp.project`."""
+        return self._project
+
     def project_of(self, project: str) -> str:
         return project or self._project
 

@@ -52,6 +52,7 @@ from tpucared.ports.launcher import (
     CleanupResult,
     CleanupState,
     HealthCheck,
+    HealthState,
     Launch,
     Launcher,
     LaunchResult,
@@ -177,8 +178,10 @@ class WorkloadExecutor:
             await asyncio.gather(*(self._install(s, files, secrets) for s in gang))
         ):
             return
-        states = await self._start_runs(a, gang, spec, slot, with_secrets=bool(secrets))
-        failed = {w: why for w, why in states.items() if why not in ("started", "running")}
+        replies = await self._start_runs(a, gang, spec, slot, with_secrets=bool(secrets))
+        states = {w: _launch_state(r) for w, r in replies.items()}
+        failed = {w: states[w] for w, r in replies.items() if r.value is None
+                  or not r.value.state.runs}  # fmt: skip
         (bound.warning if failed else bound.info)(
             "workload.launched", resume=a.attempt_id is not None, workers=states
         )
@@ -249,9 +252,9 @@ class WorkloadExecutor:
     async def _start_runs(
         self, a: LaunchWorkload, gang: list[_Slice], spec: WorkloadSpec, slot: SlotRecord, *,
         with_secrets: bool,
-    ) -> dict[int, str]:  # fmt: skip
-        """Launch the attempt detached on every worker of every slice; each worker's launch
-        state, by gang worker (slice by slice)."""
+    ) -> dict[int, Reply[LaunchResult]]:  # fmt: skip
+        """Launch the attempt detached on every worker of every slice; each worker's answer,
+        by gang worker (slice by slice)."""
         coordinator = gang[0].inc_workers[0].internal_ip if gang[0].inc_workers else ""
 
         async def launch_slice(s: _Slice) -> list[Reply[LaunchResult]]:
@@ -271,10 +274,10 @@ class WorkloadExecutor:
             return await self._launcher.launch(s.place, launch)
 
         answers = await asyncio.gather(*(launch_slice(s) for s in gang))
-        states: dict[int, str] = {}
+        states: dict[int, Reply[LaunchResult]] = {}
         offset = 0
         for s, replies in zip(gang, answers, strict=True):
-            states.update({offset + r.worker: _launch_state(r) for r in replies})
+            states.update({offset + r.worker: r for r in replies})
             offset += s.place.size
         return states
 
@@ -326,23 +329,23 @@ class WorkloadExecutor:
         report: dict[int, str] = {}
         busy: list[int] = []
         bad: dict[int, CleanupResult] = {}
+        clean: set[int] = set()
         for r in replies:
             c = r.value
             if c is None:
                 report[r.worker] = f"not cleaned: {r.why}"
                 continue
+            if c.clean:
+                clean.add(r.worker)
             report[r.worker] = f"{c.state.value} (group {c.group}, {c.holders_killed} holders)"
             if c.state is CleanupState.BUSY:
                 busy.append(r.worker)
                 bad[r.worker] = c
                 report[r.worker] += f" held by pids {list(c.busy_pids)}"
-            elif c.health == "failed":
+            elif c.health is HealthState.FAILED:
                 bad[r.worker] = c
                 report[r.worker] = f"unhealthy: health check exit {c.health_code}"
-        left = tuple(
-            (w, why) for w, why in sorted(report.items())
-            if not why.startswith(CleanupState.CLEAN.value)
-        )  # fmt: skip
+        left = tuple((w, why) for w, why in sorted(report.items()) if w not in clean)
         unhealthy = tuple(sorted(w for w in bad if w not in busy))
         for memo, value in ((self.busy, tuple(sorted(busy))), (self.unhealthy, unhealthy)):
             if value:
