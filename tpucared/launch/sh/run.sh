@@ -77,6 +77,7 @@ unset SSH_CLIENT SSH_CONNECTION SSH_TTY SSH_AUTH_SOCK
 if command -v bash >/dev/null 2>&1; then tpucared_shell='bash'; else tpucared_shell='sh'; fi
 echo "[tpucared] $(date -u +%Y-%m-%dT%H:%M:%SZ) start pid=$$"
 tpucared_watcher=
+export TPUCARED_PROGRESS_FILE="$rd/progress"  # its `step N` lines, read by probe.sh
 if [ -n "$tpucared_stop" ]; then
   export TPUCARED_PREEMPTION_NOTICE_FILE="$rd/notice"
   notice_watch "$tpucared_stop" &
