@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
+from tpucared.core.workload.progress import Progress
 from tpucared.launch import shfiles
 from tpucared.ports.launcher import (
     CleanupResult,
@@ -138,6 +140,37 @@ def _seconds(value: str | None) -> float | None:
     return seconds if seconds is not None and math.isfinite(seconds) else None
 
 
+def parse_progress(fields: Mapping[str, str]) -> Progress | None:
+    """The progress file's part of a probe's answer (sh/probe.sh), None without a file. What
+    the workload wrote is never trusted to parse: a bad value reads as absent, never fails."""
+    if "progress_at" not in fields and "step" not in fields and "checkpoint" not in fields:
+        return None
+
+    def count(key: str) -> int | None:
+        value = fields.get(key, "")
+        if not value.isdigit() or len(value) > 15:
+            return None
+        return int(value)
+
+    def at(key: str) -> datetime | None:
+        try:
+            seconds = _seconds(fields.get(key))
+        except ScriptOutputError:
+            return None
+        if seconds is None or not 0 < seconds < 2**33:
+            return None
+        return datetime.fromtimestamp(seconds, UTC)
+
+    return Progress(
+        step=count("step"),
+        step_at=at("step_at"),
+        checkpoint=count("checkpoint"),
+        checkpoint_at=at("checkpoint_at"),
+        first_step_at=at("first_step_at"),
+        modified_at=at("progress_at"),
+    )
+
+
 def parse_probe(stdout: str) -> ProbeResult:
     fields = parse_marker(stdout, "TPUCARED_PROBE")
     try:
@@ -152,6 +185,7 @@ def parse_probe(stdout: str) -> ProbeResult:
         log_bytes=None if log_bytes is None or log_bytes < 0 else log_bytes,
         reason=fields.get("reason"),
         notice_at=_seconds(fields.get("notice")),
+        progress=parse_progress(fields),
     )
     if state is RunState.RUNNING and result.pid is None:
         raise ScriptOutputError(f"running without a pid: {fields}")

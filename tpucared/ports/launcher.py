@@ -26,6 +26,7 @@ from typing import Generic, Protocol, TypeVar
 
 from tpucared.core.model.records import IncarnationRecord, WorkerRecord
 from tpucared.core.model.specs import WorkloadSpec
+from tpucared.core.workload.progress import Progress
 
 T = TypeVar("T")
 
@@ -161,6 +162,7 @@ class ProbeResult:
     log_bytes: int | None = None  # None when there is no log file
     reason: str | None = None  # for GONE: no-run | died | rebooted
     notice_at: float | None = None  # epoch seconds of the preemption notice the run got
+    progress: Progress | None = None  # the run's progress file; None: none
 
 
 class CleanupState(StrEnum):

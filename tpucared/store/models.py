@@ -234,6 +234,12 @@ class WorkloadAttemptRow(Base):
         JSONText, default=dict, server_default="{}"
     )
     detail: Mapped[str | None] = mapped_column(Text)
+    # What the workload told in its progress file, worker 0's (0014): NULL, nothing.
+    first_step_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_step: Mapped[int | None] = mapped_column(BigInteger)
+    last_step_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_checkpoint: Mapped[int | None] = mapped_column(BigInteger)
+    last_checkpoint_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     version: Mapped[int] = _version()
 
 

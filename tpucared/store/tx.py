@@ -4,9 +4,10 @@ Handed out by `Store.write()`; valid only inside that `async with` block. The me
 grouped by what they change: `write_base` (events, fleets, slots, create attempts),
 `write_nodes` (incarnations and workers), `write_many` (a run of their compare-and-sets at
 once), `write_adopt` (many slots and adoptions at once), `write_workloads` (workload
-attempts), `write_maintenance` (what `on_maintenance` did about a window), `lease` (the leader
-lease), `prune` (the maintenance task's bounded deletes); the reads come from
-`reads.Reader`. Here: the savepoints, and `apply_each`, many small writes each undone alone.
+attempts), `write_maintenance` (what `on_maintenance` did about a window), `write_progress`
+(what a workload told in its progress file), `lease` (the leader lease), `prune` (the
+maintenance task's bounded deletes); the reads come from `reads.Reader`. Here: the
+savepoints, and `apply_each`, many small writes each undone alone.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tpucared.store.prune import PruneWrites
 from tpucared.store.write_adopt import AdoptWrites
 from tpucared.store.write_maintenance import MaintenanceWrites
 from tpucared.store.write_many import ManyNodeWrites
+from tpucared.store.write_progress import ProgressWrites
 from tpucared.store.write_workloads import WorkloadWrites
 
 T = TypeVar("T")
@@ -37,7 +39,15 @@ class Applied(Generic[T]):
     error: Exception | None = None
 
 
-class Tx(ManyNodeWrites, AdoptWrites, WorkloadWrites, MaintenanceWrites, PruneWrites, LeaseWrites):
+class Tx(
+    ManyNodeWrites,
+    AdoptWrites,
+    WorkloadWrites,
+    MaintenanceWrites,
+    ProgressWrites,
+    PruneWrites,
+    LeaseWrites,
+):
     """Everything in one `Store.write()` block commits together or not at all."""
 
     @asynccontextmanager

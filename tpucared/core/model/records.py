@@ -142,6 +142,14 @@ class WorkloadAttemptRecord:
     outcome: AttemptOutcome | None = None  # None while running
     exit_codes: Mapping[int, int | None] = field(default_factory=dict)  # worker -> code
     detail: str | None = None
+    # What the workload told in its progress file (TPUCARED_PROGRESS_FILE, worker 0's;
+    # migration 0014): when its first step came, its last step and checkpoint and when.
+    # None: it told nothing (yet).
+    first_step_at: datetime | None = None
+    last_step: int | None = None
+    last_step_at: datetime | None = None
+    last_checkpoint: int | None = None
+    last_checkpoint_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from tpucared.core.model.records import (
     WorkloadAttemptRecord,
 )
 from tpucared.core.vocab.snapshot import PlainSnapshot, PlannerSnapshot, SlotKey
+from tpucared.core.workload.progress import Progress
 
 
 class WorkerState(StrEnum):
@@ -61,6 +62,8 @@ class WorkerProbe:
     log_since: datetime | None = None
     # When the worker's run got the VM's preemption notice (its watcher's clock), if it did.
     notice_at: datetime | None = None
+    # What the run's progress file tells (core/workload/progress.py); None: no file.
+    progress: Progress | None = None
 
     @classmethod
     def running(cls, worker: int, log_bytes: int | None = None) -> WorkerProbe:

@@ -106,6 +106,7 @@ from tpucared.runtime.tasks import TaskSet
 from tpucared.runtime.wakeup import Wakeup
 from tpucared.runtime.workload.failures import SlotFailures
 from tpucared.runtime.workload.notices import NoticeWatches
+from tpucared.runtime.workload.progress import ProgressRecords
 from tpucared.runtime.workload.runner import ProbeJob, WorkloadRunner, chains_by_slot
 
 log = structlog.get_logger(__name__)
@@ -194,6 +195,7 @@ class WorkloadJobs:
         # Slots to probe at the next dispatch, due or not: their preemption notice (notices.py).
         self._urgent: set[SlotKey] = set()
         self.notices = NoticeWatches(runner, runner.store, clock, self.probe_soon)
+        self.progress = ProgressRecords(runner.store)
         self.last: Dispatch | None = None
         runner.on_connection_lost = self._connection_lost
 
@@ -376,6 +378,7 @@ class WorkloadJobs:
             reachable = is_reachable(fresh)
             self._probed[key] = Probed(fresh.incarnation_id, job.epoch, started, reachable)
             self._results[key] = _Result(tracked, job.epoch)
+            await self.progress.seen(fresh)  # the workload's progress file, on its attempt
         except Exception as exc:  # contained to this slot (failures.py), never the daemon's
             failure = exc
         finally:

@@ -379,6 +379,8 @@ def _worker_probe(r: Reply[ProbeResult]) -> WorkerProbe:
         probe = WorkerProbe.exited(r.worker, p.exit_code, p.log_bytes)
     else:
         probe = WorkerProbe.gone(r.worker, p.reason or "no-run")
+    if p.progress is not None:
+        probe = replace(probe, progress=p.progress)
     if p.notice_at is None:
         return probe
     return replace(probe, notice_at=datetime.fromtimestamp(p.notice_at, UTC))
