@@ -181,6 +181,8 @@ def _category_rows(summary: SlotSummary) -> list[list[str]]:
             for (c, phase), s in summary.phases.items()
             if c is category and phase is not None and s > 0
         )
+        if category is Category.WASTED and summary.steps_lost:
+            phases = f"{summary.steps_lost:,} steps lost"
         rows.append(
             [
                 slot,
@@ -249,6 +251,7 @@ def _summary_document(summary: SlotSummary) -> dict[str, Any]:
         "goodput": summary.share if total > 0 else None,
         "dollars": summary.dollars(total),
         "lost_dollars": summary.dollars(summary.lost_s),
+        "steps_lost": summary.steps_lost,
         "categories": categories,
         "top_causes": [
             {"cause": c.value if c is not None else None, "seconds": s}
@@ -267,6 +270,7 @@ def _interval_document(i: Interval) -> dict[str, Any]:
         "cause": i.cause.value if i.cause is not None else None,
         "zone": i.zone,
         "node": i.node,
+        "steps": i.steps,
     }
 
 

@@ -7,8 +7,9 @@ TPU_INITIALIZATION, TRAINING_PREP, PROGRAM_STARTUP, DATA_LOADING_SYNC, DATA_LOAD
 UNPRODUCTIVE_CHECKPOINT_SAVE_TIME, UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME,
 WASTED_PROGRESS_FROM_DISRUPTION, INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION, CUSTOM_BADPUT_EVENTS,
 OTHER). Only `INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION` is something the daemon sees by itself;
-the workload-side ones need the workload's own progress reports (not built yet). The rest are
-ours, lower case so they read as ours.
+`PROGRAM_STARTUP` and `WASTED_PROGRESS_FROM_DISRUPTION` need the workload's progress file
+(core/workload/progress.py), and `TPU_INITIALIZATION` is not told apart from the program's
+startup (the file has no line for it). The rest are ours, lower case so they read as ours.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ class Category(StrEnum):
     # From a loss (preemption, unknown, stuck, deleted outside, a flex run's end) to the
     # replacement's workload running again. Google's BadputType name.
     RECOVERY = "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION"
+    # An attempt's start to its first step, when its progress file tells (Google's name).
+    PROGRAM_STARTUP = "PROGRAM_STARTUP"
+    # An attempt's last checkpoint to its loss: the progress the loss threw away (Google's).
+    WASTED = "WASTED_PROGRESS_FROM_DISRUPTION"
     CAPACITY_WAIT = "capacity_wait"  # stockout, quota, flex-start queue, outside a recovery
     STARTUP = "startup"  # the first bring-up: create to READY to the first attempt
     MAINTENANCE = "maintenance"  # recovery from a host-maintenance loss
@@ -157,6 +162,7 @@ class Interval:
     zone: str | None = None
     node: str | None = None
     accelerator_type: str | None = None
+    steps: int | None = None  # wasted progress: the steps since the last checkpoint
 
     @property
     def seconds(self) -> float:

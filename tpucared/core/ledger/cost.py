@@ -27,7 +27,13 @@ from tpucared.core.model.machines import MACHINE_TYPES, chips_of
 # The categories a loss starts: the time its cause cost (a stockout at the first create, a
 # hold or idle time has no loss, hence no cause).
 FROM_LOSSES = frozenset(
-    {Category.RECOVERY, Category.MAINTENANCE, Category.BAD_HOST, Category.CRASH_RESTART}
+    {
+        Category.RECOVERY,
+        Category.MAINTENANCE,
+        Category.BAD_HOST,
+        Category.CRASH_RESTART,
+        Category.WASTED,
+    }
 )
 
 # TPU API generations whose accelerator type counts TensorCores, two to a chip.
@@ -83,6 +89,7 @@ class SlotSummary:
     causes: Mapping[LossCause | None, float]
     chips: int | None = None
     price: float | None = None  # $ per chip-hour
+    steps_lost: int = 0  # the wasted progress's steps, where the progress file told them
 
     @property
     def total_s(self) -> float:
@@ -117,13 +124,15 @@ def summarize(
     seconds: dict[Category, float] = defaultdict(float)
     phases: dict[tuple[Category, Phase | None], float] = defaultdict(float)
     causes: dict[LossCause | None, float] = defaultdict(float)
+    steps = 0
     for i in intervals:
         s = i.seconds
         seconds[i.category] += s
         phases[(i.category, i.phase)] += s
         if i.category in FROM_LOSSES:
             causes[i.cause] += s
-    return SlotSummary(fleet, slot, dict(seconds), dict(phases), dict(causes), chips, price)
+        steps += i.steps or 0  # one interval a loss: `merged` joins its pieces
+    return SlotSummary(fleet, slot, dict(seconds), dict(phases), dict(causes), chips, price, steps)
 
 
 def combined(
@@ -133,14 +142,16 @@ def combined(
     seconds: dict[Category, float] = defaultdict(float)
     phases: dict[tuple[Category, Phase | None], float] = defaultdict(float)
     causes: dict[LossCause | None, float] = defaultdict(float)
-    for summary in summaries:
+    items = list(summaries)
+    for summary in items:
         for category, s in summary.seconds.items():
             seconds[category] += s
         for key, s in summary.phases.items():
             phases[key] += s
         for cause, s in summary.causes.items():
             causes[cause] += s
-    return SlotSummary(fleet, -1, dict(seconds), dict(phases), dict(causes), chips, price)
+    steps = sum(s.steps_lost for s in items)
+    return SlotSummary(fleet, -1, dict(seconds), dict(phases), dict(causes), chips, price, steps)
 
 
 def top_causes(
@@ -157,6 +168,8 @@ def top_causes(
 
 
 HEADLINE_WORDS: dict[Category, str] = {
+    Category.PROGRAM_STARTUP: "program startup",
+    Category.WASTED: "wasted progress",
     Category.CAPACITY_WAIT: "capacity waits",
     Category.RECOVERY: "disruption recovery",
     Category.STARTUP: "startup",

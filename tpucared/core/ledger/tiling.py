@@ -3,7 +3,11 @@
 How an instant is classified:
 1. A workload attempt running on it (no workload in the fleet: a node READY) is productive,
    cut short at the death of a node it ran on: from the cloud's loss on, it made no progress,
-   even while the daemon had not yet noticed.
+   even while the daemon had not yet noticed. When the attempt's progress file told its first
+   step (core/workload/progress.py), its time before that step is PROGRAM_STARTUP; and when
+   it ended by a loss or a crash, its time from its last checkpoint (none: its first step)
+   to the loss is WASTED_PROGRESS_FROM_DISRUPTION, with the loss's cause and the steps lost
+   (last step - last checkpoint). Without a progress file the attempt is productive whole.
 2. Otherwise the instant belongs to the latest *disruption* at or before it: an attempt's end
    (FAILED or HUNG: a crash restart; PREEMPTED, or any end on a node that then died: a loss),
    a node's death (a loss, its category by `loss_cause`: maintenance, bad_host, crash or,
@@ -36,7 +40,11 @@ from tpucared.core.ledger.categories import (
     SlotHistory,
 )
 from tpucared.core.model.causes import LossCause
-from tpucared.core.model.records import AttemptOutcome, CreateAttemptRecord
+from tpucared.core.model.records import (
+    AttemptOutcome,
+    CreateAttemptRecord,
+    WorkloadAttemptRecord,
+)
 from tpucared.core.model.specs import ErrorKind
 
 _CAPACITY_OUTCOMES = frozenset({ErrorKind.CAPACITY.value, ErrorKind.QUOTA.value})
@@ -95,15 +103,17 @@ def slot_ledger(history: SlotHistory, now: datetime) -> list[Interval]:
             next_span += 1
         live_nodes = [n for n in live_nodes if n.gone_at is None or t0 < n.gone_at]
         live_spans = [sp for sp in live_spans if t0 < sp[1]]
-        running, node = (True, live_spans[0][2]) if live_spans else (False, None)
-        if running:
+        if live_spans:
+            _, _, node, (category, cause, steps) = live_spans[0]
             piece = Interval(
                 t0,
                 t1,
-                Category.PRODUCTIVE,
+                category,
+                cause=cause,
                 zone=node.zone if node else None,
                 node=node.node_name if node else None,
                 accelerator_type=node.accelerator_type if node else None,
+                steps=steps,
             )
         else:
             at = bisect_right(times, t0)
@@ -117,28 +127,78 @@ def slot_ledger(history: SlotHistory, now: datetime) -> list[Interval]:
     return merged(out)
 
 
-_Span = tuple[datetime, datetime, NodeTimes | None]
+# An attempt's time: [start, end), its node, and (category, cause, steps lost).
+_Span = tuple[datetime, datetime, NodeTimes | None, tuple[Category, LossCause | None, int | None]]
+_RUNNING = (Category.PRODUCTIVE, None, None)
 
 
 def _productive(
     history: SlotHistory, nodes: Sequence[NodeTimes], by_id: dict[int, NodeTimes], now: datetime
 ) -> list[_Span]:
+    """The attempts' time (no workload: the nodes' READY time), productive or, with a
+    progress file, split into startup, productive and wasted (the module's docstring)."""
     spans: list[_Span] = []
     if history.workload:
         for attempt in history.attempts:
             begin = attempt.started_at
             end = attempt.ended_at or now
+            cut_by = None
             # Cut at the loss of a node it ran on: the cloud's time, not when we noticed.
             for n in nodes:
                 lost = n.lost_at
                 if n.requested_at <= begin and lost is not None and begin < lost < end:
-                    end = lost
-            spans.append((begin, min(end, now), by_id.get(attempt.incarnation_id)))
+                    end, cut_by = lost, n
+            node = by_id.get(attempt.incarnation_id)
+            spans += _attempt_spans(attempt, begin, min(end, now), node, cut_by)
     else:
         for n in nodes:
             if n.ready_at is not None:
-                spans.append((n.ready_at, min(n.usable_until() or now, now), n))
+                spans.append((n.ready_at, min(n.usable_until() or now, now), n, _RUNNING))
     return sorted((s for s in spans if s[0] < s[1]), key=lambda s: s[0])
+
+
+def _attempt_spans(
+    attempt: WorkloadAttemptRecord,
+    begin: datetime,
+    end: datetime,
+    node: NodeTimes | None,
+    cut_by: NodeTimes | None,
+) -> list[_Span]:
+    if attempt.first_step_at is None or end <= begin:
+        return [(begin, end, node, _RUNNING)]  # no progress told: productive whole
+    first = min(max(attempt.first_step_at, begin), end)
+    loss: _Context | None = None
+    if cut_by is not None:
+        loss = _Context(loss_category(cut_by.loss_cause), cut_by.loss_cause, cut_by)
+    elif attempt.ended_at is not None:
+        ending = _ending(attempt, node)
+        loss = None if ending.bring_up or ending.category is Category.HELD else ending
+    spans: list[_Span] = [(begin, first, node, (Category.PROGRAM_STARTUP, None, None))]
+    if loss is None:
+        return [*spans, (first, end, node, _RUNNING)]
+    kept = first
+    if attempt.last_checkpoint_at is not None:
+        kept = min(max(attempt.last_checkpoint_at, first), end)
+    steps = None
+    if attempt.last_step is not None and attempt.last_checkpoint is not None:
+        steps = max(attempt.last_step - attempt.last_checkpoint, 0)
+    wasted = (Category.WASTED, loss.cause, steps)
+    return [*spans, (first, kept, node, _RUNNING), (kept, end, node, wasted)]
+
+
+def _ending(attempt: WorkloadAttemptRecord, node: NodeTimes | None) -> _Context:
+    """What an ended attempt's end makes of the time after it."""
+    lost = node.lost_at if node is not None else None
+    outcome = attempt.outcome
+    if outcome in (AttemptOutcome.FAILED, AttemptOutcome.HUNG):
+        return _Context(Category.CRASH_RESTART, LossCause.CRASH)
+    if node is not None and (
+        outcome is AttemptOutcome.PREEMPTED or (lost is not None and lost >= attempt.started_at)
+    ):
+        return _Context(loss_category(node.loss_cause), node.loss_cause, node)
+    if outcome is AttemptOutcome.PREEMPTED:
+        return _Context(Category.RECOVERY)
+    return _Context(Category.IDLE, bring_up=True)  # succeeded, or cancelled by us
 
 
 def _disruptions(
@@ -157,17 +217,7 @@ def _disruptions(
         if lost is not None and attempt.started_at < lost:
             end = min(end, lost)
         outcome = attempt.outcome
-        if outcome in (AttemptOutcome.FAILED, AttemptOutcome.HUNG):
-            context = _Context(Category.CRASH_RESTART, LossCause.CRASH)
-        elif node is not None and (
-            outcome is AttemptOutcome.PREEMPTED or (lost is not None and lost >= attempt.started_at)
-        ):
-            context = _Context(loss_category(node.loss_cause), node.loss_cause, node)
-        elif outcome is AttemptOutcome.PREEMPTED:
-            context = _Context(Category.RECOVERY)
-        else:  # succeeded, or cancelled by us: nothing lost, nothing asked
-            context = _Context(Category.IDLE, bring_up=True)
-        events.append((0, end, context))
+        events.append((0, end, _ending(attempt, node)))
         if last_end is None or end >= last_end[0]:
             last_end = (end, outcome)
     for node in by_id.values():
@@ -216,7 +266,7 @@ def _bounds(
             )
             if t is not None
         )
-    for s, e, _ in spans:
+    for s, e, _, _ in spans:
         points.update((s, e))
     points.update(c.started_at for c in history.creates)
     return sorted(p for p in points if start <= p <= now)
@@ -305,8 +355,10 @@ def merged(intervals: Iterable[Interval]) -> list[Interval]:
 
 def _label(
     i: Interval,
-) -> tuple[Category, Phase | None, LossCause | None, str | None, str | None, str | None]:
-    return (i.category, i.phase, i.cause, i.zone, i.node, i.accelerator_type)
+) -> tuple[
+    Category, Phase | None, LossCause | None, str | None, str | None, str | None, int | None
+]:
+    return (i.category, i.phase, i.cause, i.zone, i.node, i.accelerator_type, i.steps)
 
 
 def clipped(intervals: Iterable[Interval], since: datetime) -> list[Interval]:
