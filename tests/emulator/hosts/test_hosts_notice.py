@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hosts_support import NODES, Cloud, eventually, group_members
+from hosts_support import NODES, Cloud, eventually, group_members, read
 
 from tpucared.launch import (
     NoticeState,
@@ -55,6 +55,8 @@ async def test_a_notice_signals_every_worker_while_the_node_stays_ready(
     assert all(p.notice_at is not None for p in probes)
     notice_files = {(out / f"file-{w}").read_text().strip() for w in range(2)}
     assert all(f.endswith("/run/notice") for f in notice_files)
+    # Beside it, what kind of notice it was (a host-maintenance one says `maintenance`).
+    assert {read(f + "_kind") for f in notice_files} == {b"preempted\n"}
     # The watcher went with the workload: nothing of the run is left on the workers.
     await eventually(lambda: not any(group_members(g) for g in groups), "the runs' groups ended")
     await cloud.wait_state("noticed", "PREEMPTED")
@@ -114,6 +116,7 @@ async def test_the_notice_wait_holds_the_metadata_request_and_answers_at_once(
     answer = parse_notice_wait(result.stdout_tail)
     assert answer.state is NoticeState.NOTICED
     assert answer.at is not None
+    assert "kind=preempted" in result.stdout_tail
     assert heard < 1.5, heard
 
 
