@@ -203,6 +203,7 @@ def _daemon(
         owner=raw.owner,
         events_retention=None if retention is None else retention.total_seconds(),
         start_checks=raw.start_checks,
+        http_token_env=raw.http_token_env,
     )
 
 

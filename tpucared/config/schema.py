@@ -74,6 +74,9 @@ class DaemonTable(Table):
     db: NonEmpty
     poll_interval: Duration = timedelta(seconds=10)
     http: NonEmpty = "127.0.0.1:9464"
+    # The NAME of an environment variable holding the token the page and /v1 need (never the
+    # token itself: a config file is not a secret store).
+    http_token_env: EnvName | None = None
     owner: Owner = "default"
     # Events older than this are pruned, a small batch at a time off the tick.
     events_retention: DurationOrNever = timedelta(days=30)

@@ -26,6 +26,8 @@ class DaemonConfig:
     events_retention: float | None = 30 * 86400.0  # seconds; None keeps every event
     lease: float = 15.0  # seconds: the leader lease (runtime/leader.py), > poll_interval
     start_checks: bool = True  # the preflight at start, logged (tpucared/preflight/)
+    # The env var naming the page's token (runtime/page/auth.py); None: no token asked.
+    http_token_env: str | None = None
 
     @property
     def db_url(self) -> str:

@@ -31,7 +31,7 @@ from tpucared.core.model.records import (
     WorkloadAttemptRecord,
 )
 from tpucared.core.workload.job_failures import JOB_FAILED, JOB_RECOVERED
-from tpucared.store import convert, loss_counts, statements
+from tpucared.store import convert, loss_counts, page_reads, statements
 from tpucared.store.cache import RecordCache
 from tpucared.store.changes import changed_snapshot, read_counts
 from tpucared.store.ledger_reads import LedgerRecords, read_ledger
@@ -47,6 +47,7 @@ from tpucared.store.models import (
     WorkloadAttemptRow,
     ZoneHealthRow,
 )
+from tpucared.store.page_reads import PageRow, SlotFilter
 from tpucared.store.snapshot import (
     FleetStatus,
     SliceStatus,
@@ -238,6 +239,13 @@ class Reader:
     ) -> LedgerRecords:
         """What `tpucared goodput` sums: the slots' records since `since` (ledger_reads.py)."""
         return await read_ledger(self._conn, fleet, slot, since)
+
+    async def page_slot_keys(self, f: SlotFilter) -> list[tuple[str, int, int | None]]:
+        """The page's slot table: every matching slot's key, in order (page_reads.py)."""
+        return await page_reads.slot_keys(self._conn, f)
+
+    async def page_slot_rows(self, keys: Sequence[tuple[str, int, int | None]]) -> list[PageRow]:
+        return await page_reads.slot_rows(self._conn, keys)
 
     async def events(
         self,

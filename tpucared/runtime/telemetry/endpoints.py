@@ -1,4 +1,4 @@
-"""What the daemon shows of itself while it runs: /healthz, /metrics and /v1/status.
+"""What the daemon shows of itself while it runs: /healthz, /metrics, /v1/status and the page.
 
 Wires tpucared.runtime.telemetry.server and tpucared.runtime.telemetry.metrics to the runtime:
 every TPU API request is counted (the client's `on_request` hook), every create attempt when it is
@@ -18,6 +18,7 @@ from tpucared.core.model.records import CreateAttemptRecord
 from tpucared.core.planning.zone_health import unlistable_fleets
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.errors import StartupError
+from tpucared.runtime.page import Gate, Page, TokenMissing
 from tpucared.runtime.reconciler import Tick
 from tpucared.runtime.telemetry.metrics import DaemonMetrics
 from tpucared.runtime.telemetry.server import Health, HttpServer, start_http, store_status
@@ -38,6 +39,7 @@ class Telemetry:
         self.metrics = DaemonMetrics()
         self.health = Health.for_poll_interval(config.daemon.poll_interval)
         self.server: HttpServer | None = None
+        self.page: Page | None = None
         self.role = Role.STANDBY  # until the lease keeper says otherwise (role_changed)
         self.metrics.set_role(False, None)
 
@@ -95,12 +97,22 @@ class Telemetry:
                 port=daemon.http_port,
             )
         try:
+            gate = Gate.from_config(daemon.http_host, daemon.http_port, daemon.http_token_env)
+        except TokenMissing as exc:
+            raise StartupError(f"{self._config.path}: {exc}") from exc
+        status = store_status(self._store, self._clock.now, lambda: self.role)
+        self.page = Page(
+            self._store, status, self._clock.now, str(self._config.path), self._config.prices
+        )
+        try:
             self.server = await start_http(
                 daemon.http_host,
                 daemon.http_port,
                 health=self.health,
                 metrics=self.metrics,
-                status=store_status(self._store, self._clock.now, lambda: self.role),
+                status=status,
+                page=self.page,
+                gate=gate,
             )
         except OSError as exc:
             raise StartupError(
@@ -109,6 +121,8 @@ class Telemetry:
             ) from exc
 
     async def stop(self) -> None:
+        if self.page is not None:
+            await self.page.stop()
         if self.server is not None:
             await self.server.stop()
             self.server = None

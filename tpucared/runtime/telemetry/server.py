@@ -8,6 +8,7 @@
   a systemd watchdog script can poll it.
 - `GET /metrics`: the Prometheus text format of `DaemonMetrics` (docs/metrics.md).
 - `GET /v1/status`: the `tpucared status --json` document (`tpucared.inspect.status`).
+- the page (`/`, `/slots`, `/v1/overview`, `/v1/slots`: tpucared.runtime.page), when given.
 
 It listens on `daemon.http` ("127.0.0.1:9464" by default): loopback, because the endpoints
 are unauthenticated. The runtime starts it next to the reconcile loop:
@@ -32,6 +33,7 @@ from aiohttp import web
 
 from tpucared.core.leadership.lease import Role
 from tpucared.inspect.status import status_document
+from tpucared.runtime.page import Gate, Page, middleware
 from tpucared.runtime.telemetry.metrics import CONTENT_TYPE, DaemonMetrics
 from tpucared.store import Store
 
@@ -147,11 +149,16 @@ async def start_http(
     metrics: DaemonMetrics,
     status: StatusSource,
     idle_timeout: float = IDLE_TIMEOUT_S,
+    page: Page | None = None,
+    gate: Gate | None = None,
 ) -> HttpServer:
-    app = web.Application()
+    """`page`: the page's routes (runtime/page/), behind `gate` (its token and loopback rule)."""
+    app = web.Application(middlewares=[middleware(gate)] if gate is not None else [])
     app.router.add_get("/healthz", _healthz(health))
     app.router.add_get("/metrics", _metrics(metrics))
     app.router.add_get("/v1/status", _status(status))
+    if page is not None:
+        page.add_routes(app)
     # aiohttp's keep-alive timeout also bounds a connection that has not sent a whole request
     # yet: without it, 300 connections trickling headers held 300 descriptors for an hour.
     runner = web.AppRunner(app, keepalive_timeout=idle_timeout)
