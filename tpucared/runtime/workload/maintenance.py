@@ -109,6 +109,15 @@ class MaintenanceSteps:
                 f"the cloud would not start the maintenance early ({why}): waiting for the window",
                 {"error": why, "kind": exc.kind.value if exc.kind else None},
             )
+        if op.failed:  # answered at once with a failed operation: not started
+            assert op.error is not None
+            why = str(op.error)
+            return (
+                REFUSED,
+                f"the cloud's operation to start the maintenance failed ({why}): waiting for "
+                "the window",
+                {"error": why, "operation": op.name},
+            )
         return (
             STARTED,
             "maintenance started early, at a moment the workload chose (after its checkpoint)",
