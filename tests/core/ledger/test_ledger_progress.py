@@ -152,8 +152,8 @@ def test_with_progress_the_intervals_still_tile_exactly(
         assert ledger == []
         return
     assert (ledger[0].start, ledger[-1].end) == (first_create, now)
-    for a, b in pairwise(ledger):
-        assert a.end == b.start
+    for x, y in pairwise(ledger):
+        assert x.end == y.start
     assert all(i.start < i.end for i in ledger)
     assert sum((i.end - i.start for i in ledger), timedelta()) == now - first_create
     assert all(i.steps is None or i.steps >= 0 for i in ledger)
