@@ -46,6 +46,8 @@ PACKAGE_OF = {
     "mount": "mount",  # a small tmpfs that fills up (tests/runtime/test_database_outage.py)
     "umount": "mount",
     "dd": "coreutils",
+    "chromium": "chromium",  # the page's browser test (tests/runtime/test_page_browser.py)
+    "chromedriver": "chromium-driver",
 }
 
 # Essential: yes on Debian, present on every installation; .ci/run need not name them.

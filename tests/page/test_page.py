@@ -20,6 +20,7 @@ import aiohttp
 import pytest
 
 from bench import ledger as bench_ledger
+from tpucared.core.ledger.categories import CATEGORIES
 from tpucared.core.ledger.cost import Prices
 from tpucared.runtime.page import Gate, Page
 from tpucared.runtime.telemetry.metrics import DaemonMetrics
@@ -46,6 +47,12 @@ def test_templates_and_assets_ship_as_package_data() -> None:
         assert any(fnmatch(path, g) for g in globs), f"{path} is not in the wheel's package-data"
     deps = pyproject["project"]["dependencies"]
     assert any(d.startswith("jinja2") for d in deps)
+
+
+def test_every_ledger_category_has_a_colour() -> None:
+    css = resources.files("tpucared.runtime.page").joinpath("static", "page.css").read_text()
+    for category in CATEGORIES:
+        assert f".cat-{category.value} {{" in css, category
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 RANGES = {"day": timedelta(days=1), "week": timedelta(days=7)}
 STATES = (*(p.value for p in NodePhase), NO_NODE)
-STATIC = {"page.js": "text/javascript", "page.css": "text/css"}
+STATIC = {"page.js": "text/javascript", "page.css": "text/css", "favicon.svg": "image/svg+xml"}
 # Served with every page: nothing but our own origin, no inline script, no framing.
 HEADERS = {
     "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; base-uri 'none'",

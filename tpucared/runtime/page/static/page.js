@@ -88,9 +88,12 @@ function renderSlots(doc) {
 }
 
 function placeTimeline(svg) {
-  const since = Date.parse(svg.dataset.since), until = Date.parse(svg.dataset.until);
+  // The strip starts at the range's start, or at the slot's first record if later.
+  const rects = svg.querySelectorAll("rect");
+  const first = rects.length ? Date.parse(rects[0].dataset.start) : -Infinity;
+  const since = Math.max(Date.parse(svg.dataset.since), first), until = Date.parse(svg.dataset.until);
   const span = Math.max(1, until - since);
-  for (const r of svg.querySelectorAll("rect")) {
+  for (const r of rects) {
     const a = Math.max(since, Date.parse(r.dataset.start)), b = Math.min(until, Date.parse(r.dataset.end));
     r.setAttribute("x", String(((a - since) / span) * 1000));
     r.setAttribute("width", String(Math.max(0, ((b - a) / span) * 1000)));
