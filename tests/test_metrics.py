@@ -11,10 +11,13 @@ import pytest
 from inspect_support import T0, facts, populate, preempted, snapshot
 from prometheus_client import REGISTRY
 
+from tpucared.core.ledger.categories import NodeTimes
+from tpucared.core.ledger.cost import Prices
 from tpucared.core.model.observed import MaintenanceWindow
 from tpucared.core.model.records import AttemptOutcome, CreateAttemptRecord, EventRecord, NodePhase
 from tpucared.runtime.telemetry.metrics import DaemonMetrics
 from tpucared.store import Store
+from tpucared.store.ledger_reads import LedgerRecords
 from tpucared.store.snapshot import Snapshot, frozen_mapping
 
 P = NodePhase
@@ -143,15 +146,22 @@ def test_a_slot_s_next_maintenance_window_start_is_a_gauge() -> None:
     assert value(m, "tpucared_maintenance_window_start_seconds", fleet="f", slot="0") is None
 
 
+def _ledger_records(snap: Snapshot) -> LedgerRecords:
+    """The ledger's records of `snap`'s slot f/0: its one node, READY since T0."""
+    node = NodeTimes(1, "f-0", "z", "v4-8", T0, ready_at=T0)
+    return LedgerRecords(dict(snap.fleets), list(snap.slots.values()), {("f", 0): [node]})
+
+
 def test_docs_list_exactly_the_families_with_their_types_and_labels() -> None:
     doc = (Path(__file__).resolve().parents[1] / "docs" / "metrics.md").read_text()
     rows = re.findall(r"^\| `(tpucared_\w+)` \| (\w+) \|([^|]*)\|", doc, re.M)
     documented = {name: (kind, re.findall(r"`(\w+)`", labels)) for name, kind, labels in rows}
-    m = DaemonMetrics()
+    m = DaemonMetrics(prices=Prices({("v4", "spot"): 1.0}))
     # A sample in every family, so that each shows its label names.
     m.api_request("nodes.list", "200", 0.1)
     m.record_create(CreateAttemptRecord("f", 0, "z-a", "v4-8", T0, "ok"))
     m.set_nodes(_in_maintenance(snapshot(running=True), WINDOW), T0)
+    m.ledger.recompute(("f", 0), _ledger_records(snapshot()), T0 + timedelta(hours=1))
     m.set_zones([("", "z-a")], {})
     lost: dict[str, object] = {
         "from": "ready",

@@ -36,7 +36,7 @@ class Telemetry:
         self._config = config
         self._store = store
         self._clock = clock
-        self.metrics = DaemonMetrics()
+        self.metrics = DaemonMetrics(prices=config.prices)  # the ledger's dollars
         self.health = Health.for_poll_interval(config.daemon.poll_interval)
         self.server: HttpServer | None = None
         self.page: Page | None = None

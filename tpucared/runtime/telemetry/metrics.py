@@ -8,7 +8,7 @@ each metric with its type, labels and meaning. The runtime wires it with a few c
     connect_clouds(..., on_request=metrics.api_request)   # every cloud API request
     # each tick, after executing the plan:
     metrics.observe_tick(seconds)              # only for a tick that completed
-    await metrics.refresh(store, now)          # node gauges, goodput, event-derived counters
+    await metrics.refresh(store, now)          # node gauges, goodput, ledger, event counters
     # where the executor writes a CreateAttemptRecord:
     metrics.record_create(attempt)
 
@@ -33,6 +33,7 @@ from prometheus_client import (
 )
 
 from tpucared import __version__
+from tpucared.core.ledger.cost import Prices
 from tpucared.core.model.lifecycle import LIVE_PHASES
 from tpucared.core.model.records import CreateAttemptRecord, EventRecord, ZoneHealth
 from tpucared.core.model.specs import location_name
@@ -45,6 +46,7 @@ from tpucared.inspect.lifecycle import (
     Preempted,
     RunEnded,
 )
+from tpucared.runtime.telemetry.ledger_series import LedgerSeries
 from tpucared.runtime.telemetry.slot_series import SlotSeries
 from tpucared.store import Store
 from tpucared.store.snapshot import SlotKey, Snapshot
@@ -68,9 +70,11 @@ class DaemonMetrics:
         registry: CollectorRegistry | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        prices: Prices | None = None,
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self._clock = clock
+        self._prices = prices  # `[prices]`: the ledger's dollars
         r = self.registry
         _gauge(r, "tpucared_build_info", "tpucared version", "version").labels(__version__).set(1)
         # Registered in this order, which is the order of the families in /metrics.
@@ -174,6 +178,10 @@ class DaemonMetrics:
     def _register_slot_time_families(self, r: CollectorRegistry) -> None:
         """Goodput: each slot's productive and wall time (three families, built when scraped:
         slot_series.py says why)."""
+        # The ledger per slot and category, kept incrementally (ledger_series.py); before
+        # the goodput families, which tests/metrics_reference.py swaps for the old ones.
+        self.ledger = LedgerSeries(self._prices)
+        r.register(self.ledger)
         self.slot_series = SlotSeries()
         r.register(self.slot_series)
 
@@ -231,6 +239,7 @@ class DaemonMetrics:
                     break
         self.observe_events(events)
         self.set_nodes(snapshot, now)
+        await self.ledger.update(store, snapshot, now)
 
     # -- the parts of refresh, usable on their own ----------------------------------------------
 
