@@ -164,6 +164,7 @@ def _header(
         f"  config     {config.path} (endpoint, ports, db and CHECKPOINT_DIR replaced)",
         f"  database   {places.db}",
         f"  status     http://127.0.0.1:{places.http_port}/v1/status",
+        f"  page       http://127.0.0.1:{places.http_port}/",
         f"  daemon log {log_path}",
     ]
 
