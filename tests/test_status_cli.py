@@ -82,7 +82,9 @@ def test_status_table_shows_every_slot_readably(db: Path) -> None:
         "0",  # failures
     ]
     assert sweep0[10:12] == ["1", "preempted"]  # its losses by cause
-    assert sweep0[12] == "2h05m"  # uptime of the current node: now - ready_at
+    # GOODPUT, the ledger's last 24 h: 3 h since its first create, 4 min 50 s of it lost.
+    assert sweep0[12] == "97%"
+    assert sweep0[13] == "2h05m"  # uptime of the current node: now - ready_at
     # The multi-line capacity error: one line, truncated.
     sweep1 = rows[("sweep", "1")]
     assert "requested" in sweep1

@@ -18,47 +18,57 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable, Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from tpucared.cli.readdb import reading, require_file
 from tpucared.core.leadership.lease import Lease
+from tpucared.core.ledger.cost import Prices
 from tpucared.core.model.records import EventRecord
 from tpucared.errors import UsageError
 from tpucared.inspect.dbpath import resolve_db
 from tpucared.inspect.events import event_json, event_line
+from tpucared.inspect.ledger import ledgers, shares
 from tpucared.inspect.status import status_document, status_lines
 from tpucared.store import FleetStatus, Store
 from tpucared.store.engine import shown
+from tpucared.store.ledger_reads import LedgerRecords
 
 FOLLOW_INTERVAL = 0.5  # seconds between polls of `events --follow`
 PAGE = 500  # events per query
 DEFAULT_EVENTS = 20  # `events` without --since or -n: the newest 20
+GOODPUT_WINDOW = timedelta(days=1)  # status's GOODPUT: the ledger of the last 24 hours
 
 T = TypeVar("T")
 
 
 def status_command(args: argparse.Namespace) -> int:
     setting = _database(args)
-    fleets, lease = _run(setting, lambda store: _status_and_lease(store, args.fleet))
+    now = datetime.now(UTC)
+    since = None if args.json else now - GOODPUT_WINDOW
+    fleets, lease, records = _run(
+        setting, lambda store: _status_and_lease(store, args.fleet, since)
+    )
     if args.fleet and not fleets:
         raise UsageError(f"no fleet named {args.fleet!r} in {shown(setting)}")
-    now = datetime.now(UTC)
     if args.json:
         text = json.dumps(status_document(fleets, now, lease), indent=2)
     elif fleets:
-        text = "\n".join(status_lines(fleets, now, lease))
+        goodput = shares(ledgers(records, Prices(), now, since)) if records else None
+        text = "\n".join(status_lines(fleets, now, lease, goodput))
     else:
         text = f"no fleets in {shown(setting)} yet: the daemon records them when it starts"
     return _print(text)
 
 
 async def _status_and_lease(
-    store: Store, fleet: str | None
-) -> tuple[list[FleetStatus], Lease | None]:
-    """The fleets and the leader lease, in one read transaction."""
+    store: Store, fleet: str | None, since: datetime | None
+) -> tuple[list[FleetStatus], Lease | None, LedgerRecords | None]:
+    """The fleets, the leader lease and (with `since`: the table's GOODPUT) the ledger's
+    records since then, in one read transaction."""
     async with store.read() as r:
-        return await r.status(fleet), await r.leader_lease()
+        records = await r.ledger(fleet, since=since) if since is not None else None
+        return await r.status(fleet), await r.leader_lease(), records
 
 
 def events_command(args: argparse.Namespace) -> int:

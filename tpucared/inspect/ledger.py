@@ -32,6 +32,7 @@ from tpucared.core.model.machines import hosts_of
 from tpucared.core.model.records import FleetRecord
 from tpucared.inspect.fmt import NONE, clock_time, iso, table
 from tpucared.store.ledger_reads import LedgerRecords
+from tpucared.store.snapshot import SlotKey
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,17 @@ def ledgers(
             rows.append(SlotLedger(summary, intervals))
         out.append(FleetLedger(name, facts, price, rows))
     return out
+
+
+def shares(fleets: Sequence[FleetLedger]) -> dict[SlotKey, float]:
+    """Each slot's productive share of its time (`tpucared status`'s GOODPUT), where it has
+    any time."""
+    return {
+        (f.fleet, row.summary.slot): row.summary.share
+        for f in fleets
+        for row in f.slots
+        if row.summary.total_s > 0
+    }
 
 
 def fleet_total(fleet: FleetLedger) -> SlotSummary:

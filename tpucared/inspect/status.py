@@ -36,7 +36,7 @@ from tpucared.core.model.specs import CapacityKind, location_name
 from tpucared.core.planning.stockout import in_stockout
 from tpucared.inspect.fmt import NONE, clock_time, duration, iso, table, truncate
 from tpucared.inspect.leader import leader_doc, leader_lines
-from tpucared.store.snapshot import FleetStatus, SliceStatus, SlotStatus, ZoneHealth
+from tpucared.store.snapshot import FleetStatus, SliceStatus, SlotKey, SlotStatus, ZoneHealth
 
 STATUS_VERSION = 1  # bumped only for an incompatible change; new keys do not bump it
 LAST_ERROR_WIDTH = 60
@@ -52,6 +52,7 @@ HEADERS = (
     "PREEMPT",
     "FAIL",
     "LOSSES",
+    "GOODPUT",
     "UPTIME",
     "LAST ERROR",
 )
@@ -233,12 +234,19 @@ def _ready(s: SlotStatus) -> bool:
 
 
 def status_lines(
-    fleets: Sequence[FleetStatus], now: datetime, lease: Lease | None = None
+    fleets: Sequence[FleetStatus],
+    now: datetime,
+    lease: Lease | None = None,
+    goodput: Mapping[SlotKey, float] | None = None,
 ) -> list[str]:
-    """The table, a blank line, then one summary line per fleet, then the leader."""
+    """The table, a blank line, then one summary line per fleet, then the leader. `goodput`:
+    each slot's productive share by the ledger (inspect/ledger.py `shares`; none: `-`)."""
     rows: list[list[str]] = []
+    shares = goodput or {}
     for f in fleets:  # the store orders fleets by name and slots by index
-        rows += [r for s in f.slots for r in _rows(f, s, now)] or [_empty_fleet_row(f)]
+        rows += [
+            r for s in f.slots for r in _rows(f, s, now, shares.get((f.fleet.name, s.slot.index)))
+        ] or [_empty_fleet_row(f)]
     zones = [_zone_line(z, now) for z in failing_zones(fleets)]
     jobs = [_job_line(f, s, now) for f in fleets for s in f.slots if s.job_failure is not None]
     leader = leader_lines(lease, now)
@@ -275,10 +283,11 @@ def _zone_error(f: FleetStatus, s: SlotStatus) -> str | None:
     return None
 
 
-def _rows(f: FleetStatus, s: SlotStatus, now: datetime) -> list[list[str]]:
+def _rows(f: FleetStatus, s: SlotStatus, now: datetime, share: float | None) -> list[list[str]]:
     """One row per slot; a multislice slot's row says how many slices are READY and its
     slices follow, one row each."""
     row = _row(f, s, now)
+    row[10] = f"{share:.0%}" if share is not None else NONE
     if not s.slices:
         return [row]
     ready = [p for p in s.slices if p.node.phase is NodePhase.READY]
@@ -287,7 +296,7 @@ def _rows(f: FleetStatus, s: SlotStatus, now: datetime) -> list[list[str]]:
         row[4] = "ready" if len(ready) == len(s.slices) else f"{len(ready)}/{len(s.slices)} ready"
     row[5] = NONE
     uptimes = [now - p.node.ready_at for p in ready if p.node.ready_at is not None]
-    row[10] = duration(min(uptimes)) if len(ready) == len(s.slices) and uptimes else NONE
+    row[11] = duration(min(uptimes)) if len(ready) == len(s.slices) and uptimes else NONE
     return [row, *(_slice_row(p, now) for p in s.slices)]
 
 
@@ -297,7 +306,7 @@ def _slice_row(p: SliceStatus, now: datetime) -> list[str]:
     if node.phase is NodePhase.READY and node.ready_at is not None:
         uptime = duration(now - node.ready_at)
     where = location_name(node.project, node.zone)
-    blank = [""] * 4
+    blank = [""] * 5
     why = node.end_reason if node.phase not in LIVE_PHASES else None
     return ["", f"  slice {p.index}", node.node_name, where, node.phase.value, _cloud(node),
             *blank, uptime, truncate(why, LAST_ERROR_WIDTH)]  # fmt: skip
@@ -347,6 +356,7 @@ def _row(f: FleetStatus, s: SlotStatus, now: datetime) -> list[str]:
         str(s.slot.preemptions),
         str(s.slot.failures),
         losses_text(s.losses),
+        NONE,  # goodput: `_rows`
         uptime,
         truncate(s.slot.last_error or _zone_error(f, s), LAST_ERROR_WIDTH),
     ]
