@@ -9,8 +9,12 @@ under TPUCARED_RUN_ID, which tpucared keeps stable for the slot across node recr
 when the node is preempted and tpucared relaunches the run on a new one, the count resumes
 where the last checkpoint left it instead of starting again from 0.
 
-Every step prints `step N (attempt A)` to the run's log (`tpucared logs FLEET/SLOT`). The
-checkpoint is one JSON file, written atomically (a preemption mid-write leaves the previous
+Every step prints `step N (attempt A)` to the run's log (`tpucared logs FLEET/SLOT`), and
+worker 0 tells the daemon its progress: `step N T` and, after each checkpoint, `checkpoint N T`
+(T: epoch seconds) appended to TPUCARED_PROGRESS_FILE, so `tpucared goodput` splits its startup
+from training and counts the steps a preemption threw away (docs/inspecting.md, "The progress
+file"). It checkpoints every TOY_CHECKPOINT_EVERY steps (default 1). The checkpoint is one
+JSON file, written atomically (a preemption mid-write leaves the previous
 one): {"step", "attempt", "resumed_from", "node", "updated_at", "on_notice"}.
 
 On SIGTERM (what tpucared's watcher sends when the VM gets its preemption notice, about 30 s
@@ -49,6 +53,14 @@ def save(path: Path, state: dict[str, object]) -> None:
     os.replace(tmp, path)
 
 
+def tell(line: str) -> None:
+    """One line of the daemon's progress file, if it gave one (worker 0 calls it)."""
+    name = os.environ.get("TPUCARED_PROGRESS_FILE")
+    if name:
+        with open(name, "a") as f:
+            f.write(f"{line} {time.time():.3f}\n")
+
+
 def state(step: int, attempt: str, start: int) -> dict[str, object]:
     return {
         "step": step,
@@ -65,6 +77,7 @@ def main() -> int:
     worker = int(os.environ.get("TPUCARED_WORKER", "0"))
     steps = int(os.environ.get("TOY_STEPS", "3600"))
     pause = float(os.environ.get("TOY_STEP_SECONDS", "1"))
+    every = max(1, int(os.environ.get("TOY_CHECKPOINT_EVERY", "1")))
     path = checkpoint_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     start = load_step(path)
@@ -78,6 +91,7 @@ def main() -> int:
     def on_notice(signum: int, frame: object) -> None:
         if worker == 0:
             save(path, {**state(step, attempt, start), "on_notice": True})
+            tell(f"checkpoint {step}")
         print(f"checkpoint saved at step {step} on notice", flush=True)
         sys.exit(0)
 
@@ -89,7 +103,10 @@ def main() -> int:
             return 0
         step += 1
         if worker == 0:
-            save(path, state(step, attempt, start))
+            tell(f"step {step}")
+            if step % every == 0:
+                save(path, state(step, attempt, start))
+                tell(f"checkpoint {step}")
         print(f"step {step} (attempt {attempt})", flush=True)
     print(f"done: {steps} steps", flush=True)
     return 0
