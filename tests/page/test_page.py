@@ -146,6 +146,21 @@ async def test_the_slot_filters_answer_within_a_second_at_10000_slots(
         assert time.monotonic() - started < 1.0
         assert 'data-state="dead"' in html
         assert 'data-state="ready"' not in html
+        # "Lost more than N minutes today": today's ledger, summed in the background.
+        today = page.ledger.today
+        assert today is not None
+        # Half of today so far, at most 30 min: the history loses time since 18 h ago.
+        minutes = min(30.0, (today.as_of - today.since).total_seconds() / 120)
+        lost = {k for k, d in today.slots.items() if d.lost_s > minutes * 60 and k[0] == "f2"}
+        started = time.monotonic()
+        url = f"{server.url}/v1/slots?fleet=f2&lost_min={minutes}&limit=500"
+        async with session.get(url) as r:
+            doc = await r.json()
+        assert time.monotonic() - started < 1.0
+        assert doc["total"] == len(lost), doc["total"]
+        assert 0 < len(lost) <= 1000
+        assert {(s["fleet"], s["slot"]) for s in doc["slots"]} == set(sorted(lost)[:500])
+        assert all(s["lost_today_s"] > minutes * 60 for s in doc["slots"])
     assert _count(big_db, "1 = 1") == SLOTS
 
 

@@ -1,8 +1,8 @@
 """The page in a real browser (issue 43): Debian's chromium, driven headless by Selenium through
-Debian's chromium-driver (docs/status.md "The page" argues the choice), against the real daemon
+Debian's chromium-driver (docs/status.md "The page and its JSON" argues the choice), against the real daemon
 keeping two spot nodes on the emulator. The page loads with no console error; a preemption
-turns the slot's row without a reload (capacity held at zero so the slot stays down until it
-is given back), then back to ready; the slot's timeline and incarnations show the loss; an
+turns the slot's row and the slot's own view (timeline, incarnations) without a reload
+(capacity held at zero so the slot stays down until it is given back), then back; an
 event text with HTML in it renders as text. The overview and one slot are saved as the
 screenshots the README shows (docs/page-overview.png, docs/page-slot.png); the test checks
 their structure (the DOM), not their pixels. No chromium: the test fails, it does not skip."""
@@ -96,10 +96,17 @@ async def test_the_page_follows_a_preemption_live_and_renders_text_as_text(
     assert "lost" in await wait_for(headline, SLOW, "the ledger's headline")
     await run(browser.save_screenshot, str(DOCS / "page-overview.png"))
 
-    # The slot table follows a preemption without a reload.
+    # A preemption turns the slot's row (one tab) and the slot's own view (another) without a
+    # reload, then back: capacity held at zero keeps the slot down until it is given back.
+    await run(browser.get, base + "/slots/sweep/0")
+    slot_tab = browser.current_window_handle
+    await run(browser.switch_to.new_window, "tab")
+    table_tab = browser.current_window_handle
     await run(browser.get, base + "/slots?fleet=sweep")
     assert await run(row_state, browser, "sweep/0") == "ready"
-    await run(browser.execute_script, "window.__sameDocument = 42;")
+    for tab in (slot_tab, table_tab):
+        await run(browser.switch_to.window, tab)
+        await run(browser.execute_script, "window.__sameDocument = 42;")
     await control.capacity(0)
     await control.node_action("sweep-0", "preempt")
 
@@ -109,7 +116,27 @@ async def test_the_page_follows_a_preemption_live_and_renders_text_as_text(
 
     down = await wait_for(lambda: row_is(lambda s: s not in (None, "ready")), SLOW, "row down")
     assert down in ("dead", "deleting", "deleted", "requested", "creating", "failed")
+    await run(browser.switch_to.window, slot_tab)
+
+    async def slot_view_shows_the_loss() -> bool:
+        badge = (await run(browser.find_element, By.ID, "state")).get_attribute("data-state")
+        rects = await run(browser.find_elements, By.CSS_SELECTOR, "#timeline rect")
+        drawn = {r.get_attribute("data-category") for r in rects}
+        causes = (await run(browser.find_element, By.ID, "incarnations")).text
+        recovery = "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION" in drawn
+        return badge != "ready" and recovery and "preempted" in causes
+
+    await wait_for(slot_view_shows_the_loss, SLOW, "the slot's view showing the loss")
     await control.capacity(None)
+
+    async def badge_ready() -> bool:
+        badge = await run(browser.find_element, By.ID, "state")
+        return badge.get_attribute("data-state") == "ready"
+
+    await wait_for(badge_ready, SLOW, "the slot's view ready again")
+    assert await run(browser.execute_script, "return window.__sameDocument;") == 42
+    assert await run(console_errors, browser) == []
+    await run(browser.switch_to.window, table_tab)
     await wait_for(lambda: row_is(lambda s: s == "ready"), SLOW, "row ready again")
     assert await run(browser.execute_script, "return window.__sameDocument;") == 42
     assert await run(console_errors, browser) == []
