@@ -11,7 +11,9 @@ HTTP server (runtime/telemetry/server.py). Read-only: every route is a GET, ever
 
 from __future__ import annotations
 
+import asyncio
 import shlex
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -33,6 +35,7 @@ from tpucared.store.page_reads import NO_NODE, SORTS, SlotFilter
 
 StatusSource = Callable[[], Awaitable[dict[str, Any]]]
 DEFAULT_LIMIT = 50
+OVERVIEW_MIN_S = 5.0
 MAX_LIMIT = 500
 RANGES = {"day": timedelta(days=1), "week": timedelta(days=7)}
 STATES = (*(p.value for p in NodePhase), NO_NODE)
@@ -91,6 +94,9 @@ class Page:
     def __post_init__(self) -> None:
         self.env = templates()
         self.ledger = LedgerCache(self.store, self.prices, self.clock)
+        self._overview_lock = asyncio.Lock()
+        # (when read, seconds the read took, the /v1/status document)
+        self._status_cache: tuple[float, float, dict[str, Any] | None] = (0.0, 0.0, None)
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/", self._overview_html)
@@ -107,7 +113,16 @@ class Page:
     # -- documents ------------------------------------------------------------------------
 
     async def overview(self, _request: web.Request) -> dict[str, Any]:
-        return overview_document(await self.status(), self.ledger.wanted())
+        """The /v1/status read is seconds at 10,000 slots: its document is reused while younger
+        than ten times what it took to build (5 s at least), however many tabs poll."""
+        async with self._overview_lock:
+            at, took, status = self._status_cache
+            if status is None or time.monotonic() - at > max(OVERVIEW_MIN_S, 10 * took):
+                started = time.monotonic()
+                status = await self.status()
+                took = time.monotonic() - started
+                self._status_cache = (time.monotonic(), took, status)
+        return overview_document(status, self.ledger.wanted())
 
     async def slots(self, request: web.Request) -> dict[str, Any]:
         f, lost, offset, limit = slot_filter(request.query)
@@ -161,11 +176,13 @@ class Page:
         return handle
 
     def _html(self, name: str, **values: Any) -> web.Response:
+        values.setdefault("poll_ms", 2000)
         text = self.env.get_template(name).render(categories=CATEGORIES, **values)
         return web.Response(text=text, content_type="text/html", headers=HEADERS)
 
     async def _overview_html(self, request: web.Request) -> web.StreamResponse:
-        return self._html("overview.html", doc=await self.overview(request), poll="/v1/overview")
+        doc = await self.overview(request)
+        return self._html("overview.html", doc=doc, poll="/v1/overview", poll_ms=5000)
 
     async def _slots_html(self, request: web.Request) -> web.StreamResponse:
         try:

@@ -91,8 +91,8 @@ class Telemetry:
             # authentication guards them, so reaching them from the network is a choice.
             log.warning(
                 "http.exposed",
-                hint="/v1/status and /metrics are unauthenticated: "
-                "bind 127.0.0.1 or firewall the port",
+                hint="/v1/status and /metrics are unauthenticated (the page needs "
+                "daemon.http_token_env): bind 127.0.0.1 or firewall the port",
                 host=daemon.http_host,
                 port=daemon.http_port,
             )

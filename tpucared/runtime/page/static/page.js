@@ -3,7 +3,7 @@
 // text goes in through textContent, never innerHTML: a name with HTML in it stays text.
 "use strict";
 
-const POLL_MS = 2000;
+const POLL_MS = Number(document.body.dataset.pollMs) || 2000;  // the server says (body data-poll-ms)
 const SVG = "http://www.w3.org/2000/svg";
 
 function el(tag, text, cls) {
