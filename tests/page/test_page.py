@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from config_support import daemon, load, problems
 
 from bench import ledger as bench_ledger
 from tpucared.core.ledger.categories import CATEGORIES
@@ -213,3 +214,12 @@ def test_a_token_env_that_is_unset_is_refused(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delenv("TPUCARED_NO_SUCH_TOKEN", raising=False)
     with pytest.raises(Exception, match="TPUCARED_NO_SUCH_TOKEN is unset or empty"):
         Gate.from_config("127.0.0.1", 9464, "TPUCARED_NO_SUCH_TOKEN")
+
+
+def test_the_token_env_is_a_variable_name_in_the_config(tmp_path: Path) -> None:
+    config = load(tmp_path, daemon('http_token_env = "TPUCARED_PAGE_TOKEN"'))
+    assert config.daemon.http_token_env == "TPUCARED_PAGE_TOKEN"
+    assert load(tmp_path, daemon("")).daemon.http_token_env is None
+    wrong = problems(tmp_path, daemon('http_token_env = "not a name; $(x)"'))
+    assert len(wrong) == 1
+    assert wrong[0].startswith("daemon.http_token_env")
