@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from page_support import page_texts
 from structlog.testing import capture_logs
 from workload_harness import (
     FLEET,
@@ -235,6 +236,8 @@ async def test_a_secret_reaches_the_workload_and_nothing_else(
     # Not in the node's metadata, nor anywhere the API shows it.
     node = await h.client.get_node(PROJECT, ZONE, f"{FLEET}-0")
     assert secret_free(json.dumps(node), secret)
+    # Not on the page, nor in its JSON (tpucared/runtime/page/).
+    assert secret_free(await page_texts(h.store, FLEET, 1), secret)
     # Not in the database (its file, and the write-ahead log).
     await h.store.close()
     found = files_of(tmp_path, "state.db*")
