@@ -24,7 +24,7 @@ down_revision: str | Sequence[str] | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-COLUMNS: tuple[tuple[str, sa.types.TypeEngine[object]], ...] = (
+COLUMNS = (
     ("first_step_at", sa.DateTime(timezone=True)),
     ("last_step", sa.BigInteger()),
     ("last_step_at", sa.DateTime(timezone=True)),
