@@ -128,7 +128,8 @@ def parse_launch(stdout: str) -> LaunchResult:
 
 def probe_script(run_dir: str) -> str:
     """A script (sh/probe.sh) printing `TPUCARED_PROBE state=running pid=P|exited code=C|gone
-    reason=R log_bytes=N` for the run in `run_dir`. Cheap: builtins and one `wc`."""
+    reason=R log_bytes=N`, then the notice and the progress file's fields (sh/probe.sh), for
+    the run in `run_dir`. Cheap: builtins and one `wc` (a few more with a progress file)."""
     return shfiles.script("probe", [path_expr(run_dir)], lib=True)
 
 

@@ -2,7 +2,7 @@
 #
 # When: on every watch tick, on every worker of a running attempt (and by `tpucared status`);
 #   sent as one `sh -c` command by `scripts.probe_script`, after lib.sh. Cheap: builtins and
-#   one `wc`.
+#   one `wc`; with a progress file, a `wc`, `head`/`tail` of 4 KiB, `sed`, `awk` and `date`.
 # Expects: $1 the run directory (see launch.sh for its files).
 # Prints: TPUCARED_PROBE state=running pid=P | state=exited code=C | state=gone reason=R
 #   (R: no-run, died, rebooted), then log_bytes=N (the log's size, -1 without a log), then
