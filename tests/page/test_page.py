@@ -23,7 +23,10 @@ from config_support import daemon, load, problems
 from bench import ledger as bench_ledger
 from tpucared.core.ledger.categories import CATEGORIES
 from tpucared.core.ledger.cost import Prices
+from tpucared.runtime.clock import SystemClock
+from tpucared.runtime.errors import StartupError
 from tpucared.runtime.page import Gate, Page
+from tpucared.runtime.telemetry.endpoints import Telemetry
 from tpucared.runtime.telemetry.metrics import DaemonMetrics
 from tpucared.runtime.telemetry.server import Health, HttpServer, start_http, store_status
 from tpucared.store import Store
@@ -223,3 +226,15 @@ def test_the_token_env_is_a_variable_name_in_the_config(tmp_path: Path) -> None:
     wrong = problems(tmp_path, daemon('http_token_env = "not a name; $(x)"'))
     assert len(wrong) == 1
     assert wrong[0].startswith("daemon.http_token_env")
+
+
+async def test_the_daemon_does_not_start_when_its_token_variable_is_unset(
+    tmp_path: Path, big_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TPUCARED_UNSET_TOKEN", raising=False)
+    config = load(tmp_path, daemon('http_token_env = "TPUCARED_UNSET_TOKEN"'))
+    async with Store.open(big_db) as store:
+        telemetry = Telemetry(config, store, SystemClock())
+        with pytest.raises(StartupError, match=r"\$TPUCARED_UNSET_TOKEN is unset or empty"):
+            await telemetry.start()
+        await telemetry.stop()
