@@ -160,13 +160,14 @@ async def test_detached_launch_outlives_the_connection_and_records_its_exit(
     pid = launch.pid
 
     # Own session and process group; SIGINT not ignored by the workload (a `&` job would have
-    # it ignored). The notice watcher is a `&` job of the wrapper (a fork: the same command
-    # line) in the same group, with its request: those may ignore it, they are not the run.
+    # it ignored). The notice watchers (`instance/preempted` and `instance/maintenance-event`)
+    # are `&` jobs of the wrapper (forks: the same command line) in the same group, with their
+    # requests: those may ignore it, they are not the run.
     assert stat_of(pid)[1:] == (pid, pid)
     members = live_members(pid)
     wrapper = cmdline(pid)
     watchers = {m for m in members if m != pid and cmdline(m) == wrapper}
-    assert len(watchers) == 1
+    assert len(watchers) == 2
     workload = [m for m in members if cmdline(m) != wrapper and parent(m) not in watchers]
     assert workload  # the workload's shell (and its sleep)
     for member in workload:
@@ -247,6 +248,7 @@ async def test_workload_sees_contract_env_and_user_env_in_its_workdir(
         "TPUCARED_NUM_SLICES": "1",
         # Written by the run's notice watcher on a preemption notice (run.sh).
         "TPUCARED_PREEMPTION_NOTICE_FILE": f"{resolved}/notice",
+        "TPUCARED_PROGRESS_FILE": f"{resolved}/progress",
     }
     assert seen["NASTY"] == NASTY
     assert seen["WANDB_PROJECT"] == "gpt"
