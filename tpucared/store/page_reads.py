@@ -81,7 +81,8 @@ async def slot_keys(conn: AsyncConnection, f: SlotFilter) -> list[tuple[str, int
     }.get(f.sort, literal(0))
     # Uptime descending is the oldest ready_at first.
     down = f.descending != (f.sort == "uptime")
-    order: list[Any] = [column.desc() if down else column.asc()]
+    # Slots without a node (NULLs) last either way, on SQLite as on PostgreSQL.
+    order: list[Any] = [(column.desc() if down else column.asc()).nulls_last()]
     if f.descending:
         order += [SlotRow.fleet.desc(), SlotRow.slot.desc()]
     else:
