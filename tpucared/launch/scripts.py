@@ -172,6 +172,9 @@ def parse_progress(fields: Mapping[str, str]) -> Progress | None:
     )
 
 
+NOTICE_KINDS = ("preempted", "maintenance")  # run.sh's notice_kind
+
+
 def parse_probe(stdout: str) -> ProbeResult:
     fields = parse_marker(stdout, "TPUCARED_PROBE")
     try:
@@ -179,6 +182,7 @@ def parse_probe(stdout: str) -> ProbeResult:
     except ValueError as exc:
         raise ScriptOutputError(f"unknown run state in {fields}") from exc
     log_bytes = int_field(fields, "log_bytes")
+    kind = fields.get("notice_kind")
     result = ProbeResult(
         state=state,
         pid=int_field(fields, "pid"),
@@ -187,6 +191,7 @@ def parse_probe(stdout: str) -> ProbeResult:
         reason=fields.get("reason"),
         notice_at=_seconds(fields.get("notice")),
         progress=parse_progress(fields),
+        notice_kind=kind if kind in NOTICE_KINDS else None,
     )
     if state is RunState.RUNNING and result.pid is None:
         raise ScriptOutputError(f"running without a pid: {fields}")

@@ -163,6 +163,9 @@ class ProbeResult:
     reason: str | None = None  # for GONE: no-run | died | rebooted
     notice_at: float | None = None  # epoch seconds of the preemption notice the run got
     progress: Progress | None = None  # the run's progress file; None: none
+    # Which notice: "preempted" (instance/preempted) or "maintenance" (instance/maintenance-event
+    # TERMINATE_ON_HOST_MAINTENANCE); None when the run's watcher did not say.
+    notice_kind: str | None = None
 
 
 class CleanupState(StrEnum):

@@ -54,6 +54,19 @@ def test_a_notice_just_before_the_window_is_maintenance_one_long_before_is_not()
         assert dead.cause is cause, start_in
 
 
+def test_a_notice_the_run_heard_as_host_maintenance_is_maintenance_without_a_window() -> None:
+    """The in-VM watcher's TERMINATE_ON_HOST_MAINTENANCE (run.sh notice_kind), no window
+    announced on the node (unscheduled maintenance)."""
+    heard = noticed("ok", "ok", "ok", "ok")
+    workers = tuple(replace(p, notice_kind="maintenance") for p in heard.workers)
+    p = decide(work(spec=SPEC, probe_=replace(heard, workers=workers)))
+    (dead,) = [a for a in p.actions if isinstance(a, Transition)]
+    assert dead.cause is LossCause.MAINTENANCE
+    finish = finish_of(p)
+    assert finish is not None
+    assert (finish.detail or "").startswith("host-maintenance notice")
+
+
 def test_workers_unreachable_replace_the_node_with_an_unknown_cause() -> None:
     down = probe("down", "down", "run", "run", since=T0 - timedelta(minutes=30))
     p = decide(work(probe_=down))

@@ -79,3 +79,4 @@ async def test_a_maintenance_notice_stops_the_workload_as_a_preemption_notice_do
         await asyncio.sleep(0.05)
     assert [(p.state, p.exit_code) for p in probes] == [(RunState.EXITED, 0)] * 2
     assert all(p.notice_at is not None for p in probes)
+    assert [p.notice_kind for p in probes] == ["maintenance"] * len(probes)  # probe.sh says which

@@ -53,6 +53,7 @@ async def test_a_notice_signals_every_worker_while_the_node_stays_ready(
         await asyncio.sleep(0.05)
     assert [(p.state, p.exit_code) for p in probes] == [(RunState.EXITED, 0)] * 2
     assert all(p.notice_at is not None for p in probes)
+    assert [p.notice_kind for p in probes] == ["preempted"] * len(probes)
     notice_files = {(out / f"file-{w}").read_text().strip() for w in range(2)}
     assert all(f.endswith("/run/notice") for f in notice_files)
     # Beside it, what kind of notice it was (a host-maintenance one says `maintenance`).

@@ -60,8 +60,11 @@ class WorkerProbe:
     # attempt), and since when its log has had `log_bytes` bytes.
     since: datetime | None = None
     log_since: datetime | None = None
-    # When the worker's run got the VM's preemption notice (its watcher's clock), if it did.
+    # When the worker's run got the VM's preemption notice (its watcher's clock), if it did,
+    # and which: "maintenance" for a TERMINATE_ON_HOST_MAINTENANCE (None: a preemption, or
+    # the run did not say).
     notice_at: datetime | None = None
+    notice_kind: str | None = None
     # What the run's progress file tells (core/workload/progress.py); None: no file.
     progress: Progress | None = None
 

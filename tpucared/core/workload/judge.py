@@ -105,8 +105,11 @@ def _noticed(
     how = _after_signal(w, workers, at, "every worker stopped")
     if how is None:
         return None
+    what = "preemption notice"
+    if any(p.notice_kind == "maintenance" for p in workers):
+        what = "host-maintenance notice (TERMINATE_ON_HOST_MAINTENANCE)"
     # No stop: the node is lost and deleted, processes and all.
-    return Verdict(Out.PREEMPTED, f"preemption notice; {how}", codes, lost=True)
+    return Verdict(Out.PREEMPTED, f"{what}; {how}", codes, lost=True)
 
 
 def _checkpointed(

@@ -451,10 +451,14 @@ def _lost(w: SlotWork, node: IncarnationRecord, why: str) -> list[Action]:
 
 def _notice_cause(w: SlotWork, node: IncarnationRecord) -> LossCause:
     """A notice at (or just before, core/nodes/losses.py NOTICE_LEAD) the node's announced
-    maintenance window is the maintenance's; any other is a preemption."""
-    noticed = [p.notice_at for p in (w.probe.workers if w.probe else ()) if p.notice_at]
-    at = min(noticed, default=w.now)
-    if in_window(node.maintenance, at, NOTICE_LEAD):
+    maintenance window, or one the run's watcher heard as host maintenance
+    (`maintenance-event` TERMINATE_ON_HOST_MAINTENANCE, unannounced windows included), is the
+    maintenance's; any other is a preemption."""
+    workers = [p for p in (w.probe.workers if w.probe else ()) if p.notice_at]
+    at = min((p.notice_at for p in workers if p.notice_at), default=w.now)
+    if in_window(node.maintenance, at, NOTICE_LEAD) or any(
+        p.notice_kind == "maintenance" for p in workers
+    ):
         return LossCause.MAINTENANCE
     return LossCause.PREEMPTED
 

@@ -6,7 +6,8 @@
 # Expects: $1 the run directory (see launch.sh for its files).
 # Prints: TPUCARED_PROBE state=running pid=P | state=exited code=C | state=gone reason=R
 #   (R: no-run, died, rebooted), then log_bytes=N (the log's size, -1 without a log), then
-#   notice=T when the run's watcher saw a preemption notice (T: its epoch seconds), then what
+#   notice=T when the run's watcher saw a preemption notice (T: its epoch seconds), and
+#   notice_kind=preempted|maintenance (which: run.sh's notice_kind), then what
 #   the workload's progress file tells, when it has one (TPUCARED_PROGRESS_FILE, `progress`):
 #   step=N step_at=T checkpoint=N checkpoint_at=T first_step_at=T progress_at=T (each only
 #   when known; progress_at: the file's modification time). Read from the file's first and
@@ -19,6 +20,12 @@ log=-1
 if [ -f "$rd/log" ]; then log=$(wc -c < "$rd/log") && log=$((log)) || log=-1; fi
 notice=
 if [ -s "$rd/notice" ]; then read -r notice < "$rd/notice" && notice=" notice=$notice"; fi
+# Which notice (run.sh: preempted or maintenance), where the run's watcher wrote it.
+if [ -n "$notice" ] && [ -s "$rd/notice_kind" ]; then
+  read -r _kind < "$rd/notice_kind" && case $_kind in
+    preempted|maintenance) notice="$notice notice_kind=$_kind" ;;
+  esac
+fi
 prog=
 pf=$rd/progress
 if [ -s "$pf" ]; then

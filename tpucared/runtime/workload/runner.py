@@ -383,4 +383,5 @@ def _worker_probe(r: Reply[ProbeResult]) -> WorkerProbe:
         probe = replace(probe, progress=p.progress)
     if p.notice_at is None:
         return probe
-    return replace(probe, notice_at=datetime.fromtimestamp(p.notice_at, UTC))
+    at = datetime.fromtimestamp(p.notice_at, UTC)
+    return replace(probe, notice_at=at, notice_kind=p.notice_kind)
