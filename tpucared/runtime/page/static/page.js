@@ -29,6 +29,11 @@ function row(cells, cls) {
   return tr;
 }
 
+function numeric(tr, ...indexes) {
+  for (const i of indexes) tr.children[i].className = "num";
+  return tr;
+}
+
 function replaceBody(id, rows) {
   const body = document.querySelector("#" + id + " tbody");
   if (!body) return;
@@ -53,7 +58,7 @@ function renderOverview(doc) {
     name.append(link("/slots?fleet=" + encodeURIComponent(f.name), f.name), f.down ? " (down)" : "");
     const tr = row([name, f.slots, states, f.waiting, f.failing_zones.join(", ")]);
     tr.dataset.fleet = f.name;
-    return tr;
+    return numeric(tr, 1, 3);
   }));
   const hunt = [];
   for (const f of doc.fleets) {
@@ -83,7 +88,7 @@ function renderSlots(doc) {
       minutes(s.lost_today_s), s.maintenance ? s.maintenance.start : "", s.last_error], "state-" + s.state);
     tr.dataset.slot = s.fleet + "/" + s.slot;
     tr.dataset.state = s.state;
-    return tr;
+    return numeric(tr, 6, 7);
   }));
 }
 
