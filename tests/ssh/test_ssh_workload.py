@@ -160,9 +160,8 @@ async def test_detached_launch_outlives_the_connection_and_records_its_exit(
     pid = launch.pid
 
     # Own session and process group; SIGINT not ignored by the workload (a `&` job would have
-    # it ignored). The notice watchers (`instance/preempted` and `instance/maintenance-event`)
-    # are `&` jobs of the wrapper (forks: the same command line) in the same group, with their
-    # requests: those may ignore it, they are not the run.
+    # it ignored). The two notice watchers are `&` jobs of the wrapper (forks: the same command
+    # line) in the same group, with their requests: those may ignore it, not being the run.
     assert stat_of(pid)[1:] == (pid, pid)
     members = live_members(pid)
     wrapper = cmdline(pid)
