@@ -1,7 +1,8 @@
 """`tpucared demo`, exactly as a person runs it (`python -m tpucared demo --duration 60`, its
 output into a pipe): it stops by itself with status 0, and what it printed shows a
-preemption detected, the node replaced, and the toy training resumed from its checkpoint
-with a higher step count; afterwards no process of the demo's workers is left running."""
+preemption detected, the node replaced, a host-maintenance window met by a checkpoint before
+it, and the toy training resumed from its checkpoints with a higher step count; afterwards
+no process of the demo's workers is left running."""
 
 from __future__ import annotations
 
@@ -47,6 +48,24 @@ def _notice_events(db: Path, node: str) -> list[tuple[str, str]]:
         return [(str(k), str(m)) for k, m in rows]
 
 
+def _maintenance(db: Path, fleet: str, slot: int) -> tuple[list[str], list[str]]:
+    """The slot's `maintenance.checkpoint` events and the details of its attempts that ended
+    checkpointed for a host maintenance, in the demo's database."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        events = conn.execute(
+            "SELECT message FROM events WHERE kind = 'maintenance.checkpoint'"
+            " AND fleet = ? AND slot = ?",
+            (fleet, slot),
+        )
+        messages = [str(m) for (m,) in events]
+        attempts = conn.execute(
+            "SELECT detail FROM workload_attempts WHERE fleet = ? AND slot = ?"
+            " AND outcome = 'preempted' AND detail LIKE 'checkpointed before host maintenance%'",
+            (fleet, slot),
+        )
+        return messages, [str(d) for (d,) in attempts]
+
+
 def test_the_demo_shows_preemptions_replacements_and_training_resumed() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "tpucared", "demo", "--duration", "60"],
@@ -70,6 +89,26 @@ def test_the_demo_shows_preemptions_replacements_and_training_resumed() -> None:
         assert _notice_events(directory / "state.db", "demo-0"), out
         assert re.search(r"training demo/0: checkpoint saved at step \d+ on notice", out), out
         assert re.search(r"demo/0\s+demo-0\s+node\.dead\s+preempted", out), out
+        # A host-maintenance window announced on a sweep slot: the daemon's on_maintenance
+        # (checkpoint) had the workload checkpoint before the window (its event and the
+        # attempt's end, from the kept database), and the training resumed after it.
+        window = re.search(
+            r"inject: schedule maintenance of sweep-(\d+) .*: host maintenance in", out
+        )
+        assert window is not None, out
+        slot = int(window[1])
+        events, ended = _maintenance(directory / "state.db", "sweep", slot)
+        assert events, out
+        assert ended, out
+        after = out[window.end() :]
+        saved = re.search(
+            rf"training sweep/{slot}: checkpoint saved at step (\d+) on notice", after
+        )
+        assert saved is not None, out
+        again = re.findall(
+            rf"training sweep/{slot}: step \d+ \(attempt (\d+), resumed from step (\d+)", after
+        )
+        assert any(int(a) >= 2 and int(s) >= int(saved[1]) > 0 for a, s in again), out
         preemptions = re.search(r"^  preemptions detected: (\d+)$", out, re.MULTILINE)
         assert preemptions is not None, out
         assert int(preemptions[1]) >= 1

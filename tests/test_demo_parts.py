@@ -21,7 +21,16 @@ from tpucared.core.model.specs import CapacityKind, FleetSpec
 from tpucared.demo.example import EXAMPLES, DemoPlaces, ExampleMissing, demo_config
 from tpucared.demo.presenter import PlainView, Reading, SlotSummary, Summary
 from tpucared.demo.progress import Progress, read_progress
-from tpucared.demo.scenario import Injector, Preempt, Stockout, drive, schedule
+from tpucared.demo.scenario import (
+    WINDOW_IN_S,
+    WINDOW_S,
+    Injector,
+    Maintenance,
+    Preempt,
+    Stockout,
+    drive,
+    schedule,
+)
 from tpucared.emulator import EmulatorServer
 from tpucared.gcp import NoAuth
 from tpucared.gcp.compute import ComputeClient, ComputeCloud
@@ -43,16 +52,24 @@ def _fleets() -> list[FleetSpec]:
 
 
 def test_a_cycle_preempts_the_star_then_starves_its_zone_and_moves_another_fleet() -> None:
-    steps = list(itertools.islice(schedule(_fleets(), seed=7), 8))
-    first, stockout, other, again, *randoms = steps
+    steps = list(itertools.islice(schedule(_fleets(), seed=7), 9))
+    first, window, stockout, other, again, *randoms = steps
     assert isinstance(first, Preempt)
     assert first.node == "demo-0"
     assert first.gate == ("demo", 0)
+    # A maintenance window on another sweep slot than the one preempted below, once it trains.
+    assert isinstance(window, Maintenance)
+    assert window.fleet == "sweep"
+    assert window.gate == ("sweep", window.slot)
+    assert (window.start_in, window.seconds) == (WINDOW_IN_S, WINDOW_S)
+    assert window.why == "host maintenance in 8 s, for 4 s (no workload to checkpoint)"
+    assert window.after + stockout.after == 6  # the stockout as before the window came in
     assert isinstance(stockout, Stockout)
     assert (stockout.zone, stockout.accelerator_types) == ("us-central2-b", ("v4-32", "v4-8"))
     assert stockout.gate == ("demo", 0)  # once the star is back at work
     assert isinstance(other, Preempt)
     assert other.fleet == "sweep"
+    assert other.slot != window.slot
     assert other.why == "no room in us-central2-b: its replacement must find room in us-central1-a"
     assert isinstance(again, Preempt)
     assert again.node == "demo-0"
@@ -245,23 +262,28 @@ async def test_the_scenario_preempts_starves_and_restores_through_the_control_ap
         return True
 
     steps = [
+        Maintenance(0, ("sweep", 1), "sweep", 1, "sweep-1", 60, 5, "host maintenance"),
         Preempt(0, ("sweep", 0), "sweep", 0, "sweep-0", "a spot preemption"),
         Stockout(0, None, ZONE, ("v4-8",), 0.3, "no v4-8 left"),
     ]
     try:
         await _node(client, "sweep-0")
+        await _node(client, "sweep-1")
         async with aiohttp.ClientSession() as session:
             injector = Injector(session, emulator.url, PROJECT)
             await drive(steps, injector, asyncio.Event(), lambda _, line: lines.append(line),
                         ripe=ripe)  # fmt: skip
             node = await client.get_node(PROJECT, ZONE, "sweep-0")
             assert node["state"] == "PREEMPTED"
+            window = (await client.get_node(PROJECT, ZONE, "sweep-1"))["upcomingMaintenance"]
+            assert (window["type"], window["maintenanceStatus"]) == ("SCHEDULED", "PENDING")
             # Restored by the time drive returns: a stockout never outlives the scenario.
             assert all(c["available"] is None for c in await _capacity(session, emulator))
     finally:
         await client.aclose()
-    assert ripe_asked == [("sweep", 0)]
+    assert ripe_asked == [("sweep", 1), ("sweep", 0)]
     assert lines == [
+        f"schedule maintenance of sweep-1 (v4-8, {ZONE}): host maintenance",
         f"preempt sweep-0 (v4-8, 1 worker, {ZONE}): a spot preemption",
         "stockout for 0s: no v4-8 left",
         f"capacity back in {ZONE}",

@@ -9,7 +9,9 @@ Order of things:
 3. the built-in emulator starts in this process, on free loopback ports, with simulated SSH
    workers and quick timing (a node is READY 3 s after its create);
 4. the daemon's engine runs deploy/examples/emulator.toml pointed at it (example.py);
-5. the scenario (scenario.py) injects preemptions and a stockout through the control API,
+5. the scenario (scenario.py) injects preemptions, a host-maintenance window (with the
+   in-VM `maintenance-event` notice scaled to `MAINTENANCE_NOTICE_S`) and a stockout through
+   the control API,
    while the presenter (presenter.py) shows the database and the checkpoints once a second;
 6. at `--duration`, or at Ctrl-C (SIGINT) or SIGTERM: the daemon stops (calls in flight get
    a few seconds to record their outcome), then the emulator stops, which kills every
@@ -59,6 +61,10 @@ QUIET_END_S = 10.0  # no new step this close to the end: the last recovery is sh
 # to see each phase go by.
 CREATE_S = 3.0
 DELETE_S = 1.0
+# The in-VM `maintenance-event` notice this long before a window (Google: 60 s), scaled like the
+# rest, so that the demo's window (announced 8 s ahead) is met by the daemon's `on_maintenance`
+# first, as a window announced days ahead would be, not by the in-VM notice.
+MAINTENANCE_NOTICE_S = 2.0
 
 
 class DemoError(Exception):
@@ -110,6 +116,7 @@ async def _run(options: DemoOptions, out: TextIO, directory: Path, log_path: Pat
         async with running_emulator(
             create_seconds=CREATE_S,
             delete_seconds=DELETE_S,
+            maintenance_event_lead_seconds=MAINTENANCE_NOTICE_S,
             ssh_hosts=True,
             ssh_port=ssh_port,
             seed=options.seed,

@@ -7,7 +7,11 @@ the star (a multi-host slice in the demo):
 
     +12 s  a spot preemption of the star, with an 8 s notice (the workload checkpoints on
            SIGTERM; the daemon replaces the node before the API says PREEMPTED)
-     +6 s  a stockout: no capacity in the star's first zone, for every accelerator type the
+     +1 s  a host-maintenance window announced on a slot of another fleet, starting
+           `WINDOW_IN_S` later (`on_maintenance`, by default `checkpoint`: the daemon has the
+           workload checkpoint before the window, then relaunches it after; a spot node the
+           window terminates is made again)
+     +5 s  a stockout: no capacity in the star's first zone, for every accelerator type the
            fleets use there, for `STOCKOUT_S` seconds (restored in the background)
      +1 s  a preemption of another fleet's slot: its replacement must go to its next zone
      +3 s  the star again: with no zone left, the daemon backs off and retries until the
@@ -42,6 +46,8 @@ from tpucared.core.model.machines import MACHINE_TYPES
 from tpucared.core.model.specs import COMPUTE_API, DEFAULT_API, FleetSpec
 
 STOCKOUT_S = 15.0
+WINDOW_IN_S = 8.0  # a maintenance window is announced this long before it starts
+WINDOW_S = 4.0
 NOTICE_S = 8.0  # the star's first preemption comes with this much notice
 GATE_PATIENCE_S = 30.0
 READY_PATIENCE_S = 10.0
@@ -72,7 +78,19 @@ class Stockout:
     why: str
 
 
-Step = Preempt | Stockout
+@dataclass(frozen=True)
+class Maintenance:
+    after: float
+    gate: SlotKey | None
+    fleet: str
+    slot: int
+    node: str
+    start_in: float  # the window starts this long after it is announced
+    seconds: float  # and lasts this long
+    why: str
+
+
+Step = Preempt | Stockout | Maintenance
 
 
 def schedule(fleets: Sequence[FleetSpec], seed: int) -> Iterator[Step]:
@@ -90,12 +108,17 @@ def schedule(fleets: Sequence[FleetSpec], seed: int) -> Iterator[Step]:
         yield replace(
             _preempt(12, star, 0, f"a spot preemption, {NOTICE_S:g} s notice"), notice=NOTICE_S
         )
+        other = others[0] if others else None
+        # Drawn first, so that the window falls on another slot than the preemption below.
+        hit = rng.randrange(other.size) if other else 0
+        if other and other.api == DEFAULT_API:
+            yield _window(1, other, (hit + 1) % other.size)
         yield Stockout(
-            6, (star.name, 0), zone, types, STOCKOUT_S, f"no {'/'.join(types)} left in {zone}"
-        )
-        if others:
-            other = others[0]
-            yield _preempt(1, other, rng.randrange(other.size), _whither(other, zone))
+            5 if other else 6, (star.name, 0), zone, types, STOCKOUT_S,
+            f"no {'/'.join(types)} left in {zone}",
+        )  # fmt: skip
+        if other:
+            yield _preempt(1, other, hit, _whither(other, zone))
         yield _preempt(3, star, 0, _whither(star, zone))
         after = 20.0
         for _ in range(4):
@@ -112,6 +135,16 @@ def _whither(fleet: FleetSpec, dry: str) -> str:
     if elsewhere:
         return f"no room in {dry}: its replacement must find room in {elsewhere[0]}"
     return f"no room in {dry}: its replacement must wait for capacity"
+
+
+def _window(after: float, fleet: FleetSpec, slot: int) -> Maintenance:
+    policy = fleet.workload.on_maintenance.value if fleet.workload else None
+    how = f"on_maintenance {policy}" if policy else "no workload to checkpoint"
+    why = f"host maintenance in {WINDOW_IN_S:g} s, for {WINDOW_S:g} s ({how})"
+    where = (fleet.name, slot)
+    return Maintenance(
+        after, where, fleet.name, slot, fleet.node_name(slot), WINDOW_IN_S, WINDOW_S, why
+    )
 
 
 def _preempt(after: float, fleet: FleetSpec, slot: int, why: str) -> Preempt:
@@ -149,6 +182,19 @@ class Injector:
         return (
             f"preempt {step.node} ({node['accelerator_type']}, {workers} worker"
             f"{'s' if workers != 1 else ''}, {zone}): {step.why}"
+        )
+
+    async def maintenance(self, step: Maintenance) -> str:
+        """Announce a host-maintenance window on the node once READY."""
+        node = await self._ready(step.node, self._patience)
+        if node is None:
+            return f"skipped a maintenance window on {step.node}: not READY in {self._patience:g}s"
+        zone = node["zone"]
+        path = f"/projects/{self._project}/locations/{zone}/nodes/{step.node}:schedule-maintenance"
+        body = {"start_in_seconds": step.start_in, "duration_seconds": step.seconds}
+        await self._call("POST", path, {**body, "type": "SCHEDULED"})
+        return (
+            f"schedule maintenance of {step.node} ({node['accelerator_type']}, {zone}): {step.why}"
         )
 
     async def _preempt_vm(self, step: Preempt) -> str:
@@ -268,7 +314,10 @@ async def drive(
                 restores.add(asyncio.create_task(restore(step), name="demo-restore"))
             else:
                 try:
-                    line = await injector.preempt(step)
+                    if isinstance(step, Maintenance):
+                        line = await injector.maintenance(step)
+                    else:
+                        line = await injector.preempt(step)
                 except (aiohttp.ClientError, RuntimeError) as exc:
                     line = f"could not inject ({exc})"
             report(loop.time() - started, line)
