@@ -35,6 +35,7 @@ BENCHMARKS: dict[str, str] = {
     "takeover": "bench.takeover",
     "writerate": "bench.writerate",
     "ledger": "bench.ledger",
+    "maintenance": "bench.maintenance",
 }
 
 RunFunction = Callable[[bool], dict[str, Any]]
