@@ -35,7 +35,11 @@ class MaintenanceWrites(WriterBase):
     ) -> IncarnationRecord:
         """The window starting at `window_start` handled now; `signalled`: a run got the stop
         signal for it (the judge then reads its end as the maintenance's)."""
-        values: dict[str, object] = {"maintenance_handled_for": window_start}
+        # A new window: the early start asked for an earlier one is not this one's.
+        values: dict[str, object] = {
+            "maintenance_handled_for": window_start,
+            "maintenance_started_at": None,
+        }
         if signalled:
             values["maintenance_checkpoint_at"] = now
         inc = await self._ready_update(incarnation_id, values)

@@ -58,7 +58,7 @@ def ended_attempt() -> WorkloadAttemptRecord:
     return attempt(outcome=AttemptOutcome.PREEMPTED, ended=T0 - timedelta(seconds=5))
 
 
-# --- the checkpoint ------------------------------------------------------------------------------
+# --- the checkpoint ----------------------------------------------------------------------------
 
 
 def test_a_window_within_the_lead_gets_the_running_attempt_checkpointed() -> None:
@@ -121,7 +121,7 @@ def test_an_attempt_started_after_the_signal_is_judged_as_usual() -> None:
     assert finish.outcome is AttemptOutcome.FAILED
 
 
-# --- no launch into the window -------------------------------------------------------------------
+# --- no launch into the window -----------------------------------------------------------------
 
 
 def idle_work(policy: OnMaintenance, node_: IncarnationRecord) -> SlotWork:
@@ -153,7 +153,7 @@ def test_a_window_never_run_nor_withdrawn_holds_no_longer_than_its_end_and_the_o
     assert launch_of(decide(idle_work(M.CHECKPOINT, handled(win)))) is not None
 
 
-# --- now -----------------------------------------------------------------------------------------
+# --- now ---------------------------------------------------------------------------------------
 
 
 def test_now_starts_the_maintenance_once_after_the_checkpoint() -> None:
@@ -195,7 +195,7 @@ def test_now_falls_back_to_waiting_and_says_why(win: MaintenanceWindow, words: s
     assert any(words in h.reason and "cannot start" in h.reason for h in p.holds)
 
 
-# --- replace -------------------------------------------------------------------------------------
+# --- replace -----------------------------------------------------------------------------------
 
 
 def test_replace_deletes_the_node_with_cause_maintenance_when_the_window_is_longer() -> None:
@@ -218,7 +218,7 @@ def test_replace_waits_instead_when_a_recreate_takes_longer_than_the_window() ->
     assert any("to pass" in h.reason for h in p.holds)
 
 
-# --- a multislice slot -----------------------------------------------------------------------
+# --- a multislice slot ---------------------------------------------------------------------
 
 
 def test_a_slice_s_window_checkpoints_the_whole_gang_and_ends_its_attempt() -> None:
@@ -241,3 +241,36 @@ def test_a_slice_s_window_checkpoints_the_whole_gang_and_ends_its_attempt() -> N
     finish = finish_of(decide(stopped))
     assert finish is not None
     assert finish.outcome is AttemptOutcome.PREEMPTED
+
+
+# --- a run killed by the host's maintenance, with no notice -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("node_", "states", "outcome"),
+    [
+        # The node says it is under maintenance; the runs died with the host.
+        (replace(node(), health="UNHEALTHY_MAINTENANCE"), ("died",) * 4, AttemptOutcome.PREEMPTED),
+        # Inside its announced window (ONGOING); the workers cannot be reached.
+        (with_window(window(-30, status="ONGOING")), ("down",) * 4, AttemptOutcome.PREEMPTED),
+        # A run that exits non-zero in a window is the workload's crash.
+        (
+            replace(node(), health="UNHEALTHY_MAINTENANCE"),
+            ("exit1", "died", "run", "run"),
+            AttemptOutcome.FAILED,
+        ),
+        # No maintenance: a died run is a failure, as ever.
+        (node(), ("died", "run", "run", "run"), AttemptOutcome.FAILED),
+    ],
+    ids=["unhealthy-maintenance", "window-unreachable", "crash-in-window", "no-maintenance"],
+)
+def test_a_run_killed_by_host_maintenance_is_never_a_failure(
+    node_: IncarnationRecord, states: tuple[str, ...], outcome: AttemptOutcome
+) -> None:
+    p = decide(work(spec=spec(M.IGNORE), node_=node_, probe_=probe(*states)))
+    finish = finish_of(p)
+    assert finish is not None
+    assert finish.outcome is outcome
+    if outcome is AttemptOutcome.PREEMPTED:
+        assert (finish.detail or "").startswith("stopped by host maintenance")
+        assert launch_of(p) is None

@@ -25,6 +25,11 @@ wins:
   the daemon signalled it before a      PREEMPTED (never a failure, whatever the exit codes)
   maintenance window (maintenance.py)  once no worker runs it, or `stop_grace` after the
                                        signal (then stop); the node stays for the window
+  a worker's run killed (gone, or      PREEMPTED, stop (the maintenance killed it: never a
+  unreachable; none exited non-zero)   failure); the next attempt follows the window. A
+  while the node is under host         run that exits non-zero in a window is a crash
+  maintenance (health UNHEALTHY_
+  MAINTENANCE, or inside its window)
   a worker rebooted                    PREEMPTED, stop
   a worker exited non-zero or died     FAILED, stop every worker
   a worker unreachable                 wait `unreachable_grace`, then PREEMPTED and replace
@@ -94,6 +99,10 @@ def judge(w: SlotWork, a: WorkloadAttemptRecord, policy: WorkloadPolicy) -> Verd
     asked = maintenance.asked_at(w, a.started_at)
     if asked is not None:
         return _checkpointed(w, probe.workers, asked, codes)
+    if maintenance.under_way(w) and _killed(probe.workers):
+        # The host went down under the run (no notice reached it): the maintenance's end.
+        detail = f"stopped by host maintenance: {_story(probe.workers)}"
+        return Verdict(Out.PREEMPTED, detail, codes, stop=_may_run(probe.workers))
     return _by_workers(w, a, probe.workers, codes, policy, w.spec.hang_timeout)
 
 
@@ -270,6 +279,15 @@ def _running_or_exited(
             detail = f"no log output on any worker for {fmt(w.now - quiet)} (hang_timeout)"
             return Verdict(Out.HUNG, detail, codes, stop=True)
     return None
+
+
+def _killed(workers: Iterable[WorkerProbe]) -> bool:
+    """Some worker's run was killed from outside (gone, not an exit of its own) or cannot be
+    reached, and none exited non-zero: what a host going down does, never a crash."""
+    ws = list(workers)
+    crashed = any(p.state is W.EXITED and p.exit_code != 0 for p in ws)
+    gone = any(p.state in (W.GONE, W.UNREACHABLE) and p.detail != NEVER_STARTED for p in ws)
+    return gone and not crashed
 
 
 def _codes(probe: SlotProbe | None) -> dict[int, int | None]:

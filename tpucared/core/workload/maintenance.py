@@ -42,6 +42,7 @@ from tpucared.core.model.causes import LossCause
 from tpucared.core.model.observed import MaintenanceWindow
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import OnMaintenance, WorkloadSpec
+from tpucared.core.nodes.losses import MAINTENANCE_HEALTH, in_window
 from tpucared.core.vocab.actions import Action
 from tpucared.core.vocab.plan import Hold
 from tpucared.core.workload.actions import CheckpointForMaintenance, StartMaintenance
@@ -104,6 +105,18 @@ def asked_at(w: SlotWork, started_at: datetime) -> datetime | None:
         if n.maintenance_checkpoint_at is not None and n.maintenance_checkpoint_at >= started_at
     ]
     return min(asks, default=None)
+
+
+def under_way(w: SlotWork) -> bool:
+    """Whether host maintenance may be under way on a node of the slot: its health says so
+    (UNHEALTHY_MAINTENANCE), or its announced window is running (core/nodes/losses.py)."""
+    return host_down(w) or any(in_window(n.maintenance, w.now) for n in nodes_of(w))
+
+
+def host_down(w: SlotWork) -> bool:
+    """A node of the slot says its host is in maintenance now (health UNHEALTHY_MAINTENANCE):
+    nothing is launched until it is back."""
+    return any(n.health == MAINTENANCE_HEALTH for n in nodes_of(w))
 
 
 def gate(w: SlotWork) -> tuple[list[Action], list[Hold]] | None:

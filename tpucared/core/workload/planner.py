@@ -259,6 +259,9 @@ def _maintenance_first(w: SlotWork, out: SlotPlan) -> bool:
     """Whether a host-maintenance window stands in the way of a launch (maintenance.py): one
     within the lead is recorded as handled first; a handled one is waited for, started now
     or replaced, as the fleet's `on_maintenance` says."""
+    if maintenance.host_down(w):
+        out.holds.append(_hold(w, "host maintenance under way (UNHEALTHY_MAINTENANCE)"))
+        return True
     due = maintenance.before_window(w, None)
     if due:
         out.actions += due
