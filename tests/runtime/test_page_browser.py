@@ -1,11 +1,11 @@
 """The page in a real browser (issue 43): Debian's chromium, driven headless by Selenium through
-Debian's chromium-driver (docs/status.md "The page and its JSON" argues the choice), against the real daemon
-keeping two spot nodes on the emulator. The page loads with no console error; a preemption
-turns the slot's row and the slot's own view (timeline, incarnations) without a reload
-(capacity held at zero so the slot stays down until it is given back), then back; an
+Debian's chromium-driver (docs/status.md "The page and its JSON" argues the choice), against the
+real daemon keeping two spot nodes on the emulator. The page loads with no console error; a
+preemption turns the slot's row and the slot's own view (timeline, incarnations) without a
+reload (capacity held at zero so the slot stays down until it is given back), then back; an
 event text with HTML in it renders as text. The overview and one slot are saved as the
-screenshots the README shows (docs/page-overview.png, docs/page-slot.png); the test checks
-their structure (the DOM), not their pixels. No chromium: the test fails, it does not skip."""
+screenshots the README shows (docs/page-overview.png, docs/page-slot.png); the test checks their
+structure (the DOM), not their pixels. No chromium: the test fails, it does not skip."""
 
 from __future__ import annotations
 
