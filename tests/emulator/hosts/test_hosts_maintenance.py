@@ -1,7 +1,7 @@
 """Host maintenance on the emulator's real worker hosts (SSH servers with their metadata
 servers): a request waiting on `instance/maintenance-event` hears TERMINATE_ON_HOST_MAINTENANCE
-before the window, the workload is gone while the node is down, and the node comes back with
-its disk and the key NONE again."""
+before the window, the run's own watcher stops the workload before the node goes down, and the
+node comes back with its disk and the key NONE again."""
 
 from __future__ import annotations
 
@@ -59,7 +59,11 @@ async def test_the_notice_wakes_a_waiting_request_and_the_node_comes_back(cloud:
     await eventually(lambda: listening(targets[0].host, cloud.hosts.port), "booted again")
     (result,) = await cloud.run(targets, "cat ~/checkpoint")
     assert result.stdout_tail.strip() == "saved"  # the same disk
-    assert await cloud.probe(targets, "~/run") == [RunState.GONE]  # the workload is gone
+    # The run's own watcher heard the notice and stopped the workload before the host went
+    # down (launch/sh/run.sh): it ended, recorded, rather than vanished with the host.
+    assert await cloud.probe(targets, "~/run") == [RunState.EXITED]
+    (kind,) = await cloud.run(targets, "cat ~/run/notice_kind")
+    assert kind.stdout_tail.strip() == "maintenance"
     url = f"http://{await metadata_host(cloud, 'kept')}{MAINTENANCE_EVENT}"
     async with aiohttp.ClientSession() as session, session.get(url, headers=HEADERS) as r:
         assert await r.text() == "NONE"
