@@ -33,7 +33,9 @@ def test_the_maintenance_benchmark_runs_end_to_end(tmp_path: Path) -> None:
     # was killed mid-step, before any checkpoint, and attempt 2 began again from step 0.
     assert abs(checkpointed["recomputed"]["median"]) < 1.0
     assert nothing["recomputed"]["median"] > maintenance.START_IN_S / 2
-    assert nothing["after_crash"]["median"] > 0  # recorded as a crash: see docs/benchmarks.md
+    # The kill is the maintenance's (the node was under maintenance), never a crash: no crash
+    # backoff before attempt 2 (docs/benchmarks.md "Host maintenance", the fix it found).
+    assert nothing["after_crash"]["median"] == 0
     for figures in (checkpointed, nothing):
         assert 0 < figures["idle"]["median"] <= figures["lost"]["median"] + 1.0
         assert figures["back"]["median"] > 0

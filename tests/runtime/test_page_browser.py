@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from runtime_support import SLOW, Control, Daemon, converged, free_port, wait_for, write_config
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
@@ -61,8 +62,14 @@ def console_errors(driver: webdriver.Chrome) -> list[str]:
 
 
 def row_state(driver: webdriver.Chrome, slot: str) -> str | None:
-    rows = driver.find_elements(By.CSS_SELECTOR, f'#slots tr[data-slot="{slot}"]')
-    return rows[0].get_attribute("data-state") if rows else None
+    """The row's state, read inside the page in one step: the page's poll redraws the table,
+    so an element found in one call may be gone by the next (a stale reference)."""
+    state = driver.execute_script(
+        'const r = document.querySelector(`#slots tr[data-slot="${arguments[0]}"]`);'
+        "return r ? r.getAttribute('data-state') : null;",
+        slot,
+    )
+    return None if state is None else str(state)
 
 
 async def test_the_page_follows_a_preemption_live_and_renders_text_as_text(
@@ -119,10 +126,13 @@ async def test_the_page_follows_a_preemption_live_and_renders_text_as_text(
     await run(browser.switch_to.window, slot_tab)
 
     async def slot_view_shows_the_loss() -> bool:
-        badge = (await run(browser.find_element, By.ID, "state")).get_attribute("data-state")
-        rects = await run(browser.find_elements, By.CSS_SELECTOR, "#timeline rect")
-        drawn = {r.get_attribute("data-category") for r in rects}
-        causes = (await run(browser.find_element, By.ID, "incarnations")).text
+        try:
+            badge = (await run(browser.find_element, By.ID, "state")).get_attribute("data-state")
+            rects = await run(browser.find_elements, By.CSS_SELECTOR, "#timeline rect")
+            drawn = {r.get_attribute("data-category") for r in rects}
+            causes = (await run(browser.find_element, By.ID, "incarnations")).text
+        except StaleElementReferenceException:
+            return False  # redrawn by the page's poll between two calls: ask again
         recovery = "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION" in drawn
         return badge != "ready" and recovery and "preempted" in causes
 
@@ -130,8 +140,11 @@ async def test_the_page_follows_a_preemption_live_and_renders_text_as_text(
     await control.capacity(None)
 
     async def badge_ready() -> bool:
-        badge = await run(browser.find_element, By.ID, "state")
-        return badge.get_attribute("data-state") == "ready"
+        try:
+            badge = await run(browser.find_element, By.ID, "state")
+            return badge.get_attribute("data-state") == "ready"
+        except StaleElementReferenceException:
+            return False  # redrawn between the two calls: ask again
 
     await wait_for(badge_ready, SLOW, "the slot's view ready again")
     assert await run(browser.execute_script, "return window.__sameDocument;") == 42

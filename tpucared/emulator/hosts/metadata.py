@@ -92,11 +92,13 @@ class MetadataServer:
         self._changed.set()
 
     async def close(self) -> None:
-        if self._runner is not None:
+        # Taken before the first await: two closes at once (a node's stop racing the hosts'
+        # shutdown) would both clean the runner up, and aiohttp's cleanup is not reentrant.
+        runner, self._runner = self._runner, None
+        if runner is not None:
             self._closing = True
             self._changed.set()  # release the waiting requests first
-            await self._runner.cleanup()
-            self._runner = None
+            await runner.cleanup()
 
     async def _attribute(self, request: web.Request) -> web.Response:
         if request.headers.get("Metadata-Flavor") != "Google":
