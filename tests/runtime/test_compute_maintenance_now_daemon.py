@@ -32,6 +32,7 @@ from runtime_support import (
     query,
     wait_for,
 )
+from test_maintenance_policy_daemon import RUN, _starts  # the same toy training, its record
 
 from bench import daemon_config
 
@@ -40,16 +41,6 @@ pytestmark = pytest.mark.timeout(240)
 FLEET = "iron"
 START_IN = 12.0  # the window's start, seconds after it is announced
 LENGTH = 2.0  # and how long it lasts (the VM is down that long once it starts)
-
-# Records each attempt's start and the step it resumed from, trains (a step every 0.1 s)
-# until SIGTERM, on which it records the time and checkpoints its step before exiting 0.
-RUN = (
-    'step=$(cat "$RESULTS/checkpoint" 2>/dev/null || echo 0); '
-    'echo "$TPUCARED_ATTEMPT $TPUCARED_FAILURES $(date +%s.%N) $step" >> "$RESULTS/starts"; '
-    'trap \'date +%s.%N > "$RESULTS/term-$TPUCARED_ATTEMPT"; sleep 0.3; '
-    'echo $step > "$RESULTS/checkpoint"; exit 0\' TERM; '
-    "while :; do step=$((step + 1)); sleep 0.1; done"
-)
 
 
 @pytest.fixture
@@ -75,13 +66,6 @@ def _config(tmp_path: Path, control: Control, results: Path) -> Path:
         control.emulator.url, fleet, poll="300ms", ssh={"port": control.emulator.options.ssh_port}
     )
     return daemon_config.write(tmp_path / "fleet.toml", config)
-
-
-def _starts(results: Path) -> list[tuple[int, int, float, int]]:
-    """(attempt, TPUCARED_FAILURES, start time, the step it resumed from), one per attempt."""
-    path = results / "starts"
-    lines = path.read_text().splitlines() if path.exists() else []
-    return [(int(a), int(f), float(t), int(s)) for a, f, t, s in (x.split() for x in lines)]
 
 
 async def test_now_starts_a_vms_maintenance_at_the_checkpoint_and_resumes_before_the_window(
