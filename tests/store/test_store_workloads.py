@@ -8,7 +8,9 @@ import pytest
 from store_support import ENGINES, T0, facts
 
 from tpucared.core.model.records import AttemptOutcome, IncarnationRecord, NodePhase
+from tpucared.core.workload.actions import FinishAttempt, HeardNotice
 from tpucared.core.workload.attempts import AttemptState, IllegalAttemptTransition
+from tpucared.runtime.workload.notice_events import record_heard
 from tpucared.store import AttemptRunning, NotFound, StaleWrite, Store
 
 P = NodePhase
@@ -153,3 +155,38 @@ async def test_a_stale_finish_names_the_states(seeded: Store):
         async with seeded.write() as tx:
             await tx.finish_attempt(attempt.id, AttemptOutcome.FAILED, T1)
     assert (err.value.expected, err.value.actual) == (AttemptState.RUNNING, AttemptState.HUNG)
+
+
+async def test_a_notice_is_recorded_once_by_whichever_path_heard_it_first(seeded: Store):
+    """The notice watch and the attempt's end (a probe that read the notice first) both write
+    `preemption.notice` with append_event_once: each node has exactly one, the first one's."""
+    first, second = await ready_node(seeded, 0), await ready_node(seeded, 1)
+    finishes = []
+    for inc in (first, second):
+        async with seeded.write() as tx:
+            attempt = await tx.start_attempt(inc.id, T0)
+        heard = HeardNotice(inc.id, inc.node_name, T0, None)
+        finishes.append(
+            FinishAttempt(fleet="sweep", slot=inc.slot, attempt_id=attempt.id, attempt=1,
+                          outcome=AttemptOutcome.PREEMPTED, reason="r", notices=(heard,))
+        )  # fmt: skip
+    where = {"fleet": "sweep", "node": first.node_name, "incarnation_id": first.id}
+    async with seeded.write() as tx:  # node 0: the watch first, then the attempt's end
+        assert await tx.append_event_once("preemption.notice", "watch", T1, slot=0, **where)
+        await record_heard(tx, finishes[0], T1)
+    async with seeded.write() as tx:  # node 1: the attempt's end first, then the watch
+        await record_heard(tx, finishes[1], T1)
+        again = await tx.append_event_once(
+            "preemption.notice", "watch", T1, fleet="sweep", slot=1, node=second.node_name,
+            incarnation_id=second.id,
+        )  # fmt: skip
+        assert again is None
+    events = [e for e in await seeded.events(limit=50) if e.kind == "preemption.notice"]
+    by_node = {e.node: e for e in events}
+    assert len(events) == 2
+    assert set(by_node) == {first.node_name, second.node_name}
+    assert by_node[first.node_name].message == "watch"
+    probe_words = by_node[second.node_name]
+    assert probe_words.message.startswith(f"{second.node_name}: preemption notice on sweep/1")
+    assert probe_words.details["heard_by"] == "probe"
+    assert probe_words.details["notice_at"] == T0.isoformat()

@@ -61,6 +61,24 @@ def test_stopped_everywhere_after_a_notice_is_a_preemption_not_a_failure(
     (delete,) = [a for a in p.actions if isinstance(a, DeleteNode)]
     assert (delete.incarnation_id, delete.expected) == (NODE_ID, NodePhase.DEAD)
     assert kinds(p) == ["finish", "transition", "delete"]  # no stop, no launch: it is going
+    # The notice the probe read goes with the attempt's end, for its event when the notice
+    # watch did not record one (a run stopped before the watch's answer came back).
+    (heard,) = finish.notices
+    assert (heard.incarnation_id, heard.at, heard.kind) == (
+        NODE_ID,
+        T0 - timedelta(seconds=3),
+        None,
+    )
+
+
+def test_the_earliest_worker_notice_is_the_nodes_and_a_host_maintenance_one_says_so() -> None:
+    p = noticed("exit0", "exit0", "exit0", "exit0", ago=2)
+    first = replace(p.workers[2], notice_at=T0 - timedelta(seconds=5), notice_kind="maintenance")
+    p = replace(p, workers=(*p.workers[:2], first, p.workers[3]))
+    finish = finish_of(decide(work(spec=SPEC, probe_=p)))
+    assert finish is not None
+    (heard,) = finish.notices
+    assert (heard.at, heard.kind) == (T0 - timedelta(seconds=5), "maintenance")
 
 
 def test_past_the_grace_the_attempt_is_preempted_whatever_still_runs() -> None:
@@ -77,4 +95,5 @@ def test_without_a_notice_the_same_exits_are_a_failure() -> None:
     finish = finish_of(p)
     assert finish is not None
     assert finish.outcome is AttemptOutcome.FAILED
+    assert finish.notices == ()
     assert not any(isinstance(a, Transition) for a in p.actions)

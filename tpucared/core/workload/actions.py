@@ -47,7 +47,11 @@ StopWorkload    Cleanup of attempt `attempt` on every worker (as LaunchWorkload 
 FinishAttempt   T: finish_attempt(attempt_id, outcome, exit_codes, detail): compare-and-set on
                 the attempt still running (a repeat is skipped); FAILED and HUNG add one to the
                 slot's `failures` (CHARGED_OUTCOMES). PREEMPTED does not: the node planner
-                counts preemptions when the node dies.
+                counts preemptions when the node dies. In the same T, each of `notices`
+                (the nodes whose runs got the VM's notice, as the probe read it) gets its
+                `preemption.notice` event unless the notice watch recorded one first: a
+                run that stops within milliseconds of its notice can reach the poll's
+                probe before the watch's answer, and the event must not depend on which.
 MarkSlotDone    T: update_slot(done=True). The node planner then deletes the slot's node
                 unless on_success = keep, and never creates one for it again.
 CheckpointForMaintenance  The node's announced maintenance window is `maintenance_lead` away
@@ -115,6 +119,17 @@ class StopWorkload(Action):
         return f"{self.fleet}/{self.slot} attempt {self.attempt} on all of {self.node_name}"
 
 
+@dataclass(frozen=True)
+class HeardNotice:
+    """A node whose runs got the VM's notice (`kind` "maintenance" for a host-maintenance
+    termination, None for a preemption), at `at` on the run's clock, as the probe read it."""
+
+    incarnation_id: int
+    node_name: str
+    at: datetime
+    kind: str | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class FinishAttempt(Action):
     kind: ClassVar[str] = "finish"
@@ -125,6 +140,7 @@ class FinishAttempt(Action):
     outcome: AttemptOutcome
     exit_codes: Mapping[int, int | None] = field(default_factory=dict)  # worker -> code
     detail: str | None = None
+    notices: tuple[HeardNotice, ...] = ()  # the attempt ended on these nodes' notices
 
     def subject(self) -> str:
         return f"{self.fleet}/{self.slot}"

@@ -12,14 +12,23 @@ the daemon does about it, and the runtime only carries it out:
   runtime then waits on the noticed slice until the run stopped, at most until `stop_by`
   plus `STOP_SLACK` (for the run's exit to be written), and asks for a probe: the planner
   then ends the attempt as PREEMPTED (core/workload/judge.py).
+
+A run may stop within milliseconds of its notice, and the poll's probe can read it stopped
+before the watch's answer arrives: the planner then ends the attempt on the probe's word, and
+`heard_notices` names the notices the probe read, so that the attempt's end records the
+`preemption.notice` event the watch did not (FinishAttempt, core/workload/actions.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from tpucared.core.model.records import IncarnationRecord
 from tpucared.core.model.specs import WorkloadSpec
+from tpucared.core.workload.actions import HeardNotice
+from tpucared.core.workload.inputs import WorkerProbe
 
 # After `stop_grace`, a little longer for the stopped run's exit to reach its run directory.
 STOP_SLACK = timedelta(seconds=0.5)
@@ -53,3 +62,16 @@ def on_notice(heard: int, slices: int, spec: WorkloadSpec, notice_at: datetime) 
         notice_at=notice_at,
         stop_by=notice_at + timedelta(seconds=spec.stop_grace),
     )
+
+
+def heard_notices(
+    workers: Iterable[WorkerProbe], nodes: Iterable[IncarnationRecord]
+) -> tuple[HeardNotice, ...]:
+    """The notice the probe read on `workers`, once per node lost to it: the earliest
+    worker's time, and "maintenance" when any worker heard a host-maintenance termination."""
+    noticed = [(p.notice_at, p.notice_kind) for p in workers if p.notice_at is not None]
+    if not noticed:
+        return ()
+    at = min(when for when, _ in noticed)
+    kind = "maintenance" if any(k == "maintenance" for _, k in noticed) else None
+    return tuple(HeardNotice(n.id, n.node_name, at, kind) for n in nodes)

@@ -80,6 +80,7 @@ from tpucared.core.workload.bad_hosts import recycle
 from tpucared.core.workload.inputs import WorkerState
 from tpucared.core.workload.judge import Verdict, earliest_since, judge, worker_names
 from tpucared.core.workload.launch_gate import cannot_launch, unclean_words
+from tpucared.core.workload.notices import heard_notices
 from tpucared.core.workload.slot_work import CRASH_BACKOFF as CRASH_BACKOFF
 from tpucared.core.workload.slot_work import SlotWork as SlotWork
 from tpucared.core.workload.slot_work import WorkloadPolicy as WorkloadPolicy
@@ -113,9 +114,9 @@ def plan_slot(w: SlotWork, policy: WorkloadPolicy) -> SlotPlan:
         if verdict.resume:
             out.actions.append(_resume(w, last, verdict))
             return out
-        out.actions.append(_finish(w, last, verdict))
+        lost = _nodes_of(w, _noticed_workers(w)) if verdict.lost else []
+        out.actions.append(_finish(w, last, verdict, lost))
         if verdict.lost:
-            lost = _nodes_of(w, _noticed_workers(w))
             for node in lost:
                 out.actions += _lost(w, node, verdict.detail)
             out.actions += _stop_others(w, last, lost)
@@ -156,7 +157,9 @@ def _resume(w: SlotWork, last: WorkloadAttemptRecord, verdict: Verdict) -> Launc
     )
 
 
-def _finish(w: SlotWork, last: WorkloadAttemptRecord, verdict: Verdict) -> FinishAttempt:
+def _finish(
+    w: SlotWork, last: WorkloadAttemptRecord, verdict: Verdict, lost: list[IncarnationRecord]
+) -> FinishAttempt:
     assert verdict.outcome is not None
     return FinishAttempt(
         fleet=w.fleet,
@@ -167,6 +170,7 @@ def _finish(w: SlotWork, last: WorkloadAttemptRecord, verdict: Verdict) -> Finis
         exit_codes=verdict.codes,
         detail=verdict.detail,
         reason=f"attempt {last.number} {verdict.outcome.value}: {verdict.detail}",
+        notices=heard_notices(w.probe.workers if w.probe else (), lost),
     )
 
 

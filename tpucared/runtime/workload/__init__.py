@@ -7,6 +7,8 @@ SSH launcher (tpucared/launch/, made in `launchers`), a test may give the runner
              executor; `probe_jobs` holds what one probe is of.
 - `notices`  one wait per running slice for its preemption notice, heard at once; what
              follows is core/workload/notices.py's rule, carried out.
+- `notice_events` the `preemption.notice` event of a notice the poll's probe read first,
+             written when the attempt ends (once per node, whichever path came first).
 - `executor` carries out workload actions (launch, stop, cleanup, finish): the workload is
              (re)launched in `WorkloadExecutor._launch`, or refused as
              core/workload/launch_gate.py says.

@@ -64,6 +64,7 @@ from tpucared.ports.launcher import (
     WorkerFile,
 )
 from tpucared.runtime.workload.maintenance import MaintenanceSteps
+from tpucared.runtime.workload.notice_events import record_heard
 from tpucared.store import NotFound, StaleWrite, Store
 
 log = structlog.get_logger(__name__)
@@ -149,6 +150,7 @@ class WorkloadExecutor:
                 detail=a.detail,
                 reason=f"{a.fleet}/{a.slot}: {a.reason}",
             )
+            await record_heard(tx, a, now)  # unless the notice watch recorded them first
         log.info("workload.finished", fleet=a.fleet, slot=a.slot, attempt=a.attempt,
                  outcome=a.outcome.value, detail=a.detail)  # fmt: skip
 

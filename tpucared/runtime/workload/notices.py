@@ -20,6 +20,11 @@ workload has to stop) says:
    planner then ends the attempt as PREEMPTED and gives the node up (DEAD, deleted at once,
    replaced) without waiting for the API.
 
+A run may stop before the watch's answer comes back, and the poll's probe read it first: the
+planner then ends the attempt on the probe's word, and notice_events.py's `record_heard` writes
+the event in the attempt's end's transaction (once per node: whichever path comes second
+writes nothing).
+
 Worker 0 stands for the slice: a notice comes to every worker of a preempted slice, and the
 probe that follows reads them all. A multislice job has one wait per slice. A wait that
 fails (the connection dropped, the worker unreachable) is asked again after `RETRY_S`; the
@@ -157,7 +162,8 @@ class NoticeWatches:
         log.warning("preemption.notice", fleet=fleet, slot=slot, node=inc.node_name,
                     at=when.isoformat(), signalled_other_slices=sent)  # fmt: skip
         async with self._store.write() as tx:
-            await tx.append_event(
+            # Once per node: the attempt's end records it when the probe read it first.
+            await tx.append_event_once(
                 "preemption.notice",
                 f"{inc.node_name}: preemption notice on {fleet}/{slot} (attempt "
                 f"{job.attempt}); the workload got SIG{todo.signal}{also}",
