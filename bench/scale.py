@@ -67,17 +67,15 @@ from bench import common, scale_api
 from bench.scale_api import APIS, expected_list_pages, fleet_keys, list_kind, page_parameter
 from bench.scale_api import request_kind as _request_kind
 from bench.scale_db import DATABASES, BenchDb, databases
+from bench.scale_fleet import TYPE, ZONES, fleet_layout
 from bench.scale_procs import (
     ROOT,
     SSH_USER,
-    TYPE,
     WORKLOAD_RUN,
-    ZONES,
     DaemonProcess,
     EmulatorProcess,
     add_emulator_command,
     daemon_config,
-    fleet_layout,
     keep_logs,
     log_problems,
     machine_cpu_ticks,

@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from bench.scale_procs import OWNER, PROJECT, fleet_layout
+from bench.scale_fleet import OWNER, PROJECT, fleet_layout
 
 APIS = ("tpu", "compute")
 MACHINE = "tpu7x-standard-4t"

@@ -21,13 +21,9 @@ from typing import IO, Any
 
 from bench import common
 from bench import daemon_config as configs  # `daemon_config` below is this module's
+from bench.scale_fleet import OWNER, PROJECT, RUNTIME, TYPE, fleet_layout
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT = "bench-project"
-OWNER = "bench"
-ZONES = ("us-central1-a", "us-east5-a", "us-south1-a", "europe-west4-b")
-TYPE = "v5litepod-8"  # single host: one worker, one SSH server per node
-RUNTIME = "v2-alpha-tpuv5-lite"
 SSH_USER = "tpucared"
 WORKLOAD_RUN = "sleep 100000"
 EMULATOR_MAX_PAGE = 1000  # EmulatorOptions.max_page_size
@@ -107,12 +103,6 @@ def db_size_mb(db: Path) -> dict[str, float]:
 
 # ---------------------------------------------------------------------------------------------
 # The emulator process
-
-
-def fleet_layout(size: int) -> list[tuple[str, str, int]]:
-    """(fleet, zone, slots): 4 fleets, one per zone, sizes summing to `size`."""
-    base, extra = divmod(size, len(ZONES))
-    return [(f"scale{i}", zone, base + (1 if i < extra else 0)) for i, zone in enumerate(ZONES)]
 
 
 def add_emulator_command(sub: Any) -> None:

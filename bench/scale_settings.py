@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.scale_procs import TYPE
+from bench.scale_fleet import TYPE
 from bench.scale_storm import StormSettings
 
 VARIANTS = ("none", "probe", "storm")

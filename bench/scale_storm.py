@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench import common
-from bench.scale_procs import PROJECT, fleet_layout
+from bench.scale_fleet import PROJECT, fleet_layout
 
 REST_S = 60.0  # a node preempted is not picked again for this long
 STORM_SEED = 31

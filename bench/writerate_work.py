@@ -20,7 +20,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import URL
 
 from bench import common
-from bench.scale_procs import ZONES
+from bench.scale_fleet import ZONES
 from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.vocab.actions import (
