@@ -22,12 +22,8 @@ from tpucared.gcp.tpu import TpuClient
 from tpucared.gcp.tpu.oslogin import OSLOGIN_ENDPOINT, OsLoginClient, endpoint_for
 from tpucared.runtime.clock import SystemClock
 from tpucared.runtime.errors import StartupError
-from tpucared.runtime.oslogin import (
-    OsLoginKeeper,
-    account_of,
-    public_key_line,
-    start_os_login,
-)
+from tpucared.runtime.oslogin import OsLoginKeeper, account_of, start_os_login
+from tpucared.runtime.startup import public_key_line
 
 SA = "tpucared@oslogin-proj.iam.gserviceaccount.com"
 OWNER = "lab"
@@ -144,7 +140,7 @@ def _config(tmp_path: Path, endpoint: str, ssh: str) -> Any:
 async def test_start_refuses_with_one_line_what_a_person_must_fix(
     tmp_path: Path, client: TpuClient, emulator: EmulatorServer
 ) -> None:
-    key = _key()
+    key = public_key_line(_key(), OWNER)
     clock = SystemClock()
     oslogin = OsLoginClient(client, emulator.url)
     # No account: the emulator's credentials ("none") name none.

@@ -34,7 +34,7 @@ from tpucared.ports.cloud import CloudError, NodeShape, OperationState, Publishe
 from tpucared.runtime.clouds import CloudMap
 from tpucared.runtime.daemon import Daemon
 from tpucared.runtime.startup import node_template
-from tpucared.runtime.workload.hosts import guest_attribute_host_keys
+from tpucared.runtime.workload.launchers import guest_attribute_host_keys
 from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.store import Store
 from tpucared.store.migrate import upgrade_to_head

@@ -29,7 +29,7 @@ from runtime_support import (
 
 from tpucared.emulator import EmulatorServer
 from tpucared.emulator.oslogin import posix_username
-from tpucared.runtime.oslogin import public_key_line
+from tpucared.runtime.startup import public_key_line
 
 pytestmark = pytest.mark.timeout(240)
 

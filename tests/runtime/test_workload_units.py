@@ -19,7 +19,7 @@ from tpucared.core.workload.actions import FinishAttempt, MarkSlotDone
 from tpucared.core.workload.inputs import WorkloadSnapshot
 from tpucared.gcp.tpu.cloud import guest_attribute_pairs
 from tpucared.launch import layout, pool_size
-from tpucared.runtime.workload.hosts import pins_from
+from tpucared.runtime.workload.launchers import pins_from
 from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.store import Store
 from tpucared.store.migrate import upgrade_to_head

@@ -56,8 +56,8 @@ from tpucared.gcp.tpu import TpuClient, TpuCloud
 from tpucared.gcp.tpu.bodies import NodeShape
 from tpucared.gcp.tpu.convert import node_from_json
 from tpucared.runtime.clouds import CloudMap
-from tpucared.runtime.workload.hosts import HostKeyFetcher, guest_attribute_host_keys
-from tpucared.runtime.workload.launchers import ssh_launcher
+from tpucared.runtime.workload.hosts import HostKeyFetcher
+from tpucared.runtime.workload.launchers import guest_attribute_host_keys, ssh_launcher
 from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.ssh import ssh_keys_metadata_entry
 from tpucared.store import KEEP, Store, Tx

@@ -28,7 +28,8 @@ from tpucared.gcp import NoAuth
 from tpucared.gcp.tpu import TpuClient
 from tpucared.gcp.tpu.oslogin import OsLoginClient
 from tpucared.runtime.clock import SystemClock
-from tpucared.runtime.oslogin import OsLoginKeeper, public_key_line
+from tpucared.runtime.oslogin import OsLoginKeeper
+from tpucared.runtime.startup import public_key_line
 from tpucared.ssh import RetryPolicy, run_on_all
 
 ACCOUNT = "trainer@oslogin-sshd.iam.gserviceaccount.com"

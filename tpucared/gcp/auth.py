@@ -1,8 +1,9 @@
 """Where the client's Authorization header comes from.
 
-`TokenSource` is all the client knows: `authorization()` gives the header value (or None
-for emulators), `invalidate(rejected)` says the server refused that value (a 401), and
-`aclose()` releases what the source holds. `load_token_source` turns the config's
+`TokenSource` (the Cloud port's, tpucared/ports/cloud.py) is all the client knows:
+`authorization()` gives the header value (or None for emulators), `invalidate(rejected)` says
+the server refused that value (a 401), `account()` names the service account (for OS Login),
+and `aclose()` releases what the source holds. `load_token_source` turns the config's
 `[gcp] credentials` setting into one:
 
 - "none": `NoAuth`, for the emulator.
@@ -23,7 +24,7 @@ import json
 import os
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import google.auth
 import google.auth.exceptions
@@ -31,32 +32,13 @@ from google.oauth2 import credentials as user_credentials
 from google.oauth2 import service_account
 
 from tpucared.gcp.errors import classify_refresh_error
+from tpucared.ports.cloud import TokenSource as TokenSource  # re-exported: gcp.TokenSource
 
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 
 
 class CredentialsError(Exception):
     """The `credentials` setting cannot give us credentials. Raised at start-up."""
-
-
-@runtime_checkable
-class TokenSource(Protocol):
-    async def authorization(self) -> str | None:
-        """The Authorization header value for the next request; None sends no header.
-
-        Raises ApiError (PERMISSION or TRANSIENT) when a token cannot be obtained.
-        """
-        ...
-
-    async def invalidate(self, rejected: str | None = None) -> None:
-        """The server answered 401 to `rejected`: the next `authorization()` must refresh.
-
-        Passing the rejected value lets concurrent 401s share one refresh: a value that is
-        no longer current was already replaced and needs nothing more.
-        """
-        ...
-
-    async def aclose(self) -> None: ...
 
 
 class NoAuth:
@@ -66,6 +48,9 @@ class NoAuth:
         return None
 
     async def invalidate(self, rejected: str | None = None) -> None:
+        return None
+
+    async def account(self) -> str | None:
         return None
 
     async def aclose(self) -> None:

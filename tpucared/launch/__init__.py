@@ -21,7 +21,6 @@ from tpucared.launch.environment import SliceOf, workload_environment
 from tpucared.launch.launcher import (
     FIRST_PROBE_RETRY,
     LaunchOptions,
-    Pins,
     SshLauncher,
     pool_size,
     why_failed,
@@ -63,7 +62,6 @@ __all__ = [
     "LaunchState",
     "NoticeResult",
     "NoticeState",
-    "Pins",
     "ProbeResult",
     "RunState",
     "SliceOf",

@@ -3,10 +3,10 @@
 Owns `SshLauncher`, what the daemon runs workloads with: every operation is one fan-out
 (`ssh.run_on_all`) of one of this package's scripts over the daemon's long-lived
 `ConnectionPool`, each worker's answer parsed into the port's values (`Reply`), never raised.
-A slice's workers are located by the runtime's host key book-keeping (`Pins`:
-runtime/workload/hosts.py `WorkerHosts`, given in by the runtime, which pins each worker's
-host key per incarnation), and every answer's host key goes back to it to be pinned on first
-use. Where a run lives on a worker is `layout.py`; the environment contract is
+A slice's workers are located from their records (addresses) and the host keys the runtime
+pinned for their incarnation (the port's `HostKeys`: runtime/workload/hosts.py `WorkerHosts`,
+given in by the wiring), and the host key each unpinned worker presents goes back to it to be
+pinned on first use. Where a run lives on a worker is `layout.py`; the environment contract is
 `environment.py`; the scripts and their parsers are `scripts.py`.
 
 `LaunchOptions` are the SSH side's settings (timeouts, retries, what counts as the TPU for a
@@ -18,10 +18,11 @@ from __future__ import annotations
 import resource
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar, cast
+from typing import TypeVar, cast
 
 import asyncssh
 
+from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, WorkerRecord
 from tpucared.launch import layout
 from tpucared.launch.environment import workload_environment
@@ -42,6 +43,7 @@ from tpucared.launch.scripts import (
 from tpucared.ports.launcher import (
     CleanupResult,
     HealthCheck,
+    HostKeys,
     Launch,
     LaunchResult,
     NoticeResult,
@@ -63,6 +65,7 @@ from tpucared.ssh import (
     WorkerResult,
     run_on_all,
     sh_command,
+    targets_for_node,
     upload,
 )
 
@@ -111,19 +114,6 @@ def pool_size(open_files_limit: int | None = None) -> int:
     return max(MIN_POOL, open_files_limit - min(FD_RESERVE, open_files_limit // 2))
 
 
-class Pins(Protocol):
-    """A slice's SSH targets with their host keys pinned, and pinning on first use
-    (runtime/workload/hosts.py `WorkerHosts`)."""
-
-    async def targets(
-        self, inc: IncarnationRecord, workers: Sequence[WorkerRecord]
-    ) -> list[Target]: ...
-
-    async def remember(
-        self, inc: IncarnationRecord, targets: Iterable[Target], results: Iterable[WorkerResult]
-    ) -> None: ...
-
-
 def why_failed(r: WorkerResult) -> str:
     """Why a worker's command did not succeed, in one line: the SSH error, the signal, or the
     exit status with the last line of stderr."""
@@ -153,18 +143,24 @@ def targets_of(place: Place) -> list[Target]:
 
 
 class SshLauncher:
-    """The Launcher port over SSH: one long-lived pool, host keys pinned through `hosts`."""
+    """The Launcher port over SSH: one long-lived pool, host keys pinned through `hosts`.
+    Workers are reached as `user` on `port`, at their external address unless `internal_ip`
+    (as gcloud does)."""
 
     def __init__(
         self,
         key: asyncssh.SSHKey,
-        hosts: Pins,
+        hosts: HostKeys,
         *,
+        user: str,
+        port: int = 22,
+        internal_ip: bool = False,
         concurrency: int = 64,
         options: LaunchOptions | None = None,
     ) -> None:
         self._options = options or LaunchOptions()
         self._hosts = hosts
+        self._login = (user, port, internal_ip)
         self.on_lost: Callable[[WorkerLost], None] | None = None
         self._pool = ConnectionPool(
             key,
@@ -175,7 +171,7 @@ class SshLauncher:
 
     def _connection_lost(self, target: Target) -> None:
         if self.on_lost is not None:
-            known = target.incarnation  # str(IncarnationRecord.id), runtime/workload/hosts.py
+            known = target.incarnation  # str(IncarnationRecord.id), as `locate` names it
             inc = int(known) if known and known.isdigit() else None
             self.on_lost(WorkerLost(inc, target.worker, target.host))
 
@@ -186,12 +182,31 @@ class SshLauncher:
         await self._pool.prune_incarnations({str(i) for i in live})
 
     async def locate(self, inc: IncarnationRecord, workers: Sequence[WorkerRecord]) -> Place | str:
-        """The workers' SSH targets, or why there are none (e.g. no external IP)."""
+        """The workers' SSH targets, with every pin known, or why there are none (e.g. no
+        external IP)."""
+        pins = await self._hosts.pins(inc, workers)
+        user, port, internal_ip = self._login
         try:
-            targets = await self._hosts.targets(inc, workers)
+            targets = targets_for_node(
+                [WorkerEndpoint(w.index, w.internal_ip, w.external_ip) for w in workers],
+                user=user,
+                port=port,
+                internal_ip=internal_ip,
+                pinned_host_keys=pins,
+                incarnation=str(inc.id),
+            )
         except ValueError as exc:
             return str(exc)
         return Place(inc, len(targets), targets)
+
+    async def _remember(
+        self, inc: IncarnationRecord, targets: Iterable[Target], results: Iterable[WorkerResult]
+    ) -> None:
+        """Trust on first use: the key each worker without a pin presented, to be pinned."""
+        unpinned = {t.worker for t in targets if not t.pinned_host_keys}
+        seen = {r.worker: r.host_key for r in results if r.host_key and r.worker in unpinned}
+        if seen:  # the usual case is none: every worker pinned, nothing to read or write
+            await self._hosts.remember(inc, seen)
 
     async def _run(
         self, place: Place, command: str | Callable[[Target], str], label: str,
@@ -207,7 +222,7 @@ class SshLauncher:
             command_timeout=seconds or self._options.command_timeout,
             label=label,
         )
-        await self._hosts.remember(place.inc, targets, results)
+        await self._remember(place.inc, targets, results)
         return results
 
     async def probe(
@@ -234,7 +249,7 @@ class SshLauncher:
         replies: list[list[Reply[ProbeResult]]] = []
         for place, _ in runs:
             answers = [by_target[t] for t in targets_of(place)]
-            await self._hosts.remember(place.inc, targets_of(place), answers)
+            await self._remember(place.inc, targets_of(place), answers)
             replies.append([parsed(r, parse_probe) for r in answers])
         if only:
             await self._pool.prune(commands)
@@ -256,7 +271,7 @@ class SshLauncher:
             retry=self._options.retry,
             command_timeout=self._options.command_timeout,
         )
-        await self._hosts.remember(place.inc, targets, results)
+        await self._remember(place.inc, targets, results)
         return {r.worker: why_failed(r) for r in results if not r.ok}
 
     async def launch(self, place: Place, launch: Launch) -> list[Reply[LaunchResult]]:

@@ -172,6 +172,32 @@ class LoginProfile:
     keys: tuple[ProfileKey, ...]
 
 
+@runtime_checkable
+class TokenSource(Protocol):
+    """The credentials the clouds' ports of one process are connected with, made from
+    `[gcp] credentials` by the wiring (runtime/startup.py; the implementations are
+    gcp/auth.py's). The runtime hands them to the ports, asks whose they are (`account`, for
+    OS Login) and closes them; only the adapters ask for the Authorization header."""
+
+    async def authorization(self) -> str | None:
+        """The Authorization header value for the next request; None sends no header.
+        Raises a CloudError (PERMISSION or TRANSIENT) when a token cannot be obtained."""
+        ...
+
+    async def invalidate(self, rejected: str | None = None) -> None:
+        """The server answered 401 to `rejected`: the next `authorization()` must refresh.
+        Passing the rejected value lets concurrent 401s share one refresh: a value that is
+        no longer current was already replaced and needs nothing more."""
+        ...
+
+    async def account(self) -> str | None:
+        """The service account these credentials act as, or None (none: a person's, or no
+        credentials at all)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
 class OsLogin(Protocol):
     """The OS Login calls the daemon makes (runtime/oslogin.py); each raises CloudError."""
 

@@ -124,6 +124,23 @@ class Reply(Generic[T]):
     why: str | None = None
 
 
+class HostKeys(Protocol):
+    """The host keys pinned for each worker of a node incarnation, kept by the runtime with
+    the worker records (runtime/workload/hosts.py `WorkerHosts`), for a launcher that checks
+    them (the SSH launcher). A key is an OpenSSH public key line ("ssh-ed25519 AAAA...")."""
+
+    async def pins(
+        self, inc: IncarnationRecord, workers: Sequence[WorkerRecord]
+    ) -> dict[int, tuple[str, ...]]:
+        """Every worker's pinned keys, by index (empty: none known yet, trust on first use);
+        what the node's cloud publishes is asked for a worker with none."""
+        ...
+
+    async def remember(self, inc: IncarnationRecord, seen: Mapping[int, str]) -> None:
+        """Trust on first use: pin the key each worker that had no pin presented."""
+        ...
+
+
 # ---------------------------------------------------------------------------------------------
 # The answers
 

@@ -17,12 +17,11 @@ from collections.abc import Callable, Iterable, Mapping
 from tpucared.config import Config
 from tpucared.core.model.records import IncarnationRecord
 from tpucared.core.model.specs import DEFAULT_API, FleetSpec
-from tpucared.gcp import TokenSource
 from tpucared.gcp.compute.cloud import API as COMPUTE_API
 from tpucared.gcp.compute.cloud import ComputeCloud
 from tpucared.gcp.tpu.cloud import API as TPU_API
 from tpucared.gcp.tpu.cloud import TpuCloud
-from tpucared.ports.cloud import Cloud, Clouds
+from tpucared.ports.cloud import Cloud, Clouds, TokenSource
 
 RequestHook = Callable[[str, str, float], None]  # (call, status, seconds), e.g. /metrics
 Connector = Callable[[Config, TokenSource, RequestHook | None], Cloud]

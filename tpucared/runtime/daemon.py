@@ -44,10 +44,9 @@ from tpucared.config import Config
 from tpucared.core.leadership.lease import Role
 from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord
 from tpucared.core.model.specs import FleetSpec
-from tpucared.gcp import TokenSource
 from tpucared.notify import WebhookSender, resolve_webhooks
 from tpucared.notify.sender import Webhook, WebhookConfigError
-from tpucared.ports.cloud import Clouds, OperationState
+from tpucared.ports.cloud import Clouds, OperationState, TokenSource
 from tpucared.ports.launcher import Launcher
 from tpucared.preflight import start_checks
 from tpucared.runtime.clock import Clock, SystemClock
@@ -70,15 +69,14 @@ from tpucared.runtime.reconciler import PlanFilter, Reconciler, Tick
 from tpucared.runtime.resources import Resources, credentials, open_resources
 from tpucared.runtime.sdnotify import Notifier, TickNotifier
 from tpucared.runtime.signals import TwoStageSignals, relayed, told_on_stop
-from tpucared.runtime.startup import node_template
+from tpucared.runtime.startup import node_template, os_login_key
 from tpucared.runtime.tasks import RootTask, TaskSet, supervise
 from tpucared.runtime.telemetry.endpoints import Telemetry
 from tpucared.runtime.terms import LOST_DRAIN_S, lead_while_elected
 from tpucared.runtime.wakeup import Wakeup
-from tpucared.runtime.workload.hosts import guest_attribute_host_keys
 from tpucared.runtime.workload.jobs import WorkloadJobs
+from tpucared.runtime.workload.launchers import guest_attribute_host_keys
 from tpucared.runtime.workload.runner import WorkloadRunner
-from tpucared.ssh.keys import ensure_client_key
 from tpucared.store import Store
 from tpucared.store.engine import shown
 from tpucared.store.errors import LeaseLost, StoreUnavailable
@@ -407,9 +405,9 @@ async def _wired(
     clouds = await res.connect(on_request=telemetry.api_request, tokens=tokens)
     roots: dict[str, RootFactory] = {}
     if config.ssh.os_login:  # every login is then the profile's user (runtime/oslogin.py)
-        key = await asyncio.to_thread(ensure_client_key, config.ssh.key)
+        key_line = await asyncio.to_thread(os_login_key, config)
         oslogin = oslogin_of(config, clouds)
-        login = await start_os_login(config, oslogin, tokens, key, res.clock)
+        login = await start_os_login(config, oslogin, tokens, key_line, res.clock)
         config = replace(config, ssh=replace(config.ssh, user=login.username))
         roots["os_login"] = login.run
     await _warn_about_unconfigured(res.store, config)

@@ -2,7 +2,8 @@
 
 With `[ssh] os_login = true`, `start_os_login` runs once at start-up, before anything logs in:
 it finds the account (`ssh.os_login_account`, else the credentials' service account), imports
-the daemon's public key with an expiry of `KEY_TTL_S`, takes the POSIX username from the
+the daemon's public key (its line made by the wiring, startup.py `os_login_key`) with an
+expiry of `KEY_TTL_S`, takes the POSIX username from the
 profile the import returns (the user every SSH login then uses, instead of `ssh.user`), and
 deletes the keys of this daemon's that are no longer its key (a rotated `ssh.key`: same
 comment `tpucared:<owner>`, another key). A refusal a person must fix (PERMISSION: the
@@ -21,17 +22,15 @@ import contextlib
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-import asyncssh
 import structlog
 
 from tpucared.config import Config
 from tpucared.core.model.specs import DEFAULT_API, ErrorKind
-from tpucared.gcp import GoogleTokenSource, TokenSource
-from tpucared.ports.cloud import CloudError, Clouds, LoginProfile, OsLogin
+from tpucared.ports.cloud import CloudError, Clouds, LoginProfile, OsLogin, TokenSource
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.clouds import connect_clouds
 from tpucared.runtime.errors import StartupError
-from tpucared.ssh.keys import KeyFileError, ensure_client_key
+from tpucared.runtime.startup import os_login_key
 
 log = structlog.get_logger(__name__)
 
@@ -39,17 +38,6 @@ KEY_TTL_S = 24 * 3600.0  # an imported key's life; renewed at half of it
 RETRY_S = 60.0  # between failed renewals
 # Kinds a restart cannot help with: a person must change IAM or the config.
 _FATAL = frozenset({ErrorKind.PERMISSION, ErrorKind.INVALID, ErrorKind.MALFORMED})
-
-
-def public_key_line(key: asyncssh.SSHKey, owner: str) -> str:
-    """What is imported: "ssh-ed25519 AAAA... tpucared:<owner>". The comment marks the keys
-    this daemon may delete again; the blob says which one is current."""
-    algorithm, blob = key.export_public_key("openssh").decode().split()[:2]
-    return f"{algorithm} {blob} {marker(owner)}"
-
-
-def marker(owner: str) -> str:
-    return f"tpucared:{owner}"
 
 
 @dataclass
@@ -116,7 +104,7 @@ async def account_of(config: Config, tokens: TokenSource) -> str:
     """The OS Login account: the configured one, else the credentials' service account."""
     if config.ssh.os_login_account is not None:
         return config.ssh.os_login_account
-    found = await tokens.account() if isinstance(tokens, GoogleTokenSource) else None
+    found = await tokens.account()
     if found is None:
         raise StartupError(
             f"{config.path}: ssh.os_login: the credentials name no service account; "
@@ -135,16 +123,12 @@ def oslogin_of(config: Config, clouds: Clouds) -> OsLogin:
 
 
 async def start_os_login(
-    config: Config, oslogin: OsLogin, tokens: TokenSource, key: asyncssh.SSHKey, clock: Clock
+    config: Config, oslogin: OsLogin, tokens: TokenSource, key_line: str, clock: Clock
 ) -> OsLoginKeeper:
-    """Import the key and learn the username (module docstring); StartupError if refused."""
+    """Import `key_line` (startup.py `os_login_key`) and learn the username (module
+    docstring); StartupError if refused."""
     account = await account_of(config, tokens)
-    keeper = OsLoginKeeper(
-        oslogin,
-        account,
-        public_key_line(key, config.daemon.owner),
-        clock,
-    )
+    keeper = OsLoginKeeper(oslogin, account, key_line, clock)
     try:
         user = await keeper.ensure()
     except CloudError as exc:
@@ -170,13 +154,10 @@ async def os_login_config(config: Config, clock: Clock) -> Config:
     from tpucared.runtime.resources import credentials  # the CLI's path only
 
     tokens = await credentials(config)
-    try:
-        key = await asyncio.to_thread(ensure_client_key, config.ssh.key)
-    except KeyFileError as exc:
-        raise StartupError(f"{config.path}: ssh.key: {exc}") from exc
+    key_line = await asyncio.to_thread(os_login_key, config)
     clouds = connect_clouds(config, tokens)
     try:
-        keeper = await start_os_login(config, oslogin_of(config, clouds), tokens, key, clock)
+        keeper = await start_os_login(config, oslogin_of(config, clouds), tokens, key_line, clock)
     finally:
         for cloud in clouds.values():
             await cloud.aclose()

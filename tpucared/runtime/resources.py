@@ -20,8 +20,7 @@ from dataclasses import dataclass
 import structlog
 
 from tpucared.config import Config
-from tpucared.gcp import TokenSource
-from tpucared.ports.cloud import Cloud
+from tpucared.ports.cloud import Cloud, TokenSource
 from tpucared.runtime.clock import Clock, SystemClock
 from tpucared.runtime.clouds import connect_clouds
 from tpucared.runtime.startup import token_source
