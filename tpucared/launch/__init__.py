@@ -8,6 +8,8 @@ Modules, one job each:
 
     launcher      SshLauncher: the port's operations as fan-outs of the scripts below, each
                   worker's answer parsed; LaunchOptions, pool_size, why_failed
+    by_hand       SshByHand: the ByHand port (`tpucared logs`, `exec`, `cp`) over a pool of
+                  its own, from the workers' records only
     scripts       detached launch / probe / cleanup / notice wait / signal (sh/launch, run,
                   probe, cleanup, notice_wait, signal.sh): their values and their parsers
     provision     the secrets file, setup (sh/setup.sh)

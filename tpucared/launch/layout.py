@@ -2,7 +2,7 @@
 
 Owns the worker-side layout (see core/workload/actions.py) and `workload_command`, the shell
 text that `scripts.launch_script` runs detached in an attempt's run directory. Pure string
-building; the SSH launcher (`launcher.py`) and the CLI commands (runtime/workload/by_hand.py)
+building; the SSH launcher (`launcher.py`) and the CLI commands (`by_hand.py`)
 share it so they agree on every path.
 
 Setup runs inside the first attempt on each disk, guarded by a marker file named by a digest

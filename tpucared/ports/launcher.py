@@ -14,6 +14,10 @@ run is named by the slot's run id and the attempt number (`Run`); where a run li
 worker, how it is started, how the TPUCARED_* environment reaches it (the contract in
 README.md, "Workload environment") and how its preemption notice is heard are the launcher's.
 
+Beside it, `ByHand`: what a person's `tpucared logs`, `exec` and `cp` need (the workers as the
+daemon recorded them, one command or file on some of them); the SSH implementation is
+tpucared/launch/by_hand.py (`SshByHand`), chosen in runtime/workload/launchers.py.
+
 Only types live here: no I/O.
 """
 
@@ -22,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Generic, Protocol, TypeVar
+from typing import BinaryIO, Generic, Protocol, TextIO, TypeVar
 
 from tpucared.core.model.records import IncarnationRecord, WorkerRecord
 from tpucared.core.model.specs import WorkloadSpec
@@ -303,3 +307,53 @@ class Launcher(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# By hand
+
+
+@dataclass(frozen=True)
+class HandReply:
+    """One worker's answer to what a person ran by hand. `status` is what a shell reports
+    (the exit status, 128 + the signal, 255 when it could not be run); `completed`: it ran
+    to an exit or a signal; `why` says how it ended, in one line (for a failure)."""
+
+    status: int
+    completed: bool = True
+    why: str = ""
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.completed and self.status == 0
+
+
+class ByHand(Protocol):
+    """What `tpucared logs`, `exec` and `cp` (runtime/workload/by_hand.py) need from whatever
+    reaches the workers: the slice's workers as the daemon recorded them (addresses, the host
+    keys it pinned; nothing is pinned or written), then one command or file on some of them.
+    A worker is named by its place and its index there. Each call opens its own connections
+    and raises ValueError when they cannot be opened at all (no key, say: a setting to fix)."""
+
+    def locate(self, inc: IncarnationRecord, workers: Sequence[WorkerRecord]) -> Place | str:
+        """Where a slice's workers are reached, or why they cannot be."""
+        ...
+
+    async def log(
+        self, place: Place, worker: int, run: Run, *, lines: int, follow: bool,
+        out: BinaryIO, err: TextIO,
+    ) -> HandReply:  # fmt: skip
+        """Copy the end of the run's log (`follow`: until interrupted) to `out` and its
+        errors to `err` as they come."""
+        ...
+
+    async def run(self, workers: Sequence[tuple[Place, int]], command: str) -> list[HandReply]:
+        """`command` on every worker given, in parallel; one reply each, in order, with its
+        whole output."""
+        ...
+
+    async def copy(self, workers: Sequence[tuple[Place, int]], file: WorkerFile) -> list[HandReply]:
+        """`file` written on every worker given; one reply each, in order."""
+        ...

@@ -14,7 +14,9 @@ records intent, calls the cloud or the workers, records outcomes (docs/daemon.md
 - `workload/`   the worker side, through the Launcher port (tpucared/ports/launcher.py; the
                 SSH one is tpucared/launch/): `runner` (probes and workload actions), `jobs`
                 (one background job per slot, started and cancelled), `notices`, `hosts`,
-                `launchers`, and `by_hand` (what `tpucared logs` / `exec` / `cp` do over SSH).
+                `launchers`, and `by_hand` (what `tpucared logs` / `exec` / `cp` do, through
+                the ByHand port). Only the wiring modules (`clouds`, `startup`,
+                `workload/launchers`) name tpucared/gcp, ssh, launch (import-linter).
 - `telemetry/`  what the daemon shows of itself: `server` (/healthz /metrics /v1/status),
                 `metrics` (Prometheus families), `endpoints` (the wiring).
 - `sdnotify`    what systemd hears (READY=1, WATCHDOG=1 per tick, STATUS=, STOPPING=1).

@@ -1,9 +1,9 @@
 """The SSH layer: reaching every worker of every slice. Transport only.
 
 Where it sits: the SSH launcher (tpucared/launch/, the Launcher port's implementation) runs
-the workload through it, and `tpucared exec` / `cp` / `logs` (runtime/workload/by_hand.py)
-reach workers with it; nothing here knows what a workload is, and nothing here decides
-anything. Modules, one job each:
+the workload through it, and `tpucared exec` / `cp` / `logs` (runtime/workload/by_hand.py,
+through launch/by_hand.py) reach workers with it; nothing here knows what a workload is,
+and nothing here decides anything. Modules, one job each:
 
     keys          the daemon's client key; the node `ssh-keys` metadata entry
     hostkeys      host key pinning per node incarnation (guest attributes or TOFU)

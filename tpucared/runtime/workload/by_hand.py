@@ -11,45 +11,34 @@ for their incarnation (a worker the daemon never reached is trusted on first use
 pinned: these commands write nothing). A multislice slot is reached on every slice, its
 workers numbered slice by slice as the daemon's probes number them. Bad arguments raise
 `CommandError` (exit status 2).
+
+The workers are reached through the `ByHand` port (tpucared/ports/launcher.py); its SSH
+implementation (tpucared/launch/by_hand.py) is chosen in launchers.py. What is selected, how
+the output is prefixed and which status the command exits with are this module's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
-import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, TextIO
-
-import asyncssh
+from typing import BinaryIO, TextIO, TypeVar
 
 from tpucared.config import Config
-from tpucared.core.model.observed import WorkerEndpoint
-from tpucared.core.model.records import IncarnationRecord, NodePhase
+from tpucared.core.model.records import IncarnationRecord, NodePhase, WorkerRecord
 from tpucared.core.workload.gang import slot_node
-from tpucared.launch import layout, log_tail_command
-from tpucared.ssh import (
-    ConnectionPool,
-    FileUpload,
-    KeyFileError,
-    Target,
-    WorkerResult,
-    ensure_client_key,
-    run_on_all,
-    targets_for_node,
-    upload,
-)
-from tpucared.ssh.errors import CLASSIFIED_ERRORS, classify, describe
+from tpucared.ports.launcher import ByHand, Place, Run, WorkerFile
+from tpucared.runtime.workload.launchers import by_hand_for
 from tpucared.store import Snapshot
+
+T = TypeVar("T")
 
 _WHERE = re.compile(r"(?P<fleet>[a-z][a-z0-9-]*)(?:/(?P<slot>0|[1-9][0-9]*))?")
 _WORKERS = re.compile(r"all|(?P<first>[0-9]+)(?:-(?P<last>[0-9]+))?")
-SSH_FAILED = 255  # what ssh exits with when it cannot run the command
 
 
 class CommandError(ValueError):
@@ -66,17 +55,30 @@ class Where:
 
 
 @dataclass(frozen=True)
+class Worker:
+    """One worker of a slot: `number`, counted slice by slice; `index` in its slice's place."""
+
+    number: int
+    place: Place
+    index: int
+
+    @property
+    def at(self) -> tuple[Place, int]:
+        return self.place, self.index
+
+
+@dataclass(frozen=True)
 class Workers:
     first: int | None = None  # None: all
     last: int | None = None
 
-    def pick(self, targets: Sequence[Target]) -> list[Target]:
+    def pick(self, workers: Sequence[Worker]) -> list[Worker]:
         if self.first is None:
-            return list(targets)
+            return list(workers)
         last = self.first if self.last is None else self.last
-        if last >= len(targets):
-            raise CommandError(f"worker {last} does not exist: the node has {len(targets)}")
-        return [t for t in targets if self.first <= t.worker <= last]
+        if last >= len(workers):
+            raise CommandError(f"worker {last} does not exist: the node has {len(workers)}")
+        return [w for w in workers if self.first <= w.number <= last]
 
 
 def parse_where(text: str) -> Where:
@@ -130,8 +132,9 @@ async def logs(
     w = parse_where(where)
     if w.slot is None:
         raise CommandError(f"{where!r}: logs needs FLEET/SLOT")
+    hands = by_hand_for(config)
     try:
-        (target,) = Workers(worker).pick(_slice(config, snapshot, w.fleet, w.slot))
+        (target,) = Workers(worker).pick(_slice(hands, snapshot, w.fleet, w.slot))
     except _NotReady as exc:
         err.write(f"{exc}\n")
         return 1
@@ -145,10 +148,13 @@ async def logs(
             err.write(f"{w}: no attempt has run on {on} yet\n")
             return 1
         attempt = last.number
-    run_dir = layout.attempt_dir(snapshot.slots[(w.fleet, w.slot)].run_id, attempt)
-    command = log_tail_command(run_dir, lines=lines, follow=follow)
-    async with _connections(config) as pool:
-        return await _stream(pool, target, command, out, err)
+    run = Run(snapshot.slots[(w.fleet, w.slot)].run_id, attempt)
+    reply = await _opened(
+        hands.log(target.place, target.index, run, lines=lines, follow=follow, out=out, err=err)
+    )
+    if not reply.completed:
+        err.write(f"worker {target.number}: {reply.why}\n")
+    return reply.status
 
 
 async def exec_command(
@@ -166,27 +172,20 @@ async def exec_command(
     worker could not be reached)."""
     out = out or sys.stdout
     err = err or sys.stderr
-    targets = _select(config, snapshot, parse_where(where), parse_workers(workers), err)
+    hands = by_hand_for(config)
+    targets = _select(hands, snapshot, parse_where(where), parse_workers(workers), err)
     if not targets:
         return 1
-    async with _connections(config) as pool:
-        results = await run_on_all(
-            [t for _, t in targets],
-            command,
-            pool=pool,
-            command_timeout=None,
-            tail_bytes=16 * 1024 * 1024,
-            label="exec",
-        )
+    replies = await _opened(hands.run([t.at for _, t in targets], command))
     status = 0
-    for (prefix, _), r in zip(targets, results, strict=True):
-        for line in r.stdout_tail.splitlines():
+    for (prefix, _), r in zip(targets, replies, strict=True):
+        for line in r.stdout.splitlines():
             out.write(f"{prefix}: {line}\n")
-        for line in r.stderr_tail.splitlines():
+        for line in r.stderr.splitlines():
             err.write(f"{prefix}: {line}\n")
         if not r.completed:
-            err.write(f"{prefix}: {_failure(r)}\n")
-        status = max(status, _status(r))
+            err.write(f"{prefix}: {r.why}\n")
+        status = max(status, r.status)
     return status
 
 
@@ -206,32 +205,48 @@ async def copy(
     err = err or sys.stderr
     where, path = parse_remote(destination)
     try:
-        file = await asyncio.to_thread(FileUpload.from_local, source, path)
+        file = await asyncio.to_thread(_local_file, source, path)
     except FileNotFoundError as exc:
         raise CommandError(f"{source}: no such file") from exc
     except IsADirectoryError as exc:
         raise CommandError(f"{source}: is a directory (cp copies one file)") from exc
     except OSError as exc:
         raise CommandError(f"{source}: {exc.strerror or exc}") from exc
-    except ValueError as exc:  # FileUpload refuses what is not a regular file
+    except ValueError as exc:  # _local_file refuses what is not a regular file
         raise CommandError(_not_a_file(source)) from exc
-    targets = _select(config, snapshot, where, parse_workers(workers), err)
+    hands = by_hand_for(config)
+    targets = _select(hands, snapshot, where, parse_workers(workers), err)
     if not targets:
         return 1
-    async with _connections(config) as pool:
-        results = await upload([t for _, t in targets], [file], pool=pool)
+    replies = await _opened(hands.copy([t.at for _, t in targets], file))
     failed = 0
-    for (prefix, _), r in zip(targets, results, strict=True):
+    for (prefix, _), r in zip(targets, replies, strict=True):
         if r.ok:
             out.write(f"{prefix}: {path} ({len(file.content)} bytes)\n")
         else:
             failed += 1
-            err.write(f"{prefix}: {_failure(r)}\n")
+            err.write(f"{prefix}: {r.why}\n")
     return 1 if failed else 0
 
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
+
+
+async def _opened(call: Awaitable[T]) -> T:
+    """`call`'s answer; connections that could not be opened at all (no key) are bad usage."""
+    try:
+        return await call
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
+
+
+def _local_file(source: str, remote: str) -> WorkerFile:
+    """The local file to copy, its permission bits kept; ValueError if not a regular file."""
+    local = Path(source)
+    if not local.is_file():
+        raise ValueError(f"{local} is not a regular file (directories are not supported)")
+    return WorkerFile(remote, local.read_bytes(), local.stat().st_mode & 0o777)
 
 
 def _not_a_file(source: str) -> str:
@@ -245,8 +260,8 @@ def _not_a_file(source: str) -> str:
     return f"{source}: not a regular file"
 
 
-def _slice(config: Config, snapshot: Snapshot, fleet: str, slot: int) -> list[Target]:
-    """The targets of a slot's READY node, pinned as the daemon pinned them; of every slice
+def _slice(hands: ByHand, snapshot: Snapshot, fleet: str, slot: int) -> list[Worker]:
+    """The workers of a slot's READY node, pinned as the daemon pinned them; of every slice
     of a multislice slot, its workers numbered slice by slice as the daemon numbers them."""
     if (fleet, slot) not in snapshot.slots:
         known = fleet in {f for f, _ in snapshot.slots}
@@ -254,27 +269,22 @@ def _slice(config: Config, snapshot: Snapshot, fleet: str, slot: int) -> list[Ta
     members = _members(snapshot, fleet, slot)
     if not members:
         raise _NotReady(f"{fleet}/{slot}: the node is not READY (no node)")
-    targets: list[Target] = []
+    found: list[Worker] = []
     for inc in members:
         workers = snapshot.workers_of(inc.id)
         if inc.phase is not NodePhase.READY or not workers:
             which = f" (slice {inc.slice}, {inc.node_name})" if len(members) > 1 else ""
             raise _NotReady(f"{fleet}/{slot}: the node is not READY ({inc.phase.value}){which}")
-        ssh = config.ssh
-        try:
-            mine = targets_for_node(
-                [WorkerEndpoint(w.index, w.internal_ip, w.external_ip) for w in workers],
-                user=ssh.user,
-                port=ssh.port,
-                internal_ip=ssh.internal_ip,
-                pinned_host_keys={w.index: w.host_keys for w in workers},
-                incarnation=str(inc.id),
-            )
-        except ValueError as exc:
-            raise _NotReady(f"{fleet}/{slot}: {exc}") from exc
-        offset = len(targets)
-        targets += [replace(t, worker=offset + t.worker) for t in mine]
-    return targets
+        place = hands.locate(inc, workers)
+        if isinstance(place, str):
+            raise _NotReady(f"{fleet}/{slot}: {place}")
+        offset = len(found)
+        found += [Worker(offset + w.index, place, w.index) for w in sorted(workers, key=_index)]
+    return found
+
+
+def _index(worker: WorkerRecord) -> int:
+    return worker.index
 
 
 def _members(snapshot: Snapshot, fleet: str, slot: int) -> list[IncarnationRecord]:
@@ -288,8 +298,8 @@ class _NotReady(Exception):
 
 
 def _select(
-    config: Config, snapshot: Snapshot, where: Where, workers: Workers, err: TextIO
-) -> list[tuple[str, Target]]:
+    hands: ByHand, snapshot: Snapshot, where: Where, workers: Workers, err: TextIO
+) -> list[tuple[str, Worker]]:
     """(prefix, target) for every selected worker; slots without a READY node are named on
     `err` and skipped (a named slot without one is the only slot, so nothing is selected)."""
     if where.slot is not None:
@@ -298,75 +308,12 @@ def _select(
         slots = sorted(i for f, i in snapshot.slots if f == where.fleet)
         if not slots:
             raise CommandError(f"unknown fleet {where.fleet}")
-    selected: list[tuple[str, Target]] = []
+    selected: list[tuple[str, Worker]] = []
     for slot in slots:
         try:
-            targets = workers.pick(_slice(config, snapshot, where.fleet, slot))
+            picked = workers.pick(_slice(hands, snapshot, where.fleet, slot))
         except _NotReady as exc:
             err.write(f"{exc}\n")
             continue
-        selected += [(f"{where.fleet}/{slot}/{t.worker}", t) for t in targets]
+        selected += [(f"{where.fleet}/{slot}/{w.number}", w) for w in picked]
     return selected
-
-
-@contextlib.asynccontextmanager
-async def _connections(config: Config) -> AsyncIterator[ConnectionPool]:
-    """A connection pool with the daemon's key, for one command."""
-    key = await asyncio.to_thread(_load_key, Path(config.ssh.key))
-    async with ConnectionPool(key, concurrency=config.ssh.concurrency) as pool:
-        yield pool
-
-
-def _load_key(path: Path) -> asyncssh.SSHKey:
-    """The daemon's key; never generated here (no node would accept a new one)."""
-    if not path.exists():
-        raise CommandError(f"no SSH key at {path}: the daemon creates it when it starts")
-    try:
-        return ensure_client_key(path)
-    except KeyFileError as exc:
-        raise CommandError(str(exc)) from exc
-
-
-async def _stream(pool: ConnectionPool, target: Target, command: str, out: BinaryIO,
-                  err: TextIO) -> int:  # fmt: skip
-    """Run `command` on one worker, copying its output as it comes."""
-    try:
-        async with pool.lease(target) as lease:
-            proc = await lease.connection.conn.create_process(command, encoding=None)
-            await asyncio.gather(_copy(proc.stdout, out), _copy_text(proc.stderr, err))
-            await proc.wait_closed()
-    except CLASSIFIED_ERRORS as exc:
-        err.write(f"worker {target.worker}: {classify(exc).value}: {describe(exc)}\n")
-        return SSH_FAILED
-    return proc.exit_status if proc.exit_status is not None else SSH_FAILED
-
-
-async def _copy(stream: asyncssh.SSHReader[bytes], out: BinaryIO) -> None:
-    while chunk := await stream.read(65536):
-        out.write(chunk)
-        out.flush()
-
-
-async def _copy_text(stream: asyncssh.SSHReader[bytes], err: TextIO) -> None:
-    while chunk := await stream.read(65536):
-        err.write(chunk.decode(errors="replace"))
-
-
-def _failure(r: WorkerResult) -> str:
-    if r.error is not None:
-        return f"ssh {r.error.value}: {r.error_message}"
-    if r.exit_signal is not None:
-        return f"killed by SIG{r.exit_signal}"
-    return f"exit {r.exit_status}"
-
-
-def _status(r: WorkerResult) -> int:
-    """As a shell reports it: the exit status, 128 + the signal, 255 for SSH failures."""
-    if r.error is not None:
-        return SSH_FAILED
-    if r.exit_signal is not None:
-        try:
-            return 128 + signal.Signals[f"SIG{r.exit_signal}"].value
-        except KeyError:
-            return SSH_FAILED
-    return r.exit_status or 0
