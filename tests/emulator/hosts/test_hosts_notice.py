@@ -4,6 +4,7 @@ and notice_wait.sh (the daemon's per-slice watch) hears it at once without polli
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 
@@ -82,16 +83,31 @@ async def test_an_instant_preemption_has_no_notice(cloud: Cloud) -> None:
 
 
 def polling_sleeps() -> int:
-    """`sleep 0.2` processes (the disk-polling wait's) anywhere on this machine."""
-    count = 0
+    """`sleep 0.2` processes (the disk-polling wait's) under this test's process: the emulated
+    workers' shells are its descendants; another suite's on the same machine are not."""
+    parents: dict[int, int] = {}
+    sleeps = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
+                # The parent is the 2nd field after the command's parenthesised name.
+                stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            count += argv[:2] == [b"sleep", b"0.2"]
-    return count
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+            if argv[:2] == [b"sleep", b"0.2"]:
+                sleeps.append(int(entry.name))
+    ours = os.getpid()
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == ours:
+                return True
+        return False
+
+    return sum(descends(pid) for pid in sleeps)
 
 
 async def test_the_notice_wait_holds_the_metadata_request_and_answers_at_once(
