@@ -18,6 +18,7 @@ from tpucared.core.model.records import NodePhase
 from tpucared.core.vocab.actions import CreateNode, DeleteNode, OpenSlot, Transition
 from tpucared.core.vocab.plan import Plan
 from tpucared.runtime.nodes.executor import RECORD_BATCH, Executor
+from tpucared.runtime.nodes.records import OutcomeKind
 from tpucared.store import StaleWrite, Tx
 from tpucared.store.write_many import ConcurrentChange
 
@@ -76,7 +77,7 @@ async def test_record_only_actions_share_a_commit_and_a_stale_one_is_skipped_alo
         actions.insert(3, stale)
         execution = await Executor(h.store, h.daemon.calls).execute(Plan(now, tuple(actions)))
         outcomes = dict((id(a), o) for a, o in execution.outcomes)
-        assert outcomes[id(stale)].startswith("skipped: stale")
+        assert outcomes[id(stale)].kind is OutcomeKind.STALE
         assert execution.skipped == 1
         assert len(execution.done) == len(slots)
         stored = {s for (s,) in query(h.db, "SELECT slot FROM slots WHERE slot >= 10")}
@@ -132,7 +133,7 @@ async def test_a_refused_intent_among_others_sends_no_call_and_the_others_one_ea
         deletes[-1] = stale
         execution = await Executor(h.store, h.daemon.calls).execute(Plan(now, tuple(deletes)))
         outcomes = dict((id(a), o) for a, o in execution.outcomes)
-        assert outcomes[id(stale)].startswith("skipped: stale")
+        assert outcomes[id(stale)].kind is OutcomeKind.STALE
         assert len(execution.done) == len(deletes) - 1
         await h.calls_done()
         sent = [r["path"] for r in await control.requests() if r["method"] == "DELETE"]

@@ -30,6 +30,7 @@ from tpucared.runtime.daemon import Daemon
 from tpucared.runtime.nodes.calls import NodeTemplate
 from tpucared.runtime.nodes.executor import OVER_BUDGET, RECORD_BATCH, Executor
 from tpucared.runtime.nodes.interrupted import record_interrupted_calls
+from tpucared.runtime.nodes.records import OutcomeKind
 from tpucared.runtime.reconciler import Tick
 from tpucared.store import Store
 from tpucared.store.migrate import upgrade_to_head
@@ -325,9 +326,9 @@ async def test_a_tick_spends_its_budget_and_leaves_the_rest_to_the_next(
         slots = range(10, 10 + RECORD_BATCH + 5)
         actions = tuple(OpenSlot(reason="test", fleet="sweep", slot=s) for s in slots)
         execution = await Executor(h.store, h.daemon.calls, budget=0.0).execute(Plan(now, actions))
-        left = [a for a, outcome in execution.outcomes if outcome.startswith("postponed")]
+        left = [a for a, outcome in execution.outcomes if outcome.kind is OutcomeKind.POSTPONED]
         assert len(left) == 5  # the first batch always runs; the budget stops the next
-        assert "the tick's budget" in execution.outcomes[-1][1]
+        assert execution.outcomes[-1][1] == OVER_BUDGET
         stored = {s for (s,) in query(h.db, "SELECT slot FROM slots WHERE slot >= 10")}
         assert stored == set(slots[:RECORD_BATCH])
 
@@ -360,7 +361,7 @@ async def test_a_spent_budget_still_sends_the_plans_creates(
         execution = await Executor(h.store, h.daemon.calls, budget=0.0).execute(plan)
         outcomes = {id(a): o for a, o in execution.outcomes}
         assert [outcomes[id(a)] for a in later] == [OVER_BUDGET] * len(later)
-        assert outcomes[id(create)] == "done"
+        assert outcomes[id(create)].kind is OutcomeKind.DONE
         await h.calls_done()
         sent = [r for r in await control.requests() if r["method"] == "POST"]
         assert [r["path"].rsplit("/", 1)[-1] for r in sent] == ["nodes"]  # the one create

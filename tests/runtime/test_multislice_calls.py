@@ -20,6 +20,7 @@ from test_inprocess import harness
 from tpucared.core.model.records import NodePhase
 from tpucared.core.vocab.actions import CreateNode, DeleteNode
 from tpucared.runtime.nodes.executor import POSTPONED
+from tpucared.runtime.nodes.records import Outcome
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -58,7 +59,7 @@ async def test_one_delete_of_a_shared_queued_resource_at_a_time_and_none_after_i
             {"latency_ms": 1000, "paths": ["/queuedResources"], "methods": ["DELETE"]}
         )
         await control.node_action("ms-0-1", "preempt")
-        outcomes: list[tuple[str, str]] = []
+        outcomes: list[tuple[str, Outcome]] = []
         for _ in range(8):  # until both old slices have asked for their delete
             tick = await h.tick()
             outcomes += [

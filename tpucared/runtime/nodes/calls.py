@@ -36,7 +36,7 @@ import structlog
 
 from tpucared.core.model.machines import hosts_of
 from tpucared.core.model.records import CreateAttemptRecord, IncarnationRecord
-from tpucared.core.model.specs import NodeOptions
+from tpucared.core.model.specs import ErrorKind, NodeOptions
 from tpucared.core.nodes import outcomes
 from tpucared.core.nodes.create_rate import WINDOW, CreatesSent, RateKey
 from tpucared.core.nodes.slots import CallTarget, DeletesInFlight, call_target, delete_in_flight
@@ -294,7 +294,7 @@ class CloudCalls:
             recorded = await self._store.grouped(record)
         except StaleWrite:
             recorded = False
-        _log_action(action, "accepted", operation=op.name, latency_s=self._since(started))
+        _log_action(action, None, operation=op.name, latency_s=self._since(started))
         if not recorded:
             log.info(
                 "call.create_outcome_stale", hint="the incarnation moved on", incarnation=inc.id
@@ -345,7 +345,7 @@ class CloudCalls:
             self._on_attempt(attempt)
         _log_action(
             action,
-            f"refused: {error.kind.value}",
+            error.kind,
             error=str(error),
             attempts=error.attempts,
             latency_s=latency,
@@ -424,11 +424,11 @@ class CloudCalls:
         latency = self._since(started)
         if error is None:
             assert op is not None
-            _log_action(action, "accepted", operation=op.name, latency_s=latency)
+            _log_action(action, None, operation=op.name, latency_s=latency)
         else:
             _log_action(
                 action,
-                f"refused: {error.kind.value}",
+                error.kind,
                 error=str(error),
                 attempts=error.attempts,
                 latency_s=latency,
@@ -446,13 +446,16 @@ def _not_leading(action: CreateNode | DeleteNode, exc: LeaseLost) -> None:
     log.info("call.left_to_next_leader", action=action.summary(), why=str(exc))
 
 
-def _log_action(action: CreateNode | DeleteNode, outcome: str, **fields: object) -> None:
-    """The canonical line of a create or delete: what, why, and how the call ended."""
-    level = log.info if outcome == "accepted" else log.warning
+def _log_action(
+    action: CreateNode | DeleteNode, refused: ErrorKind | None, **fields: object
+) -> None:
+    """The canonical line of a create or delete: what, why, and how the call ended (accepted,
+    or refused with the error's kind)."""
+    level = log.info if refused is None else log.warning
     level(
         action.log_event,
         action=action.summary(),
         reason=action.reason,
-        outcome=outcome,
+        outcome="accepted" if refused is None else f"refused: {refused.value}",
         **fields,
     )

@@ -63,7 +63,7 @@ from tpucared.core.vocab.actions import (
 )
 from tpucared.core.vocab.plan import Plan
 from tpucared.runtime.nodes.calls import CloudCalls
-from tpucared.runtime.nodes.records import DONE, record
+from tpucared.runtime.nodes.records import DONE, Outcome, OutcomeKind, record
 from tpucared.store import Applied, NotFound, StaleWrite, Store, Tx
 from tpucared.store.write_many import CasAction, ConcurrentChange
 
@@ -83,24 +83,26 @@ BATCH_S = 0.5
 # Actions per shared savepoint (`Tx.apply_each`): a refused one runs its chunk's again alone.
 CHUNK = 32
 
-POSTPONED = "postponed: a call for this node (or a delete of its name) is still in flight"
-OVER_BUDGET = "postponed: the tick's budget is spent"
-STALE = "skipped: stale"
+POSTPONED = Outcome(
+    OutcomeKind.POSTPONED,
+    "postponed: a call for this node (or a delete of its name) is still in flight",
+)
+OVER_BUDGET = Outcome(OutcomeKind.POSTPONED, "postponed: the tick's budget is spent")
 
 
 @dataclass
 class Execution:
-    """What one plan came to: each action with its outcome ("done", "skipped: ...")."""
+    """What one plan came to: each action with its outcome (done, postponed, skipped)."""
 
-    outcomes: list[tuple[Action, str]] = field(default_factory=list)
+    outcomes: list[tuple[Action, Outcome]] = field(default_factory=list)
 
     @property
     def done(self) -> list[Action]:
-        return [a for a, outcome in self.outcomes if outcome == DONE]
+        return [a for a, outcome in self.outcomes if outcome.kind is OutcomeKind.DONE]
 
     @property
     def skipped(self) -> int:
-        return sum(1 for _, outcome in self.outcomes if outcome != DONE)
+        return sum(1 for _, outcome in self.outcomes if outcome.kind is not OutcomeKind.DONE)
 
     def deletes(self) -> list[DeleteNode]:
         return [a for a in self.done if isinstance(a, DeleteNode)]
@@ -175,13 +177,13 @@ class Executor:
 
     async def _record_batch(
         self, batch: list[Action], now: datetime, live: Mapping[int, IncarnationRecord]
-    ) -> list[tuple[Action, str]]:
+    ) -> list[tuple[Action, Outcome]]:
         """One transaction for the batch, one savepoint per action, or a few statements for a
         run of OpenSlot and Adopt actions (a fleet found again: `Tx.adopt_many`); logged in
         the plan's order once committed. It commits early, after `BATCH_S`: the outcomes are
         those of the batch's first actions, the caller goes on with the rest."""
         order = {id(a): i for i, a in enumerate(batch)}
-        outcomes: list[tuple[Action, str]] = []
+        outcomes: list[tuple[Action, Outcome]] = []
         intents = _Intents(self._calls)
         try:
             async with self._store.write() as tx:
@@ -211,13 +213,13 @@ class Executor:
 
     async def _record_run(
         self, tx: Tx, run: list[Action], now: datetime
-    ) -> list[tuple[Action, str]]:
+    ) -> list[tuple[Action, Outcome]]:
         """A run of OpenSlot and Adopt actions: the slots first (an Adopt opens its own slot
         anyway, and opening one twice is a no-op), then the adoptions, each refused alone
         as `adopt` would refuse it. Its events come slots first, then nodes."""
         slots = [a for a in run if isinstance(a, OpenSlot)]
         adopts = [a for a in run if isinstance(a, Adopt)]
-        outcomes: list[tuple[Action, str]] = []
+        outcomes: list[tuple[Action, Outcome]] = []
         if slots:
             await tx.open_slots(slots, now)
             outcomes += [(a, DONE) for a in slots]
@@ -234,14 +236,14 @@ class Executor:
         now: datetime,
         intents: _Intents,
         live: Mapping[int, IncarnationRecord],
-    ) -> list[tuple[Action, str]]:
+    ) -> list[tuple[Action, Outcome]]:
         """A run of Transition, DeleteNode and RecordCloud actions in a few statements
         (`Tx.cas_many`), each written or refused as it would be alone. A delete's
         call-in-flight checks come first, in order, for the whole run: one that waits for the
         name of a delete refused later in the run is postponed a tick, where alone it would
         have gone ahead. Should the run meet a concurrent change, it is undone and applied
         action by action."""
-        outcomes: dict[int, str] = {}
+        outcomes: dict[int, Outcome] = {}
         writes: list[tuple[int, CasAction]] = []
         for i, action in enumerate(run):
             assert isinstance(action, Transition | DeleteNode | RecordCloud)
@@ -261,7 +263,7 @@ class Executor:
             if not isinstance(exc, ConcurrentChange):
                 raise
             log.warning("execution.concurrent_change", error=str(exc), actions=len(run))
-            done: list[tuple[Action, str]] = []
+            done: list[tuple[Action, Outcome]] = []
             for at in range(0, len(run), CHUNK):
                 done += await self._apply(tx, run[at : at + CHUNK], now, intents, live)
             return done
@@ -284,13 +286,13 @@ class Executor:
         now: datetime,
         intents: _Intents,
         live: Mapping[int, IncarnationRecord],
-    ) -> list[tuple[Action, str]]:
+    ) -> list[tuple[Action, Outcome]]:
         """Each action as if in a savepoint of its own (`Tx.apply_each`: one shared, the
         actions run again alone if one is refused, the chunk's intents forgotten first)."""
         mark = intents.mark()
 
-        def work(action: Action) -> Callable[[Tx], Awaitable[str]]:
-            async def apply(tx: Tx) -> str:
+        def work(action: Action) -> Callable[[Tx], Awaitable[Outcome]]:
+            async def apply(tx: Tx) -> Outcome:
                 with structlog.contextvars.bound_contextvars(**_context(action, live)):
                     if isinstance(action, CreateNode | DeleteNode):
                         return await self._intent(tx, action, now, intents)
@@ -303,28 +305,30 @@ class Executor:
             refusals=(StaleWrite, NotFound, IllegalTransition),
             undone=lambda: intents.forget_since(mark),
         )
-        out: list[tuple[Action, str]] = []
+        out: list[tuple[Action, Outcome]] = []
         for action, result in zip(chunk, applied, strict=True):
             with structlog.contextvars.bound_contextvars(**_context(action, live)):
                 out.append((action, _outcome(result)))
         return out
 
-    def _log(self, action: Action, outcome: str) -> None:
+    def _log(self, action: Action, outcome: Outcome) -> None:
         if isinstance(action, Notice):
             _log_notice(action)
-        elif isinstance(action, CreateNode | DeleteNode) and outcome == DONE:
+        elif isinstance(action, CreateNode | DeleteNode) and outcome.kind is OutcomeKind.DONE:
             # The canonical line comes when the call ends (calls.py); this is its intent.
             log.debug(
                 action.log_event, action=action.summary(), reason=action.reason, outcome="intent"
             )
         else:
-            expected = outcome == DONE or outcome.startswith((STALE, POSTPONED))
-            level = log.info if expected else log.warning
-            level(action.log_event, action=action.summary(), reason=action.reason, outcome=outcome)
+            level = log.info if outcome.expected else log.warning
+            level(
+                action.log_event, action=action.summary(), reason=action.reason,
+                outcome=outcome.says,
+            )  # fmt: skip
 
     async def _intent(
         self, tx: Tx, action: CreateNode | DeleteNode, now: datetime, intents: _Intents
-    ) -> str:
+    ) -> Outcome:
         """A cloud action's intent, in its own savepoint of the batch's `tx`; its call is
         started by `intents` once the batch is committed."""
         match action:
@@ -427,7 +431,7 @@ def _runs(batch: list[Action]) -> list[list[Action]]:
     return runs
 
 
-def _outcome(applied: Applied[str]) -> str:
+def _outcome(applied: Applied[Outcome]) -> Outcome:
     """An action's outcome: DONE or POSTPONED as it said, or why it was refused."""
     match applied.error:
         case None:
@@ -436,14 +440,14 @@ def _outcome(applied: Applied[str]) -> str:
         case StaleWrite() | IllegalTransition() as refusal:
             return _refused(refusal)
         case error:
-            return f"skipped: {error}"  # NotFound
+            return Outcome(OutcomeKind.SKIPPED, f"skipped: {error}")  # NotFound
 
 
-def _refused(refusal: StaleWrite | IllegalTransition) -> str:
+def _refused(refusal: StaleWrite | IllegalTransition) -> Outcome:
     if isinstance(refusal, StaleWrite):
-        return f"{STALE}: {refusal}"
+        return Outcome(OutcomeKind.STALE, f"skipped: stale: {refusal}")
     log.error("plan.illegal_transition", error=str(refusal))
-    return f"skipped: {refusal}"
+    return Outcome(OutcomeKind.SKIPPED, f"skipped: {refusal}")
 
 
 def _context(action: Action, live: Mapping[int, IncarnationRecord]) -> dict[str, object]:

@@ -2,12 +2,15 @@
 
 Where it sits: executor.py applies a plan's actions; those that only write records and have
 no bulk path (`Tx.open_slots`, `Tx.adopt_many`, `Tx.cas_many`) come here, each inside the
-savepoint `Tx.apply_each` gives it.
+savepoint `Tx.apply_each` gives it. Owns `Outcome`, what became of an action (typed, so the
+executor judges it by its kind, never by its words).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 
 from tpucared.core.vocab.actions import (
     Action,
@@ -21,10 +24,33 @@ from tpucared.core.vocab.actions import (
 )
 from tpucared.store import KEEP, Tx
 
-DONE = "done"
+
+class OutcomeKind(StrEnum):
+    """What became of one action of a plan (executor.py)."""
+
+    DONE = "done"
+    # Not tried: a call for its node (or a delete of its name) is in flight, or the tick's
+    # budget is spent; the next tick plans it again.
+    POSTPONED = "postponed"
+    STALE = "stale"  # refused: the records moved on since the plan read them
+    SKIPPED = "skipped"  # refused otherwise: the record is gone, or an illegal transition
 
 
-async def record(tx: Tx, action: Action, now: datetime) -> str:
+@dataclass(frozen=True)
+class Outcome:
+    kind: OutcomeKind
+    says: str  # for people: the log line's `outcome`
+
+    @property
+    def expected(self) -> bool:
+        """What a tick meets every day (logged at info); any other refusal is a warning."""
+        return self.kind is not OutcomeKind.SKIPPED
+
+
+DONE = Outcome(OutcomeKind.DONE, "done")
+
+
+async def record(tx: Tx, action: Action, now: datetime) -> Outcome:
     """Write `action`'s records in `tx`; DONE, or the store's refusal raised."""
     match action:
         case OpenSlot():
