@@ -126,7 +126,7 @@ class TaskSet:
         """Wait up to `within` seconds for every task; cancel what is left. Returns how
         many were cancelled."""
         if self._tasks:
-            log.info("tasks.draining", what=self._what, calls=len(self._tasks), within_s=within)
+            log.info("task.draining", what=self._what, calls=len(self._tasks), within_s=within)
         sleeper = asyncio.ensure_future(clock.sleep(within))
         try:
             while self._tasks and not sleeper.done():
@@ -140,7 +140,7 @@ class TaskSet:
     async def cancel(self) -> int:
         left = [t for t in self._tasks if not t.done()]
         for task in left:
-            log.warning("tasks.drain_cancelled", what=self._what, task=task.get_name())
+            log.warning("task.drain_cancelled", what=self._what, task=task.get_name())
             task.cancel()
         if left:
             await asyncio.gather(*left, return_exceptions=True)
