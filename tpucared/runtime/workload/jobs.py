@@ -76,7 +76,6 @@ import asyncio
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 import structlog
 
@@ -117,15 +116,10 @@ _NOT_SERVING = frozenset({NodePhase.DEAD, NodePhase.DELETING})
 DEFAULT_MAX_PROBES = 64
 
 
-class JobKind(StrEnum):
-    PROBE = "probe"  # one probe of the slot's workers
-    CHAIN = "chain"  # a chain of workload actions, one after the other
-
-
 @dataclass
 class _Job:
     key: SlotKey
-    kind: JobKind
+    kind: str  # "probe" | "chain"
     incarnation_id: int | None  # the node it does SSH on (None: a chain of records only)
     epoch: int  # the slot's epoch when it was made
     probe: ProbeJob | None = None  # None: read from the store when it starts
@@ -217,8 +211,8 @@ class WorkloadJobs:
         self._urgent.add(key)
         self._wakeup.set(f"{why} on {key[0]}/{key[1]}", urgent=True)
 
-    def busy(self, key: SlotKey) -> JobKind | None:
-        """The kind of the slot's job in flight, or None."""
+    def busy(self, key: SlotKey) -> str | None:
+        """The kind of the slot's job in flight ("probe" or "chain"), or None."""
         job = self._jobs.get(key)
         return job.kind if job is not None else None
 
@@ -340,7 +334,7 @@ class WorkloadJobs:
     # Jobs
 
     def _start_probe(self, key: SlotKey, incarnation_id: int, probe: ProbeJob | None) -> None:
-        self._jobs[key] = _Job(key, JobKind.PROBE, incarnation_id, self._epochs.get(key, 0), probe)
+        self._jobs[key] = _Job(key, "probe", incarnation_id, self._epochs.get(key, 0), probe)
         self._queue.append(key)
         self._pump()
 
@@ -349,7 +343,7 @@ class WorkloadJobs:
         while self._queue and self._probing < self._max_probes:
             key = self._queue.popleft()
             job = self._jobs.get(key)
-            if job is None or job.kind != JobKind.PROBE or job.task is not None or job.cancelled:
+            if job is None or job.kind != "probe" or job.task is not None or job.cancelled:
                 continue
             self._probing += 1
             job.task = self._tasks.spawn(self._run_probe(job), name=f"probe {key[0]}/{key[1]}")
@@ -358,7 +352,7 @@ class WorkloadJobs:
         nodes = {n for n in (node_of(a) for a in chain) if n is not None}
         epoch = self._epochs.get(key, 0) + 1
         self._epochs[key] = epoch  # probes started before this chain are stale from now on
-        job = _Job(key, JobKind.CHAIN, min(nodes) if nodes else None, epoch)
+        job = _Job(key, "chain", min(nodes) if nodes else None, epoch)
         self._jobs[key] = job
         kinds = ",".join(a.kind for a in chain)
         job.task = self._tasks.spawn(self._run_chain(job, chain), name=f"{kinds} {key[0]}/{key[1]}")
@@ -486,7 +480,7 @@ class WorkloadJobs:
         self._queue.clear()
         await self.notices.close()
         for job in list(self._jobs.values()):
-            if job.kind is JobKind.PROBE:
+            if job.kind == "probe":
                 if job.task is None:
                     del self._jobs[job.key]
                 else:
