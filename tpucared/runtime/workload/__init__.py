@@ -16,9 +16,11 @@ SSH launcher (tpucared/launch/, made in `launchers`), a test may give the runner
              cancels, the decisions are core's.
 - `failures` a slot's job that failed unexpectedly: logged, recorded, held back for the
              backoff, retried; never the daemon's end.
-- `hosts`    SSH targets of an incarnation's workers, host keys pinned (the SSH launcher's
-             `Pins`, given to it by `launchers`).
-- `launchers` which launcher the daemon runs workloads with: the SSH one (`ssh_launcher`).
-- `by_hand`  `tpucared logs`, `exec`, `cp`: reaching a fleet's workers by hand, over SSH
-             (the run layout from tpucared/launch/layout.py).
+- `hosts`    the host keys pinned per incarnation's worker (the port's `HostKeys`, given to
+             the SSH launcher by `launchers`).
+- `launchers` the wiring: which launcher the daemon runs workloads with (the SSH one,
+             `ssh_launcher`), what `by_hand` reaches workers with, the cloud's host keys;
+             the only module here that names tpucared/launch, tpucared/ssh (import-linter).
+- `by_hand`  `tpucared logs`, `exec`, `cp`: reaching a fleet's workers by hand, through the
+             `ByHand` port (over SSH: tpucared/launch/by_hand.py).
 """
