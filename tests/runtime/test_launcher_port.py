@@ -31,6 +31,7 @@ from tpucared.ports.launcher import (
     LaunchState,
     NoticeResult,
     NoticeState,
+    NoticeWait,
     Place,
     ProbeResult,
     Reply,
@@ -132,7 +133,7 @@ class LocalLauncher:
         return replies
 
     async def wait_notice(
-        self, place: Place, run: Run, what: str, seconds: float
+        self, place: Place, run: Run, what: NoticeWait, seconds: float
     ) -> NoticeResult | str:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds

@@ -47,6 +47,7 @@ from tpucared.ports.launcher import (
     Launch,
     LaunchResult,
     NoticeResult,
+    NoticeWait,
     Place,
     ProbeResult,
     Reply,
@@ -322,7 +323,7 @@ class SshLauncher:
         return [parsed(r, parse_cleanup) for r in results]
 
     async def wait_notice(
-        self, place: Place, run: Run, what: str, seconds: float
+        self, place: Place, run: Run, what: NoticeWait, seconds: float
     ) -> NoticeResult | str:
         """`notice_wait.sh` on the place's worker 0."""
         run_dir = layout.attempt_dir(run.run_id, run.attempt)

@@ -24,6 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
+from tpucared.core.workload.inputs import NoticeKind
 from tpucared.core.workload.progress import Progress
 from tpucared.launch import shfiles
 from tpucared.ports.launcher import (
@@ -172,9 +173,6 @@ def parse_progress(fields: Mapping[str, str]) -> Progress | None:
     )
 
 
-NOTICE_KINDS = ("preempted", "maintenance")  # run.sh's notice_kind
-
-
 def parse_probe(stdout: str) -> ProbeResult:
     fields = parse_marker(stdout, "TPUCARED_PROBE")
     try:
@@ -191,7 +189,7 @@ def parse_probe(stdout: str) -> ProbeResult:
         reason=fields.get("reason"),
         notice_at=_seconds(fields.get("notice")),
         progress=parse_progress(fields),
-        notice_kind=kind if kind in NOTICE_KINDS else None,
+        notice_kind=NoticeKind(kind) if kind in set(NoticeKind) else None,
     )
     if state is RunState.RUNNING and result.pid is None:
         raise ScriptOutputError(f"running without a pid: {fields}")

@@ -30,6 +30,7 @@ from typing import BinaryIO, Generic, Protocol, TextIO, TypeVar
 
 from tpucared.core.model.records import IncarnationRecord, WorkerRecord
 from tpucared.core.model.specs import WorkloadSpec
+from tpucared.core.workload.inputs import NoticeKind
 from tpucared.core.workload.progress import Progress
 
 T = TypeVar("T")
@@ -184,9 +185,9 @@ class ProbeResult:
     reason: str | None = None  # for GONE: no-run | died | rebooted
     notice_at: float | None = None  # epoch seconds of the preemption notice the run got
     progress: Progress | None = None  # the run's progress file; None: none
-    # Which notice: "preempted" (instance/preempted) or "maintenance" (instance/maintenance-event
+    # Which notice (instance/preempted or instance/maintenance-event's
     # TERMINATE_ON_HOST_MAINTENANCE); None when the run's watcher did not say.
-    notice_kind: str | None = None
+    notice_kind: NoticeKind | None = None
 
 
 class CleanupState(StrEnum):
@@ -230,6 +231,13 @@ class HealthCheck:
 
     command: str
     timeout: float = 60.0
+
+
+class NoticeWait(StrEnum):
+    """What a notice wait waits for (`Launcher.wait_notice`)."""
+
+    NOTICE = "notice"  # the run's watcher wrote `notice`
+    STOPPED = "stopped"  # the run stopped (after its notice)
 
 
 class NoticeState(StrEnum):
@@ -291,10 +299,10 @@ class Launcher(Protocol):
         ...
 
     async def wait_notice(
-        self, place: Place, run: Run, what: str, seconds: float
+        self, place: Place, run: Run, what: NoticeWait, seconds: float
     ) -> NoticeResult | str:
-        """Wait on the place's first worker until its run got its preemption notice (`what` =
-        "notice") or stopped ("stopped"), at most `seconds`; or why it could not be asked."""
+        """Wait on the place's first worker until its run got its preemption notice (`what`
+        NOTICE) or stopped (STOPPED), at most `seconds`; or why it could not be asked."""
         ...
 
     async def signal(self, place: Place, run: Run, signal: str) -> int:

@@ -19,6 +19,7 @@ from tpucared.core.model.records import AttemptOutcome, NodePhase
 from tpucared.core.model.specs import WorkloadSpec
 from tpucared.core.vocab.actions import DeleteNode, Transition
 from tpucared.core.workload.actions import CHARGED_OUTCOMES, MarkSlotDone
+from tpucared.core.workload.inputs import NoticeKind
 
 from ..core_support import T0
 from .test_notice import SPEC, noticed
@@ -58,7 +59,7 @@ def test_a_notice_the_run_heard_as_host_maintenance_is_maintenance_without_a_win
     """The in-VM watcher's TERMINATE_ON_HOST_MAINTENANCE (run.sh notice_kind), no window
     announced on the node (unscheduled maintenance)."""
     heard = noticed("ok", "ok", "ok", "ok")
-    workers = tuple(replace(p, notice_kind="maintenance") for p in heard.workers)
+    workers = tuple(replace(p, notice_kind=NoticeKind.MAINTENANCE) for p in heard.workers)
     p = decide(work(spec=SPEC, probe_=replace(heard, workers=workers)))
     (dead,) = [a for a in p.actions if isinstance(a, Transition)]
     assert dead.cause is LossCause.MAINTENANCE

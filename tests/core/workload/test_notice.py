@@ -12,7 +12,7 @@ import pytest
 from tpucared.core.model.records import AttemptOutcome, NodePhase
 from tpucared.core.model.specs import WorkloadSpec
 from tpucared.core.vocab.actions import DeleteNode, Transition
-from tpucared.core.workload.inputs import SlotProbe
+from tpucared.core.workload.inputs import NoticeKind, SlotProbe
 
 from ..core_support import T0
 from .workload_support import NODE_ID, decide, finish_of, kinds, probe, slot, work
@@ -73,7 +73,9 @@ def test_stopped_everywhere_after_a_notice_is_a_preemption_not_a_failure(
 
 def test_the_earliest_worker_notice_is_the_nodes_and_a_host_maintenance_one_says_so() -> None:
     p = noticed("exit0", "exit0", "exit0", "exit0", ago=2)
-    first = replace(p.workers[2], notice_at=T0 - timedelta(seconds=5), notice_kind="maintenance")
+    first = replace(
+        p.workers[2], notice_at=T0 - timedelta(seconds=5), notice_kind=NoticeKind.MAINTENANCE
+    )
     p = replace(p, workers=(*p.workers[:2], first, p.workers[3]))
     finish = finish_of(decide(work(spec=SPEC, probe_=p)))
     assert finish is not None

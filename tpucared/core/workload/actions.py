@@ -78,6 +78,7 @@ from typing import ClassVar, Final
 
 from tpucared.core.model.records import AttemptOutcome
 from tpucared.core.vocab.actions import Action
+from tpucared.core.workload.inputs import NoticeKind
 
 # Outcomes charged to the slot's crash budget (must match tpucared.store.write_workloads).
 CHARGED_OUTCOMES: Final = frozenset({AttemptOutcome.FAILED, AttemptOutcome.HUNG})
@@ -121,13 +122,14 @@ class StopWorkload(Action):
 
 @dataclass(frozen=True)
 class HeardNotice:
-    """A node whose runs got the VM's notice (`kind` "maintenance" for a host-maintenance
-    termination, None for a preemption), at `at` on the run's clock, as the probe read it."""
+    """A node whose runs got the VM's notice (`kind` MAINTENANCE for a host-maintenance
+    termination; PREEMPTED or None, the run did not say, for a preemption), at `at` on the
+    run's clock, as the probe read it."""
 
     incarnation_id: int
     node_name: str
     at: datetime
-    kind: str | None = None
+    kind: NoticeKind | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -43,6 +43,13 @@ class WorkerState(StrEnum):
     UNREACHABLE = "unreachable"  # the probe could not run or its answer was unreadable
 
 
+class NoticeKind(StrEnum):
+    """Which notice a run's watcher heard (launch/sh/run.sh writes it in `notice_kind`)."""
+
+    PREEMPTED = "preempted"  # instance/preempted turned TRUE
+    MAINTENANCE = "maintenance"  # instance/maintenance-event TERMINATE_ON_HOST_MAINTENANCE
+
+
 # WorkerProbe.detail of a GONE run (the reasons the ssh layer's probe script reports).
 NEVER_STARTED = "no-run"  # nothing was ever launched in that run directory
 DIED = "died"  # killed without recording an exit code (SIGKILL, OOM killer)
@@ -61,10 +68,9 @@ class WorkerProbe:
     since: datetime | None = None
     log_since: datetime | None = None
     # When the worker's run got the VM's preemption notice (its watcher's clock), if it did,
-    # and which: "maintenance" for a TERMINATE_ON_HOST_MAINTENANCE (None: a preemption, or
-    # the run did not say).
+    # and which (None: the run did not say, read as a preemption).
     notice_at: datetime | None = None
-    notice_kind: str | None = None
+    notice_kind: NoticeKind | None = None
     # What the run's progress file tells (core/workload/progress.py); None: no file.
     progress: Progress | None = None
 

@@ -54,6 +54,7 @@ from tpucared.core.workload import maintenance
 from tpucared.core.workload.inputs import (
     NEVER_STARTED,
     REBOOTED,
+    NoticeKind,
     SlotProbe,
     WorkerProbe,
     WorkerState,
@@ -115,7 +116,7 @@ def _noticed(
     if how is None:
         return None
     what = "preemption notice"
-    if any(p.notice_kind == "maintenance" for p in workers):
+    if any(p.notice_kind is NoticeKind.MAINTENANCE for p in workers):
         what = "host-maintenance notice (TERMINATE_ON_HOST_MAINTENANCE)"
     # No stop: the node is lost and deleted, processes and all.
     return Verdict(Out.PREEMPTED, f"{what}; {how}", codes, lost=True)

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from tpucared.core.model.records import IncarnationRecord
 from tpucared.core.model.specs import WorkloadSpec
 from tpucared.core.workload.actions import HeardNotice
-from tpucared.core.workload.inputs import WorkerProbe
+from tpucared.core.workload.inputs import NoticeKind, WorkerProbe
 
 # After `stop_grace`, a little longer for the stopped run's exit to reach its run directory.
 STOP_SLACK = timedelta(seconds=0.5)
@@ -68,10 +68,10 @@ def heard_notices(
     workers: Iterable[WorkerProbe], nodes: Iterable[IncarnationRecord]
 ) -> tuple[HeardNotice, ...]:
     """The notice the probe read on `workers`, once per node lost to it: the earliest
-    worker's time, and "maintenance" when any worker heard a host-maintenance termination."""
+    worker's time, and MAINTENANCE when any worker heard a host-maintenance termination."""
     noticed = [(p.notice_at, p.notice_kind) for p in workers if p.notice_at is not None]
     if not noticed:
         return ()
     at = min(when for when, _ in noticed)
-    kind = "maintenance" if any(k == "maintenance" for _, k in noticed) else None
+    kind = NoticeKind.MAINTENANCE if NoticeKind.MAINTENANCE in (k for _, k in noticed) else None
     return tuple(HeardNotice(n.id, n.node_name, at, kind) for n in nodes)

@@ -77,7 +77,7 @@ from tpucared.core.workload.actions import (
     StopWorkload,
 )
 from tpucared.core.workload.bad_hosts import recycle
-from tpucared.core.workload.inputs import WorkerState
+from tpucared.core.workload.inputs import NoticeKind, WorkerState
 from tpucared.core.workload.judge import Verdict, earliest_since, judge, worker_names
 from tpucared.core.workload.launch_gate import cannot_launch, unclean_words
 from tpucared.core.workload.notices import heard_notices
@@ -464,7 +464,7 @@ def _notice_cause(w: SlotWork, node: IncarnationRecord) -> LossCause:
     workers = [p for p in (w.probe.workers if w.probe else ()) if p.notice_at]
     at = min((p.notice_at for p in workers if p.notice_at), default=w.now)
     if in_window(node.maintenance, at, NOTICE_LEAD) or any(
-        p.notice_kind == "maintenance" for p in workers
+        p.notice_kind is NoticeKind.MAINTENANCE for p in workers
     ):
         return LossCause.MAINTENANCE
     return LossCause.PREEMPTED

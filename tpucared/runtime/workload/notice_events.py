@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from tpucared.core.workload.actions import FinishAttempt
+from tpucared.core.workload.inputs import NoticeKind
 from tpucared.store import Tx
 
 
@@ -20,7 +21,8 @@ async def record_heard(tx: Tx, a: FinishAttempt, now: datetime) -> None:
     """In the attempt's end's transaction: the `preemption.notice` event of each node whose
     notice the probe read (`a.notices`) and the watch did not record (the module docstring)."""
     for notice in a.notices:
-        what = "host-maintenance notice" if notice.kind == "maintenance" else "preemption notice"
+        maintenance = notice.kind is NoticeKind.MAINTENANCE
+        what = "host-maintenance notice" if maintenance else "preemption notice"
         await tx.append_event_once(
             "preemption.notice",
             f"{notice.node_name}: {what} on {a.fleet}/{a.slot} (attempt {a.attempt}), read by "
@@ -31,5 +33,5 @@ async def record_heard(tx: Tx, a: FinishAttempt, now: datetime) -> None:
             node=notice.node_name,
             incarnation_id=notice.incarnation_id,
             details={"notice_at": notice.at.isoformat(), "attempt": a.attempt,
-                     "kind": notice.kind or "preempted", "heard_by": "probe"},
+                     "kind": notice.kind or NoticeKind.PREEMPTED, "heard_by": "probe"},
         )  # fmt: skip

@@ -46,7 +46,7 @@ import structlog
 from tpucared.core.vocab.snapshot import SlotKey
 from tpucared.core.workload.inputs import TickSnapshot
 from tpucared.core.workload.notices import NoticeResponse, on_notice
-from tpucared.ports.launcher import NoticeResult, NoticeState
+from tpucared.ports.launcher import NoticeResult, NoticeState, NoticeWait
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.workload.runner import ProbeJob, WorkloadRunner
 from tpucared.store import Store
@@ -114,7 +114,7 @@ class NoticeWatches:
     async def _watch(self, watched: Watched, job: ProbeJob) -> None:
         part = watched[3]
         try:
-            notice = await self._wait(job, "notice", WAIT_S, part)
+            notice = await self._wait(job, NoticeWait.NOTICE, WAIT_S, part)
             if notice is None:
                 return  # the attempt ended without a notice
             assert notice.at is not None
@@ -124,7 +124,7 @@ class NoticeWatches:
             sent = await self._runner.signal_slices(job, todo.others, todo.signal)
             await self._record(job, todo, sent)
             self._on_news(job.key, "a preemption notice")
-            await self._wait(job, "stopped", todo.wait_for_stop(self._clock.now()), part)
+            await self._wait(job, NoticeWait.STOPPED, todo.wait_for_stop(self._clock.now()), part)
             self._on_news(job.key, "the workload stopped after its notice")
         except asyncio.CancelledError:
             raise
@@ -137,7 +137,7 @@ class NoticeWatches:
                     del self._tasks[watched]
 
     async def _wait(
-        self, job: ProbeJob, what: str, seconds: float, part: int
+        self, job: ProbeJob, what: NoticeWait, seconds: float, part: int
     ) -> NoticeResult | None:
         """Ask until the answer says something: None when the run ended without a notice."""
         while True:
@@ -148,7 +148,7 @@ class NoticeWatches:
                 continue
             if result.state is NoticeState.ENDED:
                 return None
-            if result.state is NoticeState.TIMEOUT and what == "notice":
+            if result.state is NoticeState.TIMEOUT and what is NoticeWait.NOTICE:
                 continue
             return result
 

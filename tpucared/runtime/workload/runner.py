@@ -46,6 +46,7 @@ from tpucared.core.workload.launch_gate import secrets_present
 from tpucared.ports.launcher import (
     Launcher,
     NoticeResult,
+    NoticeWait,
     Place,
     ProbeResult,
     Reply,
@@ -278,10 +279,10 @@ class WorkloadRunner:
         await self._launcher.forget(live)
 
     async def wait_notice(
-        self, job: ProbeJob, what: str, seconds: float, *, part: int = 0
+        self, job: ProbeJob, what: NoticeWait, seconds: float, *, part: int = 0
     ) -> NoticeResult | str:
         """One wait on worker 0 of the slot (of its slice `part`) for its run's preemption
-        notice (`what` = "notice") or for the run to stop ("stopped"), at most `seconds`; or
+        notice (`what` NOTICE) or for the run to stop (STOPPED), at most `seconds`; or
         why it could not be asked (the runtime's notices.py asks again)."""
         place = await self._launcher.locate(*job.parts[part])
         if isinstance(place, str):
