@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from tpucared.runtime.clock import Clock
-from tpucared.runtime.reconciler import Reconciler, Tick
+from tpucared.runtime.reconciler import BACKOFF_OVER, Reconciler, Tick
 from tpucared.runtime.wakeup import STOP, Wakeup
 
 log = structlog.get_logger(__name__)
@@ -79,7 +79,7 @@ class ReconcileLoop:
             reason = woken or timer
             # Nothing the lists could show since the last tick: a backoff's end, or only
             # quiet wakes (a create that failed for lack of capacity). See reconciler.py.
-            quiet = self._wakeup.last_quiet if woken else timer == "backoff over"
+            quiet = self._wakeup.last_quiet if woken else timer == BACKOFF_OVER
 
     def _next_timer(self, tick: Tick, started: float) -> tuple[float, str]:
         """Seconds until the next timed tick, and why it is due."""
@@ -89,5 +89,5 @@ class ReconcileLoop:
         if lifts is not None:
             in_s = (lifts - self._clock.now()).total_seconds() + HOLD_SLACK_S
             if now + in_s < deadline:
-                deadline, why = now + in_s, "backoff over"
+                deadline, why = now + in_s, BACKOFF_OVER
         return max(0.0, deadline - now), why

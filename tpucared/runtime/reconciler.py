@@ -81,6 +81,9 @@ from tpucared.store import Snapshot, Store
 
 log = structlog.get_logger(__name__)
 
+# The reason of a tick due at a hold's or backoff's end: nothing the lists could show changed.
+BACKOFF_OVER = "backoff over"
+
 PlanFilter = Callable[[Plan], Plan]
 
 
@@ -165,13 +168,13 @@ class Reconciler:
         self._sweeper = sweeper  # None: no shared resources swept (nodes/sweeps.py)
 
     async def tick(self, reason: str = "poll", *, quiet: bool | None = None) -> Tick:
-        """One tick. `quiet` (default: the reason is "backoff over"): nothing since the last
+        """One tick. `quiet` (default: the reason is BACKOFF_OVER): nothing since the last
         tick that the lists could show (module docstring)."""
         started = self._clock.monotonic()
         if self._live is None:
             self._live = await self._first_tick()
         zones = zones_to_observe(self.specs, self._live)
-        quiet = reason == "backoff over" if quiet is None else quiet
+        quiet = reason == BACKOFF_OVER if quiet is None else quiet
         observations = self._reusable(quiet, zones, started)
         reused = observations is not None
         if observations is None:
