@@ -40,6 +40,15 @@ class EmulatorOptions:
     # judged when the operation ends: a create posted during a stockout succeeds if capacity
     # came back meanwhile).
     capacity_judged: str = "post"
+    # How waiting queued resources and plain creates compete for capacity that frees (queued.py).
+    # Google documents only that a request waits "until there are sufficient free resources"
+    # (tpu/docs/queued-resources), not when the queue is looked at nor who wins against a
+    # nodes.create. "at-once": waiting requests take freed capacity first, the instant it frees
+    # (a create that comes later finds none); "scan": the service looks at its queue every
+    # `queued_scan_seconds` (at multiples of it on the emulator's clock), and between scans a
+    # plain create may take the capacity first.
+    queued_serve: str = "at-once"
+    queued_scan_seconds: float = 10.0
 
     # What the cloud offers. `offerings` (zone -> accelerator types) overrides the other two.
     zones: Sequence[str] = DEFAULT_ZONES
@@ -230,7 +239,10 @@ class EmulatorOptions:
             ),
             "compute_spot_maintenance": ("preempted", "host_maintenance"),
             "compute_perform_without_window": ("refuse", "accept"),
+            "queued_serve": ("at-once", "scan"),
         }
+        if not self.queued_scan_seconds > 0:
+            raise ValueError("queued_scan_seconds must be > 0")
         if self.compute_rate_limit_status not in (403, 429):
             raise ValueError("compute_rate_limit_status must be 403 or 429")
         for name, allowed in choices.items():

@@ -15,7 +15,19 @@ State machine (QueuedResourceState.State):
     SUSPENDED | FAILED -> WAITING_FOR_RESOURCES   queuedResources.reset (old nodes deleted)
     any -> DELETING -> gone                 queuedResources.delete; with live nodes only with
                                             force=true, which deletes them first
-Waiting requests are served first come, first served whenever capacity frees or grows.
+Waiting requests are served first come, first served. When is an option, because Google does
+not say (tpu/docs/queued-resources: a request waits "until there are sufficient free resources
+to begin provisioning"; nothing on how often the queue is looked at, nor on who wins when a
+plain nodes.create asks for the same capacity), `EmulatorOptions.queued_serve`:
+    "at-once" (default)  whenever capacity frees or grows (and when a request's validAfter
+                         comes): waiting requests take it before any later request is
+                         answered, so a plain create never takes capacity a queued resource
+                         was waiting for
+    "scan"               at every multiple of `queued_scan_seconds` on the emulator's clock
+                         (while anything waits): capacity that frees between two scans goes
+                         to whichever plain create asks first (or, capacity judged at the
+                         operation's end, ends first); what is left at the scan goes to the
+                         queue. validUntil still fails a request the instant it passes.
 
 Multislice: a nodeSpec with `multisliceParams {nodeCount: N, nodeIdPrefix}` instead of `nodeId`
 asks for N nodes `{prefix}-0` .. `{prefix}-{N-1}` (the prefix defaults to the queued resource's
@@ -26,6 +38,7 @@ recreated (reset) together. Every node names its queued resource in `queuedResou
 
 from __future__ import annotations
 
+import math
 from collections import Counter, OrderedDict
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +57,9 @@ log = structlog.get_logger(__name__)
 
 # States that own live nodes and react to losing them.
 _HOLDING = frozenset({"PROVISIONING", "ACTIVE"})
+# The key of the queue's scan timer ("scan" mode): never a queued resource's name, which starts
+# with "projects/".
+_SCAN = "queue-scan"
 
 
 class QueuedResources:
@@ -53,6 +69,7 @@ class QueuedResources:
         self._index: dict[str, SortedNames] = {}  # parent -> queued resource ids
         self._delete_ops: dict[str, str] = {}  # queued resource name -> its delete operation
         self._waiting: OrderedDict[str, QueuedResource] = OrderedDict()  # FIFO
+        self._scan_due: float | None = None  # "scan" mode: when the next scan is, if one is set
 
     # -----------------------------------------------------------------------------------------
     # The v2 API.
@@ -185,7 +202,12 @@ class QueuedResources:
             self._drop(qr, now)
 
     def tick(self, name: str, generation: int, now: float) -> None:
-        """A timer of ours fired: validAfter/validUntil reached, or a delete is due."""
+        """A timer of ours fired: validAfter/validUntil reached, a delete is due, or a scan."""
+        if name == _SCAN:
+            self._scan_due = None
+            self._serve(now, provision=True)
+            self._schedule_scan(now)
+            return
         qr = self._qrs.get(name)
         if qr is None or qr.generation != generation:
             return
@@ -195,7 +217,17 @@ class QueuedResources:
             self.provision_waiting(now)
 
     def provision_waiting(self, now: float) -> None:
-        """Give capacity to waiting queued resources, first come first served."""
+        """Capacity freed or grew, or a waiting request's validAfter or validUntil came: serve
+        the queue now ("at-once"), or only fail what expired and leave the rest to the next
+        scan ("scan")."""
+        at_once = self.state.options.queued_serve == "at-once"
+        self._serve(now, provision=at_once)
+        if not at_once:
+            self._schedule_scan(now)
+
+    def _serve(self, now: float, *, provision: bool) -> None:
+        """Give capacity to waiting queued resources, first come first served (`provision`),
+        after failing those whose validUntil passed."""
         state = self.state
         for qr in list(self._waiting.values()):
             if qr.valid_until is not None and now >= qr.valid_until:
@@ -207,7 +239,7 @@ class QueuedResources:
                 qr.failed_error = ApiError("RESOURCE_EXHAUSTED", message).status()
                 self._set_state(qr, "FAILED")
                 continue
-            if now < qr.valid_after:
+            if not provision or now < qr.valid_after:
                 continue
             names = [f"{qr.parent}/nodes/{r.node_id}" for r in qr.requests]
             if any(state.node(name) is not None for name in names):
@@ -278,6 +310,19 @@ class QueuedResources:
         state.schedule(max(0.0, qr.valid_after - now), "qr_tick", qr.name, qr.generation)
         if qr.valid_until is not None:
             state.schedule(max(0.0, qr.valid_until - now), "qr_tick", qr.name, qr.generation)
+        if state.options.queued_serve == "scan":
+            self._schedule_scan(now)
+
+    def _schedule_scan(self, now: float) -> None:
+        """In "scan" mode: the next scan at the next multiple of queued_scan_seconds, while any
+        request waits. On a grid, not counted from when capacity freed: the service's scans
+        do not know when that was, so the wait is uniform over one period."""
+        if not self._waiting or self._scan_due is not None:
+            return
+        period = self.state.options.queued_scan_seconds
+        due = (math.floor(now / period) + 1) * period
+        self._scan_due = due
+        self.state.schedule(due - now, "qr_tick", _SCAN, 0)
 
     def _set_state(self, qr: QueuedResource, state: str, initiator: str | None = None) -> None:
         qr.state = state

@@ -214,6 +214,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="when a create meets a stockout: when it is posted (default) or when its "
         "operation ends (a create posted in a stockout succeeds if capacity came back)",
     )
+    parser.add_argument(
+        "--queued-serve",
+        choices=("at-once", "scan"),
+        default=EmulatorOptions.queued_serve,
+        help="when waiting queued resources get freed capacity: at once, before any plain "
+        "create (default), or at scans every --queued-scan-seconds (a create may win between)",
+    )
+    parser.add_argument(
+        "--queued-scan-seconds", type=float, default=EmulatorOptions.queued_scan_seconds
+    )
     parser.add_argument("--page-size", type=int, default=EmulatorOptions.default_page_size,
                         help="default nodes.list page size")  # fmt: skip
     parser.add_argument(
@@ -320,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         queued_provision_seconds=args.queued_provision_seconds,
         spot_mean_lifetime_seconds=args.spot_mean_lifetime_seconds,
         capacity_judged=args.capacity_judged,
+        queued_serve=args.queued_serve,
+        queued_scan_seconds=args.queued_scan_seconds,
         default_page_size=args.page_size,
         ssh_hosts=args.ssh_hosts,
         ssh_port=args.ssh_port,
