@@ -134,6 +134,13 @@ def test_the_demo_shows_preemptions_replacements_and_training_resumed() -> None:
         assert attempts >= 2
         assert step > start > 0
         assert step >= max(int(s) for s, _, _ in resumed)
+        # The ledger of its slots ends the output (inspect/ledger.py's table, then goodput).
+        assert re.search(
+            r"^where the time went \(tpucared goodput\)\n  fleet demo: .*"
+            r"^    0 +productive +\d+ +\d+\.\d% .*^  goodput demo/0: \d+\.\d%$",
+            out,
+            re.MULTILINE | re.DOTALL,
+        ), out
         # Logs went to the file, not into the output.
         assert directory is not None
         assert (directory / "daemon.log").stat().st_size > 0

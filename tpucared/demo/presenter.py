@@ -12,7 +12,9 @@ workload's checkpoints (progress.py). Two forms:
   training starts or resumes.
 
 Both end with `Summary.lines()`: preemptions detected, nodes replaced, and per slot the highest
-step reached, the attempts it took and the step the last attempt resumed from.
+step reached, the attempts it took and the step the last attempt resumed from; then
+`ledger_lines`: each slot's ledger (where its time went), rendered by `tpucared goodput`'s own
+functions (inspect/ledger.py).
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ from typing import TextIO
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from tpucared.core.ledger.cost import Prices
 from tpucared.core.model.records import EventRecord
 from tpucared.demo.progress import Progress, read_progress
 from tpucared.inspect.events import event_line
+from tpucared.inspect.ledger import goodput_lines, ledgers, shares, since_text
 from tpucared.inspect.status import status_lines
 from tpucared.store import FleetStatus, Store
 
@@ -67,6 +71,18 @@ class Summary:
             f"nodes replaced: {self.replaced}",
             *(s.line() for s in self.slots),
         ]
+
+
+async def ledger_lines(store: Store, prices: Prices, now: datetime) -> list[str]:
+    """Each slot's ledger to `now`, as `tpucared goodput` prints it (categories with seconds,
+    share and dollars, top causes of loss, the headline), then each slot's goodput."""
+    async with store.read() as r:
+        records = await r.ledger()
+    fleets = await asyncio.to_thread(ledgers, records, prices, now, None)
+    lines = goodput_lines(fleets, since_text(None, fleets))
+    for (fleet, slot), share in shares(fleets).items():
+        lines.append(f"goodput {fleet}/{slot}: {share:.1%}")
+    return lines
 
 
 async def summarize(store: Store, checkpoints: Path) -> Summary:

@@ -15,7 +15,8 @@ Order of things:
    while the presenter (presenter.py) shows the database and the checkpoints once a second;
 6. at `--duration`, or at Ctrl-C (SIGINT) or SIGTERM: the daemon stops (calls in flight get
    a few seconds to record their outcome), then the emulator stops, which kills every
-   simulated worker and every process they ran; the summary follows. Exit status 0.
+   simulated worker and every process they ran; the summary follows, then each slot's
+   ledger (where its time went, as `tpucared goodput` prints it). Exit status 0.
    A second signal cuts the daemon's drain short; a third exits at once.
 """
 
@@ -30,6 +31,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
@@ -46,6 +48,7 @@ from tpucared.demo.presenter import (
     Reading,
     View,
     elapsed_text,
+    ledger_lines,
     summarize,
 )
 from tpucared.demo.scenario import Injector, SlotKey, drive, schedule
@@ -142,13 +145,18 @@ async def _run(options: DemoOptions, out: TextIO, directory: Path, log_path: Pat
             view.say("stopping the emulator: its workers and every process they ran")
         # The emulator is down: every simulated worker and its processes are gone.
         lines = ["the daemon never created its database: nothing to summarize"]
+        ledger: list[str] = []
         if await asyncio.to_thread(places.db.exists):
             async with Store.open(places.db, read_only=True) as store:
                 lines = (await summarize(store, places.checkpoints)).lines()
+                ledger = await ledger_lines(store, config.prices, datetime.now(UTC))
     finally:
         signals.remove(loop)
     view.close()
     out.write("\nsummary\n" + "".join(f"  {line}\n" for line in lines))
+    if ledger:
+        out.write("\nwhere the time went (tpucared goodput)\n")
+        out.write("".join(f"  {line}\n" if line else "\n" for line in ledger))
     out.write(
         f"\nkept in {directory}: the database, the daemon log and the checkpoints\n"
         f"  tpucared status --db {places.db}\n"
