@@ -24,6 +24,7 @@ import pytest
 from runtime_support import PROJECT, free_port, query, wait_for, write_config
 
 from tpucared.config import load_config
+from tpucared.core.model.abilities import NO_ABILITIES
 from tpucared.core.model.observed import ObservedNode, StateClass, WorkerEndpoint, ZoneObservation
 from tpucared.core.model.specs import ErrorKind
 from tpucared.emulator.hosts import SshWorkerHosts
@@ -73,6 +74,7 @@ class FakeCloud:
     _addresses: LoopbackAllocator = field(default_factory=LoopbackAllocator)
 
     oslogin = None
+    abilities = NO_ABILITIES
 
     async def observe(
         self, project: str, zone: str, now: datetime, *, queued_resources: bool

@@ -14,6 +14,8 @@ terminate, errors as data), and no more than the runtime calls today:
 - `poll`       an operation's state now (`done`, the classified error it ended with).
 - `host_keys`  what a node's workers publish of their SSH host keys, worker by worker.
 - `oslogin`    the OS Login calls where the cloud has them (None where it has not).
+- `abilities`  what the cloud can do (`CloudAbilities`, core/model/abilities.py): the runtime
+               stamps it on each observation, and the core decides on it, never on API names.
 
 Optional, beside the port: `PreemptionRecords.preemptions`, the cloud's records that it
 preempted nodes, for a cloud whose node states do not say so (Compute Engine; the TPU API's
@@ -43,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from tpucared.core.model.abilities import CloudAbilities
 from tpucared.core.model.observed import PreemptionRecord, ZoneObservation
 from tpucared.core.model.specs import CapacityKind, DataDisk, ErrorKind
 
@@ -213,6 +216,11 @@ class OsLogin(Protocol):
 class Cloud(Protocol):
     """One cloud API, as the runtime uses it (see the module docstring). `project` is always
     a real project here: the runtime resolves the core's DEFAULT_PROJECT before calling."""
+
+    @property
+    def abilities(self) -> CloudAbilities:
+        """What this cloud can do (core/model/abilities.py), stamped on its observations."""
+        ...
 
     @property
     def oslogin(self) -> OsLogin | None: ...

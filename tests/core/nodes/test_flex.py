@@ -20,6 +20,7 @@ from tpucared.core.nodes.preemption import suspects
 from tpucared.core.vocab.actions import Loss, RecordCloud, Transition
 from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.policy import Policy
+from tpucared.gcp.compute.cloud import ABILITIES as COMPUTE_ABILITIES
 from tpucared.gcp.compute.states import InstanceStatus, state_fields
 
 from ..core_support import FLEET, T0, Z1, ago, edges, inc, ours, run, slot, snapshot, spec, world
@@ -63,7 +64,7 @@ def plan_lost(
 def suspected(status: InstanceStatus | None, ends: datetime, **kw: Any) -> tuple[Loss, ...]:
     """The preemption-record suspects of the plan_lost world (core/nodes/preemption.py)."""
     shown = [] if status is None else [instance(status, ends)]
-    lists = [replace(o, api=COMPUTE_API) for o in world(*shown)]
+    lists = [replace(o, api=COMPUTE_API, abilities=COMPUTE_ABILITIES) for o in world(*shown)]
     return suspects([flex_spec()], lists, [ready(ends, **kw)], T0, Policy().vanish_grace)
 
 

@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 
+from tpucared.core.model.abilities import CloudAbilities
 from tpucared.core.model.observed import (
     LossRecords,
     ObservedNode,
     PreemptionRecord,
+    RecordKind,
     ZoneObservation,
 )
 from tpucared.core.model.records import IncarnationRecord
@@ -27,6 +29,7 @@ from tpucared.core.nodes.preemption import suspects, where, with_records
 from tpucared.core.vocab.actions import Loss, Transition
 from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.policy import Policy
+from tpucared.gcp.compute.cloud import ABILITIES as COMPUTE_ABILITIES
 from tpucared.gcp.compute.states import InstanceStatus, state_fields
 
 from ..core_support import FLEET, T0, Z1, Z2, ago, inc, ours, run, snapshot, spec, world
@@ -59,7 +62,7 @@ def lost_world(
     Engine: (its fleet, the lists, its record)."""
     fleet = fleet or compute_spec()
     shown = [] if status is None else [instance(status)]
-    lists = [replace(o, api=COMPUTE_API) for o in world(*shown)]
+    lists = [replace(o, api=COMPUTE_API, abilities=COMPUTE_ABILITIES) for o in world(*shown)]
     return fleet, lists, ready_instance(**kw)
 
 
@@ -133,7 +136,7 @@ def test_a_usable_or_unlisted_zone_suspects_nothing() -> None:
     fleet = compute_spec()
     record = ready_instance(cloud_state=ABSENT, cloud_state_since=ago(minutes=1))
     # Only Z2 listed: Z1 unknown, nothing concluded from absence.
-    lists = [replace(o, api=COMPUTE_API) for o in world(zones=(Z2,))]
+    lists = [replace(o, api=COMPUTE_API, abilities=COMPUTE_ABILITIES) for o in world(zones=(Z2,))]
     assert suspects([fleet], lists, [record], T0, Policy().vanish_grace) == ()
     failed = [*lists, replace(lists[0], zone=Z1, error=ErrorKind.TRANSIENT)]
     assert suspects([fleet], failed, [record], T0, Policy().vanish_grace) == ()
@@ -220,8 +223,33 @@ def test_a_fleet_gone_from_the_config_is_not_taken_for_spot() -> None:
     lost with no record ends as the lists showed it."""
     record = ready_instance()
     snap = snapshot(record, extra_fleets=[FLEET], down=[FLEET])
-    lists = [replace(o, api=COMPUTE_API) for o in world(instance(InstanceStatus.TERMINATED))]
+    shown = world(instance(InstanceStatus.TERMINATED))
+    lists = [replace(o, api=COMPUTE_API, abilities=COMPUTE_ABILITIES) for o in shown]
     (loss,) = suspects([], lists, [record], T0, Policy().vanish_grace)
     assert not loss.spot
     found = list(with_records(lists, {(COMPUTE_API, "", Z1): records()}))
     assert dead(run([], found, snap)).end_reason == "terminated"
+
+
+def test_the_cloud_says_whether_it_keeps_records_and_what_they_are_called() -> None:
+    """The core decides on the abilities stamped on the lists, never on the API's name: the
+    same VM listed by a cloud that keeps no records is no suspect, and a cloud that names
+    its records otherwise has its loss worded in its own words."""
+    fleet, lists, record = lost_world(InstanceStatus.TERMINATED)
+    silent = [replace(o, abilities=CloudAbilities()) for o in lists]
+    assert suspects([fleet], silent, [record], T0, Policy().vanish_grace) == ()
+    assert dead(run([fleet], silent, snapshot(record, specs=[fleet]))).reason == "terminated"
+    own = CloudAbilities(preemption_records="reclaim notice", maintenance_records="drain log")
+    mine = PreemptionRecord(name=f"{FLEET}-0", at=ago(seconds=42), cloud_id="7001", record="r1")
+    drained = replace(mine, kind=RecordKind.HOST_MAINTENANCE)
+    for found, words in ((mine, "its reclaim notice r1"), (drained, "its drain log r1")):
+        other = [replace(o, api="elsewhere", abilities=own) for o in lists]
+        theirs = replace(record, api="elsewhere")
+        read = list(with_records(other, {("elsewhere", "", Z1): records(found)}))
+        assert words in dead(run([fleet], read, snapshot(theirs, specs=[fleet]))).reason
+    gone = [replace(o, api="elsewhere", abilities=own) for o in lists]
+    t = dead(run([fleet], list(with_records(gone, {("elsewhere", "", Z1): records()})),
+                 snapshot(replace(record, api="elsewhere"), specs=[fleet])))  # fmt: skip
+    assert t.reason == (
+        "terminated: a spot VM lost, no reclaim notice names it: counted as a preemption"
+    )

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from tpucared.core.model.abilities import NO_ABILITIES, CloudAbilities
 from tpucared.core.model.causes import LossCause
 from tpucared.core.model.specs import (
     DEFAULT_API,
@@ -184,6 +185,9 @@ class ZoneObservation:
     project: str = DEFAULT_PROJECT  # the project listed (DEFAULT_PROJECT: gcp.project)
     # The cloud API that listed it (`FleetSpec.api`): one location may be listed by several.
     api: str = DEFAULT_API
+    # What that API's cloud can do, as its adapter states it (core/model/abilities.py),
+    # stamped by the runtime's observer on each of its lists.
+    abilities: CloudAbilities = NO_ABILITIES
     # The cloud's records of the nodes lost here (`LossRecords`), read in the same tick when a
     # serving node of a cloud whose states do not say "preempted" is dead or gone from this
     # list (core/nodes/preemption.py `suspects`); None: not read.

@@ -4,11 +4,12 @@ A TPU API node says PREEMPTED itself. A Compute Engine spot VM does not: preempt
 `instanceTerminationAction: STOP` it turns TERMINATED (STOPPING first), with DELETE it simply
 vanishes, and the evidence that it was preempted is a zone operation of type
 `compute.instances.preempted` naming it (docs/research/compute-engine.md §4.3). So, for a
-cloud API in `RECORDS` (the name of its preemption record), the records are part of the
-tick's observation and the core plans each loss once, with them:
+cloud whose adapter says it keeps such records (`CloudAbilities.preemption_records`, their
+name: core/model/abilities.py, stamped on its lists), the records are part of the tick's
+observation and the core plans each loss once, with them:
 
 1. `suspects` (pure, from the lists and the store's live nodes) names the serving nodes the
-   planner will find lost this tick: READY, of an API in `RECORDS`, in a location listed
+   planner will find lost this tick: READY, of a cloud keeping records, in a location listed
    well, and dead there or gone from the list past `vanish_grace` (what incarnations.py
    `_ready` ends with `die(..., lost=True)`). A tick without one reads nothing.
 2. The runtime reads the records of their locations once (the optional port method
@@ -19,9 +20,10 @@ tick's observation and the core plans each loss once, with them:
 
    a record of this node (its name, and its cloud id when both say one)
        a preemption record: end_reason "preempted", cause PREEMPTED; a host-maintenance
-       record (`compute.instances.hostMaintenance` / `terminateOnHostMaintenance`):
-       end_reason "host maintenance", cause MAINTENANCE; the event says when, and which
-       record. A loss inside its announced maintenance window stays MAINTENANCE;
+       record (Compute Engine's `compute.instances.hostMaintenance` /
+       `terminateOnHostMaintenance`): end_reason "host maintenance", cause MAINTENANCE;
+       the event says when, and which record. A loss inside its announced maintenance
+       window stays MAINTENANCE;
    none, and its fleet asks for spot capacity
        end_reason "<how>: counted as preempted" (the slot counts a preemption, as it always
        has), but the cause stays UNKNOWN: nothing tells it; the event says no record was
@@ -40,6 +42,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from tpucared.core.model.abilities import CloudAbilities
 from tpucared.core.model.causes import LossCause
 from tpucared.core.model.observed import (
     LossRecords,
@@ -50,7 +53,7 @@ from tpucared.core.model.observed import (
     ZoneObservation,
 )
 from tpucared.core.model.records import IncarnationRecord, NodePhase
-from tpucared.core.model.specs import COMPUTE_API, CapacityKind, FleetSpec
+from tpucared.core.model.specs import CapacityKind, FleetSpec
 from tpucared.core.nodes import flex
 from tpucared.core.nodes.cloud import ABSENT
 from tpucared.core.vocab.actions import Loss
@@ -58,17 +61,15 @@ from tpucared.core.vocab.view import View
 
 P = NodePhase
 
-# The cloud APIs whose node states do not say "preempted", by what their record of one is
-# (their host-maintenance records are read with them: `ENDS`).
-RECORDS: Mapping[str, str] = {COMPUTE_API: "compute.instances.preempted operation"}
-# What each kind of record says: the loss's cause, and words for the Transition's reason.
+# What each kind of record says: the loss's cause, and words for the Transition's reason
+# (what the record is called is the cloud's: `_record_words`).
 CAUSES: Mapping[RecordKind, LossCause] = {
     RecordKind.PREEMPTED: LossCause.PREEMPTED,
     RecordKind.HOST_MAINTENANCE: LossCause.MAINTENANCE,
 }
-ENDS: Mapping[RecordKind, tuple[str, str]] = {
-    RecordKind.PREEMPTED: ("preempted", "compute.instances.preempted operation"),
-    RecordKind.HOST_MAINTENANCE: ("terminated for host maintenance", "host-maintenance operation"),
+ENDS: Mapping[RecordKind, str] = {
+    RecordKind.PREEMPTED: "preempted",
+    RecordKind.HOST_MAINTENANCE: "terminated for host maintenance",
 }
 # The end_reason a record's cause gives the incarnation.
 ENDS_AS: Mapping[LossCause, str] = {
@@ -83,7 +84,7 @@ Where = tuple[str, str, str]  # (api, project as the core names it, zone)
 def loss_of(view: View, inc: IncarnationRecord, how: str) -> Loss | None:
     """The `Loss` to mark on the Transition that ends READY `inc` (`how`: what the lists
     showed), or None when its cloud's node states say "preempted" themselves."""
-    if inc.api not in RECORDS:
+    if not view.abilities(inc.api).keeps_loss_records:
         return None
     return _loss(view.specs.get(inc.fleet), inc, how)
 
@@ -105,14 +106,18 @@ def record_of(loss: Loss, records: tuple[PreemptionRecord, ...]) -> PreemptionRe
 
 
 def worded(
-    loss: Loss, reason: str, cause: LossCause | None, zone: LossRecords | None
+    loss: Loss,
+    reason: str,
+    cause: LossCause | None,
+    zone: LossRecords | None,
+    cloud: CloudAbilities,
 ) -> tuple[str, str, LossCause | None]:
     """(end_reason, reason, cause) of the Transition ending the node of `loss`, by the
-    records read for its location (the module docstring); as the lists showed it (`reason`,
-    `cause`) where they were not read."""
+    records read for its location (the module docstring), named as its `cloud` names them;
+    as the lists showed it (`reason`, `cause`) where they were not read."""
     if zone is None:
         return reason, reason, cause
-    what = RECORDS.get(loss.api, "preemption record")
+    what = cloud.preemption_records or "preemption record"
     record = None if zone.error is not None else record_of(loss, zone.records)
     # A loss inside its announced maintenance window stays MAINTENANCE whatever the record
     # (core/nodes/losses.py: host-maintenance terminations are logged as preemptions too).
@@ -121,7 +126,7 @@ def worded(
         at = _when(record.at)
         named = f" {record.record}" if record.record else ""
         found = LossCause.MAINTENANCE if window else CAUSES[record.kind]
-        done, record_words = ENDS[record.kind]
+        done, record_words = ENDS[record.kind], _record_words(cloud, record.kind)
         return ENDS_AS[found], f"{done} at {at} (its {record_words}{named}); {loss.how}", found
     if zone.error is not None:
         missing = f"its {what} could not be read ({zone.error})"
@@ -143,17 +148,19 @@ def suspects(
     vanish_grace: timedelta,
 ) -> tuple[Loss, ...]:
     """The serving nodes this tick's plan will find lost whose end the cloud's records word
-    (the module docstring, 1.): READY, of an API in `RECORDS`, in a location every list of
-    which succeeded, and listed dead there, or absent (recorded ABSENT for `vanish_grace`,
-    or absent now with no grace), unless that is a flex-start run's end. The lists of other
-    APIs cost nothing here."""
+    (the module docstring, 1.): READY, of a cloud keeping records (as its lists say), in a
+    location every list of which succeeded, and listed dead there, or absent (recorded
+    ABSENT for `vanish_grace`, or absent now with no grace), unless that is a flex-start
+    run's end. The lists of other clouds cost nothing here."""
     listed: dict[tuple[str, str], dict[str, ObservedNode]] = {}
     failed: set[tuple[str, str]] = set()
+    keeping: set[str] = set()  # the APIs whose clouds keep loss records
     for obs in observations:
         where_ = (obs.project, obs.zone)
         if not obs.ok:
             failed.add(where_)
-        elif obs.api in RECORDS:
+        elif obs.abilities.keeps_loss_records:
+            keeping.add(obs.api)
             listed.setdefault(where_, {}).update((n.name, n) for n in obs.nodes)
     if not listed:
         return ()
@@ -161,7 +168,7 @@ def suspects(
     out: list[Loss] = []
     for inc in nodes:
         place = (inc.project, inc.zone)
-        if inc.phase is not P.READY or inc.api not in RECORDS or place in failed:
+        if inc.phase is not P.READY or inc.api not in keeping or place in failed:
             continue
         shown = listed.get(place)
         if shown is None:
@@ -203,6 +210,13 @@ def _loss(spec: FleetSpec | None, inc: IncarnationRecord, how: str) -> Loss:
         api=inc.api, project=inc.project, zone=inc.zone, node_name=inc.node_name,
         cloud_id=inc.cloud_id, how=how, spot=spec is not None and spec.capacity in SPOT,
     )  # fmt: skip
+
+
+def _record_words(cloud: CloudAbilities, kind: RecordKind) -> str:
+    """What `cloud` calls its record of this kind, for the Transition's reason."""
+    if kind is RecordKind.HOST_MAINTENANCE:
+        return cloud.maintenance_records or "host-maintenance record"
+    return cloud.preemption_records or "preemption record"
 
 
 def _when(at: datetime | None) -> str:

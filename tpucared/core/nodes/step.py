@@ -174,7 +174,8 @@ def die(
         loss = loss_of(step.view, step.inc, reason) if lost else None
         if loss is not None:  # worded by the cloud's records, where they were read
             found = step.view.loss_records(loss.project, loss.zone)
-            end_reason, why, cause = worded(loss, reason, cause, found)
+            cloud = step.view.abilities(loss.api)
+            end_reason, why, cause = worded(loss, reason, cause, found, cloud)
         step.move(
             P.DEAD,
             why,

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from tpucared.core.model.abilities import NO_ABILITIES, CloudAbilities
 from tpucared.core.model.lifecycle import LIVE_PHASES
 from tpucared.core.model.observed import (
     LossRecords,
@@ -165,9 +166,13 @@ class View:
         # Nodes listed by another API than the TPU API's (only those: a big TPU fleet pays
         # nothing), for what a node nobody recorded is adopted as (core/nodes/strays.py).
         self._apis: dict[tuple[str, str, str], str] = {}
+        # What each API's cloud can do, as stamped on its lists (core/model/abilities.py).
+        self._abilities: dict[str, CloudAbilities] = {}
         # Several observations of one location are merged; one failure makes it unknown.
         for obs in sorted(observations, key=lambda o: (o.project, o.zone, o.observed_at)):
             where = (obs.project, obs.zone)
+            if obs.abilities != NO_ABILITIES:  # a skipped location's says nothing
+                self._abilities[obs.api] = obs.abilities
             if not obs.ok:
                 self._failed.add(where)
                 self.errors[where] = obs
@@ -254,6 +259,10 @@ class View:
     def listed_api(self, project: str, zone: str, name: str) -> str:
         """The cloud API whose list showed node `name` (DEFAULT_API when none other did)."""
         return self._apis.get((project, zone, name), DEFAULT_API)
+
+    def abilities(self, api: str) -> CloudAbilities:
+        """What the cloud of `api` can do, as its lists said (none: no list of it this tick)."""
+        return self._abilities.get(api, NO_ABILITIES)
 
     def occupant(self, project: str, zone: str, name: str) -> Resource | None:
         """Whatever the lists show under `name` in `zone` of `project` (matched or not)."""

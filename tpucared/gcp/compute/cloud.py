@@ -47,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime
 
+from tpucared.core.model.abilities import CloudAbilities
 from tpucared.core.model.observed import PreemptionRecord, ZoneObservation
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind, ErrorKind
 from tpucared.gcp.auth import TokenSource
@@ -64,6 +65,21 @@ from tpucared.gcp.tpu.oslogin import OsLoginClient, endpoint_for
 from tpucared.ports.cloud import NodeShape, OperationState, PublishedHostKeys
 
 API = "compute"  # `FleetSpec.api` of the fleets this cloud keeps
+
+# What Compute Engine can do, as tpucared uses it (core/model/abilities.py). A preempted spot
+# VM turns TERMINATED or vanishes without saying why: the zone operations of type
+# `compute.instances.preempted` (and of host maintenance) say it (operation.py,
+# docs/research/compute-engine.md §4.3). No queued resources or multislice here; flex-start
+# and calendar reservations are MIG resize requests (slices.py).
+ABILITIES = CloudAbilities(
+    reservations=True,
+    preemption_records="compute.instances.preempted operation",
+    maintenance_records="host-maintenance operation",
+    early_maintenance=True,
+    host_keys=True,
+    os_login=True,
+    flex_start=True,
+)
 
 
 class ComputeCloud:
@@ -110,6 +126,10 @@ class ComputeCloud:
             names.endpoint_for(tpu_endpoint), token_source=token_source, on_request=on_request
         )
         return cls(client, owner=owner, oslogin_endpoint=endpoint_for(tpu_endpoint))
+
+    @property
+    def abilities(self) -> CloudAbilities:
+        return ABILITIES
 
     @property
     def oslogin(self) -> OsLoginClient:

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from tpucared.core.model.abilities import CloudAbilities
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.gcp.auth import TokenSource
 from tpucared.gcp.responses import PageMemo
@@ -33,6 +34,18 @@ from tpucared.gcp.tpu.oslogin import OsLoginClient, endpoint_for
 from tpucared.ports.cloud import NodeShape, OperationState, PublishedHostKeys
 
 API = "tpu"  # `FleetSpec.api` of the fleets this cloud keeps
+
+# What the TPU API can do, as tpucared uses it (core/model/abilities.py). Its nodes say
+# PREEMPTED themselves (Node.State), so it keeps no separate loss records; early maintenance
+# is v2alpha1 `nodes.performMaintenance`; host keys are the `hostkeys/` guest attributes.
+ABILITIES = CloudAbilities(
+    queued=True,
+    multislice=True,
+    reservations=True,
+    early_maintenance=True,
+    host_keys=True,
+    os_login=True,
+)
 
 
 class TpuCloud:
@@ -48,6 +61,10 @@ class TpuCloud:
     ) -> TpuCloud:
         """A cloud over a new client of `endpoint` (closed by `aclose`)."""
         return cls(TpuClient(endpoint, token_source=token_source, on_request=on_request))
+
+    @property
+    def abilities(self) -> CloudAbilities:
+        return ABILITIES
 
     @property
     def oslogin(self) -> OsLoginClient:

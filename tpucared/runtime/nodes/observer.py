@@ -170,7 +170,8 @@ class Observer:
             obs = await self._listed(where, api, zones, now)
             if project != DEFAULT_PROJECT:
                 obs = replace(obs, project=project)
-            return obs if api == DEFAULT_API else replace(obs, api=api)
+            # The API that listed it, and what its cloud can do (core/model/abilities.py).
+            return replace(obs, api=api, abilities=self._clouds.of(api).abilities)
 
         listed = await asyncio.gather(*(one(where, api) for where, api in lists))
         skipped = [skip[w] for w in zones.nodes if w in skip]
