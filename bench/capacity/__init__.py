@@ -2,26 +2,30 @@
 SkyPilot's and tpucare's retry schedules replayed against the same emulator in the same run.
 
 `python -m bench.run --only capacity [--quick]` (or `python -m bench.capacity [--quick]`);
-`python -m bench.capacity --model` prints the simulated trade-off table of docs/daemon.md.
+`python -m bench.capacity --model` prints the simulated trade-off table of docs/daemon.md;
+`python -m bench.capacity --queued --queued-serve at-once|scan [--only-group KEY] [--samples N]`
+the daemon's hunt against a queued fleet's (issue 44).
 
-Method. One emulator runs in this process (its own thread; a create takes 2 s, a delete
-1 s). Every participant hunts in a zone of its own, so all of them run at once and each
-has its own stockouts: a participant is either the real daemon (`python -m tpucared run`,
-generated config, poll 10 s, one fleet of 1 or 4 spot slots; default policy unless the
-group says otherwise) or a replay of another tool's schedule (bench/replay.py: raw
-aiohttp requests; SkyPilot 1 slot, tpucare 1 or 4 slots sharing its semaphore of 2).
-A sample: the zone's capacity goes to 0 and its nodes are preempted; the participant
-hunts; exactly `stockout` seconds later capacity comes back; the sample is
-the time from that instant to the winning create's POST for the zone (the first posted after
-it; with `--capacity-judged end`, the first still in flight then, so it may be negative), and,
-for a fleet of 4, to the moment every slot has sent one; `ready_s` adds the emulator's
-create_seconds: capacity back -> READY, comparable across both semantics. Once the
-zone is READY again (and, for the daemon, recorded READY in its database), a pause, then
-the next sample. First stockouts are staggered at random over a minute, so the groups
-interleave and none of them owns a quiet or a busy phase of the machine. The cost: every
-request to the zone from `count_from` seconds into the stockout until capacity returns, per
-minute, by kind; per slot is that divided by the fleet's slots. Every instant comes from
-the emulator's clock (control calls, request arrival times).
+Method. One emulator runs in this process (its own thread; a create takes 2 s, a delete 1 s).
+Every participant hunts in a zone of its own, so all of them run at once and each has its own
+stockouts: a participant is either the real daemon (`python -m tpucared run`, generated config,
+poll 10 s, one fleet of 1, 4 or 16 spot slots; default policy unless the group says otherwise;
+`provisioning = "direct"`, or "queued": one queued resource per slot, which the emulator serves
+as `queued_serve` says) or a replay of another tool's schedule (bench/replay.py: raw aiohttp
+requests; SkyPilot 1 slot, tpucare 1, 4 or 16 slots sharing its semaphore of 2). A sample: the
+zone's capacity goes to 0 and its nodes are preempted; the participant hunts; exactly
+`stockout` seconds later capacity comes back; the sample is the time from that instant to the
+winning create's POST for the zone (the first posted after it; with `--capacity-judged end`,
+the first still in flight then, so it may be negative; for a queued fleet, to its first node's
+createTime, the instant the cloud gave a waiting queued resource the capacity), and, for a
+fleet, to the moment every slot has sent one (has one); `ready_s` adds the emulator's
+create_seconds: capacity back -> READY, comparable across both semantics and both
+provisionings. Once the zone is READY again (and, for the daemon, recorded READY in its
+database), a pause, then the next sample. First stockouts are staggered at random over a
+minute, so the groups interleave and none of them owns a quiet or a busy phase of the machine.
+The cost: every request to the zone from `count_from` seconds into the stockout until capacity
+returns, per minute, by kind; per slot is that divided by the fleet's slots. Every instant
+comes from the emulator's clock (control calls, request arrival times).
 
 Statistics are over a handful of samples per group (bench/common.py): quote the median.
 """
@@ -33,7 +37,7 @@ import random
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +54,7 @@ from bench.capacity.settings import (
     POLL,
     PREVIOUS_DEFAULT,
     PREVIOUS_POLICY,
+    QUEUED,
     QUICK,
     Group,
     Settings,
@@ -66,10 +71,12 @@ __all__ = [
     "MODEL_ROWS",
     "PREVIOUS_DEFAULT",
     "PREVIOUS_POLICY",
+    "QUEUED",
     "QUICK",
     "Group",
     "Settings",
     "analyse",
+    "chosen",
     "main",
     "model_table",
     "poll_times",
@@ -104,6 +111,8 @@ def run(
             offerings={zone: (TYPE,) for zone in zones},
             request_log_size=5_000_000,
             capacity_judged=settings.capacity_judged,
+            queued_serve=settings.queued_serve,
+            queued_scan_seconds=settings.queued_scan_seconds,
         ) as cloud,
         ReplayLoop() as replays,
     ):
@@ -163,6 +172,8 @@ def run(
             "emulator_create_seconds": settings.timing.create_seconds,
             "emulator_delete_seconds": settings.timing.delete_seconds,
             "emulator_capacity_judged": settings.capacity_judged,
+            "emulator_queued_serve": settings.queued_serve,
+            "emulator_queued_scan_seconds": settings.queued_scan_seconds,
             "skypilot": vars(settings.skypilot),
             "tpucare": {
                 "list_cache_s": settings.tpucare.list_cache,
@@ -214,8 +225,14 @@ def render(result: Mapping[str, Any]) -> str:
         "req/min/slot",
         "req/min/zone",
     ]
+    kinds = [
+        f"{g['key']}: "
+        + ", ".join(f"{k} {v:g}" for k, v in g["requests_per_minute_per_zone"].items())
+        for g in result["groups"]
+        if "requests_per_minute_per_zone" in g
+    ]
     errors = [f"FAILED {name}: {error}" for name, error in result.get("errors", {}).items()]
-    return "\n".join([common.table(headers, rows), *errors])
+    return "\n".join([common.table(headers, rows), "requests per hunting minute:", *kinds, *errors])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,21 +258,61 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--samples", type=int, default=0, help="stockouts per participant (0: the preset's)"
     )
+    parser.add_argument(
+        "--queued",
+        action="store_true",
+        help="the daemon's hunt, the tight loop and a queued fleet, 1 and 16 slots (issue 44)",
+    )
+    parser.add_argument(
+        "--queued-serve",
+        choices=("at-once", "scan"),
+        default="at-once",
+        help="when the emulator gives freed capacity to waiting queued resources",
+    )
+    parser.add_argument("--queued-scan-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--only-group",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="run only this group of the preset (repeatable), e.g. tpucared-queued-16",
+    )
     args = parser.parse_args(argv)
     if args.model:
         print(model_table(args.runs))
         return 0
     from bench import run as harness
 
-    def judged(quick: bool) -> dict[str, Any]:
-        base = HUNT if args.hunt else QUICK if quick else FULL
-        if args.samples > 0:
-            groups = tuple(dataclasses.replace(g, samples=args.samples) for g in base.groups)
-            base = dataclasses.replace(base, groups=groups)
-        return run(quick, settings=dataclasses.replace(base, capacity_judged=args.capacity_judged))
+    base = QUEUED if args.queued else HUNT if args.hunt else QUICK if args.quick else FULL
+    settings = chosen(base, args.only_group, args.samples)
+    settings = dataclasses.replace(
+        settings,
+        capacity_judged=args.capacity_judged,
+        queued_serve=args.queued_serve,
+        queued_scan_seconds=args.queued_scan_seconds,
+    )
 
-    name = f"capacity-hunt-{args.capacity_judged}" if args.hunt else "capacity"
+    def judged(quick: bool) -> dict[str, Any]:
+        return run(quick, settings=settings)
+
+    name = "capacity"
+    if args.hunt:
+        name = f"capacity-hunt-{args.capacity_judged}"
+    elif args.queued:
+        name = f"capacity-queued-{args.queued_serve}-{args.capacity_judged}"
     path, envelope = harness.run_one(name, judged, quick=args.quick, output_dir=common.RESULTS_DIR)
     print(render(envelope["result"]))
     print(f"written to {path}")
     return 0
+
+
+def chosen(base: Settings, only: Sequence[str], samples: int) -> Settings:
+    """`base` with only the groups named by key (all if none), `samples` stockouts each if > 0."""
+    keys = [g.key for g in base.groups]
+    unknown = sorted(set(only) - set(keys))
+    if unknown:
+        raise SystemExit(f"unknown group {unknown}: the preset has {keys}")
+    groups = tuple(g for g in base.groups if not only or g.key in only)
+    if samples > 0:
+        groups = tuple(dataclasses.replace(g, samples=samples) for g in groups)
+    return dataclasses.replace(base, groups=groups)

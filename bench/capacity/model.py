@@ -134,3 +134,17 @@ def model_table(
             f"| {four['requests_per_minute']:.0f} |"
         )
     return "\n".join(lines)
+
+
+def lone_slot_floor(
+    requests_per_minute: float, *, per_cycle: int = 2, fixed_per_minute: float = 6.0
+) -> dict[str, float]:
+    """The least cycle and mean wait of a lone slot hunting with plain creates at a given
+    request rate (docs/daemon.md, "the lone slot's limit"). Each cycle costs at least
+    `per_cycle` requests (a create and one read of its operation) beside the poll's lists
+    (`fixed_per_minute`: one nodes.list every 10 s); so the cycle C is at least
+    60 * per_cycle / (rate - fixed) seconds. Capacity comes back at a moment unrelated to the
+    cycle, so the mean wait for the next create (capacity judged at the post) or the next
+    create's end (judged at the end) is E[C^2] / 2E[C] >= E[C] / 2, equal for a constant C."""
+    cycle = 60.0 * per_cycle / (requests_per_minute - fixed_per_minute)
+    return {"cycle_s": round(cycle, 2), "mean_wait_s": round(cycle / 2, 2)}

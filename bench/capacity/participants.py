@@ -1,5 +1,5 @@
-"""The participants of the capacity benchmark: the real daemon or a replayed schedule, each
-hunting in a zone of its own through its own stockouts."""
+"""The participants of the capacity benchmark: the real daemon (its fleet direct or queued)
+or a replayed schedule, each hunting in a zone of its own through its own stockouts."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench import common, replay
+from bench import common, daemon_config, replay
 from bench.capacity.settings import POLL, Group, Settings
-from bench.detection import PROJECT, Cloud, DaemonProcess, recorded_ready
+from bench.detection import PROJECT, ROOT, TYPE, Cloud, DaemonProcess, recorded_ready
 
 T = TypeVar("T")
 
@@ -53,6 +53,54 @@ class ReplayLoop:
 
 
 # ---------------------------------------------------------------------------------------------
+# The daemon, its fleet direct or queued
+
+
+class FleetDaemon(DaemonProcess):
+    """bench/detection.py's daemon, with the fleet's `provisioning` said: "queued" makes one
+    spot queued resource per slot, which the cloud provisions when capacity frees."""
+
+    def __init__(
+        self,
+        directory: Path,
+        endpoint: str,
+        *,
+        size: int,
+        zone: str,
+        owner: str,
+        policy: str,
+        provisioning: str,
+    ) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.config = directory / "fleet.toml"
+        fleet = daemon_config.fleet(
+            "bench",
+            zones=[zone],
+            accelerator_type=TYPE,
+            size=size,
+            capacity="spot",
+            provisioning=provisioning,
+        )
+        config = daemon_config.against_emulator(
+            endpoint, fleet, project=PROJECT, owner=owner, poll=f"{POLL:g}s", policy=policy or None
+        )
+        daemon_config.write(self.config, config)
+        self.log = (directory / "daemon.log").open("ab")
+        self.process = common.start_daemon(self.config, self.log, cwd=ROOT)
+
+
+def created_at(cloud: Cloud, zone: str) -> dict[str, float]:
+    """node id -> its createTime on the emulator's clock: for a queued resource's node, the
+    instant the cloud gave the request its capacity."""
+    return dict(
+        cloud.thread.call(
+            lambda s: [(n.node_id, n.create_time) for n in s.all_nodes() if n.zone == zone]
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # One participant: its own zone, its own stockouts
 
 
@@ -67,7 +115,7 @@ class Participant:
 
     @property
     def name(self) -> str:
-        return f"{self.group.tool}-{self.group.slots}-{self.zone}"
+        return f"{self.group.key}-{self.zone}"
 
 
 def zone_ready(cloud: Cloud, zone: str, size: int) -> bool:
@@ -87,14 +135,14 @@ def run_participant(
     daemon: DaemonProcess | None = None
     clients: list[replay.Replay] = []
     if g.tool == "tpucared":
-        daemon = DaemonProcess(
+        daemon = FleetDaemon(
             scratch / p.name,
             cloud.url,
-            poll=POLL,
             size=g.slots,
             zone=p.zone,
             owner=f"bench{p.index}",
             policy=g.policy,
+            provisioning=g.provisioning,
         )
         d = daemon
 
@@ -142,6 +190,8 @@ def run_participant(
                     "stocked_out": stocked_out,
                     "restored": restored,
                     "ready_nodes": sorted(cloud.nodes(p.zone)),
+                    "provisioning": g.provisioning,
+                    "created_at": created_at(cloud, p.zone),
                 }
             )
             log(f"{g.label} x{g.slots} {p.zone}: sample {i + 1}/{g.samples} done")

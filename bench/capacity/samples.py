@@ -1,5 +1,6 @@
 """From the emulator's request log to the capacity benchmark's samples and group summaries:
-latency from capacity back to the winning create, and the requests made while hunting."""
+latency from capacity back to the winning create (for a queued fleet: to the instant the cloud
+gave its queued resource the capacity), and the requests made while hunting."""
 
 from __future__ import annotations
 
@@ -17,10 +18,72 @@ def zone_of(path: str) -> str | None:
     return parts[parts.index("locations") + 1] if "locations" in parts else None
 
 
+def kind_of(request: Mapping[str, Any]) -> str:
+    """bench/detection.py's request kinds, and queuedResources.create/list/get/delete/reset."""
+    method, path = request["method"], request["path"]
+    if "/queuedResources" not in path or "/operations/" in path:
+        return request_kind(request)
+    if path.endswith(":reset"):
+        return "queuedResources.reset"
+    if path.endswith("/queuedResources"):
+        return "queuedResources.list" if method == "GET" else "queuedResources.create"
+    return "queuedResources.delete" if method == "DELETE" else "queuedResources.get"
+
+
+def cost(
+    sample: Mapping[str, Any], requests: Sequence[Mapping[str, Any]], settings: Settings
+) -> dict[str, Any]:
+    """Every request to the zone from `count_from` into the stockout until capacity came
+    back, per minute and by kind (the hunting minute's cost)."""
+    restored, stocked_out = sample["restored"], sample["stocked_out"]
+    start = stocked_out + settings.count_from
+    window = [r for r in requests if start <= r["time"] < restored]
+    minutes = (restored - start) / 60.0
+    kinds = Counter(kind_of(r) for r in window)
+    per_minute = {k: round(v / minutes, 2) for k, v in sorted(kinds.items())}
+    total = sum(kinds.values()) / minutes
+    return {
+        "requests_per_minute": {**per_minute, "total": round(total, 2)},
+        "requests_per_minute_per_slot": round(total / sample["slots"], 2),
+    }
+
+
+def analyse_queued(
+    sample: dict[str, Any], requests: Sequence[Mapping[str, Any]], settings: Settings
+) -> dict[str, Any]:
+    """A queued fleet's sample: capacity back -> the first node's createTime (the instant the
+    cloud gave a waiting queued resource its capacity) and -> READY (+ create_seconds)."""
+    restored, stocked_out = sample["restored"], sample["stocked_out"]
+    created = sample["created_at"]
+    if len(created) != sample["slots"]:
+        raise RuntimeError(f"{sample['zone']}: {len(created)} nodes for {sample['slots']} slots")
+    if min(created.values()) < restored:
+        raise RuntimeError(f"{sample['zone']}: a node was made before capacity came back")
+    first, last = min(created.values()), max(created.values())
+    sent = sorted(
+        r["time"] - stocked_out
+        for r in requests
+        if kind_of(r) == "queuedResources.create" and stocked_out <= r["time"] <= last
+    )
+    out = {
+        **{k: v for k, v in sample.items() if k not in ("ready_nodes", "created_at")},
+        "stockout_s": round(restored - stocked_out, 3),
+        "latency_s": round(first - restored, 4),
+        "ready_s": round(first + settings.timing.create_seconds - restored, 4),
+        "creates_at_s": [round(t, 2) for t in sent],  # the queued resources' creates
+        **cost(sample, requests, settings),
+    }
+    if sample["slots"] > 1:
+        out["every_slot_latency_s"] = round(last - restored, 4)
+    return out
+
+
 def analyse(
     sample: dict[str, Any], requests: Sequence[Mapping[str, Any]], settings: Settings
 ) -> dict[str, Any]:
     """Latency and cost of one sample, from the zone's requests in the emulator's log."""
+    if sample.get("provisioning") == "queued":
+        return analyse_queued(sample, requests, settings)
     restored, stocked_out = sample["restored"], sample["stocked_out"]
     # The create that succeeds: the first one posted after capacity came back ("post"), or,
     # when capacity is judged at the operation's end, the first one still in flight then.
@@ -40,12 +103,6 @@ def analyse(
     node = min(first_per_node, key=lambda n: first_per_node[n])
     if node not in sample["ready_nodes"]:
         raise RuntimeError(f"{sample['zone']}: the first create ({node}) did not end READY")
-    start = stocked_out + settings.count_from
-    window = [r for r in requests if start <= r["time"] < restored]
-    minutes = (restored - start) / 60.0
-    kinds = Counter(request_kind(r) for r in window)
-    per_minute = {k: round(v / minutes, 2) for k, v in sorted(kinds.items())}
-    total = sum(kinds.values()) / minutes
     # Every create of the sample, seconds from the stockout: the schedule as it happened.
     sent = sorted(
         r["time"] - stocked_out
@@ -53,7 +110,7 @@ def analyse(
         if request_kind(r) == "nodes.create" and stocked_out <= r["time"] <= first
     )
     out = {
-        **{k: v for k, v in sample.items() if k != "ready_nodes"},
+        **{k: v for k, v in sample.items() if k not in ("ready_nodes", "created_at")},
         "stockout_s": round(restored - stocked_out, 3),
         # From capacity back to the winning create's POST (negative: it was in flight) and to
         # its node READY (the POST + the emulator's create_seconds): the second is comparable
@@ -61,8 +118,7 @@ def analyse(
         "latency_s": round(first - restored, 4),
         "ready_s": round(first + create_s - restored, 4),
         "creates_at_s": [round(t, 2) for t in sent],
-        "requests_per_minute": {**per_minute, "total": round(total, 2)},
-        "requests_per_minute_per_slot": round(total / sample["slots"], 2),
+        **cost(sample, requests, settings),
     }
     if sample["slots"] > 1:
         complete = len(first_per_node) == sample["slots"]
@@ -75,7 +131,13 @@ def analyse(
 def summarize_group(group: Group, samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
     mine = [s for s in samples if s["group"] == group.label and s["slots"] == group.slots]
     if not mine:
-        return {"tool": group.tool, "label": group.label, "slots": group.slots, "n": 0}
+        return {
+            "tool": group.tool,
+            "label": group.label,
+            "slots": group.slots,
+            "key": group.key,
+            "n": 0,
+        }
     kinds = sorted({k for s in mine for k in s["requests_per_minute"]})
     per_zone = {
         k: round(sum(s["requests_per_minute"].get(k, 0.0) for s in mine) / len(mine), 1)
@@ -86,6 +148,8 @@ def summarize_group(group: Group, samples: Sequence[dict[str, Any]]) -> dict[str
         "label": group.label,
         "slots": group.slots,
         "schedule": group.schedule,
+        "provisioning": group.provisioning,
+        "key": group.key,
         "participants": group.count,
         "latency_s": common.summarize([s["latency_s"] for s in mine]),
         "ready_s": common.summarize([s["ready_s"] for s in mine]),

@@ -3,6 +3,7 @@ budget the default policy must keep and the capacity waits it is compared with."
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -55,6 +56,14 @@ class Group:
     samples: int  # stockouts per participant
     policy: str = ""  # tpucared: the [policy] body ("" = the defaults)
     schedule: str = ""
+    # tpucared: the fleet's `provisioning`: "direct" (nodes.create, hunted by the daemon) or
+    # "queued" (one queued resource per slot: the cloud waits for capacity on its behalf).
+    provisioning: str = "direct"
+
+    @property
+    def key(self) -> str:
+        """The group's name on the command line (`--only-group`): "tpucared-queued-16"."""
+        return re.sub(r"[^a-z0-9]+", "-", self.label.lower()).strip("-") + f"-{self.slots}"
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,10 @@ class Settings:
     # When the emulator judges a create's capacity: at the POST or when the operation ends
     # (README, "The emulator"). Nobody knows which the real API does: run both.
     capacity_judged: str = "post"
+    # How waiting queued resources get freed capacity (README, "The emulator"): "at-once" or
+    # at scans every `queued_scan_seconds`. Nobody knows which the real API does: run both.
+    queued_serve: str = "at-once"
+    queued_scan_seconds: float = 10.0
     # None: a fresh seed each run (recorded in the result), so that two runs are two
     # independent draws of the replays' schedules and the stockouts' phases.
     seed: int | None = None
@@ -79,6 +92,7 @@ class Settings:
 _DEFAULT = _describe(CAPACITY_BACKOFF)
 _SKY = "60 s x1.6 +-40 % (kept), cap 300 s; FAILOVER: 3 attempts, then a fresh backoff"
 _TIGHT = "tight loop: gcloud start 1 s + create + gcloud's operation waiter"
+_QUEUED = "one queued resource per slot (spot); the cloud provisions it when capacity frees"
 
 FULL = Settings(
     groups=(
@@ -107,6 +121,7 @@ QUICK = Settings(
         Group("skypilot", "SkyPilot replay (x0.1)", 1, 1, 1, schedule=_SKY + "; x0.1"),
         Group("tpucare", "tpucare replay", 1, 1, 1, schedule=_TIGHT),
         Group("tpucare", "tpucare replay", 4, 1, 1, schedule=_TIGHT + "; 2 slots at a time"),
+        Group("tpucared", "tpucared queued", 1, 1, 1, schedule=_QUEUED, provisioning="queued"),
     ),
     stockout=20.0,
     count_from=5.0,
@@ -122,6 +137,26 @@ HUNT = Settings(
     groups=(
         Group("tpucared", "tpucared (default)", 1, 4, 2, schedule=_DEFAULT),
         Group("tpucare", "tpucare replay", 1, 4, 2, schedule=_TIGHT),
+    ),
+    stockout=60.0,
+    count_from=15.0,
+    stagger=20.0,
+    pause=(5.0, 10.0),
+    model_runs=0,
+)
+# `--queued` (issue 44): the cloud waiting for capacity on the daemon's behalf (a fleet with
+# `provisioning = "queued"`) beside the daemon's own hunt and the tight loop, a lone slot and a
+# fleet of 16 (within the budgets of docs/daemon.md per zone), one-minute stockouts; run once
+# per `--queued-serve` model. n per group = participants x samples: `--samples` raises it,
+# `--only-group` runs one cell alone.
+QUEUED = Settings(
+    groups=(
+        Group("tpucared", "tpucared (default)", 1, 2, 3, schedule=_DEFAULT),
+        Group("tpucare", "tpucare replay", 1, 2, 3, schedule=_TIGHT),
+        Group("tpucared", "tpucared queued", 1, 2, 3, schedule=_QUEUED, provisioning="queued"),
+        Group("tpucared", "tpucared (default)", 16, 1, 3, schedule=_DEFAULT),
+        Group("tpucare", "tpucare replay", 16, 1, 3, schedule=_TIGHT + "; 2 slots at a time"),
+        Group("tpucared", "tpucared queued", 16, 1, 3, schedule=_QUEUED, provisioning="queued"),
     ),
     stockout=60.0,
     count_from=15.0,
