@@ -14,7 +14,6 @@ from typing import Any
 from tpucared.core.model.observed import (
     ObservedNode,
     ObservedQueuedResource,
-    QueuedState,
     ZoneObservation,
 )
 from tpucared.core.model.records import FleetRecord, IncarnationRecord, NodePhase, SlotRecord
@@ -33,7 +32,7 @@ from tpucared.core.vocab.actions import Action, DeleteNode, Transition
 from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.policy import Policy
 from tpucared.core.vocab.snapshot import PlainSnapshot
-from tpucared.gcp.tpu.states import NodeState, state_fields
+from tpucared.gcp.tpu.states import NodeState, QueuedState, queued_fields, state_fields
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 Z1, Z2 = "us-central2-b", "europe-west4-a"
@@ -105,7 +104,7 @@ def qr(
     return ObservedQueuedResource(
         name=name,
         zone=zone,
-        state=state,
+        **queued_fields(state),
         labels=ours(fleet) if labels is None else dict(labels),
         node_names=(name,),
         error=error,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tpucared.core.model.observed import QueuedState, WorkerEndpoint
+from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.specs import CapacityKind, ErrorKind
 from tpucared.gcp.tpu import bodies
 from tpucared.gcp.tpu.bodies import NodeShape
@@ -18,7 +18,7 @@ from tpucared.gcp.tpu.convert import (
     parse_time,
     queued_resource_from_json,
 )
-from tpucared.gcp.tpu.states import NodeState
+from tpucared.gcp.tpu.states import NodeState, QueuedState
 
 ZONE = "us-central2-b"
 PARENT = f"projects/my-project/locations/{ZONE}"

@@ -17,7 +17,6 @@ import aiohttp
 import pytest
 from gcp_fakes import Sleeps
 
-from tpucared.core.model.observed import QueuedState
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind, ErrorKind
 from tpucared.gcp.errors import (
     AlreadyExistsError,
@@ -31,7 +30,7 @@ from tpucared.gcp.tpu.bodies import NodeShape
 from tpucared.gcp.tpu.client import TpuClient
 from tpucared.gcp.tpu.observe import LIST_PAGE_SIZE, NODE_LIST_FIELDS, observe_zone
 from tpucared.gcp.tpu.operation import Operation
-from tpucared.gcp.tpu.states import NodeState
+from tpucared.gcp.tpu.states import NodeState, QueuedState
 
 P = "emu-project"
 ZONE = "us-central2-b"

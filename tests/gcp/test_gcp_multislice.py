@@ -13,7 +13,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tpucared.core.model.observed import QueuedState
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind
 from tpucared.emulator import EmulatorServer
 from tpucared.gcp.auth import NoAuth
@@ -23,7 +22,7 @@ from tpucared.gcp.tpu.bodies import NodeShape
 from tpucared.gcp.tpu.client import TpuClient
 from tpucared.gcp.tpu.convert import MalformedResource, node_from_json, queued_resource_from_json
 from tpucared.gcp.tpu.observe import observe_zone
-from tpucared.gcp.tpu.states import NodeState
+from tpucared.gcp.tpu.states import NodeState, QueuedState
 
 P, ZONE, TYPE = "ms-project", "us-central2-b", "v4-8"
 PARENT = names.location(P, ZONE)

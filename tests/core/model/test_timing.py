@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from tpucared.core.model import durations
 from tpucared.core.model.backoff import BackoffRule, ceiling, delay, jitter, shortest
-from tpucared.core.model.observed import QueuedState, StateClass
+from tpucared.core.model.observed import QueuedPhase, StateClass
 from tpucared.core.model.records import NodePhase
 from tpucared.core.model.specs import ErrorKind
 from tpucared.core.vocab.policy import CAPACITY_BACKOFF, HARD_ERRORS, Policy
@@ -21,7 +21,7 @@ from tpucared.core.vocab.stuck import (
     STUCK_RULES,
     with_overrides,
 )
-from tpucared.gcp.tpu.states import NODE_STATES, NodeState
+from tpucared.gcp.tpu.states import NODE_STATES, QUEUED_PHASES, NodeState, QueuedState
 
 S = timedelta(seconds=1)
 RULE = BackoffRule(base=5 * S, cap=30 * S)
@@ -234,13 +234,13 @@ def test_every_transient_cloud_state_is_timed() -> None:
 
 def test_every_waiting_queued_state_is_timed() -> None:
     assert set(QUEUED_RULE.values()) <= set(DEFAULT_TIMEOUTS)
-    waiting = set(QueuedState) - {
-        QueuedState.FAILED,
-        QueuedState.SUSPENDING,
-        QueuedState.SUSPENDED,
-        QueuedState.DELETING,
-    }
-    assert set(QUEUED_RULE) == waiting
+    assert set(QUEUED_RULE) == set(QueuedPhase) - {QueuedPhase.DEAD, QueuedPhase.DELETING}
+
+
+def test_every_queued_state_of_the_tpu_api_has_a_phase() -> None:
+    assert set(QUEUED_PHASES) == set(QueuedState)
+    dead = {s for s, phase in QUEUED_PHASES.items() if phase is QueuedPhase.DEAD}
+    assert dead == {QueuedState.FAILED, QueuedState.SUSPENDING, QueuedState.SUSPENDED}
 
 
 def test_pending_and_deleting_phases_are_timed() -> None:

@@ -12,10 +12,11 @@ from datetime import timedelta
 
 import pytest
 
-from tpucared.core.model.observed import QueuedState, ZoneObservation
+from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import ErrorKind, Provisioning
 from tpucared.core.vocab.actions import DeleteNode, Transition
+from tpucared.gcp.tpu.states import QueuedState
 
 from ..core_support import (
     T0,

@@ -16,7 +16,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpucared.core.model.observed import ObservedNode, QueuedState
+from tpucared.core.model.observed import ObservedNode
 from tpucared.core.model.records import (
     IncarnationRecord,
     NodePhase,
@@ -44,7 +44,7 @@ from tpucared.core.vocab.policy import Policy
 from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload, StopWorkload
 from tpucared.core.workload.inputs import SlotProbe, WorkerProbe, WorkloadSnapshot
 from tpucared.core.workload.probes import keep_chain, leaving
-from tpucared.gcp.tpu.states import NodeState
+from tpucared.gcp.tpu.states import NodeState, QueuedState
 
 from ..core_support import (
     FLEET,

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from tpucared.core.model.observed import QueuedState, ZoneObservation
+from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import NodePhase
 from tpucared.core.model.specs import (
     FLEET_LABEL,
@@ -27,7 +27,7 @@ from tpucared.core.vocab.actions import (
     Severity,
 )
 from tpucared.core.vocab.policy import Policy
-from tpucared.gcp.tpu.states import NodeState
+from tpucared.gcp.tpu.states import NodeState, QueuedState
 
 from ..core_support import (
     FLEET,

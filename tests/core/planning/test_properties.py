@@ -25,7 +25,6 @@ from tpucared.core.model.lifecycle import LIVE_PHASES
 from tpucared.core.model.observed import (
     ObservedNode,
     ObservedQueuedResource,
-    QueuedState,
     StateClass,
     ZoneObservation,
 )
@@ -45,7 +44,7 @@ from tpucared.core.planning.executor_contract import apply_intent
 from tpucared.core.vocab.actions import Adopt, CreateNode, DeleteNode, RecordCloud, Transition
 from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.snapshot import PlainSnapshot
-from tpucared.gcp.tpu.states import NodeState, state_fields
+from tpucared.gcp.tpu.states import NodeState, QueuedState, queued_fields, state_fields
 
 from ..core_support import OWNER, T0, Z1, Z2, ours, run, spec
 
@@ -159,7 +158,7 @@ def zone_lists(draw: st.DrawFn) -> list[ZoneObservation]:
                 ObservedQueuedResource(
                     name=name,
                     zone=zone,
-                    state=draw(st.sampled_from(QueuedState)),
+                    **queued_fields(draw(st.sampled_from(QueuedState))),
                     labels=label_set(draw(labels), name),
                     error=draw(st.none() | st.sampled_from(ErrorKind)),
                 )

@@ -125,19 +125,17 @@ class ObservedNode:
         return self.owner == owner and self.fleet is not None
 
 
-class QueuedState(StrEnum):
-    """QueuedResourceState.State of the TPU v2 API, by name."""
+class QueuedPhase(StrEnum):
+    """Where a queued slot stands, whatever its cloud calls the state (the TPU API's
+    QueuedResourceState: the adapter's table, tpucared/gcp/tpu/states.py `QUEUED_PHASES`)."""
 
-    STATE_UNSPECIFIED = "STATE_UNSPECIFIED"
-    CREATING = "CREATING"
-    ACCEPTED = "ACCEPTED"
-    PROVISIONING = "PROVISIONING"
-    FAILED = "FAILED"  # stays until deleted and keeps holding quota
-    DELETING = "DELETING"
-    ACTIVE = "ACTIVE"
-    SUSPENDING = "SUSPENDING"
-    SUSPENDED = "SUSPENDED"  # its nodes were deleted (e.g. spot preemption); holds quota
-    WAITING_FOR_RESOURCES = "WAITING_FOR_RESOURCES"
+    WAITING = "waiting"  # accepted, waiting for capacity: no node yet
+    PROVISIONING = "provisioning"  # capacity found, its nodes are being made
+    ACTIVE = "active"  # holding its nodes
+    # Finished without usable nodes (failed, or its nodes taken back): it keeps holding
+    # quota and its name until it is deleted.
+    DEAD = "dead"
+    DELETING = "deleting"  # going away
 
 
 @dataclass(frozen=True)
@@ -147,7 +145,10 @@ class ObservedQueuedResource:
 
     name: str  # the short queued resource id; ours always equals the node id, e.g. "sweep-3"
     zone: str
-    state: QueuedState
+    # The cloud's own name for its state, as `IncarnationRecord.cloud_state` stores it
+    # ("QUEUED:<state>", core/nodes/cloud.py), and what it means to the planner.
+    state: str
+    phase: QueuedPhase
     labels: Mapping[str, str] = field(default_factory=dict)
     node_names: tuple[str, ...] = ()  # node ids of its node spec
     create_time: datetime | None = None

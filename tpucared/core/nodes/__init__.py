@@ -4,9 +4,9 @@ Called by `core/planning/planner.py` for every live incarnation and every listed
 reads and returns the words of `core/vocab/` (view, policy, actions, plan), walks the phase
 table of `core/model/lifecycle.py`, never imports `core/planning/`.
 
-- `cloud`           the cloud vocabulary the rules read besides `StateClass` (which each
-                    cloud adapter assigns in its own table): health, queued states, the
-                    pseudo states stored in `cloud_state`.
+- `cloud`           the cloud vocabulary the rules read besides `StateClass` and
+                    `QueuedPhase` (which each cloud adapter assigns in its own tables):
+                    health, the pseudo states stored in `cloud_state`.
 - `incarnations`    one live incarnation + what the list shows of it -> its next steps, one
                     rule per phase (a PREEMPTED node's delete is decided here).
 - `step`            what those rules share: the `Step` accumulating the actions, the moves
@@ -17,7 +17,8 @@ table of `core/model/lifecycle.py`, never imports `core/planning/`.
 - `multislice`      a multislice slot's READY slices held while one is missing, released
                     after `multislice_hold`; one preemption counted per loss of the slot.
 - `preemption`      a lost node's end worded by its cloud's preemption records, where its
-                    state does not say "preempted" (Compute Engine); the runtime reads them.
+                    adapter says its states do not say "preempted" (`CloudAbilities`,
+                    core/model/abilities.py; Compute Engine); the runtime reads them.
 - `flex`            a flex-start node's run end (its planned end, less a lag): neither a
                     preemption nor a failure; the slot asks again at once.
 - `create_backoff`  a slot's backoff after failed creates, zone rotation, counters.

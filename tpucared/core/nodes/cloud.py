@@ -4,30 +4,20 @@ Each cloud adapter sorts its node states into the core's `StateClass` (usable, d
 deleted, being created, transient, waiting, unreadable: core/model/observed.py) in one table
 of its own (the TPU API's: tpucared/gcp/tpu/states.py); the node and strays sub-planners
 (core/nodes/incarnations.py, core/nodes/strays.py) decide on those classes only, and
-core/vocab/stuck.py holds the timeouts of the transient ones. This module holds what is left
-of the cloud's own vocabulary the core reads: `Node.Health` values, the queued resource
-states, and the pseudo states the planner stores in `IncarnationRecord.cloud_state` when there
-is no node to show a state.
+core/vocab/stuck.py holds the timeouts of the transient ones; a queued slot's state comes
+the same way as a `QueuedPhase` beside the cloud's own name. This module holds what is left
+of the cloud's own vocabulary the core reads: `Node.Health` values, and the pseudo states
+the planner stores in `IncarnationRecord.cloud_state` when there is no node to show a state.
 """
 
 from __future__ import annotations
 
-from tpucared.core.model.observed import ObservedNode, QueuedState
+from tpucared.core.model.observed import ObservedNode
 from tpucared.core.vocab.actions import Notice, Severity
-
-Q = QueuedState
 
 # Health values that make a READY node unusable once they last longer than
 # `Policy.unhealthy_grace`. UNHEALTHY_TENSORFLOW concerns the legacy TF server, not TPU VMs.
 UNHEALTHY: frozenset[str] = frozenset({"UNHEALTHY_MAINTENANCE", "TIMEOUT"})
-
-# Queued resource states: still waiting for capacity (no node yet), provisioning the node,
-# holding a node, or finished without one (FAILED, SUSPENDING, SUSPENDED keep holding quota
-# and the name until the queued resource is deleted).
-QUEUED_WAITING: frozenset[QueuedState] = frozenset(
-    {Q.STATE_UNSPECIFIED, Q.CREATING, Q.ACCEPTED, Q.WAITING_FOR_RESOURCES}
-)
-QUEUED_DEAD: frozenset[QueuedState] = frozenset({Q.FAILED, Q.SUSPENDING, Q.SUSPENDED})
 
 # Pseudo values of IncarnationRecord.cloud_state, so that `cloud_state_since` can time them:
 # ABSENT: a successful list showed neither the node nor its queued resource.
@@ -36,8 +26,9 @@ ABSENT = "ABSENT"
 QUEUED_PREFIX = "QUEUED:"
 
 
-def queued_pseudo_state(state: QueuedState) -> str:
-    return f"{QUEUED_PREFIX}{state.value}"
+def queued_pseudo_state(state: str) -> str:
+    """`QUEUED:<state>`, the queued slot's state in its cloud's own words."""
+    return f"{QUEUED_PREFIX}{state}"
 
 
 def is_unhealthy(health: str | None) -> bool:

@@ -36,13 +36,12 @@ from datetime import datetime
 from tpucared.core.model.causes import LossCause
 from tpucared.core.model.durations import fmt as _fmt
 from tpucared.core.model.lifecycle import PENDING_PHASES, SERVING_PHASES
-from tpucared.core.model.observed import QueuedState, StateClass
+from tpucared.core.model.observed import QueuedPhase, StateClass
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, ErrorKind
 from tpucared.core.nodes import create_backoff as budget
 from tpucared.core.nodes.cloud import (
     ABSENT,
-    QUEUED_DEAD,
     is_unhealthy,
     unrecognized_notice,
 )
@@ -164,7 +163,7 @@ def _arrive(step: Step, s: Sighting, why: str) -> None:
     """A pending incarnation's resource is listed with our labels: follow its state."""
     facts = cloud_facts(step, s, endpoints=True)
     node, qr = s.node, s.queued
-    qr_dead = qr is not None and qr.state in QUEUED_DEAD
+    qr_dead = qr is not None and qr.phase is QueuedPhase.DEAD
     if node is not None and node.state_class is K.USABLE and not qr_dead:
         step.move(
             P.READY,
@@ -195,10 +194,10 @@ def _arrive(step: Step, s: Sighting, why: str) -> None:
         assert qr is not None
         kind = qr.error or ErrorKind.CAPACITY
         msg = f": {qr.error_message}" if qr.error_message else ""
-        fail_dead(step, f"queued resource {qr.state.value}{msg}", kind, facts, s)
+        fail_dead(step, f"queued resource {qr.state}{msg}", kind, facts, s)
         return
     if (node is not None and node.state_class is K.DELETING) or (
-        node is None and qr is not None and qr.state is QueuedState.DELETING
+        node is None and qr is not None and qr.phase is QueuedPhase.DELETING
     ):
         step.move(
             P.DELETING,
@@ -232,9 +231,9 @@ def _pending_stuck(step: Step, s: Sighting, facts: CloudFacts) -> str | None:
         what = node.state
     else:
         assert qr is not None
-        rule = QUEUED_RULE.get(qr.state, "queued")
+        rule = QUEUED_RULE.get(qr.phase, "queued")
         start = facts.cloud_state_since
-        what = f"queued resource {qr.state.value}"
+        what = f"queued resource {qr.state}"
     return stuck_reason(step, rule, start, what)
 
 
@@ -288,9 +287,9 @@ def _ready(step: Step, s: Sighting) -> None:
     facts = cloud_facts(step, s)
     node, qr = s.node, s.queued
     now = step.now
-    if qr is not None and qr.state in QUEUED_DEAD:
-        die(step, f"queued resource {qr.state.value}", facts, s)
-    elif node is None and qr is not None and qr.state is QueuedState.DELETING:
+    if qr is not None and qr.phase is QueuedPhase.DEAD:
+        die(step, f"queued resource {qr.state}", facts, s)
+    elif node is None and qr is not None and qr.phase is QueuedPhase.DELETING:
         external_delete(step, facts)
     elif node is None:
         assert facts.cloud_state_since is not None

@@ -25,11 +25,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from tpucared.core.model.lifecycle import SERVING_PHASES
-from tpucared.core.model.observed import QueuedState, StateClass
+from tpucared.core.model.observed import QueuedPhase, StateClass
 from tpucared.core.model.records import NodePhase
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL
 from tpucared.core.nodes.cloud import (
-    QUEUED_DEAD,
     is_unhealthy,
     queued_pseudo_state,
     unrecognized_notice,
@@ -192,8 +191,8 @@ def _adopt(view: View, r: Resource, fleet: str, where: tuple[int, int], name: st
 def _phase_of(r: Resource) -> tuple[NodePhase, str | None]:
     """The phase an adopted resource starts in (a legal edge from REQUESTED)."""
     node, qr = r.node, r.queued
-    if qr is not None and qr.state in QUEUED_DEAD:
-        return P.DEAD, f"queued resource {qr.state.value}"
+    if qr is not None and qr.phase is QueuedPhase.DEAD:
+        return P.DEAD, f"queued resource {qr.state}"
     if node is not None:
         if node.state_class is StateClass.DEAD:
             return P.DEAD, node.state.lower()
@@ -204,7 +203,7 @@ def _phase_of(r: Resource) -> tuple[NodePhase, str | None]:
         # USABLE, or a transient state of a node that was usable: timed from now on.
         return P.READY, None
     assert qr is not None
-    if qr.state is QueuedState.DELETING:
+    if qr.phase is QueuedPhase.DELETING:
         return P.DELETING, "deleted outside tpucared"
     return P.CREATING, None
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from tpucared.core.model.observed import QueuedState
+from tpucared.core.model.observed import QueuedPhase
 from tpucared.core.model.records import NodePhase
 
 
@@ -70,13 +70,10 @@ PHASE_RULE: Mapping[NodePhase, str] = {
 # (`ObservedNode.stuck_rule`; the TPU API's in tpucared/gcp/tpu/states.py).
 
 # Which rule times a queued resource that has no node yet.
-QUEUED_RULE: Mapping[QueuedState, str] = {
-    QueuedState.STATE_UNSPECIFIED: "queued",
-    QueuedState.CREATING: "queued",
-    QueuedState.ACCEPTED: "queued",
-    QueuedState.WAITING_FOR_RESOURCES: "queued",
-    QueuedState.PROVISIONING: "provisioning",
-    QueuedState.ACTIVE: "creating",  # active but its node is not listed yet
+QUEUED_RULE: Mapping[QueuedPhase, str] = {
+    QueuedPhase.WAITING: "queued",
+    QueuedPhase.PROVISIONING: "provisioning",
+    QueuedPhase.ACTIVE: "creating",  # active but its node is not listed yet
 }
 
 

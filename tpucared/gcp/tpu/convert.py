@@ -24,7 +24,6 @@ from tpucared.core.model.observed import (
     NodeMade,
     ObservedNode,
     ObservedQueuedResource,
-    QueuedState,
     WorkerEndpoint,
 )
 from tpucared.gcp import maintenance
@@ -38,7 +37,7 @@ from tpucared.gcp.fields import (
     str_map,
 )
 from tpucared.gcp.tpu.names import short_name
-from tpucared.gcp.tpu.states import NodeState, state_fields
+from tpucared.gcp.tpu.states import NodeState, QueuedState, queued_fields, state_fields
 
 # The shared field readers (gcp/fields.py), importable from here as before.
 __all__ = [
@@ -257,7 +256,7 @@ def queued_resource_from_json(zone: str, data: Mapping[str, Any]) -> ObservedQue
     return ObservedQueuedResource(
         name=short_name(name),
         zone=zone,
-        state=state,
+        **queued_fields(state),
         labels=labels,
         node_names=tuple(node_names),
         create_time=parse_time(data.get("createTime")),

@@ -13,6 +13,10 @@ convert.py puts both on each `ObservedNode`, next to the state's own name, which
   blip, not a verdict ("unspecified"); UNKNOWN is the API not knowing for now ("unknown").
 - UNRECOGNIZED (a state we cannot read) is UNREADABLE: never acted on, and not the API's
   own UNKNOWN, which is a state we understand.
+
+`QueuedState` is `QueuedResourceState.State` by name; `QUEUED_PHASES` says where each leaves
+the queued slot in the core's words (`QueuedPhase`), and `queued_fields` puts both on an
+`ObservedQueuedResource` (the state's own name is what `cloud_state` stores as `QUEUED:<state>`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 from tpucared.core.model.causes import LossCause
-from tpucared.core.model.observed import StateClass
+from tpucared.core.model.observed import QueuedPhase, StateClass
 
 
 class NodeState(StrEnum):
@@ -85,3 +89,43 @@ def state_fields(state: NodeState) -> dict[str, Any]:
     the one table."""
     cls, rule = NODE_STATES[state]
     return {"state": state, "state_class": cls, "stuck_rule": rule, "lost_to": LOST_TO.get(state)}
+
+
+class QueuedState(StrEnum):
+    """QueuedResourceState.State of the TPU v2 API, by name."""
+
+    STATE_UNSPECIFIED = "STATE_UNSPECIFIED"
+    CREATING = "CREATING"
+    ACCEPTED = "ACCEPTED"
+    PROVISIONING = "PROVISIONING"
+    FAILED = "FAILED"  # stays until deleted and keeps holding quota
+    DELETING = "DELETING"
+    ACTIVE = "ACTIVE"
+    SUSPENDING = "SUSPENDING"
+    SUSPENDED = "SUSPENDED"  # its nodes were deleted (e.g. spot preemption); holds quota
+    WAITING_FOR_RESOURCES = "WAITING_FOR_RESOURCES"
+
+
+Q = QueuedState
+QP = QueuedPhase
+
+# Each queued state's phase: still waiting for capacity (no node yet; an unspecified state is
+# "not settled yet"), provisioning its nodes, holding them, finished without them (FAILED,
+# SUSPENDING, SUSPENDED keep holding quota and the name until deleted), or going away.
+QUEUED_PHASES: Mapping[QueuedState, QueuedPhase] = {
+    Q.STATE_UNSPECIFIED: QP.WAITING,
+    Q.CREATING: QP.WAITING,
+    Q.ACCEPTED: QP.WAITING,
+    Q.WAITING_FOR_RESOURCES: QP.WAITING,
+    Q.PROVISIONING: QP.PROVISIONING,
+    Q.ACTIVE: QP.ACTIVE,
+    Q.FAILED: QP.DEAD,
+    Q.SUSPENDING: QP.DEAD,
+    Q.SUSPENDED: QP.DEAD,
+    Q.DELETING: QP.DELETING,
+}
+
+
+def queued_fields(state: QueuedState) -> dict[str, Any]:
+    """An `ObservedQueuedResource`'s state and phase for `state`, from the one table."""
+    return {"state": state, "phase": QUEUED_PHASES[state]}
