@@ -17,9 +17,10 @@ from datetime import timedelta
 
 from tpucared.config.problems import Problems
 from tpucared.config.schema import FleetTable
+from tpucared.config.syntax import COMPUTE_API
 from tpucared.core.model import durations
 from tpucared.core.model.machines import MACHINE_TYPES, TOPOLOGIES, hosts_of
-from tpucared.core.model.specs import COMPUTE_API, CapacityKind, Provisioning
+from tpucared.core.model.specs import CapacityKind, Provisioning
 
 
 def check_api_keys(raw: FleetTable, at: str, problems: Problems) -> None:

@@ -59,13 +59,12 @@ from tpucared.config.schema import (
     SshTable,
     WorkloadTable,
 )
-from tpucared.config.syntax import as_written
+from tpucared.config.syntax import COMPUTE_API, as_written
 from tpucared.config.values import Config, DaemonConfig, GcpConfig, SshConfig
 from tpucared.core.leadership.lease import default_lease, lease_problem
 from tpucared.core.model import durations
 from tpucared.core.model.backoff import BackoffRule
 from tpucared.core.model.specs import (
-    COMPUTE_API,
     DEFAULT_PROJECT,
     RESERVED_LABELS,
     CapacityKind,

@@ -14,10 +14,10 @@ import json
 
 from tpucared.config.problems import Problems
 from tpucared.config.schema import ConfigFile, FleetTable, GuardTable
-from tpucared.config.syntax import as_written
+from tpucared.config.syntax import COMPUTE_API, as_written
 from tpucared.config.values import GuardConfig
 from tpucared.core.model.machines import hosts_of
-from tpucared.core.model.specs import COMPUTE_API, CapacityKind
+from tpucared.core.model.specs import CapacityKind
 
 
 def build_guard(raw: GuardTable | None, root: ConfigFile, problems: Problems) -> GuardConfig | None:

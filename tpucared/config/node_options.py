@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
-from tpucared.config.syntax import ZONE_PATTERN, pattern
+from tpucared.config.syntax import COMPUTE_API, ZONE_PATTERN, pattern
 from tpucared.core.model.specs import (
-    COMPUTE_API,
     DEFAULT_API,
     CapacityKind,
     DataDisk,

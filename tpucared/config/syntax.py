@@ -133,9 +133,17 @@ AcceleratorType = Annotated[
     str,
     pattern(r"v[0-9]+[a-z]*-[1-9][0-9]*", 'an accelerator type like "v4-32" or "v5litepod-16"'),
 ]
+# The clouds a fleet may name in `api`: the keys of the runtime's Cloud ports
+# (runtime/clouds.py, each adapter's own `API`). The core knows none of them: it decides on
+# what each cloud can do (core/model/abilities.py).
+TPU_API = "tpu"  # the Cloud TPU API: a fleet's cloud unless it names another (DEFAULT_API)
+COMPUTE_API = "compute"  # Compute Engine: one TPU VM (an instance, or a MIG) per slot
 Api = Annotated[
     str,
-    pattern(r"tpu|compute", '"tpu" (the Cloud TPU API) or "compute" (Compute Engine)'),
+    pattern(
+        f"{TPU_API}|{COMPUTE_API}",
+        f'"{TPU_API}" (the Cloud TPU API) or "{COMPUTE_API}" (Compute Engine)',
+    ),
 ]
 # A `compute` fleet's machine type: one of the known table (core/model/machines.py), or one
 # line naming them all.

@@ -42,8 +42,9 @@ from typing import Any
 
 import aiohttp
 
+from tpucared.config.syntax import COMPUTE_API
 from tpucared.core.model.machines import MACHINE_TYPES
-from tpucared.core.model.specs import COMPUTE_API, DEFAULT_API, FleetSpec
+from tpucared.core.model.specs import DEFAULT_API, FleetSpec
 
 STOCKOUT_S = 15.0
 WINDOW_IN_S = 8.0  # a maintenance window is announced this long before it starts

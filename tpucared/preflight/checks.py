@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpucared.config import Config
-from tpucared.core.model.specs import COMPUTE_API, ErrorKind, FleetSpec
+from tpucared.config.syntax import COMPUTE_API
+from tpucared.core.model.specs import ErrorKind, FleetSpec
 from tpucared.gcp import ApiError, GoogleTokenSource, NoAuth, TokenSource
 from tpucared.preflight import permissions, rules
 from tpucared.preflight.client import PreflightClient

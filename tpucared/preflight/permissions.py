@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tpucared.core.model.specs import COMPUTE_API, FleetSpec, Provisioning
+from tpucared.config.syntax import COMPUTE_API
+from tpucared.core.model.specs import FleetSpec, Provisioning
 
 # Group name -> permissions. The names are deploy/README.md's, in the same order.
 GROUPS: dict[str, tuple[str, ...]] = {

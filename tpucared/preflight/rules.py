@@ -27,8 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tpucared.config.syntax import COMPUTE_API
 from tpucared.core.model.machines import MACHINE_TYPES
-from tpucared.core.model.specs import COMPUTE_API, DEFAULT_PROJECT, CapacityKind, FleetSpec
+from tpucared.core.model.specs import DEFAULT_PROJECT, CapacityKind, FleetSpec
 
 DEFAULT_NETWORK = "default"  # what both APIs use when a fleet names none
 

@@ -18,7 +18,7 @@ from functools import partial
 import structlog
 
 from tpucared.config import Config
-from tpucared.core.model.specs import COMPUTE_API
+from tpucared.config.syntax import COMPUTE_API
 from tpucared.gcp import ApiError, CredentialsError, RetryPolicy, TokenSource, load_token_source
 from tpucared.preflight import checks, rules
 from tpucared.preflight.checks import Context

@@ -13,7 +13,7 @@ import pytest
 
 from tpucared.core.model.observed import ObservedNode
 from tpucared.core.model.records import IncarnationRecord
-from tpucared.core.model.specs import COMPUTE_API, CapacityKind, FleetSpec, NodeOptions
+from tpucared.core.model.specs import CapacityKind, FleetSpec, NodeOptions
 from tpucared.core.nodes.cloud import ABSENT
 from tpucared.core.nodes.flex import RUN_END_LAG, RUN_ENDED, run_ended
 from tpucared.core.nodes.preemption import suspects
@@ -21,6 +21,7 @@ from tpucared.core.vocab.actions import Loss, RecordCloud, Transition
 from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.policy import Policy
 from tpucared.gcp.compute.cloud import ABILITIES as COMPUTE_ABILITIES
+from tpucared.gcp.compute.cloud import API as COMPUTE_API
 from tpucared.gcp.compute.states import InstanceStatus, state_fields
 
 from ..core_support import FLEET, T0, Z1, ago, edges, inc, ours, run, slot, snapshot, spec, world

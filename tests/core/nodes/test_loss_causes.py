@@ -22,11 +22,11 @@ from tpucared.core.model.observed import (
     RecordKind,
 )
 from tpucared.core.model.records import IncarnationRecord, NodePhase
-from tpucared.core.model.specs import COMPUTE_API
 from tpucared.core.nodes.cloud import ABSENT
 from tpucared.core.nodes.losses import in_window, seen_cause
 from tpucared.core.vocab.actions import DeleteNode, Transition
 from tpucared.core.vocab.plan import Plan
+from tpucared.gcp.compute.cloud import API as COMPUTE_API
 from tpucared.gcp.compute.states import InstanceStatus
 
 from ..core_support import FLEET, T0, ago, inc, node, run, seen, slot, snapshot, spec, world

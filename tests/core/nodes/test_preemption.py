@@ -23,13 +23,14 @@ from tpucared.core.model.observed import (
     ZoneObservation,
 )
 from tpucared.core.model.records import IncarnationRecord
-from tpucared.core.model.specs import COMPUTE_API, CapacityKind, ErrorKind, FleetSpec
+from tpucared.core.model.specs import CapacityKind, ErrorKind, FleetSpec
 from tpucared.core.nodes.cloud import ABSENT
 from tpucared.core.nodes.preemption import suspects, where, with_records
 from tpucared.core.vocab.actions import Loss, Transition
 from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.policy import Policy
 from tpucared.gcp.compute.cloud import ABILITIES as COMPUTE_ABILITIES
+from tpucared.gcp.compute.cloud import API as COMPUTE_API
 from tpucared.gcp.compute.states import InstanceStatus, state_fields
 
 from ..core_support import FLEET, T0, Z1, Z2, ago, inc, ours, run, snapshot, spec, world

@@ -5,10 +5,11 @@ start, every zone of a multi-host fleet and where nodes of removed fleets live."
 from __future__ import annotations
 
 from tpucared.core.model.records import NodePhase
-from tpucared.core.model.specs import COMPUTE_API, CapacityKind, NodeOptions
+from tpucared.core.model.specs import CapacityKind, NodeOptions
 from tpucared.core.nodes.sweep import after_plan, at_start
 from tpucared.core.vocab.actions import Transition
 from tpucared.core.vocab.plan import Plan
+from tpucared.gcp.compute.cloud import API as COMPUTE_API
 
 from ..core_support import T0, Z1, Z2, inc, spec
 

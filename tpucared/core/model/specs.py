@@ -199,9 +199,10 @@ def location_name(project: str, zone: str) -> str:
     return zone if project == DEFAULT_PROJECT else f"{project}/{zone}"
 
 
-DEFAULT_API = "tpu"  # the Cloud TPU API: a fleet's cloud unless it names another
-COMPUTE_API = "compute"  # Compute Engine: one TPU VM (an instance) per slot
-APIS = (DEFAULT_API, COMPUTE_API)
+# A fleet's cloud unless it names another: the key of the runtime's Cloud port for the Cloud
+# TPU API (config/syntax.py names the clouds; the core decides on their abilities,
+# core/model/abilities.py).
+DEFAULT_API = "tpu"
 
 
 @dataclass(frozen=True)
