@@ -5,6 +5,10 @@ config's `[prices]`, as a table for people and a JSON document for scripts.
 A slot's chips are its type's (core/ledger/cost.py `chips`) times its hosts (a multi-host
 `compute` topology) times its slices; its type and capacity kind are the fleet's stored spec's
 (the newest node's type when the spec does not say, as in records written before it did).
+
+Over the whole history, a slot's closed days kept by the daemon (`records.kept`, core/ledger/
+kept.py) are summed as they are, and only the records after them are tiled: the figures are
+the same as tiling everything (kept.py says why), the `intervals` are the tail's only.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from tpucared.core.ledger.cost import (
 from tpucared.core.ledger.tiling import clipped, slot_ledger
 from tpucared.core.model.causes import LossCause
 from tpucared.core.model.machines import hosts_of
-from tpucared.core.model.records import FleetRecord
+from tpucared.core.model.records import FleetRecord, SlotRecord
 from tpucared.inspect.fmt import NONE, clock_time, iso, table
 from tpucared.store.ledger_reads import LedgerRecords
 from tpucared.store.snapshot import SlotKey
@@ -48,7 +52,9 @@ class FleetFacts:
 @dataclass(frozen=True)
 class SlotLedger:
     summary: SlotSummary
-    intervals: Sequence[Interval]
+    intervals: Sequence[Interval]  # after `kept_until` when days are kept
+    start: datetime | None = None  # where its figures begin: its first create, or `since`
+    kept_until: datetime | None = None  # its days before this are summed, not tiled
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,25 @@ def fleet_facts(fleet: FleetRecord, newest_type: str | None) -> FleetFacts:
     )
 
 
+def slot_history(
+    records: LedgerRecords, fleet: FleetRecord, slot: SlotRecord, facts: FleetFacts
+) -> SlotHistory:
+    """What the ledger tiles of one slot read (the maintenance task's kept days too)."""
+    key = (fleet.name, slot.index)
+    return SlotHistory(
+        fleet.name,
+        slot.index,
+        nodes=records.nodes.get(key, []),
+        attempts=records.attempts.get(key, []),
+        creates=records.creates.get(key, []),
+        workload=facts.workload,
+        done=slot.done or fleet.down,
+        held_since=slot.held_since,
+        capacity=facts.capacity,
+        start=records.first_create.get(key),
+    )
+
+
 def ledgers(
     records: LedgerRecords, prices: Prices, now: datetime, since: datetime | None
 ) -> list[FleetLedger]:
@@ -99,25 +124,26 @@ def ledgers(
         rows = []
         for slot in slots:
             key = (name, slot.index)
-            history = SlotHistory(
-                name,
-                slot.index,
-                nodes=records.nodes.get(key, []),
-                attempts=records.attempts.get(key, []),
-                creates=records.creates.get(key, []),
-                workload=facts.workload,
-                done=slot.done or fleet.down,
-                held_since=slot.held_since,
-                capacity=facts.capacity,
-                start=records.first_create.get(key),
-            )
+            history = slot_history(records, fleet, slot, facts)
             intervals = slot_ledger(history, now)
+            kept_until = records.kept_until.get(key) if since is None else None
             if since is not None:
                 intervals = clipped(intervals, since)
+            elif kept_until is not None:
+                intervals = clipped(intervals, kept_until, keep_steps=False)
             summary = summarize(
-                name, slot.index, intervals, chips=facts.chips_per_slot, price=price
+                name,
+                slot.index,
+                intervals,
+                chips=facts.chips_per_slot,
+                price=price,
+                kept=records.kept.get(key) if kept_until is not None else None,
             )
-            rows.append(SlotLedger(summary, intervals))
+            first = history.first
+            start = max(first, since) if first and since and first < now else first
+            if start is not None and start >= now:
+                start = None
+            rows.append(SlotLedger(summary, intervals, start, kept_until))
         out.append(FleetLedger(name, facts, price, rows))
     return out
 
@@ -233,6 +259,7 @@ def goodput_document(
                     {
                         "slot": row.summary.slot,
                         **_summary_document(row.summary),
+                        "kept_until": iso(row.kept_until),
                         "intervals": [_interval_document(i) for i in row.intervals],
                     }
                     for row in fleet.slots
@@ -290,5 +317,5 @@ def since_text(since: datetime | None, fleets: Sequence[FleetLedger]) -> str:
     """What the headline says the figures run from: `since`, else the first create."""
     if since is not None:
         return clock_time(since)
-    starts = [row.intervals[0].start for fleet in fleets for row in fleet.slots if row.intervals]
+    starts = [row.start for fleet in fleets for row in fleet.slots if row.start is not None]
     return clock_time(min(starts)) if starts else "the start"

@@ -3,7 +3,9 @@
 A root task of `tpucared run` (daemon.py), beside the reconcile loop: at start and then every
 `INTERVAL_S`, it deletes events older than `daemon.events_retention`, the health rows of zones
 no configured fleet lists anymore, and the pinned host keys of ended node incarnations (rules:
-core/model/retention.py). Each delete is its own short transaction of at most `BATCH` rows with
+core/model/retention.py), then keeps the ledger's closed days (ledger_days.py: each slot's
+days that can no longer change, summed, so `tpucared goodput` tiles only the rest). Each
+delete is its own short transaction of at most `BATCH` rows with
 a pause between them, so a big backlog never holds SQLite's write lock long enough to stall a
 tick. A pass that fails (a busy or full disk) is logged and tried again next interval: pruning
 is never a reason to stop the daemon.
@@ -21,6 +23,7 @@ import structlog
 from tpucared.config import Config
 from tpucared.core.model.retention import ENDED_PHASES, events_cutoff, stale_zones
 from tpucared.runtime.clock import Clock
+from tpucared.runtime.ledger_days import LedgerDays
 from tpucared.store import Store, Tx
 
 log = structlog.get_logger(__name__)
@@ -35,6 +38,7 @@ class Pruned:
     events: int = 0
     zones: int = 0
     pins: int = 0
+    ledger_slots: int = 0  # slots whose kept ledger days moved on
 
 
 class Maintenance:
@@ -54,6 +58,7 @@ class Maintenance:
         self._interval = interval
         self._batch = batch
         self._pause = pause
+        self._days = LedgerDays(store, clock, pause=pause)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Passes until `stop` is set; returns promptly then (a pass stops between batches)."""
@@ -78,6 +83,7 @@ class Maintenance:
                 stale_zones(await tx.zone_health_keys(), listed)
             )
         done.pins = await self._batches(lambda tx: tx.clear_pins(ENDED_PHASES, self._batch), stop)
+        done.ledger_slots = await self._days.keep(stop)
         if done.events or done.zones or done.pins:
             log.info(
                 "maintenance.pruned",

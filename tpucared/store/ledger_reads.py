@@ -6,6 +6,11 @@ matter from `since` on are read, plus, per slot, the newest attempt and create a
 before `since` and the node that attempt ran on: what was going on at `since` (a recovery
 begun before it) is told by them. The slot's first create (`first_create`) is read whole, as
 the ledger's start. Rows come back as `core.model` records and the ledger's `NodeTimes`.
+
+Without `since` (the whole history), a slot's closed days kept by the maintenance task
+(`ledger_days`, core/ledger/kept.py) are read summed (`kept`), and its records only from
+where they end (`kept_until`, per slot: the same "what matters since" read, each slot from its
+own time); `inspect/ledger.py` tiles that tail and adds the kept sums.
 """
 
 from __future__ import annotations
@@ -13,13 +18,15 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, func, or_, select, true
+from sqlalchemy import ColumnElement, Select, and_, bindparam, func, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from tpucared.core.ledger.categories import NodeTimes
+from tpucared.core.ledger.categories import Category, NodeTimes, Phase
+from tpucared.core.ledger.kept import KeptKey, KeptSums
+from tpucared.core.model.causes import LossCause
 from tpucared.core.model.records import (
     CreateAttemptRecord,
     FleetRecord,
@@ -27,8 +34,17 @@ from tpucared.core.model.records import (
     WorkloadAttemptRecord,
 )
 from tpucared.store import convert
-from tpucared.store.models import CreateAttemptRow, FleetRow, NodeRow, SlotRow, WorkloadAttemptRow
+from tpucared.store.models import (
+    CreateAttemptRow,
+    FleetRow,
+    LedgerDayRow,
+    LedgerKeptRow,
+    NodeRow,
+    SlotRow,
+    WorkloadAttemptRow,
+)
 from tpucared.store.snapshot import SlotKey
+from tpucared.store.types import UTCDateTime
 
 NODE_TIMES = tuple(f.name for f in fields(NodeTimes))
 
@@ -43,6 +59,9 @@ class LedgerRecords:
     attempts: Mapping[SlotKey, list[WorkloadAttemptRecord]] = field(default_factory=dict)
     creates: Mapping[SlotKey, list[CreateAttemptRecord]] = field(default_factory=dict)
     first_create: Mapping[SlotKey, datetime] = field(default_factory=dict)
+    # The kept days (whole-history reads only): up to when, per slot, and their sums.
+    kept_until: Mapping[SlotKey, datetime] = field(default_factory=dict)
+    kept: Mapping[SlotKey, KeptSums] = field(default_factory=dict)
 
 
 async def read_ledger(
@@ -50,17 +69,16 @@ async def read_ledger(
     fleet: str | None = None,
     slot: int | None = None,
     since: datetime | None = None,
+    *,
+    kept: bool = True,
+    slots: Sequence[int] | None = None,
+    sums: bool = True,
 ) -> LedgerRecords:
-    """The records of one slot, one fleet's or every slot's (in one transaction: `conn`)."""
-
-    def scope(model: Any) -> ColumnElement[bool]:
-        clauses: list[ColumnElement[bool]] = []
-        if fleet is not None:
-            clauses.append(model.fleet == fleet)
-        if slot is not None:
-            clauses.append(model.slot == slot)
-        return and_(true(), *clauses)
-
+    """The records of one slot, one fleet's or every slot's (in one transaction: `conn`);
+    `slots`: only these of `fleet`. `kept`: without `since`, read the records after the kept
+    days (the module's docstring) and, with `sums`, the kept days' sums; False: every row
+    (the tests' full recompute)."""
+    scope = _scope(fleet, slot, slots)
     fleet_stmt = select(FleetRow.__table__).order_by(FleetRow.name)
     if fleet is not None:
         fleet_stmt = fleet_stmt.where(FleetRow.name == fleet)
@@ -68,8 +86,15 @@ async def read_ledger(
     slot_stmt = (
         select(SlotRow.__table__).where(scope(SlotRow)).order_by(SlotRow.fleet, SlotRow.slot)
     )
-    slots = [convert.slot(r) for r in await _rows(conn, slot_stmt)]
-    nodes_stmt, attempts_stmt, creates_stmt = _statements(scope, since)
+    slot_records = [convert.slot(r) for r in await _rows(conn, slot_stmt)]
+    kept_until: dict[SlotKey, datetime] = {}
+    kept_sums: dict[SlotKey, KeptSums] = {}
+    since_of: _Since | None = None if since is None else (lambda _: since)
+    if since is None and kept:
+        kept_until, kept_sums = await _kept(conn, scope, sums)
+        if kept_until:
+            since_of = _kept_since
+    nodes_stmt, attempts_stmt, creates_stmt = _statements(scope, since_of)
     nodes: dict[SlotKey, list[NodeTimes]] = defaultdict(list)
     for row in await _rows(conn, nodes_stmt.order_by(NodeRow.id)):
         key = (row.pop("fleet"), row.pop("slot"))
@@ -86,25 +111,88 @@ async def read_ledger(
         .group_by(NodeRow.fleet, NodeRow.slot)
     )
     first = {(r["fleet"], r["slot"]): r["first"] for r in await _rows(conn, first_stmt)}
-    return LedgerRecords(fleets, slots, dict(nodes), dict(attempts), dict(creates), first)
+    return LedgerRecords(
+        fleets, slot_records, dict(nodes), dict(attempts), dict(creates), first, kept_until,
+        kept_sums,
+    )  # fmt: skip
+
+
+def _scope(
+    fleet: str | None, slot: int | None, slots: Sequence[int] | None
+) -> Callable[[Any], ColumnElement[bool]]:
+    """The rows of the slots asked for, as a WHERE clause of a table with fleet and slot."""
+
+    def scope(model: Any) -> ColumnElement[bool]:
+        clauses: list[ColumnElement[bool]] = []
+        if fleet is not None:
+            clauses.append(model.fleet == fleet)
+        if slot is not None:
+            clauses.append(model.slot == slot)
+        if slots is not None:
+            clauses.append(model.slot.in_(list(slots)))
+        return and_(true(), *clauses)
+
+    return scope
+
+
+# The time a row's slot is read from: a datetime, or a SQL expression of the row's table.
+_Since = Callable[[Any], Any]
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _kept_since(model: Any) -> ColumnElement[datetime]:
+    """The row's slot's `kept_until` (the epoch for a slot with nothing kept)."""
+    until = (
+        select(LedgerKeptRow.kept_until)
+        .where(LedgerKeptRow.fleet == model.fleet, LedgerKeptRow.slot == model.slot)
+        .scalar_subquery()
+    )
+    return func.coalesce(until, bindparam("epoch", _EPOCH, type_=UTCDateTime))
+
+
+async def _kept(
+    conn: AsyncConnection, scope: Callable[[Any], ColumnElement[bool]], sums: bool
+) -> tuple[dict[SlotKey, datetime], dict[SlotKey, KeptSums]]:
+    """Per slot, up to when its days are kept, and (`sums`) their sums per (category, phase,
+    cause)."""
+    until = {
+        (r["fleet"], r["slot"]): r["kept_until"]
+        for r in await _rows(conn, select(LedgerKeptRow.__table__).where(scope(LedgerKeptRow)))
+    }
+    if not until or not sums:
+        return until, {}
+    d = LedgerDayRow
+    stmt = (
+        select(d.fleet, d.slot, d.category, d.phase, d.cause,
+               func.sum(d.microseconds).label("us"), func.sum(d.steps).label("steps"))
+        .where(scope(d))
+        .group_by(d.fleet, d.slot, d.category, d.phase, d.cause)
+    )  # fmt: skip
+    out: dict[SlotKey, dict[KeptKey, tuple[int, int]]] = defaultdict(dict)
+    for r in await _rows(conn, stmt):
+        key = (Category(r["category"]), Phase(r["phase"]) if r["phase"] else None,
+               LossCause(r["cause"]) if r["cause"] else None)  # fmt: skip
+        out[(r["fleet"], r["slot"])][key] = (int(r["us"]), int(r["steps"] or 0))
+    return until, dict(out)
 
 
 def _statements(
-    scope: Callable[[Any], ColumnElement[bool]], since: datetime | None
+    scope: Callable[[Any], ColumnElement[bool]], since_of: _Since | None
 ) -> tuple[Select[Any], Select[Any], Select[Any]]:
     """The nodes', attempts' and create attempts' selects: all of them, or what matters
-    since `since` (the module's docstring)."""
+    since `since_of(table)` (the module's docstring)."""
     # Only the columns the ledger reads (`NodeTimes`): a node row is wide, and its JSON and
     # datetime columns cost a conversion each, for 400,000 rows at 10,000 slots x 30 days.
     columns = [NodeRow.__table__.c[name] for name in ("fleet", "slot", *NODE_TIMES)]
     nodes = select(*columns).where(scope(NodeRow))
     attempts = select(WorkloadAttemptRow.__table__).where(scope(WorkloadAttemptRow))
     creates = select(CreateAttemptRow.__table__).where(scope(CreateAttemptRow))
-    if since is None:
+    if since_of is None:
         return nodes, attempts, creates
     before = _newest_before(
-        WorkloadAttemptRow, WorkloadAttemptRow.ended_at, since, scope(WorkloadAttemptRow)
+        WorkloadAttemptRow, WorkloadAttemptRow.ended_at, since_of, scope(WorkloadAttemptRow)
     )
+    since = since_of(WorkloadAttemptRow)
     attempts = attempts.where(
         or_(
             WorkloadAttemptRow.ended_at.is_(None),
@@ -113,23 +201,28 @@ def _statements(
         )
     )
     creates_before = _newest_before(
-        CreateAttemptRow, CreateAttemptRow.started_at, since, scope(CreateAttemptRow)
+        CreateAttemptRow, CreateAttemptRow.started_at, since_of, scope(CreateAttemptRow)
     )
     creates = creates.where(
-        or_(CreateAttemptRow.started_at >= since, CreateAttemptRow.id.in_(creates_before))
+        or_(
+            CreateAttemptRow.started_at >= since_of(CreateAttemptRow),
+            CreateAttemptRow.id.in_(creates_before),
+        )
     )
     gone = func.coalesce(NodeRow.deleted_at, NodeRow.failed_at)
     ran_on = select(WorkloadAttemptRow.node_id).where(WorkloadAttemptRow.id.in_(before))
-    nodes = nodes.where(or_(gone.is_(None), gone >= since, NodeRow.id.in_(ran_on)))
+    nodes = nodes.where(or_(gone.is_(None), gone >= since_of(NodeRow), NodeRow.id.in_(ran_on)))
     return nodes, attempts, creates
 
 
 def _newest_before(
-    model: Any, column: Any, since: datetime, scoped: ColumnElement[bool]
+    model: Any, column: Any, since_of: _Since, scoped: ColumnElement[bool]
 ) -> Select[Any]:
-    """Per slot, the id of the newest row whose `column` is before `since`."""
+    """Per slot, the id of the newest row whose `column` is before `since_of(model)`."""
     return (
-        select(func.max(model.id)).where(scoped, column < since).group_by(model.fleet, model.slot)
+        select(func.max(model.id))
+        .where(scoped, column < since_of(model))
+        .group_by(model.fleet, model.slot)
     )
 
 

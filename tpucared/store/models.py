@@ -15,13 +15,14 @@ never reused on either), booleans default to `false()` (`0` / `false`).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
+    Date,
     Float,
     ForeignKey,
     ForeignKeyConstraint,
@@ -354,6 +355,38 @@ class LeaderLeaseRow(Base):
     acquired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     renewed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class LedgerDayRow(Base):
+    """A closed UTC day of a slot's ledger (migration 0015): its seconds, in integer
+    microseconds, per category, sub-phase and loss cause ('' for none), and the steps lost by
+    the wasted progress that began that day. Derived from the records, never the only copy:
+    written by the maintenance task (runtime/ledger_days.py) for the days that can no longer
+    change (core/ledger/kept.py), read by `tpucared goodput` instead of tiling them again.
+    Not in the change counter's tables: the planner's snapshot does not read it."""
+
+    __tablename__ = "ledger_days"
+
+    fleet: Mapped[str] = mapped_column(String(63), primary_key=True)
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True)
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    category: Mapped[str] = mapped_column(String(64), primary_key=True)
+    phase: Mapped[str] = mapped_column(String(32), primary_key=True)
+    cause: Mapped[str] = mapped_column(String(32), primary_key=True)
+    microseconds: Mapped[int] = mapped_column(BigInteger)
+    steps: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+
+
+class LedgerKeptRow(Base):
+    """Up to when a slot's ledger is kept in `ledger_days` (migration 0015): a UTC midnight;
+    written in the same transaction as the days it covers, so a kill -9 leaves both or
+    neither."""
+
+    __tablename__ = "ledger_kept"
+
+    fleet: Mapped[str] = mapped_column(String(63), primary_key=True)
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kept_until: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 metadata = Base.metadata

@@ -235,10 +235,19 @@ class Reader:
         return [convert.create_attempt(r) for r in await self._rows(stmt)]
 
     async def ledger(
-        self, fleet: str | None = None, slot: int | None = None, since: datetime | None = None
+        self,
+        fleet: str | None = None,
+        slot: int | None = None,
+        since: datetime | None = None,
+        *,
+        kept: bool = True,
+        slots: Sequence[int] | None = None,
+        sums: bool = True,
     ) -> LedgerRecords:
-        """What `tpucared goodput` sums: the slots' records since `since` (ledger_reads.py)."""
-        return await read_ledger(self._conn, fleet, slot, since)
+        """What `tpucared goodput` sums: the slots' records since `since`, or the kept days
+        and the records after them (`kept`, `sums`; `slots`: these of `fleet`;
+        ledger_reads.py)."""
+        return await read_ledger(self._conn, fleet, slot, since, kept=kept, slots=slots, sums=sums)
 
     async def page_slot_keys(self, f: SlotFilter) -> list[tuple[str, int, int | None]]:
         """The page's slot table: every matching slot's key, in order (page_reads.py)."""

@@ -6,8 +6,9 @@ grouped by what they change: `write_base` (events, fleets, slots, create attempt
 once), `write_adopt` (many slots and adoptions at once), `write_workloads` (workload
 attempts), `write_maintenance` (what `on_maintenance` did about a window), `write_progress`
 (what a workload told in its progress file), `lease` (the leader lease), `prune` (the
-maintenance task's bounded deletes); the reads come from `reads.Reader`. Here: the
-savepoints, and `apply_each`, many small writes each undone alone.
+maintenance task's bounded deletes), `write_ledger` (its kept ledger days); the reads come
+from `reads.Reader`. Here: the savepoints, and `apply_each`, many small writes each undone
+alone.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tpucared.store.engine import connection_lost
 from tpucared.store.lease import LeaseWrites
 from tpucared.store.prune import PruneWrites
 from tpucared.store.write_adopt import AdoptWrites
+from tpucared.store.write_ledger import LedgerWrites
 from tpucared.store.write_maintenance import MaintenanceWrites
 from tpucared.store.write_many import ManyNodeWrites
 from tpucared.store.write_progress import ProgressWrites
@@ -46,6 +48,7 @@ class Tx(
     MaintenanceWrites,
     ProgressWrites,
     PruneWrites,
+    LedgerWrites,
     LeaseWrites,
 ):
     """Everything in one `Store.write()` block commits together or not at all."""

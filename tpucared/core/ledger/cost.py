@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tpucared.core.ledger.categories import LOST, Category, Interval, Phase
+from tpucared.core.ledger.kept import KeptSums, microseconds
 from tpucared.core.model.causes import LossCause
 from tpucared.core.model.machines import MACHINE_TYPES, chips_of
 
@@ -120,19 +121,38 @@ def summarize(
     *,
     chips: int | None = None,
     price: float | None = None,
+    kept: KeptSums | None = None,
 ) -> SlotSummary:
-    seconds: dict[Category, float] = defaultdict(float)
-    phases: dict[tuple[Category, Phase | None], float] = defaultdict(float)
-    causes: dict[LossCause | None, float] = defaultdict(float)
+    """The intervals (and `kept`, the slot's kept days: kept.py) summed. In integer
+    microseconds, turned into seconds at the end: a sum is the same however the time was cut
+    (whole intervals, or days kept and a tail), to the last bit."""
+    seconds: dict[Category, int] = defaultdict(int)
+    phases: dict[tuple[Category, Phase | None], int] = defaultdict(int)
+    causes: dict[LossCause | None, int] = defaultdict(int)
     steps = 0
-    for i in intervals:
-        s = i.seconds
-        seconds[i.category] += s
-        phases[(i.category, i.phase)] += s
-        if i.category in FROM_LOSSES:
-            causes[i.cause] += s
-        steps += i.steps or 0  # one interval a loss: `merged` joins its pieces
-    return SlotSummary(fleet, slot, dict(seconds), dict(phases), dict(causes), chips, price, steps)
+    parts: list[tuple[Category, Phase | None, LossCause | None, int, int]] = [
+        (c, p, cause, us, n) for (c, p, cause), (us, n) in (kept or {}).items()
+    ]
+    parts += [
+        (i.category, i.phase, i.cause, microseconds(i.start, i.end), i.steps or 0)
+        for i in intervals
+    ]
+    for category, phase, cause, us, n in parts:
+        seconds[category] += us
+        phases[(category, phase)] += us
+        if category in FROM_LOSSES:
+            causes[cause] += us
+        steps += n  # one interval a loss: `merged` joins its pieces
+    return SlotSummary(
+        fleet,
+        slot,
+        {c: us / 1e6 for c, us in seconds.items()},
+        {k: us / 1e6 for k, us in phases.items()},
+        {c: us / 1e6 for c, us in causes.items()},
+        chips,
+        price,
+        steps,
+    )
 
 
 def combined(

@@ -13,7 +13,9 @@ How an instant is classified:
    a node's death (a loss, its category by `loss_cause`: maintenance, bad_host, crash or,
    for the rest and for None, INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION), a hold, or a spent
    budget. Before the first one it is the slot's first bring-up (startup, or capacity_wait
-   while creates fail for capacity or quota).
+   while creates fail for capacity or quota). A slot done (or its fleet down) is idle in
+   the bring-up after its latest disruption only: the records do not say when it became
+   done, and an earlier bring-up was one (so a closed day stays as kept: kept.py).
 3. The sub-phase is what the records say at that instant: the lost node still alive in our
    records (detection), a node READY (setup), a node asked for or creating (provisioning),
    a dead node being deleted (delete), no node and the last create failed for capacity or
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from itertools import pairwise
 
@@ -121,7 +123,10 @@ def slot_ledger(history: SlotHistory, now: datetime) -> list[Interval]:
             latest = bisect_right(create_times, t0)
             last_create = creates[latest - 1] if latest else None
             piece = _classify(t0, t1, context, live_nodes, last_create)
-            if piece.category is not Category.HELD and history.done and context.bring_up:
+            # Done (or its fleet down) idles the bring-up after the latest disruption only:
+            # an earlier bring-up was one, and stays one once its day is kept (kept.py).
+            latest = at == len(events)
+            if piece.category is not Category.HELD and history.done and context.bring_up and latest:
                 piece = Interval(t0, t1, Category.IDLE)
         out.append(piece)
     return merged(out)
@@ -361,13 +366,18 @@ def _label(
     return (i.category, i.phase, i.cause, i.zone, i.node, i.accelerator_type, i.steps)
 
 
-def clipped(intervals: Iterable[Interval], since: datetime) -> list[Interval]:
-    """The part at or after `since` (`--since`)."""
+def clipped(
+    intervals: Iterable[Interval], since: datetime, *, keep_steps: bool = True
+) -> list[Interval]:
+    """The part at or after `since` (`--since`). Without `keep_steps` (the tail after the
+    kept days, kept.py), an interval cut keeps no steps: its first day counted them."""
     out = []
     for i in intervals:
         if i.end <= since:
             continue
         if i.start < since:
             i = Interval(since, i.end, *_label(i))
+            if not keep_steps:
+                i = replace(i, steps=None)
         out.append(i)
     return out
