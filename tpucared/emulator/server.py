@@ -186,6 +186,27 @@ async def running_emulator(
         await server.stop()
 
 
+def _capacity_flags(parser: argparse.ArgumentParser) -> None:
+    """The models of what Google does not document about capacity (README, "The emulator")."""
+    parser.add_argument(
+        "--capacity-judged",
+        choices=("post", "end"),
+        default=EmulatorOptions.capacity_judged,
+        help="when a create meets a stockout: when it is posted (default) or when its "
+        "operation ends (a create posted in a stockout succeeds if capacity came back)",
+    )
+    parser.add_argument(
+        "--queued-serve",
+        choices=("at-once", "scan"),
+        default=EmulatorOptions.queued_serve,
+        help="when waiting queued resources get freed capacity: at once, before any plain "
+        "create (default), or at scans every --queued-scan-seconds (a create may win between)",
+    )
+    parser.add_argument(
+        "--queued-scan-seconds", type=float, default=EmulatorOptions.queued_scan_seconds
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tpucared emulator",
@@ -207,23 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="preempt READY spot/preemptible nodes at random with this mean lifetime",
     )
-    parser.add_argument(
-        "--capacity-judged",
-        choices=("post", "end"),
-        default=EmulatorOptions.capacity_judged,
-        help="when a create meets a stockout: when it is posted (default) or when its "
-        "operation ends (a create posted in a stockout succeeds if capacity came back)",
-    )
-    parser.add_argument(
-        "--queued-serve",
-        choices=("at-once", "scan"),
-        default=EmulatorOptions.queued_serve,
-        help="when waiting queued resources get freed capacity: at once, before any plain "
-        "create (default), or at scans every --queued-scan-seconds (a create may win between)",
-    )
-    parser.add_argument(
-        "--queued-scan-seconds", type=float, default=EmulatorOptions.queued_scan_seconds
-    )
+    _capacity_flags(parser)
     parser.add_argument("--page-size", type=int, default=EmulatorOptions.default_page_size,
                         help="default nodes.list page size")  # fmt: skip
     parser.add_argument(
