@@ -7,13 +7,14 @@ import json
 import re
 import subprocess
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from store_support import facts, hours, seed, slot_update
 
+from tpucared.core.ledger.categories import Category, Phase
 from tpucared.core.model.causes import LossCause
 from tpucared.core.model.records import AttemptOutcome, CreateAttemptRecord, NodePhase
 from tpucared.core.model.specs import ErrorKind
@@ -265,6 +266,40 @@ def check_node_life(rows: Rows) -> None:
     assert rows[3]["message"] == "sweep-3: workload done, deleting"
 
 
+async def keep_days(store: Store, now: datetime) -> None:
+    """Two closed days of sweep/0's ledger, as the daemon's maintenance task writes them."""
+    day = (now - hours(72)).date()
+    days = {
+        (day, Category.PRODUCTIVE, None, None): [3 * 3600 * 10**6, 0],
+        (day + timedelta(days=1), Category.PRODUCTIVE, None, None): [3600 * 10**6, 0],
+        (day + timedelta(days=1), Category.RECOVERY, Phase.PROVISIONING, LossCause.PREEMPTED): [
+            600 * 10**6,
+            0,
+        ],
+        (day + timedelta(days=1), Category.WASTED, None, LossCause.PREEMPTED): [
+            3000 * 10**6,
+            120,
+        ],
+    }
+    until = datetime.combine(day + timedelta(days=2), time(), UTC)
+    async with store.write() as tx:
+        assert await tx.keep_ledger_days("sweep", 0, None, until, days)
+
+
+def check_slot_ledger(rows: Rows) -> None:
+    got = {(r["slot"], r["category"]): r for r in rows}
+    assert [(r["slot"], r["category"]) for r in rows] == [
+        (0, "productive"),
+        (0, "WASTED_PROGRESS_FROM_DISRUPTION"),
+        (0, "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION"),
+    ]
+    productive = got[(0, "productive")]
+    assert (productive["days"], productive["seconds"], productive["share_pct"]) == (2, 14400, 80)
+    assert productive["first_day"] < productive["last_day"]
+    wasted = got[(0, "WASTED_PROGRESS_FROM_DISRUPTION")]
+    assert (wasted["days"], wasted["seconds"], wasted["steps_lost"]) == (1, 3000, 120)
+
+
 EXPECTED: dict[str, list[Callable[[Rows], None]]] = {
     "What is running now": [check_running_now],
     "Recent events": [check_recent_events],
@@ -273,6 +308,7 @@ EXPECTED: dict[str, list[Callable[[Rows], None]]] = {
     "Losses by cause": [check_losses_by_cause],
     "Preemption history": [check_preemption_history],
     "Uptime and goodput per slot": [check_goodput],
+    "Where the time went, closed days": [check_slot_ledger],
     "Create failures by zone in the last day": [
         check_recent_create_failures,
         check_create_failures_all_time,
@@ -296,6 +332,7 @@ def sqlite3_json(db: Path, sql: str) -> Rows:
 
 async def test_every_documented_query_answers_its_question(store: Store, migrated: Path):
     await populate(store, datetime.now(UTC))
+    await keep_days(store, datetime.now(UTC))
     blocks = sql_blocks()
     assert {h: len(b) for h, b in blocks.items()} == {h: len(c) for h, c in EXPECTED.items()}
     for heading, queries in blocks.items():
