@@ -124,10 +124,12 @@ async def to_day_three(store: Store, n3: int, number: int) -> None:
     await run(store, n4, t(2, 6.25), first_step_at=t(2, 6.3))
 
 
-async def figures(store: Store, now: datetime, kept: bool) -> dict[str, Any]:
+async def figures(
+    store: Store, now: datetime, kept: bool, since: datetime | None = None
+) -> dict[str, Any]:
     async with store.read() as r:
-        records = await r.ledger(kept=kept)
-    document = goodput_document(ledgers(records, PRICES, now, None), now, None, "the start")
+        records = await r.ledger(since=since, kept=kept)
+    document = goodput_document(ledgers(records, PRICES, now, since), now, since, "the start")
     for fleet in document["fleets"]:
         for slot in fleet["slots"]:
             slot.pop("intervals")  # the tail's only when days are kept
@@ -151,6 +153,15 @@ async def test_kept_days_and_the_tail_read_as_the_full_recompute(store: Store) -
         assert (await r.ledger(sums=False)).kept_until == {("f", 0): t(2, 0)}
     got, want = await figures(store, clock.at, True), await figures(store, clock.at, False)
     assert got == want
+    # `--since`: mid-day before the kept days (that day tiled, then kept days), at a kept
+    # midnight, within the last kept day (tiled from there), after them.
+    async with store.read() as r:
+        records = await r.ledger(since=t(0, 15))
+    assert records.kept_until == {("f", 0): t(2, 0)}
+    assert records.head_until == t(1, 0)
+    for since in (t(0, 0.5), t(0, 15), t(1, 0), t(1, 12), t(2, 1), t(3, 11)):
+        kept = await figures(store, clock.at, True, since)
+        assert kept == await figures(store, clock.at, False, since), since
     (slot0, _) = want["fleets"][0]["slots"]
     cats = slot0["categories"]
     assert cats["WASTED_PROGRESS_FROM_DISRUPTION"]["seconds"] == 8 * 3600

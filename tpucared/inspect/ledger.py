@@ -6,16 +6,17 @@ A slot's chips are its type's (core/ledger/cost.py `chips`) times its hosts (a m
 `compute` topology) times its slices; its type and capacity kind are the fleet's stored spec's
 (the newest node's type when the spec does not say, as in records written before it did).
 
-Over the whole history, a slot's closed days kept by the daemon (`records.kept`, core/ledger/
-kept.py) are summed as they are, and only the records after them are tiled: the figures are
-the same as tiling everything (kept.py says why), the `intervals` are the tail's only.
+A slot's closed days kept by the daemon (`records.kept`, core/ledger/kept.py) are summed as
+they are, and only the records after them are tiled (with `since` before them, the part of
+its day before the next midnight too: `records.head`): the figures are the same as tiling
+everything (kept.py says why); the `intervals` are only the tiled ones.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -126,11 +127,14 @@ def ledgers(
             key = (name, slot.index)
             history = slot_history(records, fleet, slot, facts)
             intervals = slot_ledger(history, now)
-            kept_until = records.kept_until.get(key) if since is None else None
-            if since is not None:
+            kept_until = records.kept_until.get(key)
+            if kept_until is not None:
+                intervals = [
+                    *_head(records, fleet, slot, facts, since),
+                    *clipped(intervals, kept_until, keep_steps=False),
+                ]
+            elif since is not None:
                 intervals = clipped(intervals, since)
-            elif kept_until is not None:
-                intervals = clipped(intervals, kept_until, keep_steps=False)
             summary = summarize(
                 name,
                 slot.index,
@@ -146,6 +150,23 @@ def ledgers(
             rows.append(SlotLedger(summary, intervals, start, kept_until))
         out.append(FleetLedger(name, facts, price, rows))
     return out
+
+
+def _head(
+    records: LedgerRecords,
+    fleet: FleetRecord,
+    slot: SlotRecord,
+    facts: FleetFacts,
+    since: datetime | None,
+) -> list[Interval]:
+    """The intervals of [since, the next midnight) before the kept days (`records.head`).
+    Tiled to that midnight with neither `done` nor a hold: both reach back no further than
+    the slot's latest disruption or the hold's start, never before its kept days' end."""
+    head, until = records.head, records.head_until
+    if since is None or head is None or until is None:
+        return []
+    history = replace(slot_history(head, fleet, slot, facts), done=False, held_since=None)
+    return clipped(slot_ledger(history, until), since)
 
 
 def shares(fleets: Sequence[FleetLedger]) -> dict[SlotKey, float]:

@@ -7,10 +7,12 @@ before `since` and the node that attempt ran on: what was going on at `since` (a
 begun before it) is told by them. The slot's first create (`first_create`) is read whole, as
 the ledger's start. Rows come back as `core.model` records and the ledger's `NodeTimes`.
 
-Without `since` (the whole history), a slot's closed days kept by the maintenance task
-(`ledger_days`, core/ledger/kept.py) are read summed (`kept`), and its records only from
-where they end (`kept_until`, per slot: the same "what matters since" read, each slot from its
-own time); `inspect/ledger.py` tiles that tail and adds the kept sums.
+Where whole closed days kept by the maintenance task (`ledger_days`, core/ledger/kept.py)
+follow `since` (none: the whole history), a slot's kept days from `since`'s next midnight on
+are read summed (`kept`), and its records only from where they end (`kept_until`, per slot:
+the same "what matters since" read, each slot from its own time, a SQL expression of its
+mark); with `since` before that midnight, the rows of [since, midnight) too (`head`, read
+with `until`). `inspect/ledger.py` tiles the head and the tail and adds the kept sums.
 """
 
 from __future__ import annotations
@@ -18,14 +20,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, bindparam, func, or_, select, true
+from sqlalchemy import ColumnElement, Select, and_, bindparam, case, func, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tpucared.core.ledger.categories import Category, NodeTimes, Phase
-from tpucared.core.ledger.kept import KeptKey, KeptSums
+from tpucared.core.ledger.kept import KeptKey, KeptSums, midnight
 from tpucared.core.model.causes import LossCause
 from tpucared.core.model.records import (
     CreateAttemptRecord,
@@ -62,6 +64,10 @@ class LedgerRecords:
     # The kept days (whole-history reads only): up to when, per slot, and their sums.
     kept_until: Mapping[SlotKey, datetime] = field(default_factory=dict)
     kept: Mapping[SlotKey, KeptSums] = field(default_factory=dict)
+    # With `since` and kept days after it: the rows of [since, the next midnight), tiled
+    # up to `head_until` (that midnight) for the slots in `kept_until`.
+    head: LedgerRecords | None = None
+    head_until: datetime | None = None
 
 
 async def read_ledger(
@@ -73,11 +79,12 @@ async def read_ledger(
     kept: bool = True,
     slots: Sequence[int] | None = None,
     sums: bool = True,
+    until: datetime | None = None,
 ) -> LedgerRecords:
     """The records of one slot, one fleet's or every slot's (in one transaction: `conn`);
-    `slots`: only these of `fleet`. `kept`: without `since`, read the records after the kept
-    days (the module's docstring) and, with `sums`, the kept days' sums; False: every row
-    (the tests' full recompute)."""
+    `slots`: only these of `fleet`. `kept`: use the kept days where whole ones fall after
+    `since` (the module's docstring) and, with `sums`, read their sums; False: every row
+    (the tests' full recompute). `until`: only rows begun before it (the head window)."""
     scope = _scope(fleet, slot, slots)
     fleet_stmt = select(FleetRow.__table__).order_by(FleetRow.name)
     if fleet is not None:
@@ -89,12 +96,18 @@ async def read_ledger(
     slot_records = [convert.slot(r) for r in await _rows(conn, slot_stmt)]
     kept_until: dict[SlotKey, datetime] = {}
     kept_sums: dict[SlotKey, KeptSums] = {}
-    since_of: _Since | None = None if since is None else (lambda _: since)
-    if since is None and kept:
-        kept_until, kept_sums = await _kept(conn, scope, sums)
+    since_of: _Since | None = None if since is None else _constant(since)
+    head = None
+    from_day = None if since is None else ceil_midnight(since)
+    if kept:
+        kept_until, kept_sums = await _kept(conn, scope, sums, from_day)
         if kept_until:
-            since_of = _kept_since
-    nodes_stmt, attempts_stmt, creates_stmt = _statements(scope, since_of)
+            since_of = _kept_since(since, from_day)
+            if since is not None and from_day is not None and since < from_day:
+                head = await read_ledger(
+                    conn, fleet, slot, since, kept=False, slots=slots, until=from_day
+                )
+    nodes_stmt, attempts_stmt, creates_stmt = _statements(scope, since_of, until)
     nodes: dict[SlotKey, list[NodeTimes]] = defaultdict(list)
     for row in await _rows(conn, nodes_stmt.order_by(NodeRow.id)):
         key = (row.pop("fleet"), row.pop("slot"))
@@ -113,7 +126,7 @@ async def read_ledger(
     first = {(r["fleet"], r["slot"]): r["first"] for r in await _rows(conn, first_stmt)}
     return LedgerRecords(
         fleets, slot_records, dict(nodes), dict(attempts), dict(creates), first, kept_until,
-        kept_sums,
+        kept_sums, head, from_day if head is not None else None,
     )  # fmt: skip
 
 
@@ -140,25 +153,48 @@ _Since = Callable[[Any], Any]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _kept_since(model: Any) -> ColumnElement[datetime]:
-    """The row's slot's `kept_until` (the epoch for a slot with nothing kept)."""
-    until = (
-        select(LedgerKeptRow.kept_until)
-        .where(LedgerKeptRow.fleet == model.fleet, LedgerKeptRow.slot == model.slot)
-        .scalar_subquery()
-    )
-    return func.coalesce(until, bindparam("epoch", _EPOCH, type_=UTCDateTime))
+def ceil_midnight(at: datetime) -> datetime:
+    """`at` if a UTC midnight, else the next one."""
+    day = midnight(at)
+    return day if day == at else day + timedelta(days=1)
+
+
+def _constant(since: datetime) -> _Since:
+    return lambda _: since
+
+
+def _kept_since(since: datetime | None, from_day: datetime | None) -> _Since:
+    """Per row, its slot's `kept_until` where whole kept days follow `since` (from
+    `from_day`), else `since` (the epoch without one)."""
+
+    def since_of(model: Any) -> ColumnElement[datetime]:
+        until = (
+            select(LedgerKeptRow.kept_until)
+            .where(LedgerKeptRow.fleet == model.fleet, LedgerKeptRow.slot == model.slot)
+            .scalar_subquery()
+        )
+        if since is None or from_day is None:
+            return func.coalesce(until, bindparam(None, _EPOCH, type_=UTCDateTime))
+        return case(
+            (until > bindparam(None, from_day, type_=UTCDateTime), until),
+            else_=bindparam(None, since, type_=UTCDateTime),
+        )
+
+    return since_of
 
 
 async def _kept(
-    conn: AsyncConnection, scope: Callable[[Any], ColumnElement[bool]], sums: bool
+    conn: AsyncConnection,
+    scope: Callable[[Any], ColumnElement[bool]],
+    sums: bool,
+    from_day: datetime | None,
 ) -> tuple[dict[SlotKey, datetime], dict[SlotKey, KeptSums]]:
-    """Per slot, up to when its days are kept, and (`sums`) their sums per (category, phase,
-    cause)."""
-    until = {
-        (r["fleet"], r["slot"]): r["kept_until"]
-        for r in await _rows(conn, select(LedgerKeptRow.__table__).where(scope(LedgerKeptRow)))
-    }
+    """Per slot with whole kept days from `from_day` (None: any), up to when they are kept,
+    and (`sums`) their sums from `from_day` per (category, phase, cause)."""
+    marks = select(LedgerKeptRow.__table__).where(scope(LedgerKeptRow))
+    if from_day is not None:
+        marks = marks.where(LedgerKeptRow.kept_until > from_day)
+    until = {(r["fleet"], r["slot"]): r["kept_until"] for r in await _rows(conn, marks)}
     if not until or not sums:
         return until, {}
     d = LedgerDayRow
@@ -168,6 +204,8 @@ async def _kept(
         .where(scope(d))
         .group_by(d.fleet, d.slot, d.category, d.phase, d.cause)
     )  # fmt: skip
+    if from_day is not None:
+        stmt = stmt.where(d.day >= from_day.date())
     out: dict[SlotKey, dict[KeptKey, tuple[int, int]]] = defaultdict(dict)
     for r in await _rows(conn, stmt):
         key = (Category(r["category"]), Phase(r["phase"]) if r["phase"] else None,
@@ -177,16 +215,20 @@ async def _kept(
 
 
 def _statements(
-    scope: Callable[[Any], ColumnElement[bool]], since_of: _Since | None
+    scope: Callable[[Any], ColumnElement[bool]], since_of: _Since | None, until: datetime | None
 ) -> tuple[Select[Any], Select[Any], Select[Any]]:
     """The nodes', attempts' and create attempts' selects: all of them, or what matters
-    since `since_of(table)` (the module's docstring)."""
+    since `since_of(table)` (the module's docstring), begun before `until`."""
     # Only the columns the ledger reads (`NodeTimes`): a node row is wide, and its JSON and
     # datetime columns cost a conversion each, for 400,000 rows at 10,000 slots x 30 days.
     columns = [NodeRow.__table__.c[name] for name in ("fleet", "slot", *NODE_TIMES)]
     nodes = select(*columns).where(scope(NodeRow))
     attempts = select(WorkloadAttemptRow.__table__).where(scope(WorkloadAttemptRow))
     creates = select(CreateAttemptRow.__table__).where(scope(CreateAttemptRow))
+    if until is not None:
+        nodes = nodes.where(NodeRow.requested_at < until)
+        attempts = attempts.where(WorkloadAttemptRow.started_at < until)
+        creates = creates.where(CreateAttemptRow.started_at < until)
     if since_of is None:
         return nodes, attempts, creates
     before = _newest_before(
