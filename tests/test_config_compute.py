@@ -38,7 +38,7 @@ def test_a_compute_fleet_beside_a_tpu_fleet(tmp_path: Path) -> None:
     assert (sweep.api, sweep.accelerator_type, sweep.node.on_preemption) == ("tpu", "v4-8", None)
     # The port reads the machine type and the image where a TPU node's type and runtime go;
     # "" is the machine type's generation's default image.
-    assert (spec.api, spec.accelerator_type, spec.runtime_version) == (
+    assert (spec.api, spec.accelerator_type, spec.extra["runtime_version"]) == (
         "compute",
         "tpu7x-standard-4t",
         "",
@@ -57,7 +57,7 @@ def test_a_tpu_fleet_keeps_its_spec_hash(tmp_path: Path) -> None:
         name="sweep",
         zones=("us-central2-b",),
         accelerator_type="v4-8",
-        runtime_version=sweep.runtime_version,
+        extra={"runtime_version": sweep.extra["runtime_version"]},
         size=2,
     )
     assert sweep.node == NodeOptions()
@@ -80,7 +80,7 @@ def test_image_and_termination_action(
     tmp_path: Path, extra: str, image: str, action: str | None
 ) -> None:
     spec = iron(tmp_path, compute(extra))
-    assert (spec.runtime_version, spec.node.on_preemption) == (image, action)
+    assert (spec.extra["runtime_version"], spec.node.on_preemption) == (image, action)
 
 
 def test_every_tpu_api_fleet_key_keeps_its_meaning(tmp_path: Path) -> None:
@@ -173,7 +173,9 @@ def test_new_node_fields_at_none_keep_the_hash() -> None:
     """A fleet with node options from before issue 28 keeps its hash: topology and
     max_run_duration_s at None are left out of it."""
     options = NodeOptions(network="tpu-net", on_preemption="stop")
-    spec = FleetSpec("iron", ("us-central1-c",), "tpu7x-standard-4t", "", 2, node=options)
+    spec = FleetSpec(
+        "iron", ("us-central1-c",), "tpu7x-standard-4t", 2, {"runtime_version": ""}, node=options
+    )
     assert spec.spec_hash() == "7f74ff021038eb22"  # as main computed it before the fields
 
 

@@ -43,8 +43,16 @@ PROJECT, ZONE = "tpucared-demo", "us-central2-b"
 
 def _fleets() -> list[FleetSpec]:
     return [
-        FleetSpec("demo", ("us-central2-b",), "v4-32", "tpu-ubuntu2204-base", 1),
-        FleetSpec("sweep", ("us-central2-b", "us-central1-a"), "v4-8", "tpu-ubuntu2204-base", 3),
+        FleetSpec(
+            "demo", ("us-central2-b",), "v4-32", 1, {"runtime_version": "tpu-ubuntu2204-base"}
+        ),
+        FleetSpec(
+            "sweep",
+            ("us-central2-b", "us-central1-a"),
+            "v4-8",
+            3,
+            {"runtime_version": "tpu-ubuntu2204-base"},
+        ),
     ]
 
 
@@ -90,7 +98,9 @@ def test_the_story_is_fixed_by_its_seed_and_goes_on_for_ever() -> None:
 
 
 def test_a_compute_fleets_slots_are_preempted_as_vms() -> None:
-    iron = FleetSpec("iron", ("us-central1-c",), "tpu7x-standard-4t", "", 1, api="compute")
+    iron = FleetSpec(
+        "iron", ("us-central1-c",), "tpu7x-standard-4t", 1, {"runtime_version": ""}, api="compute"
+    )
     steps = list(itertools.islice(schedule([*_fleets(), iron], seed=3), 60))
     vms = [s for s in steps if isinstance(s, Preempt) and s.fleet == "iron"]
     assert vms, "a random preemption picks the compute fleet's slot too"
@@ -242,7 +252,7 @@ async def _node(client: TpuClient, name: str) -> None:
         name,
         NodeShape(
             accelerator_type="v4-8",
-            runtime_version="tpu-ubuntu2204-base",
+            extra={"runtime_version": "tpu-ubuntu2204-base"},
             capacity=CapacityKind.SPOT,
             labels={},
             metadata={},
@@ -320,7 +330,9 @@ async def test_the_scenario_preempts_a_compute_engine_vm_and_starves_its_machine
     zone = "us-central1-c"
     cloud = ComputeCloud(ComputeClient(emulator.url, token_source=NoAuth()), owner=None)
     shape = NodeShape(
-        accelerator_type="tpu7x-standard-4t", runtime_version="", capacity=CapacityKind.SPOT
+        accelerator_type="tpu7x-standard-4t",
+        extra={"runtime_version": ""},
+        capacity=CapacityKind.SPOT,
     )
     lines: list[str] = []
     try:

@@ -15,8 +15,8 @@ from tpucared.store.snapshot import FleetStatus, SlotStatus
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 FLEX = FleetSpec(
-    "flex", ("us-east5-a",), "ct6e-standard-4t", "", 1, capacity=CapacityKind.FLEX_START,
-    node=NodeOptions(max_run_duration_s=7 * 86400), api="compute",
+    "flex", ("us-east5-a",), "ct6e-standard-4t", 1, {"runtime_version": ""},
+    capacity=CapacityKind.FLEX_START, node=NodeOptions(max_run_duration_s=7 * 86400), api="compute",
 )  # fmt: skip
 
 

@@ -57,7 +57,7 @@ def spec(
         name=name,
         zones=zones,
         accelerator_type=kw.pop("accelerator_type", "v4-8"),
-        runtime_version="tpu-ubuntu2204-base",
+        extra={"runtime_version": "tpu-ubuntu2204-base"},
         size=size,
         capacity=capacity,
         provisioning=provisioning,

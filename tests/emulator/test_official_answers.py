@@ -107,7 +107,7 @@ async def recording() -> AsyncIterator[RecordingEmulator]:
 def compute_shape(**overrides: Any) -> NodeShape:
     fields: dict[str, Any] = {
         "accelerator_type": MACHINE,
-        "runtime_version": "",
+        "extra": {"runtime_version": ""},
         "capacity": CapacityKind.SPOT,
         "labels": {FLEET_LABEL: "iron", OWNER_LABEL: OWNER},
         "metadata": {"ssh-keys": "tpucared:ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA tpucared"},
@@ -234,7 +234,7 @@ async def _not_usable(node: Callable[[str], Awaitable[Any]], name: str) -> bool:
 async def tpu_scenario(cloud: TpuCloud, client: TpuClient, call: Control) -> None:
     shape = NodeShape(
         accelerator_type="v4-8",
-        runtime_version="tpu-ubuntu2204-base",
+        extra={"runtime_version": "tpu-ubuntu2204-base"},
         capacity=CapacityKind.SPOT,
         labels={FLEET_LABEL: "sweep", OWNER_LABEL: OWNER},
     )

@@ -39,7 +39,7 @@ LABELS = {FLEET_LABEL: "iron", OWNER_LABEL: "lab"}
 def compute_shape(**overrides: Any) -> NodeShape:
     fields: dict[str, Any] = {
         "accelerator_type": "tpu7x-standard-4t",
-        "runtime_version": "",
+        "extra": {"runtime_version": ""},
         "capacity": CapacityKind.SPOT,
         "labels": LABELS,
         "metadata": {"ssh-keys": "tpucared:ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA tpucared"},
@@ -49,7 +49,7 @@ def compute_shape(**overrides: Any) -> NodeShape:
 
 TPU_SHAPE = NodeShape(
     accelerator_type="v4-8",
-    runtime_version="tpu-ubuntu2204-base",
+    extra={"runtime_version": "tpu-ubuntu2204-base"},
     capacity=CapacityKind.SPOT,
     labels=LABELS,
 )
@@ -296,7 +296,7 @@ async def test_a_queued_resource_of_ours_passes_and_request_messages_are_checked
     node = node_body(
         NodeShape(
             accelerator_type="v4-8",
-            runtime_version="tpu-ubuntu2204-base",
+            extra={"runtime_version": "tpu-ubuntu2204-base"},
             capacity=None,
             labels=LABELS,
         )

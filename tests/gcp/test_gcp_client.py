@@ -80,7 +80,7 @@ async def test_create_node_request_on_the_wire(
         "sweep-0",
         NodeShape(
             accelerator_type="v4-8",
-            runtime_version="tpu-ubuntu2204-base",
+            extra={"runtime_version": "tpu-ubuntu2204-base"},
             capacity=CapacityKind.SPOT,
             labels={"tpucared-fleet": "sweep"},
         ),
@@ -127,7 +127,9 @@ async def test_every_call_hits_its_documented_path(
         Z,
         "q",
         node_id="n",
-        shape=NodeShape(accelerator_type="v4-8", runtime_version="rt", capacity=CapacityKind.SPOT),
+        shape=NodeShape(
+            accelerator_type="v4-8", extra={"runtime_version": "rt"}, capacity=CapacityKind.SPOT
+        ),
     )
     await client.get_queued_resource(qr)
     await client.delete_queued_resource(qr, force=True)

@@ -49,7 +49,7 @@ def test_ready_pod() -> None:
     assert node.state is NodeState.READY
     assert node.health == "HEALTHY"
     assert node.accelerator_type == "v4-16"
-    assert node.runtime_version == "tpu-ubuntu2204-base"
+    assert node.extra["runtime_version"] == "tpu-ubuntu2204-base"
     assert node.cloud_id == "8123456789012345678"
     assert node.create_time == datetime(2025, 4, 10, 8, 15, 30, 123456, tzinfo=UTC)
     assert node.endpoints == (
@@ -65,12 +65,8 @@ def test_ready_pod() -> None:
 def test_creating_node_has_nothing_yet() -> None:
     node = node_from_json(ZONE, {"name": f"{PARENT}/nodes/n", "state": "CREATING"})
     assert node.state is NodeState.CREATING
-    assert (node.health, node.create_time, node.cloud_id, node.runtime_version) == (
-        None,
-        None,
-        None,
-        None,
-    )
+    assert (node.health, node.create_time, node.cloud_id) == (None, None, None)
+    assert node.extra == {}  # no runtime version yet
     assert node.endpoints == ()
     assert node.labels == {}
     assert node.accelerator_type == ""
@@ -207,7 +203,7 @@ def test_node_body_defaults_to_external_ips_and_spot() -> None:
     body = bodies.node_body(
         NodeShape(
             accelerator_type="v4-8",
-            runtime_version="tpu-ubuntu2204-base",
+            extra={"runtime_version": "tpu-ubuntu2204-base"},
             capacity=CapacityKind.SPOT,
             labels={"tpucared-fleet": "f"},
             metadata={"ssh-keys": "tpucared:ssh-ed25519 AAAA tpucared"},
@@ -243,7 +239,7 @@ def test_node_body_capacity(capacity: CapacityKind, scheduling: dict[str, bool] 
     body = bodies.node_body(
         NodeShape(
             accelerator_type="v5litepod-8",
-            runtime_version="v2-alpha-tpuv5-lite",
+            extra={"runtime_version": "v2-alpha-tpuv5-lite"},
             capacity=capacity,
             enable_external_ips=False,
             network="net",
@@ -260,7 +256,7 @@ def test_node_body_capacity(capacity: CapacityKind, scheduling: dict[str, bool] 
 
 def test_node_body_requires_type_and_runtime() -> None:
     with pytest.raises(ValueError, match="required"):
-        bodies.node_body(NodeShape(accelerator_type="", runtime_version="r"))
+        bodies.node_body(NodeShape(accelerator_type="", extra={"runtime_version": "r"}))
 
 
 @pytest.mark.parametrize(
@@ -275,7 +271,7 @@ def test_node_body_requires_type_and_runtime() -> None:
     ],
 )
 def test_queued_resource_body_tiers(capacity: CapacityKind, tier: dict[str, Any]) -> None:
-    node = bodies.node_body(NodeShape(accelerator_type="v4-8", runtime_version="rt"))
+    node = bodies.node_body(NodeShape(accelerator_type="v4-8", extra={"runtime_version": "rt"}))
     body = bodies.queued_resource_body(
         "my-project", ZONE, node_id="sweep-0", node=node, capacity=capacity
     )
@@ -287,7 +283,7 @@ def test_queued_resource_body_tiers(capacity: CapacityKind, tier: dict[str, Any]
 
 
 def test_queued_resource_body_options() -> None:
-    node = bodies.node_body(NodeShape(accelerator_type="v4-8", runtime_version="rt"))
+    node = bodies.node_body(NodeShape(accelerator_type="v4-8", extra={"runtime_version": "rt"}))
     body = bodies.queued_resource_body(
         "p",
         ZONE,

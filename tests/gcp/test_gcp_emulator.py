@@ -98,7 +98,7 @@ def client_options(control: Control, sleeps: Sleeps) -> dict[str, Any]:
 
 async def create(client: TpuClient, node_id: str, **options: Any) -> Operation:
     options.setdefault("accelerator_type", TYPE)
-    options.setdefault("runtime_version", RUNTIME)
+    options.setdefault("extra", {"runtime_version": RUNTIME})
     options.setdefault("capacity", CapacityKind.SPOT)
     options.setdefault("labels", LABELS)
     return await client.create_node(P, ZONE, node_id, NodeShape(**options))
@@ -414,7 +414,7 @@ async def test_queued_resource_lifecycle(client: TpuClient) -> None:
         node_id="queued-0",
         shape=NodeShape(
             accelerator_type=TYPE,
-            runtime_version=RUNTIME,
+            extra={"runtime_version": RUNTIME},
             capacity=CapacityKind.SPOT,
             labels=LABELS,
         ),

@@ -76,7 +76,7 @@ async def fleet(client: TpuClient) -> list[str]:
     """SIZE READY nodes with our labels, created through the client."""
     shape = NodeShape(
         accelerator_type="v4-8",
-        runtime_version="tpu-ubuntu2204-base",
+        extra={"runtime_version": "tpu-ubuntu2204-base"},
         capacity=CapacityKind.SPOT,
         labels=LABELS,
     )

@@ -29,7 +29,7 @@ PARENT = names.location(P, ZONE)
 LABELS = {FLEET_LABEL: "sweep", OWNER_LABEL: "daemon-1"}
 SHAPE = NodeShape(
     accelerator_type=TYPE,
-    runtime_version="tpu-ubuntu2204-base",
+    extra={"runtime_version": "tpu-ubuntu2204-base"},
     capacity=CapacityKind.SPOT,
     labels=LABELS,
 )

@@ -22,7 +22,7 @@ P = "emu-project"
 ZONE = "us-central2-b"
 SHAPE = NodeShape(
     accelerator_type="v4-8",
-    runtime_version="tpu-ubuntu2204-base",
+    extra={"runtime_version": "tpu-ubuntu2204-base"},
     capacity=CapacityKind.SPOT,
     labels={FLEET_LABEL: "sweep", OWNER_LABEL: "daemon-1"},
 )

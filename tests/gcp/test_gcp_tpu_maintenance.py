@@ -37,7 +37,7 @@ def shape(accelerator_type: str) -> NodeShape:
     runtime = "v2-alpha-tpuv6e" if accelerator_type.startswith("v6e") else "tpu-ubuntu2204-base"
     return NodeShape(
         accelerator_type=accelerator_type,
-        runtime_version=runtime,
+        extra={"runtime_version": runtime},
         capacity=CapacityKind.ON_DEMAND,
         labels={FLEET_LABEL: "mend", OWNER_LABEL: "daemon-1"},
     )

@@ -118,7 +118,7 @@ async def test_down_deletes_every_node_we_own_and_nothing_else(
                 name,
                 NodeShape(
                     accelerator_type="v4-8",
-                    runtime_version="tpu-ubuntu2204-base",
+                    extra={"runtime_version": "tpu-ubuntu2204-base"},
                     capacity=CapacityKind.SPOT,
                     labels=node_labels,
                 ),

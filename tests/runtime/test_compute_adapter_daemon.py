@@ -58,7 +58,7 @@ async def daemon_on(emulator: EmulatorServer, tmp_path: Path) -> AsyncIterator[D
         config,
         ssh=replace(config.ssh, port=emulator.state.options.ssh_port),
         fleets=tuple(
-            replace(f, api="compute", accelerator_type=MACHINE, runtime_version="")
+            replace(f, api="compute", accelerator_type=MACHINE, extra={"runtime_version": ""})
             for f in config.fleets
         ),
     )

@@ -167,7 +167,7 @@ async def _create_ours(control: Control, n: int) -> None:
                 f"sweep-{slot}",
                 NodeShape(
                     accelerator_type="v4-8",
-                    runtime_version="tpu-ubuntu2204-base",
+                    extra={"runtime_version": "tpu-ubuntu2204-base"},
                     capacity=CapacityKind.SPOT,
                     labels={"tpucared-fleet": "sweep", "tpucared-owner": OWNER},
                 ),
@@ -350,7 +350,7 @@ async def test_a_spent_budget_still_sends_the_plans_creates(
             node_name="sweep-0",
             zone=ZONE,
             accelerator_type="v5litepod-8",
-            runtime_version="v2-alpha-tpuv5-lite",
+            extra={"runtime_version": "v2-alpha-tpuv5-lite"},
             capacity=CapacityKind.SPOT,
             provisioning=Provisioning.DIRECT,
             labels={"tpucared-fleet": "sweep", "tpucared-owner": OWNER},

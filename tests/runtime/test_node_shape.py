@@ -16,7 +16,7 @@ def _create(fleet: str, machine: str, capacity: CapacityKind) -> CreateNode:
         node_name=f"{fleet}-0",
         zone="us-central1-c",
         accelerator_type=machine,
-        runtime_version="",
+        extra={"runtime_version": ""},
         capacity=capacity,
         provisioning=Provisioning.DIRECT,
         labels={},

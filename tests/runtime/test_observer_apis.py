@@ -27,8 +27,10 @@ from tpucared.runtime.clouds import CloudMap
 from tpucared.runtime.nodes.observer import Observer, by_location, zones_to_observe
 
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
-SWEEP = FleetSpec("sweep", (ZONE,), "v4-8", "tpu-ubuntu2204-base", 1)
-IRON = FleetSpec("iron", (ZONE, "us-east5-b"), "ct6e-standard-1t", "", 1, api="compute")
+SWEEP = FleetSpec("sweep", (ZONE,), "v4-8", 1, {"runtime_version": "tpu-ubuntu2204-base"})
+IRON = FleetSpec(
+    "iron", (ZONE, "us-east5-b"), "ct6e-standard-1t", 1, {"runtime_version": ""}, api="compute"
+)
 
 
 def incarnation(fleet: str, zone: str, api: str) -> IncarnationRecord:
@@ -69,7 +71,7 @@ async def test_each_api_lists_its_own_in_a_shared_zone(emulator: EmulatorServer)
         for cloud, spec in ((tpu, SWEEP), (compute, IRON)):
             shape = NodeShape(
                 accelerator_type=spec.accelerator_type,
-                runtime_version=spec.runtime_version,
+                extra={"runtime_version": spec.extra["runtime_version"]},
                 capacity=CapacityKind.SPOT,
                 labels={**labels, FLEET_LABEL: spec.name},
             )

@@ -228,7 +228,7 @@ async def test_the_cli_runs_exec_with_a_config_file(running: Harness, tmp_path: 
         spec.name,
         zones=list(spec.zones),
         accelerator_type=spec.accelerator_type,
-        runtime_version=spec.runtime_version,
+        runtime_version=spec.extra["runtime_version"],
         size=spec.size,
         workload={"run": "sleep 1"},
     )

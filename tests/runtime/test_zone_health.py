@@ -113,7 +113,7 @@ def test_a_short_failure_recovers_without_events() -> None:
 
 
 def test_a_fleet_is_down_only_when_every_zone_is_unreachable() -> None:
-    spec = FleetSpec("f", ("a", "b"), "v4-8", "rt", 1)
+    spec = FleetSpec("f", ("a", "b"), "v4-8", 1, {"runtime_version": "rt"})
     down = ZoneHealth("p", "a", failures=3, unreachable=True)
     assert unlistable_fleets([spec], {("", "a"): down}) == []
     assert unlistable_fleets([spec], {("", "a"): down, ("", "b"): ZoneHealth("p", "b")}) == []

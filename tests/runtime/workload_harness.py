@@ -84,7 +84,7 @@ def fleet(workload: WorkloadSpec, size: int = 1) -> FleetSpec:
         name=FLEET,
         zones=(ZONE,),
         accelerator_type="v4-32",
-        runtime_version="tpu-ubuntu2204-base",
+        extra={"runtime_version": "tpu-ubuntu2204-base"},
         size=size,
         workload=workload,
     )
@@ -128,7 +128,7 @@ class Harness:
             name,
             NodeShape(
                 accelerator_type=self.specs[0].accelerator_type,
-                runtime_version="tpu-ubuntu2204-base",
+                extra={"runtime_version": "tpu-ubuntu2204-base"},
                 capacity=CapacityKind.SPOT,
                 labels={FLEET_LABEL: FLEET, OWNER_LABEL: OWNER},
                 metadata={"ssh-keys": ssh_keys_metadata_entry(USER, self.key)},

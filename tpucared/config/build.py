@@ -75,6 +75,7 @@ from tpucared.core.model.specs import (
 from tpucared.core.notify.spec import NotifySpec
 from tpucared.core.vocab.policy import Policy
 from tpucared.core.vocab.stuck import DEFAULT_TIMEOUTS, with_overrides
+from tpucared.ports.cloud import SOFTWARE_KEY
 
 MIN_EVENTS_RETENTION = timedelta(days=1)
 MIN_NOTIFY_INTERVAL = timedelta(seconds=10)
@@ -353,7 +354,7 @@ def _fleet_spec(
         name=raw.name,
         zones=tuple(raw.zones),
         accelerator_type=what,
-        runtime_version=boots,
+        extra={SOFTWARE_KEY: boots},
         size=raw.size,
         capacity=raw.capacity,
         provisioning=raw.provisioning,

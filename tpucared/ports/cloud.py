@@ -84,6 +84,12 @@ class CloudError(Exception):
             self.kind = kind
 
 
+# The key of `NodeShape.extra` (and `FleetSpec.extra`) holding what a node boots: the TPU
+# API's runtime version, Compute Engine's image. The TPU fleets' config key, and the name
+# stored spec hashes have always digested it under (core/model/specs.py `spec_hash`).
+SOFTWARE_KEY = "runtime_version"
+
+
 @dataclass(frozen=True)
 class NodeShape:
     """What a node is made of: type, software, capacity tier, labels, metadata, network.
@@ -96,9 +102,9 @@ class NodeShape:
     # The cloud's name for the machine (TPU: the accelerator type; Compute Engine: the
     # machine type, e.g. tpu7x-standard-4t).
     accelerator_type: str
-    # The software it boots (TPU: the runtime version; Compute Engine: the boot image, ""
-    # for the default image of the machine type's TPU generation).
-    runtime_version: str
+    # Cloud-specific shape, from the fleet's config to the adapter, unread by the core
+    # (`FleetSpec.extra`): e.g. what it boots under `SOFTWARE_KEY` (`software`).
+    extra: Mapping[str, str] = field(default_factory=dict)
     capacity: CapacityKind | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     metadata: Mapping[str, str] = field(default_factory=dict)
@@ -124,6 +130,12 @@ class NodeShape:
     # Reserved only: the reservation is a calendar-mode one, whose VMs Compute Engine makes
     # RESERVATION_BOUND (provisioning model), not STANDARD.
     reservation_bound: bool = False
+
+    @property
+    def software(self) -> str:
+        """The software it boots (TPU: the runtime version; Compute Engine: the boot image,
+        "" for the default image of the machine type's TPU generation)."""
+        return self.extra.get(SOFTWARE_KEY, "")
 
     def for_queue(self) -> NodeShape:
         """The same node as a queued slot's node: the tier moves to the queued slot."""

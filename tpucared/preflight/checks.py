@@ -238,17 +238,18 @@ async def offered(ctx: Context, fleet: FleetSpec, zone: str) -> CheckResult:
 
 async def runtime_version(ctx: Context, fleet: FleetSpec, zone: str) -> CheckResult:
     name = f"runtime_version[{fleet.name}/{zone}]"
+    version = rules.software(fleet)
     try:
-        await ctx.client.runtime_version(ctx.project(fleet), zone, fleet.runtime_version)
+        await ctx.client.runtime_version(ctx.project(fleet), zone, version)
     except ApiError as exc:
         if _kind(exc) not in MISSING:
             raise
         return fail(
             name,
-            f"{fleet.runtime_version} is not offered in {zone} ({_said(exc)})",
+            f"{version} is not offered in {zone} ({_said(exc)})",
             f"see `gcloud compute tpus versions list --zone {zone}`",
         )
-    return ok(name, f"{fleet.runtime_version} offered in {zone}")
+    return ok(name, f"{version} offered in {zone}")
 
 
 async def image(ctx: Context, fleet: FleetSpec) -> CheckResult:

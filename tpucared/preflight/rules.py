@@ -30,6 +30,7 @@ from typing import Any
 from tpucared.config.syntax import COMPUTE_API
 from tpucared.core.model.machines import MACHINE_TYPES
 from tpucared.core.model.specs import DEFAULT_PROJECT, CapacityKind, FleetSpec
+from tpucared.ports.cloud import SOFTWARE_KEY
 
 DEFAULT_NETWORK = "default"  # what both APIs use when a fleet names none
 
@@ -93,11 +94,17 @@ def same_network(url: str, path: str) -> bool:
     return url.rstrip("/").endswith("/" + path.removeprefix("/")) or short(url) == short(path)
 
 
+def software(fleet: FleetSpec) -> str:
+    """What the fleet's nodes boot: a TPU API fleet's runtime version, a `compute` fleet's
+    image ("": its machine type's default), as the config put it in `FleetSpec.extra`."""
+    return fleet.extra.get(SOFTWARE_KEY, "")
+
+
 def image_path(fleet: FleetSpec) -> str | None:
     """A `compute` fleet's boot image as a path images.get(FromFamily) takes; None when
     the machine type has no default (a config error elsewhere)."""
-    if fleet.runtime_version:
-        return fleet.runtime_version
+    if image := software(fleet):
+        return image
     machine = MACHINE_TYPES.get(fleet.accelerator_type)
     return machine.default_image if machine else None
 

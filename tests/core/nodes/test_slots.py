@@ -86,7 +86,7 @@ def test_create_carries_the_spec_and_our_labels() -> None:
     s = spec(size=1, labels={"team": "nlp"})
     (c,) = run([s], world()).of(CreateNode)
     assert c.labels == {"team": "nlp", FLEET_LABEL: FLEET, OWNER_LABEL: "me"}
-    assert (c.accelerator_type, c.runtime_version, c.capacity) == (
+    assert (c.accelerator_type, c.extra["runtime_version"], c.capacity) == (
         "v4-8",
         "tpu-ubuntu2204-base",
         s.capacity,

@@ -22,7 +22,7 @@ MACHINE = "tpu7x-standard-4t"
 def shape(fleet: str = "iron", owner: str = OWNER, **overrides: Any) -> NodeShape:
     fields: dict[str, Any] = {
         "accelerator_type": MACHINE,
-        "runtime_version": "",
+        "extra": {"runtime_version": ""},
         "capacity": CapacityKind.SPOT,
         "labels": {FLEET_LABEL: fleet, OWNER_LABEL: owner},
         "metadata": {"ssh-keys": "tpucared:ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA tpucared"},

@@ -18,7 +18,7 @@ LABELS = {"tpucared-fleet": "iron", "tpucared-owner": "lab"}
 def shape(**overrides: Any) -> NodeShape:
     fields: dict[str, Any] = {
         "accelerator_type": "tpu7x-standard-4t",
-        "runtime_version": "",
+        "extra": {"runtime_version": ""},
         "capacity": CapacityKind.SPOT,
         "labels": LABELS,
         "metadata": {"ssh-keys": "tpucared:ssh-ed25519 AAAA tpucared"},
@@ -84,7 +84,9 @@ def test_the_default_image_follows_the_generation(machine_type: str, family: str
 
 def test_a_named_image_is_sent_as_named_and_an_unknown_generation_needs_one() -> None:
     image = "projects/mine/global/images/my-image"
-    body = instance_body(shape(accelerator_type="n9-tpu-4t", runtime_version=image), ZONE, "a")
+    body = instance_body(
+        shape(accelerator_type="n9-tpu-4t", extra={"runtime_version": image}), ZONE, "a"
+    )
     assert body["disks"][0]["initializeParams"]["sourceImage"] == image
     with pytest.raises(ValueError, match="no default image"):
         instance_body(shape(accelerator_type="n9-tpu-4t"), ZONE, "a")
@@ -105,7 +107,9 @@ def test_the_boot_disk_is_the_type_its_tpu_generation_takes(
     machine_type: str, disk_type: str | None
 ) -> None:
     image = "projects/mine/global/images/my-image"
-    body = instance_body(shape(accelerator_type=machine_type, runtime_version=image), ZONE, "a")
+    body = instance_body(
+        shape(accelerator_type=machine_type, extra={"runtime_version": image}), ZONE, "a"
+    )
     params = body["disks"][0]["initializeParams"]
     expected = None if disk_type is None else f"zones/{ZONE}/diskTypes/{disk_type}"
     assert params.get("diskType") == expected

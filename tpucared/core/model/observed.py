@@ -92,7 +92,8 @@ class ObservedNode:
     health: str | None = None  # Node.Health by name, None when absent
     cloud_id: str | None = None  # Node.id (int64 as string)
     create_time: datetime | None = None
-    runtime_version: str | None = None
+    # Cloud-specific facts the core does not read (the TPU API's runtime version).
+    extra: Mapping[str, str] = field(default_factory=dict)
     endpoints: tuple[WorkerEndpoint, ...] = ()
     queued_resource: str | None = None
     raw_state: str | None = None  # what the API sent, when the state is UNREADABLE

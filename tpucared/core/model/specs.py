@@ -209,12 +209,13 @@ DEFAULT_API = "tpu"
 class FleetSpec:
     name: str
     zones: tuple[str, ...]
-    # What the node is and boots, in its cloud's words: for the TPU API the accelerator type
-    # and the runtime version; for Compute Engine (`api` "compute") the machine type and the
-    # boot image ("" for its generation's default image, core/model/machines.py).
+    # What the node is, in its cloud's words: for the TPU API the accelerator type; for
+    # Compute Engine (`api` "compute") the machine type (core/model/machines.py).
     accelerator_type: str
-    runtime_version: str
     size: int
+    # Cloud-specific shape the core passes to the fleet's cloud without reading it (the
+    # config's keys for that cloud: what the node boots, ports/cloud.py `SOFTWARE_KEY`).
+    extra: Mapping[str, str] = field(default_factory=dict)
     capacity: CapacityKind = CapacityKind.SPOT
     provisioning: Provisioning = Provisioning.DIRECT
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -265,6 +266,9 @@ class FleetSpec:
     def spec_hash(self) -> str:
         """Stable digest of the spec, stored with the fleet so edits are visible."""
         fields = asdict(self)
+        # The cloud's own keys beside the others, as they were hashed before they moved
+        # into `extra` (issue 40): a spec's hash does not change with where a field lives.
+        fields.update(fields.pop("extra"))
         if self.node == NodeOptions():
             del fields["node"]  # fleets from before node options keep their hash
         else:

@@ -273,7 +273,7 @@ def _create(
         node_name=name,
         zone=zone,
         accelerator_type=spec.accelerator_type,
-        runtime_version=spec.runtime_version,
+        extra=spec.extra,
         capacity=spec.capacity,
         provisioning=spec.provisioning,
         labels=labels,

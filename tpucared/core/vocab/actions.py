@@ -214,7 +214,8 @@ class CreateNode(Action):
     node_name: str
     zone: str
     accelerator_type: str
-    runtime_version: str
+    # Cloud-specific shape, passed to the fleet's cloud unread (`FleetSpec.extra`).
+    extra: Mapping[str, str]
     capacity: CapacityKind
     provisioning: Provisioning
     labels: Mapping[str, str]  # the fleet's labels plus tpucared-fleet and tpucared-owner
@@ -229,6 +230,12 @@ class CreateNode(Action):
 
     def subject(self) -> str:
         return self.node_name
+
+    def to_dict(self) -> dict[str, Any]:
+        """As every action's, the cloud-specific shape's keys beside the others."""
+        out = super().to_dict()
+        out.update(out.pop("extra"))
+        return out
 
     def summary(self) -> str:
         how = "queued " if self.queued_resource else ""

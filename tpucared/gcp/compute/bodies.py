@@ -3,7 +3,7 @@
 One single-host TPU VM per slot: a Compute Engine instance of a TPU machine type. Pure
 functions, so the exact JSON we send is testable without a server. The shape's fields read
 as the port documents them: `accelerator_type` is the machine type (`tpu7x-standard-4t`,
-`ct6e-standard-{1,4,8}t`, `ct5p-hightpu-4t`), `runtime_version` the boot image ("" for the
+`ct6e-standard-{1,4,8}t`, `ct5p-hightpu-4t`), `software` the boot image ("" for the
 default image of the machine type's TPU generation). Sources of every value:
 docs/research/compute-engine.md §1-2.
 
@@ -201,7 +201,7 @@ def instance_body(
     machine_type = shape.accelerator_type
     if not machine_type:
         raise ValueError("a machine type is required")
-    image = shape.runtime_version or default_image(machine_type)
+    image = shape.software or default_image(machine_type)
     metadata = {**shape.metadata, **GUEST_ATTRIBUTES}
     body: dict[str, Any] = {
         "name": name,

@@ -48,7 +48,7 @@ def scheduling_config(capacity: CapacityKind) -> dict[str, bool]:
 
 def node_body(shape: NodeShape) -> dict[str, Any]:
     """A Node resource for nodes.create (capacity set) or a queued node spec (capacity None)."""
-    if not shape.accelerator_type or not shape.runtime_version:
+    if not shape.accelerator_type or not shape.software:
         raise ValueError("accelerator_type and runtime_version are required")
     network_config: dict[str, Any] = {"enableExternalIps": shape.enable_external_ips}
     if shape.network:
@@ -57,7 +57,7 @@ def node_body(shape: NodeShape) -> dict[str, Any]:
         network_config["subnetwork"] = shape.subnetwork
     body: dict[str, Any] = {
         "acceleratorType": shape.accelerator_type,
-        "runtimeVersion": shape.runtime_version,
+        "runtimeVersion": shape.software,
         "networkConfig": network_config,
     }
     if shape.capacity is not None and (config := scheduling_config(shape.capacity)):

@@ -38,6 +38,7 @@ from tpucared.gcp.fields import (
 )
 from tpucared.gcp.tpu.names import short_name
 from tpucared.gcp.tpu.states import NodeState, QueuedState, queued_fields, state_fields
+from tpucared.ports.cloud import SOFTWARE_KEY
 
 # The shared field readers (gcp/fields.py), importable from here as before.
 __all__ = [
@@ -180,13 +181,18 @@ def node_from_json(zone: str, data: Mapping[str, Any]) -> ObservedNode:
         health=parse_health(health),
         cloud_id=optional_str(data, "id", what),
         create_time=parse_time(data.get("createTime")),
-        runtime_version=optional_str(data, "runtimeVersion", what),
+        extra=_software(optional_str(data, "runtimeVersion", what)),
         endpoints=_endpoints(data.get("networkEndpoints")),
         queued_resource=optional_str(data, "queuedResource", what),
         raw_state=raw_excerpt(raw) if state is NodeState.UNRECOGNIZED else None,
         made=_made(data, what),
         maintenance=maintenance.window(data.get("upcomingMaintenance"), what),
     )
+
+
+def _software(version: str | None) -> Mapping[str, str]:
+    """A node's runtime version as the port's `extra` holds it (ports/cloud.py)."""
+    return {} if version is None else {SOFTWARE_KEY: version}
 
 
 def _made(data: Mapping[str, Any], what: str) -> NodeMade:

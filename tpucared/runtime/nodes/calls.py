@@ -74,7 +74,7 @@ class NodeTemplate:
         o = self.options.get(a.fleet, NO_OPTIONS)
         return NodeShape(
             accelerator_type=a.accelerator_type,
-            runtime_version=a.runtime_version,
+            extra=a.extra,
             capacity=a.capacity,
             labels=a.labels,
             # Ours last: the config refuses the keys we own, and ours must win anyway.
