@@ -19,10 +19,9 @@ from typing import BinaryIO, TextIO
 
 import asyncssh
 
-from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, WorkerRecord
 from tpucared.launch import layout
-from tpucared.launch.launcher import targets_of
+from tpucared.launch.launcher import place_of, targets_of
 from tpucared.launch.scripts import log_tail_command
 from tpucared.ports.launcher import HandReply, Place, Run, WorkerFile
 from tpucared.ssh import (
@@ -33,7 +32,6 @@ from tpucared.ssh import (
     WorkerResult,
     ensure_client_key,
     run_on_all,
-    targets_for_node,
     upload,
 )
 from tpucared.ssh.errors import CLASSIFIED_ERRORS, classify, describe
@@ -54,19 +52,7 @@ class SshByHand:
         self._concurrency = concurrency
 
     def locate(self, inc: IncarnationRecord, workers: Sequence[WorkerRecord]) -> Place | str:
-        user, port, internal_ip = self._login
-        try:
-            targets = targets_for_node(
-                [WorkerEndpoint(w.index, w.internal_ip, w.external_ip) for w in workers],
-                user=user,
-                port=port,
-                internal_ip=internal_ip,
-                pinned_host_keys={w.index: w.host_keys for w in workers},
-                incarnation=str(inc.id),
-            )
-        except ValueError as exc:
-            return str(exc)
-        return Place(inc, len(targets), targets)
+        return place_of(inc, workers, self._login, {w.index: w.host_keys for w in workers})
 
     async def log(
         self, place: Place, worker: int, run: Run, *, lines: int, follow: bool,

@@ -138,6 +138,32 @@ def parsed(r: WorkerResult, parse: Callable[[str], T], *, launch: bool = False) 
         return Reply(r.worker, why=f"{why_failed(r)}: {exc}" if launch else str(exc))
 
 
+Login = tuple[str, int, bool]  # user, port, internal_ip
+
+
+def place_of(
+    inc: IncarnationRecord,
+    workers: Sequence[WorkerRecord],
+    login: Login,
+    pins: Mapping[int, Sequence[str]],
+) -> Place | str:
+    """The workers' SSH targets as `login` reaches them, host keys pinned as `pins` says, or
+    why there are none (e.g. no external IP)."""
+    user, port, internal_ip = login
+    try:
+        targets = targets_for_node(
+            [WorkerEndpoint(w.index, w.internal_ip, w.external_ip) for w in workers],
+            user=user,
+            port=port,
+            internal_ip=internal_ip,
+            pinned_host_keys=pins,
+            incarnation=str(inc.id),
+        )
+    except ValueError as exc:
+        return str(exc)
+    return Place(inc, len(targets), targets)
+
+
 def targets_of(place: Place) -> list[Target]:
     """The targets this launcher located (`SshLauncher.locate`)."""
     return cast(list[Target], place.handle)
@@ -185,20 +211,7 @@ class SshLauncher:
     async def locate(self, inc: IncarnationRecord, workers: Sequence[WorkerRecord]) -> Place | str:
         """The workers' SSH targets, with every pin known, or why there are none (e.g. no
         external IP)."""
-        pins = await self._hosts.pins(inc, workers)
-        user, port, internal_ip = self._login
-        try:
-            targets = targets_for_node(
-                [WorkerEndpoint(w.index, w.internal_ip, w.external_ip) for w in workers],
-                user=user,
-                port=port,
-                internal_ip=internal_ip,
-                pinned_host_keys=pins,
-                incarnation=str(inc.id),
-            )
-        except ValueError as exc:
-            return str(exc)
-        return Place(inc, len(targets), targets)
+        return place_of(inc, workers, self._login, await self._hosts.pins(inc, workers))
 
     async def _remember(
         self, inc: IncarnationRecord, targets: Iterable[Target], results: Iterable[WorkerResult]

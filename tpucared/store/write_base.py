@@ -145,33 +145,16 @@ class WriterBase(Reader):
         return convert.event((await self._conn.execute(stmt)).mappings().one())
 
     async def append_event_once(
-        self,
-        kind: str,
-        message: str,
-        now: datetime,
-        *,
-        fleet: str,
-        slot: int,
-        node: str,
-        incarnation_id: int,
-        details: Mapping[str, Any] | None = None,
+        self, kind: str, message: str, now: datetime, *, incarnation_id: int, **where: Any
     ) -> EventRecord | None:
-        """`append_event`, unless the incarnation already has an event of `kind` (None then):
-        for what two paths may learn first, such as a node's preemption notice."""
+        """`append_event` (`where`: its fleet, slot, node, details), unless the incarnation
+        already has an event of `kind` (None then): for what two paths may learn first, such
+        as a node's preemption notice."""
         await self.flush_events()
         seen = select(EventRow.id).where(EventRow.node_id == incarnation_id, EventRow.kind == kind)
         if (await self._conn.execute(seen.limit(1))).first() is not None:
             return None
-        return await self.append_event(
-            kind,
-            message,
-            now,
-            fleet=fleet,
-            slot=slot,
-            node=node,
-            incarnation_id=incarnation_id,
-            details=details,
-        )
+        return await self.append_event(kind, message, now, incarnation_id=incarnation_id, **where)
 
     def _event(self, kind: str, message: str, now: datetime, **where: Any) -> None:
         """Append one event (`event_row`'s fleet, slot, node, incarnation_id, details),
