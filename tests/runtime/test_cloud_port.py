@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -171,13 +171,16 @@ class FakeCloud:
 
 
 @contextlib.asynccontextmanager
-async def daemon_on(cloud: FakeCloud, tmp_path: Path) -> AsyncIterator[Daemon]:
-    """The real daemon over `cloud` alone, for one slot of fleet "fake" with a workload."""
+async def daemon_on(
+    cloud: FakeCloud, tmp_path: Path, *, api: str = "fake", fleet: str = FLEET
+) -> AsyncIterator[Daemon]:
+    """The real daemon over `cloud` alone, registered under `api`, for one slot of `fleet`
+    with a workload."""
     path = write_config(
         tmp_path,
         "http://127.0.0.1:9",  # no TPU API in this test: nothing may call it
         size=1,
-        fleet=FLEET,
+        fleet=fleet,
         poll="200ms",
         workload={"run": RUN},
     )
@@ -185,11 +188,11 @@ async def daemon_on(cloud: FakeCloud, tmp_path: Path) -> AsyncIterator[Daemon]:
     config = replace(
         config,
         ssh=replace(config.ssh, port=cloud.hosts.port),
-        fleets=tuple(replace(f, api="fake") for f in config.fleets),
+        fleets=tuple(replace(f, api=api) for f in config.fleets),
     )
     await upgrade_to_head(config.daemon.db)
     store = Store.open(config.daemon.db)
-    clouds = {"fake": cloud}
+    clouds = {api: cloud}  # the registration: the daemon's clouds, by api
     fetch = guest_attribute_host_keys(CloudMap(clouds, config.fleets), PROJECT)
     runner = WorkloadRunner.from_config(config, store, fetch_host_keys=fetch)
     daemon = Daemon(config, store, clouds, node_template(config), workloads=runner)
@@ -200,23 +203,31 @@ async def daemon_on(cloud: FakeCloud, tmp_path: Path) -> AsyncIterator[Daemon]:
         await store.close()
 
 
+async def relaunched_after(
+    daemon: Daemon, cloud: FakeCloud, node: str, lose: Callable[[str], Awaitable[None]]
+) -> None:
+    """Run `daemon` until `node`'s first launch, `lose` the node, and wait for attempt 2 on
+    its replacement; then stop the daemon, which must end well."""
+    run = asyncio.create_task(daemon.run(drain_timeout=2.0))
+
+    async def launched(attempt: int) -> bool:
+        assert not run.done(), "the daemon stopped"
+        listed = any(n.name == node for n in cloud.nodes.values())
+        return listed and cloud.attempts(node) == [attempt]
+
+    await wait_for(lambda: launched(1), 30, "the first launch")
+    await lose(node)
+    await wait_for(lambda: launched(2), 30, "the relaunch on the new node")
+    daemon.stop.set()
+    assert await run == 0
+
+
 async def test_the_daemon_keeps_a_slot_alive_on_a_second_cloud(tmp_path: Path) -> None:
     cloud = FakeCloud(SshWorkerHosts(tmp_path / "hosts", port=free_port()))
     node = f"{FLEET}-0"
     try:
         async with daemon_on(cloud, tmp_path) as daemon:
-            run = asyncio.create_task(daemon.run(drain_timeout=2.0))
-
-            async def launched(attempt: int) -> bool:
-                assert not run.done(), "the daemon stopped"
-                listed = any(n.name == node for n in cloud.nodes.values())
-                return listed and cloud.attempts(node) == [attempt]
-
-            await wait_for(lambda: launched(1), 30, "the first launch")
-            await cloud.preempt(node)
-            await wait_for(lambda: launched(2), 30, "the relaunch on the new node")
-            daemon.stop.set()
-            assert await run == 0
+            await relaunched_after(daemon, cloud, node, cloud.preempt)
     finally:
         await cloud.aclose()
 
