@@ -1,4 +1,5 @@
-"""The ledger's closed days: `ledger_days`, `ledger_kept`, and the view `v_slot_ledger`.
+"""The ledger's closed days: `ledger_days`, `ledger_totals`, `ledger_kept`, and the view
+`v_slot_ledger`.
 
 Revision ID: 0015
 Revises: 0014
@@ -8,12 +9,14 @@ Create Date: 2026-11-29
 10,000-slot fleet that took a minute. The daemon's maintenance task now keeps each slot's
 days that can no longer change (core/ledger/kept.py says which) in `ledger_days`: per slot,
 UTC day, category, sub-phase and loss cause ('' for none), the seconds in integer
-microseconds and the steps lost. `ledger_kept` says per slot up to which midnight the days
-are kept; both are written in one transaction, so a kill -9 leaves both or neither. Both are
-derived from the records: dropping them loses nothing but time. `v_slot_ledger` sums the kept
-days per slot and category for a person with `sqlite3` or `psql` (docs/inspecting.md); the
-same SQL on both engines. Not in the change counter's tables (the snapshot does not read
-them). This file is a frozen snapshot: it must not import tpucared.
+microseconds and the steps lost; `ledger_totals` the same summed over the slot's kept days
+(a whole-history read takes one row per slot and category, not one per day). `ledger_kept`
+says per slot up to which midnight the days are kept; all three are written in one
+transaction, so a kill -9 leaves all or none. All are derived from the records: dropping
+them loses nothing but time. `v_slot_ledger` sums the kept days per slot and category for a
+person with `sqlite3` or `psql` (docs/inspecting.md); the same SQL on both engines. Not in
+the change counter's tables (the snapshot does not read them). This file is a frozen
+snapshot: it must not import tpucared.
 """
 
 from __future__ import annotations
@@ -62,6 +65,19 @@ def upgrade() -> None:
         ),
     )
     op.create_table(
+        "ledger_totals",
+        sa.Column("fleet", sa.String(length=63), nullable=False),
+        sa.Column("slot", sa.Integer(), nullable=False),
+        sa.Column("category", sa.String(length=64), nullable=False),
+        sa.Column("phase", sa.String(length=32), nullable=False),
+        sa.Column("cause", sa.String(length=32), nullable=False),
+        sa.Column("microseconds", sa.BigInteger(), nullable=False),
+        sa.Column("steps", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
+        sa.PrimaryKeyConstraint(
+            "fleet", "slot", "category", "phase", "cause", name=op.f("pk_ledger_totals")
+        ),
+    )
+    op.create_table(
         "ledger_kept",
         sa.Column("fleet", sa.String(length=63), nullable=False),
         sa.Column("slot", sa.Integer(), nullable=False),
@@ -74,4 +90,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute("DROP VIEW IF EXISTS v_slot_ledger")
     op.drop_table("ledger_kept")
+    op.drop_table("ledger_totals")
     op.drop_table("ledger_days")

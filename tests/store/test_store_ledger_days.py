@@ -221,6 +221,7 @@ async def main():
             async with store.write() as tx:
                 await tx._conn.exec_driver_sql("DELETE FROM ledger_days")
                 await tx._conn.exec_driver_sql("DELETE FROM ledger_kept")
+                await tx._conn.exec_driver_sql("DELETE FROM ledger_totals")
             await LedgerDays(store, Clock(), batch=1, pause=0).keep()
 
 asyncio.run(main())

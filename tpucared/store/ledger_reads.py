@@ -41,6 +41,7 @@ from tpucared.store.models import (
     FleetRow,
     LedgerDayRow,
     LedgerKeptRow,
+    LedgerTotalRow,
     NodeRow,
     SlotRow,
     WorkloadAttemptRow,
@@ -197,15 +198,19 @@ async def _kept(
     until = {(r["fleet"], r["slot"]): r["kept_until"] for r in await _rows(conn, marks)}
     if not until or not sums:
         return until, {}
-    d = LedgerDayRow
-    stmt = (
-        select(d.fleet, d.slot, d.category, d.phase, d.cause,
-               func.sum(d.microseconds).label("us"), func.sum(d.steps).label("steps"))
-        .where(scope(d))
-        .group_by(d.fleet, d.slot, d.category, d.phase, d.cause)
-    )  # fmt: skip
-    if from_day is not None:
-        stmt = stmt.where(d.day >= from_day.date())
+    stmt: Any
+    if from_day is None:  # every kept day: their totals, kept beside them
+        t = LedgerTotalRow
+        stmt = select(t.fleet, t.slot, t.category, t.phase, t.cause,
+                      t.microseconds.label("us"), t.steps).where(scope(t))  # fmt: skip
+    else:
+        d = LedgerDayRow
+        stmt = (
+            select(d.fleet, d.slot, d.category, d.phase, d.cause,
+                   func.sum(d.microseconds).label("us"), func.sum(d.steps).label("steps"))
+            .where(scope(d), d.day >= from_day.date())
+            .group_by(d.fleet, d.slot, d.category, d.phase, d.cause)
+        )  # fmt: skip
     out: dict[SlotKey, dict[KeptKey, tuple[int, int]]] = defaultdict(dict)
     for r in await _rows(conn, stmt):
         key = (Category(r["category"]), Phase(r["phase"]) if r["phase"] else None,

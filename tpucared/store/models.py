@@ -377,6 +377,23 @@ class LedgerDayRow(Base):
     steps: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
 
 
+class LedgerTotalRow(Base):
+    """A slot's kept days summed (migration 0015): per category, sub-phase and cause ('' for
+    none), what its `ledger_days` rows add up to, kept with them in the same transaction, so
+    `tpucared goodput` over the whole history reads one row per slot and category instead of
+    one per day."""
+
+    __tablename__ = "ledger_totals"
+
+    fleet: Mapped[str] = mapped_column(String(63), primary_key=True)
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True)
+    category: Mapped[str] = mapped_column(String(64), primary_key=True)
+    phase: Mapped[str] = mapped_column(String(32), primary_key=True)
+    cause: Mapped[str] = mapped_column(String(32), primary_key=True)
+    microseconds: Mapped[int] = mapped_column(BigInteger)
+    steps: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+
+
 class LedgerKeptRow(Base):
     """Up to when a slot's ledger is kept in `ledger_days` (migration 0015): a UTC midnight;
     written in the same transaction as the days it covers, so a kill -9 leaves both or

@@ -14,7 +14,7 @@ from datetime import datetime
 from sqlalchemy import and_, delete, insert, select, update
 
 from tpucared.core.ledger.kept import DayKey
-from tpucared.store.models import LedgerDayRow, LedgerKeptRow
+from tpucared.store.models import LedgerDayRow, LedgerKeptRow, LedgerTotalRow
 from tpucared.store.write_base import WriterBase
 
 
@@ -59,4 +59,30 @@ class LedgerWrites(WriterBase):
         ]  # fmt: skip
         if rows:
             await self._conn.execute(insert(LedgerDayRow), rows)
+        await self._add_totals(fleet, slot, was is not None, days)
         return True
+
+    async def _add_totals(
+        self, fleet: str, slot: int, keep: bool, days: Mapping[DayKey, list[int]]
+    ) -> None:
+        """The slot's `ledger_totals` plus the new days' (`keep`: on top of its current ones,
+        else from zero): read, summed, written back (a few rows a slot)."""
+        t = LedgerTotalRow
+        key = and_(t.fleet == fleet, t.slot == slot)
+        totals: dict[tuple[str, str, str], list[int]] = {}
+        if keep:
+            current = select(t.category, t.phase, t.cause, t.microseconds, t.steps).where(key)
+            for r in await self._conn.execute(current):
+                totals[(r.category, r.phase, r.cause)] = [r.microseconds, r.steps]
+        for (_, category, phase, cause), (us, steps) in days.items():
+            name = (category.value, phase.value if phase else "", cause.value if cause else "")
+            acc = totals.setdefault(name, [0, 0])
+            acc[0] += us
+            acc[1] += steps
+        await self._conn.execute(delete(t).where(key))
+        if totals:
+            await self._conn.execute(
+                insert(t),
+                [{"fleet": fleet, "slot": slot, "category": c, "phase": p, "cause": k,
+                  "microseconds": us, "steps": n} for (c, p, k), (us, n) in totals.items()],
+            )  # fmt: skip
