@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, bindparam, case, func, or_, select, true
+from sqlalchemy import ColumnElement, Select, and_, bindparam, func, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tpucared.core.ledger.categories import Category, NodeTimes, Phase
@@ -169,17 +169,14 @@ def _kept_since(since: datetime | None, from_day: datetime | None) -> _Since:
     `from_day`), else `since` (the epoch without one)."""
 
     def since_of(model: Any) -> ColumnElement[datetime]:
-        until = (
-            select(LedgerKeptRow.kept_until)
-            .where(LedgerKeptRow.fleet == model.fleet, LedgerKeptRow.slot == model.slot)
-            .scalar_subquery()
-        )
-        if since is None or from_day is None:
-            return func.coalesce(until, bindparam(None, _EPOCH, type_=UTCDateTime))
-        return case(
-            (until > bindparam(None, from_day, type_=UTCDateTime), until),
-            else_=bindparam(None, since, type_=UTCDateTime),
-        )
+        # One lookup of the slot's mark per row (its primary key), the condition inside.
+        mark = LedgerKeptRow
+        where = [mark.fleet == model.fleet, mark.slot == model.slot]
+        if from_day is not None:
+            where.append(mark.kept_until > bindparam(None, from_day, type_=UTCDateTime))
+        until = select(mark.kept_until).where(*where).scalar_subquery()
+        otherwise = _EPOCH if since is None else since
+        return func.coalesce(until, bindparam(None, otherwise, type_=UTCDateTime))
 
     return since_of
 
