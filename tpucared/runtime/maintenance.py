@@ -3,11 +3,11 @@
 A root task of `tpucared run` (daemon.py), beside the reconcile loop: at start and then every
 `INTERVAL_S`, it deletes events older than `daemon.events_retention`, the health rows of zones
 no configured fleet lists anymore, and the pinned host keys of ended node incarnations (rules:
-core/model/retention.py), then keeps the ledger's closed days (ledger_days.py: each slot's
-days that can no longer change, summed, so `tpucared goodput` tiles only the rest). Each
-delete is its own short transaction of at most `BATCH` rows with a pause between them, so a
-big backlog never holds SQLite's write lock long enough to stall a tick. A pass that fails (a busy or full disk) is logged and tried again next interval: pruning
-is never a reason to stop the daemon.
+core/model/retention.py), then keeps the ledger's closed days (ledger_days.py: each slot's days
+that can no longer change, summed, so `tpucared goodput` tiles only the rest). Each delete is
+its own short transaction of at most `BATCH` rows with a pause between them, so a big backlog
+never holds SQLite's write lock long enough to stall a tick. A pass that fails (a busy or full
+disk) is logged and tried again next interval: pruning is never a reason to stop the daemon.
 """
 
 from __future__ import annotations
