@@ -15,7 +15,7 @@ everything (kept.py says why); the `intervals` are only the tiled ones.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -105,18 +105,26 @@ def slot_history(
     )
 
 
-def ledgers(
-    records: LedgerRecords, prices: Prices, now: datetime, since: datetime | None
-) -> list[FleetLedger]:
-    """Every slot read, its ledger clipped to [since, now], grouped by fleet."""
-    out = []
+def fleets_read(
+    records: LedgerRecords,
+) -> Iterator[tuple[str, FleetRecord, list[SlotRecord], FleetFacts]]:
+    """Each fleet read, with its slots read and its facts (its type: the spec's, else its
+    newest node's)."""
     for name, fleet in records.fleets.items():
         slots = [s for s in records.slots if s.fleet == name]
         newest = None
         for slot in slots:
             nodes = records.nodes.get((name, slot.index), [])
             newest = nodes[-1].accelerator_type if nodes else newest
-        facts = fleet_facts(fleet, newest)
+        yield name, fleet, slots, fleet_facts(fleet, newest)
+
+
+def ledgers(
+    records: LedgerRecords, prices: Prices, now: datetime, since: datetime | None
+) -> list[FleetLedger]:
+    """Every slot read, its ledger clipped to [since, now], grouped by fleet."""
+    out = []
+    for name, fleet, slots, facts in fleets_read(records):
         price = (
             prices.per_chip_hour(facts.accelerator_type, facts.capacity)
             if facts.accelerator_type

@@ -28,7 +28,7 @@ import structlog
 
 from tpucared.core.ledger.kept import GRACE, DayKey, day_sums, final_until, midnight
 from tpucared.core.ledger.tiling import slot_ledger
-from tpucared.inspect.ledger import fleet_facts, slot_history
+from tpucared.inspect.ledger import fleets_read, slot_history
 from tpucared.runtime.clock import Clock
 from tpucared.store import Store
 from tpucared.store.ledger_reads import LedgerRecords
@@ -54,13 +54,7 @@ def closed_days(records: LedgerRecords, now: datetime, grace: timedelta = GRACE)
     """The closed days of the slots read (`records`: their records after their marks) not
     kept yet. Pure: runs in a thread."""
     out = []
-    for name, fleet in records.fleets.items():
-        slots = [s for s in records.slots if s.fleet == name]
-        newest = None
-        for slot in slots:
-            nodes = records.nodes.get((name, slot.index), [])
-            newest = nodes[-1].accelerator_type if nodes else newest
-        facts = fleet_facts(fleet, newest)
+    for name, fleet, slots, facts in fleets_read(records):
         for slot in slots:
             history = slot_history(records, fleet, slot, facts)
             first = history.first
