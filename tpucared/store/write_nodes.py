@@ -12,6 +12,9 @@ Which method carries out which action (see core/vocab/actions.py for the contrac
   Transition  transition (with CloudFacts and SlotUpdate)
   RecordCloud record_cloud, or record_clouds for a whole tick
   Adopt       adopt
+
+The workers of an incarnation (addresses, pinned host keys) are written by `WorkerWrites`
+(store/write_workers.py), which this class extends.
 """
 
 from __future__ import annotations
@@ -21,13 +24,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ClauseElement
 
 from tpucared.core.model.causes import LossCause
 from tpucared.core.model.lifecycle import check_transition
-from tpucared.core.model.observed import WorkerEndpoint
 from tpucared.core.model.records import IncarnationRecord, NodePhase, WorkerRecord
 from tpucared.core.model.specs import DEFAULT_API, DEFAULT_PROJECT, ErrorKind
 from tpucared.core.nodes import maintenance
@@ -35,7 +37,7 @@ from tpucared.core.nodes.flex import RUN_ENDED, how
 from tpucared.core.vocab.actions import CloudFacts, RecordCloud, SlotUpdate
 from tpucared.store import convert
 from tpucared.store.errors import LiveIncarnationExists, NotFound, StaleWrite
-from tpucared.store.models import NodeRow, WorkerRow
+from tpucared.store.models import NodeRow
 from tpucared.store.node_values import (
     cause_details,
     check_slot_update,
@@ -45,7 +47,8 @@ from tpucared.store.node_values import (
     transition_values,
 )
 from tpucared.store.statements import cas_statement
-from tpucared.store.write_base import KEEP, Keep, WriterBase, given, slot_update_details
+from tpucared.store.write_base import KEEP, Keep, given, slot_update_details
+from tpucared.store.write_workers import WorkerWrites
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class CloudWrites:
     stale: tuple[int, ...]
 
 
-class NodeWrites(WriterBase):
+class NodeWrites(WorkerWrites):
     async def _require_incarnation(self, incarnation_id: int) -> IncarnationRecord:
         inc = await self.incarnation(incarnation_id)
         if inc is None:
@@ -419,68 +422,6 @@ class NodeWrites(WriterBase):
             end_reason=end_reason if end_reason is not None else KEEP,
             cloud=cloud,
         )
-
-    # -- workers ------------------------------------------------------------------------------
-
-    async def set_workers(
-        self, incarnation_id: int, endpoints: Sequence[WorkerEndpoint]
-    ) -> tuple[WorkerRecord, ...]:
-        """Make the incarnation's workers exactly `endpoints`. A worker keeps its pinned
-        host keys while its internal address is unchanged; a moved worker is a different
-        host, so its keys are dropped and pinned again on the next connection."""
-        known = {w.index: w for w in (await self.workers([incarnation_id])).get(incarnation_id, ())}
-        wanted = {ep.index: ep for ep in endpoints}
-        gone = [i for i in known if i not in wanted]
-        if gone:
-            await self._conn.execute(
-                delete(WorkerRow).where(
-                    WorkerRow.node_id == incarnation_id, WorkerRow.worker.in_(gone)
-                )
-            )
-        for index, ep in wanted.items():
-            old = known.get(index)
-            if old is None:
-                await self._conn.execute(
-                    insert(WorkerRow).values(
-                        node_id=incarnation_id,
-                        worker=index,
-                        internal_ip=ep.internal_ip,
-                        external_ip=ep.external_ip,
-                        host_keys=[],
-                    )
-                )
-            elif (old.internal_ip, old.external_ip) != (ep.internal_ip, ep.external_ip):
-                keys = list(old.host_keys) if old.internal_ip == ep.internal_ip else []
-                await self._conn.execute(
-                    update(WorkerRow)
-                    .where(WorkerRow.node_id == incarnation_id, WorkerRow.worker == index)
-                    .values(internal_ip=ep.internal_ip, external_ip=ep.external_ip, host_keys=keys)
-                )
-        return (await self.workers([incarnation_id])).get(incarnation_id, ())
-
-    async def pin_host_keys(
-        self, incarnation_id: int, worker: int, host_keys: Sequence[str]
-    ) -> WorkerRecord:
-        """Pin a worker's SSH host keys (trust on first use, for this incarnation only).
-        Pinning the same keys again is a no-op; different keys raise `StaleWrite`."""
-        keys = sorted(set(host_keys))
-        if not keys:
-            raise ValueError("no host keys to pin")
-        where = (WorkerRow.node_id == incarnation_id, WorkerRow.worker == worker)
-        await self._conn.execute(
-            update(WorkerRow).where(*where, WorkerRow.host_keys == []).values(host_keys=keys)
-        )
-        rows = await self._rows(select(WorkerRow.__table__).where(*where))
-        if not rows:
-            raise NotFound(f"worker {worker} of node incarnation {incarnation_id}")
-        record = convert.worker(rows[0])
-        if list(record.host_keys) != keys:
-            raise StaleWrite(
-                f"host keys of worker {worker} of node incarnation {incarnation_id}",
-                keys,
-                list(record.host_keys),
-            )
-        return record
 
 
 def _outcome_summary(
