@@ -1,6 +1,11 @@
-"""A fleet's cloud API (`api`, "tpu" or "compute") and the keys that go with it.
+"""A fleet's cloud API (`api`: "tpu", "compute", or one a cloud module registers) and the
+keys that go with it.
 
-Part of pass two (`build.py` calls it for each fleet). A TPU API fleet names its nodes by
+Part of pass two (`build.py` calls it for each fleet). `APIS` is the registry config and
+preflight read: each API's `ApiRules` (its name, its own keys, the two that name its nodes,
+its rules across keys, whether it queues, the Google service preflight checks). The runtime
+adds a cloud's rules with its connector (runtime/clouds.py `register`), so a new cloud edits
+neither this file nor preflight. A TPU API fleet names its nodes by
 `accelerator_type` and `runtime_version`; a Compute Engine fleet (issue 27: one TPU VM per
 slot) by `machine_type` (the known table, core/model/machines.py), an optional `image` and,
 for spot capacity, `on_preemption`; issue 28 adds `topology` (a multi-host slice, a pair of
@@ -12,31 +17,95 @@ hands both to the `FleetSpec` in the same two fields, as the Cloud port reads th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 
 from tpucared.config.problems import Problems
 from tpucared.config.schema import FleetTable
-from tpucared.config.syntax import COMPUTE_API
+from tpucared.config.syntax import COMPUTE_API, TPU_API, as_written
 from tpucared.core.model import durations
 from tpucared.core.model.machines import MACHINE_TYPES, TOPOLOGIES, hosts_of
 from tpucared.core.model.specs import CapacityKind, Provisioning
 
+Check = Callable[[FleetTable, str, Problems], None]
+
+
+@dataclass(frozen=True)
+class ApiRules:
+    """What config and preflight know of one cloud API a fleet may name in `api`."""
+
+    api: str  # the name a fleet gives in `api`, and its Cloud port's key (runtime/clouds.py)
+    title: str  # what it is, in messages: "the Cloud TPU API"
+    keys: tuple[str, ...]  # its own fleet keys: set on another API's fleet, one problem line
+    # The keys that name what a node is and what it boots (`FleetSpec.accelerator_type`
+    # and its `extra` software): the first required, the second None for a cloud whose
+    # nodes boot what it chooses.
+    machine: tuple[str, str | None]
+    # Its own rules across keys; None: the common ones (`check_common`).
+    check: Check | None = None
+    queued: bool = False  # takes provisioning = "queued"
+    # The Google service preflight checks is enabled, and with it the project's Google
+    # checks of the fleet; None: not a Google API, preflight checks none of its cloud.
+    service: str | None = None
+
 
 def check_api_keys(raw: FleetTable, at: str, problems: Problems) -> None:
     """The rules of the fleet's `api` keys, each broken one added to `problems`."""
-    if raw.api == COMPUTE_API:
-        _check_compute(raw, at, problems)
+    rules = APIS.get(raw.api)
+    if rules is None:
+        known = " or ".join(f'"{r.api}" ({r.title})' for r in APIS.values())
+        problems.add(f"{at}: api", f"expected {known}, got {as_written(raw.api)}")
+    elif rules.check is not None:
+        rules.check(raw, at, problems)
     else:
-        _check_tpu(raw, at, problems)
+        check_common(rules, raw, at, problems)
+
+
+def check_common(rules: ApiRules, raw: FleetTable, at: str, problems: Problems) -> None:
+    """A registered API's rules when it brings none of its own: no other API's keys, no
+    queueing unless it queues, its machine key given."""
+    others = {k for r in APIS.values() if r.api != rules.api for k in r.keys} - set(rules.keys)
+    wrong = _set_keys(raw, sorted(others))
+    if wrong:
+        problems.add(
+            f"{at}: {', '.join(wrong)}",
+            f'not for api = "{rules.api}" fleets: they name {" and ".join(rules.keys)}',
+        )
+    if raw.provisioning is Provisioning.QUEUED and not rules.queued:
+        problems.add(
+            f"{at}: provisioning",
+            f'"queued" is not a feature of {rules.title}: a "{rules.api}" fleet provisions '
+            "directly",
+        )
+    if getattr(raw, rules.machine[0]) is None:
+        problems.add(f"{at}: {rules.machine[0]}", f'required for api = "{rules.api}"')
 
 
 def machine(raw: FleetTable) -> tuple[str, str]:
     """(what the node is, what it boots): the accelerator type and runtime version of a TPU
-    API fleet, the machine type and image ("": its generation's default) of a compute one."""
-    if raw.api == COMPUTE_API:
-        return raw.machine_type or "", raw.image or ""
-    return raw.accelerator_type or "", raw.runtime_version or ""
+    API fleet, the machine type and image ("": its generation's default) of a compute one;
+    a registered API's own pair (`ApiRules.machine`); ("", "") for an unknown API (its own
+    problem)."""
+    rules = APIS.get(raw.api)
+    if rules is None:
+        return "", ""
+    what, boots = rules.machine
+    return getattr(raw, what) or "", (getattr(raw, boots) or "") if boots else ""
+
+
+def register_api(rules: ApiRules) -> None:
+    """Make `rules.api` a name fleets may give (runtime/clouds.py `register` calls it with
+    the cloud's connector); the same rules again are no change, other rules under a known
+    name an error."""
+    if APIS.setdefault(rules.api, rules) is not rules:
+        raise ValueError(f"cloud API {rules.api!r} is registered already")
+
+
+def unregister_api(api: str) -> None:
+    """Forget a registered API (a test's cloud, when the test ends); the built-in two stay."""
+    if api not in BUILT_IN:
+        APIS.pop(api, None)
 
 
 # Each API's own keys: the others' are one line, whichever of them are set.
@@ -214,3 +283,26 @@ def affinity_value(reservation: str | None, project: str) -> str | None:
     parts = reservation.split("/")
     owner, name = parts[1], parts[5]
     return name if owner == project else f"projects/{owner}/reservations/{name}"
+
+
+# The two Google APIs tpucared speaks from the start; `register_api` adds others.
+TPU = ApiRules(
+    TPU_API,
+    "the Cloud TPU API",
+    keys=_TPU_KEYS,
+    machine=("accelerator_type", "runtime_version"),
+    check=_check_tpu,
+    queued=True,
+    service="tpu.googleapis.com",
+)
+COMPUTE = ApiRules(
+    COMPUTE_API,
+    "Compute Engine",
+    keys=_COMPUTE_KEYS,
+    machine=("machine_type", "image"),
+    check=_check_compute,
+    service="compute.googleapis.com",
+)
+BUILT_IN = {TPU.api: TPU, COMPUTE.api: COMPUTE}
+# Every API a fleet may name, in registration order: the built-in two, then the runtime's.
+APIS: dict[str, ApiRules] = dict(BUILT_IN)

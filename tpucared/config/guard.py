@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from tpucared.config.apis import APIS, machine
 from tpucared.config.problems import Problems
 from tpucared.config.schema import ConfigFile, FleetTable, GuardTable
 from tpucared.config.syntax import COMPUTE_API, as_written
@@ -84,9 +85,10 @@ def _type_check(
     fleet: FleetTable, guard: GuardConfig
 ) -> tuple[str, list[str], frozenset[str] | None]:
     """What the fleet's machine is called, by its API, and what the guard allows of it."""
-    if fleet.api == COMPUTE_API:
-        return ("machine_type", [fleet.machine_type or ""], guard.machine_types)
-    return ("accelerator_type", [fleet.accelerator_type or ""], guard.accelerator_types)
+    # The key its API names nodes by (a registered cloud's may be either list's).
+    key = APIS[fleet.api].machine[0] if fleet.api in APIS else "accelerator_type"
+    allowed = guard.machine_types if key == "machine_type" else guard.accelerator_types
+    return (key, [machine(fleet)[0]], allowed)
 
 
 def _hosts(fleet: FleetTable) -> int:

@@ -134,16 +134,15 @@ AcceleratorType = Annotated[
     pattern(r"v[0-9]+[a-z]*-[1-9][0-9]*", 'an accelerator type like "v4-32" or "v5litepod-16"'),
 ]
 # The clouds a fleet may name in `api`: the keys of the runtime's Cloud ports
-# (runtime/clouds.py, each adapter's own `API`). The core knows none of them: it decides on
-# what each cloud can do (core/model/abilities.py).
+# (runtime/clouds.py `KINDS`, each adapter's own `API`). The core knows none of them: it
+# decides on what each cloud can do (core/model/abilities.py). Here only a name's shape:
+# which names are known is the registry's (config/apis.py `APIS`), asked in pass two, so a
+# cloud registered by the runtime (or a test) is known without editing this file.
 TPU_API = "tpu"  # the Cloud TPU API: a fleet's cloud unless it names another (DEFAULT_API)
 COMPUTE_API = "compute"  # Compute Engine: one TPU VM (an instance, or a MIG) per slot
 Api = Annotated[
     str,
-    pattern(
-        f"{TPU_API}|{COMPUTE_API}",
-        f'"{TPU_API}" (the Cloud TPU API) or "{COMPUTE_API}" (Compute Engine)',
-    ),
+    pattern(r"[a-z][a-z0-9-]{0,30}", 'a cloud API\'s name like "tpu" or "compute"'),
 ]
 # A `compute` fleet's machine type: one of the known table (core/model/machines.py), or one
 # line naming them all.

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpucared.config import Config
+from tpucared.config.apis import APIS
 from tpucared.config.syntax import COMPUTE_API
 from tpucared.core.model.specs import ErrorKind, FleetSpec
 from tpucared.gcp import ApiError, GoogleTokenSource, NoAuth, TokenSource
@@ -150,12 +151,10 @@ async def project(ctx: Context, project: str) -> CheckResult:
 
 def services_needed(ctx: Context, project: str) -> list[str]:
     fleets = [f for f in ctx.config.fleets if ctx.project(f) == project]
-    needed = []
-    if any(f.api != COMPUTE_API for f in fleets):
-        needed.append("tpu.googleapis.com")
-    if any(f.api == COMPUTE_API for f in fleets):
-        needed.append("compute.googleapis.com")
-    return needed
+    # Each fleet's API's Google service (none for a cloud that is not Google's), in the
+    # registry's order: the TPU API's before Compute Engine's.
+    used = {APIS[f.api].service for f in fleets}
+    return [r.service for r in APIS.values() if r.service is not None and r.service in used]
 
 
 async def service(ctx: Context, project: str, service_name: str) -> CheckResult:

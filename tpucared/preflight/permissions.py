@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tpucared.config.apis import APIS
 from tpucared.config.syntax import COMPUTE_API
 from tpucared.core.model.specs import FleetSpec, Provisioning
 
@@ -88,8 +89,11 @@ WHEN: dict[str, str] = {
 
 
 def groups_of(fleet: FleetSpec, *, internal_ip: bool, os_login: bool) -> list[str]:
-    """The permission groups one fleet needs."""
-    if fleet.api != COMPUTE_API:
+    """The permission groups one fleet needs (of a cloud that is not Google's: none but OS
+    Login's)."""
+    if APIS[fleet.api].service is None:
+        groups = []
+    elif fleet.api != COMPUTE_API:
         groups = ["tpu"]
         if fleet.provisioning is Provisioning.QUEUED:
             groups.append("tpu-queued")

@@ -18,12 +18,14 @@ from functools import partial
 import structlog
 
 from tpucared.config import Config
+from tpucared.config.apis import APIS
 from tpucared.config.syntax import COMPUTE_API
+from tpucared.core.model.specs import FleetSpec
 from tpucared.gcp import ApiError, CredentialsError, RetryPolicy, TokenSource, load_token_source
 from tpucared.preflight import checks, rules
 from tpucared.preflight.checks import Context
 from tpucared.preflight.client import PreflightClient
-from tpucared.preflight.results import CheckResult, Status, fail, warn
+from tpucared.preflight.results import CheckResult, Status, fail, ok, warn
 
 log = structlog.get_logger(__name__)
 
@@ -49,6 +51,10 @@ def plan(ctx: Context) -> list[Check]:
         out.append((f"permissions[{project}]", partial(checks.project_permissions, ctx, project)))
     for fleet in config.fleets:
         f = fleet.name
+        if APIS[fleet.api].service is None:
+            # A registered cloud that is not a Google API: nothing here knows how to ask it.
+            out.append((f"cloud[{f}]", partial(_sync, partial(_unchecked, fleet), ctx)))
+            continue
         for zone in fleet.zones:
             out.append((f"type[{f}/{zone}]", partial(checks.offered, ctx, fleet, zone)))
         if fleet.api == COMPUTE_API:
@@ -73,6 +79,14 @@ def plan(ctx: Context) -> list[Check]:
             out.append((f"quota[{f}/{region}]", partial(checks.quota, ctx, fleet, region)))
     out.append(("guard", partial(_sync, checks.guard, ctx)))
     return out
+
+
+def _unchecked(fleet: FleetSpec, ctx: Context) -> CheckResult:
+    return ok(
+        f"cloud[{fleet.name}]",
+        f'api = "{fleet.api}" ({APIS[fleet.api].title}) is no Google API: '
+        "nothing of its cloud is checked before it runs",
+    )
 
 
 async def _sync(fn: Callable[[Context], CheckResult], ctx: Context) -> CheckResult:

@@ -1,7 +1,14 @@
-"""The runtime's clouds: one Cloud port (tpucared/ports/cloud.py) per cloud API, and which
-one keeps a fleet's nodes.
+"""The runtime's clouds: the registry of every cloud tpucared speaks (`KINDS`), one Cloud
+port (tpucared/ports/cloud.py) per cloud API, and which one keeps a fleet's nodes.
 
-`connect_clouds` opens a port for every API tpucared speaks (`down` and the observer may meet
+A cloud is a `CloudKind`: its config rules (config/apis.py `ApiRules`: the `api` name a
+fleet gives, its keys and their checks, the Google service preflight checks, if any) and
+its connector (how the daemon opens its port; the port says what its cloud can do, in its
+`abilities`). Adding a cloud is its module (an adapter, and a `CloudKind` of it) and one
+line in `KINDS`, or a call to `register` (docs/daemon.md "Adding a cloud"); config and
+preflight then know its name by the registry, the core by the abilities.
+
+`connect_clouds` opens a port for every registered API (`down` and the observer may meet
 nodes of fleets the config no longer lists). `CloudMap` is what the observer, the cloud calls,
 the operation watcher and the workers' host keys hold: a configured fleet's cloud is the one of
 its `FleetSpec.api`; a recorded node's is the one that made it (`IncarnationRecord.api`,
@@ -12,14 +19,15 @@ the runtime names an implementation.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 from tpucared.config import Config
+from tpucared.config.apis import COMPUTE, TPU, ApiRules, register_api, unregister_api
 from tpucared.core.model.records import IncarnationRecord
 from tpucared.core.model.specs import DEFAULT_API, FleetSpec
-from tpucared.gcp.compute.cloud import API as COMPUTE_API
 from tpucared.gcp.compute.cloud import ComputeCloud
-from tpucared.gcp.tpu.cloud import API as TPU_API
 from tpucared.gcp.tpu.cloud import TpuCloud
 from tpucared.ports.cloud import Cloud, Clouds, TokenSource
 
@@ -42,8 +50,41 @@ def _compute(config: Config, tokens: TokenSource, on_request: RequestHook | None
     )
 
 
-# Every cloud API tpucared speaks, by `FleetSpec.api`.
-CONNECTORS: Mapping[str, Connector] = {TPU_API: _tpu, COMPUTE_API: _compute}
+@dataclass(frozen=True)
+class CloudKind:
+    """One cloud tpucared speaks: what the config knows of it, and how to open its port."""
+
+    rules: ApiRules  # its `api` name, keys, checks and preflight service (config/apis.py)
+    connect: Connector
+
+
+# Every cloud tpucared speaks: a new one is one more line here (or a `register` call).
+KINDS: list[CloudKind] = [CloudKind(TPU, _tpu), CloudKind(COMPUTE, _compute)]
+# The connectors by `FleetSpec.api`, filled by `register`.
+CONNECTORS: dict[str, Connector] = {}
+
+
+def register(kind: CloudKind) -> CloudKind:
+    """Make `kind` a cloud fleets may name: its rules in the config's registry, its
+    connector here (the same kind again: no change)."""
+    register_api(kind.rules)
+    CONNECTORS[kind.rules.api] = kind.connect
+    return kind
+
+
+@contextmanager
+def registered(kind: CloudKind) -> Iterator[CloudKind]:
+    """`kind` registered for a while (a test's own cloud), then forgotten again."""
+    register(kind)
+    try:
+        yield kind
+    finally:
+        CONNECTORS.pop(kind.rules.api, None)
+        unregister_api(kind.rules.api)
+
+
+for _kind in KINDS:
+    register(_kind)
 
 
 def connect_clouds(
