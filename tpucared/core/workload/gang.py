@@ -19,17 +19,21 @@ unreachable worker) go to the slices that hold the workers concerned (`slices_of
 
 The runtime applies the same rule from the live incarnations alone (`whole`, `newest`): the
 workload is probed (runtime/workload/runner.py) and launched (runtime/workload/executor.py) only
-on a whole slot, and a launch planned for one set of slices is never carried out on another.
+on a whole slot, and a launch planned for one set of slices is never carried out on another
+(`acting_on`: which slices a launch or a stop acts on; `all_or_none`: a launch that cannot
+reach every one of them reaches none).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from tpucared.core.model.records import IncarnationRecord, NodePhase, WorkloadAttemptRecord
 
 P = NodePhase
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -140,3 +144,29 @@ def slot_node(members: list[IncarnationRecord]) -> IncarnationRecord | None:
     if all(i.phase is P.READY for i in members):
         return newest(members)
     return next(i for i in members if i.phase is not P.READY)
+
+
+def acting_on(
+    live: Iterable[IncarnationRecord], incarnation_id: int, expected: int, *, launch: bool
+) -> list[IncarnationRecord]:
+    """The slices a workload action planned on stand-in `incarnation_id` acts on, by slice,
+    from the slot's live incarnations now: those READY; for a launch, only a whole slot
+    (`whole`) whose stand-in is still `incarnation_id` (a slice replaced since the plan:
+    none, the next tick plans again). A stop reaches whatever still runs."""
+    members = list(live)
+    if launch:
+        slices = whole(members, expected)
+        if slices is None or newest(slices).id != incarnation_id:
+            return []
+    return sorted((i for i in members if i.phase is P.READY), key=lambda i: i.slice)
+
+
+def all_or_none(
+    slices: Sequence[IncarnationRecord], reached: Mapping[int, T], *, launch: bool
+) -> list[T]:
+    """What `reached` holds for `slices` (by incarnation id, those the runtime could locate
+    workers on), in their order: a launch all or none (a job on some slices only would wait
+    for the others forever), a stop every slice reached."""
+    if launch and any(i.id not in reached for i in slices):
+        return []
+    return [reached[i.id] for i in slices if i.id in reached]

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import structlog
 
-from tpucared.core.model.records import IncarnationRecord, NodePhase, SlotRecord, WorkerRecord
+from tpucared.core.model.records import IncarnationRecord, SlotRecord, WorkerRecord
 from tpucared.core.model.specs import WorkloadSpec
 from tpucared.core.vocab.actions import Action
 from tpucared.core.workload.actions import (
@@ -43,8 +43,7 @@ from tpucared.core.workload.actions import (
     StopWorkload,
 )
 from tpucared.core.workload.bad_hosts import bad_host_ends
-from tpucared.core.workload.gang import newest
-from tpucared.core.workload.gang import whole as gang_whole
+from tpucared.core.workload.gang import acting_on, all_or_none
 from tpucared.core.workload.inputs import Unclean
 from tpucared.core.workload.launch_gate import refuse_after_cleanup, refuse_secrets
 from tpucared.logsetup import register_secret
@@ -389,11 +388,11 @@ class WorkloadExecutor:
     async def _slices(
         self, fleet: str, slot_index: int, incarnation_id: int, *, whole: bool
     ) -> list[_Slice]:
-        """The slot's READY slices as stored now, by slice, located by the launcher: the one
-        node `incarnation_id` of a single-slice slot; for a multislice slot (`incarnation_id`
-        its stand-in's) every slice. When `whole` (a launch): only a whole slot whose stand-in
-        is still `incarnation_id` (core/workload/gang.py `whole`, `newest`); else (a stop)
-        those READY. Empty when there is nothing to act on."""
+        """The slot's slices to act on as stored now, located by the launcher: the one node
+        `incarnation_id` of a single-slice slot; for a multislice slot (`incarnation_id` its
+        stand-in's) every slice. Which ones, and a launch's all or none, are the core's
+        (core/workload/gang.py `acting_on`, `all_or_none`; `whole`: a launch). Empty when
+        there is nothing to act on."""
         expected = self._slice_counts.get(fleet, 1)
         async with self._store.read() as r:
             if expected > 1:
@@ -401,26 +400,20 @@ class WorkloadExecutor:
             else:
                 inc = await r.incarnation(incarnation_id)
                 live = [inc] if inc is not None else []
-            ready = sorted((i for i in live if i.phase is NodePhase.READY), key=lambda i: i.slice)
-            if whole:
-                slices = gang_whole(live, expected)
-                if slices is None or newest(slices).id != incarnation_id:
-                    return []
-            workers = await r.workers([i.id for i in ready])
+            slices = acting_on(live, incarnation_id, expected, launch=whole)
+            workers = await r.workers([i.id for i in slices])
             slot = await r.slot(fleet, slot_index)
         if slot is None:
             return []
-        gang: list[_Slice] = []
-        for inc in ready:
+        reached: dict[int, _Slice] = {}
+        for inc in slices:
             recorded = workers.get(inc.id, ())
             place = await self._launcher.locate(inc, recorded) if recorded else "none"
             if isinstance(place, str):
                 log.warning("workload.no_targets", node=inc.node_name, why=place)
-                if whole:
-                    return []
                 continue
-            gang.append(_Slice(inc, slot, place, tuple(recorded)))
-        return gang
+            reached[inc.id] = _Slice(inc, slot, place, tuple(recorded))
+        return all_or_none(slices, reached, launch=whole)
 
     async def _event(
         self, s: _Slice, kind: str, now: datetime, message: str, **details: object

@@ -1,0 +1,61 @@
+"""Which slices a workload action acts on, and a launch's all or none (core/workload/gang.py
+`acting_on`, `all_or_none`): the rules runtime/workload/executor.py `_slices` applies to the
+slot's live incarnations and to the slices its launcher could locate workers on."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from tpucared.core.model.records import IncarnationRecord, NodePhase
+from tpucared.core.workload.gang import acting_on, all_or_none
+
+P = NodePhase
+T0 = datetime(2026, 11, 29, 6, 0, tzinfo=UTC)
+
+
+def inc(id: int, index: int, phase: NodePhase = P.READY) -> IncarnationRecord:
+    return IncarnationRecord(
+        id=id, fleet="ms", slot=0, slice=index, node_name=f"ms-0-{index}", zone="z",
+        accelerator_type="v4-16", phase=phase, phase_since=T0, requested_at=T0,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("live", "stand_in", "expected", "launch", "ids"),
+    [
+        ([inc(7, 0)], 7, 1, True, [7]),  # one slice: the node itself
+        ([inc(7, 0, P.CREATING)], 7, 1, True, []),
+        ([inc(7, 0, P.CREATING)], 7, 1, False, []),  # a stop: nothing READY to stop
+        ([], 7, 1, False, []),
+        ([inc(5, 1), inc(4, 0)], 5, 2, True, [4, 5]),  # by slice, whatever the order given
+        ([inc(5, 1), inc(4, 0)], 4, 2, True, []),  # planned on an older set of slices
+        ([inc(6, 1), inc(4, 0)], 5, 2, True, []),  # a slice replaced since the plan
+        ([inc(4, 0), inc(5, 1, P.CREATING)], 5, 2, True, []),  # not whole yet
+        ([inc(4, 0), inc(5, 1, P.DEAD)], 5, 2, False, [4]),  # a stop reaches what runs
+        ([inc(4, 0), inc(5, 1, P.DEAD)], 5, 2, True, []),
+        ([inc(4, 0)], 4, 2, True, []),  # a slice missing
+        ([inc(4, 0)], 4, 2, False, [4]),
+        ([inc(4, 0), inc(5, 1), inc(6, 2)], 6, 2, True, []),  # more than the fleet asks for
+    ],
+)
+def test_acting_on(
+    live: list[IncarnationRecord], stand_in: int, expected: int, launch: bool, ids: list[int]
+) -> None:
+    assert [i.id for i in acting_on(live, stand_in, expected, launch=launch)] == ids
+
+
+@pytest.mark.parametrize(
+    ("reached", "launch", "got"),
+    [
+        ({4: "a", 5: "b"}, True, ["a", "b"]),
+        ({5: "b", 4: "a"}, True, ["a", "b"]),  # in the slices' order, not the map's
+        ({4: "a"}, True, []),  # a launch on some slices only: none
+        ({4: "a"}, False, ["a"]),  # a stop: every slice reached
+        ({}, False, []),
+        ({4: "a", 5: "b", 9: "z"}, False, ["a", "b"]),  # only the slices asked about
+    ],
+)
+def test_all_or_none(reached: dict[int, str], launch: bool, got: list[str]) -> None:
+    assert all_or_none([inc(4, 0), inc(5, 1)], reached, launch=launch) == got
