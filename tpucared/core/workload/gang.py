@@ -21,12 +21,12 @@ The runtime applies the same rule from the live incarnations alone (`whole`, `ne
 workload is probed (runtime/workload/runner.py) and launched (runtime/workload/executor.py) only
 on a whole slot, and a launch planned for one set of slices is never carried out on another
 (`acting_on`: which slices a launch or a stop acts on; `all_or_none`: a launch that cannot
-reach every one of them reaches none).
+reach every one of them reaches none; `probe_target`: what a slot's probe is at).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -170,3 +170,35 @@ def all_or_none(
     if launch and any(i.id not in reached for i in slices):
         return []
     return [reached[i.id] for i in slices if i.id in reached]
+
+
+@dataclass(frozen=True)
+class ProbeTarget:
+    """What a slot's probe is at (runtime/workload/runner.py makes its `ProbeJob` of it)."""
+
+    node: IncarnationRecord  # the slot's node as the rules see it: the one, or the stand-in
+    slices: tuple[IncarnationRecord, ...]  # the READY slices probed, by slice
+    attempt: int | None  # the slot's newest attempt's number when it was made on `node`
+
+
+def probe_target(
+    name: str,
+    live: Iterable[IncarnationRecord],
+    expected: int,
+    with_workers: Collection[int],
+    last: WorkloadAttemptRecord | None,
+) -> ProbeTarget | None:
+    """What slot `name`'s probe is at: its live incarnations when they make the whole slot
+    (`whole`) and each has workers recorded (ids in `with_workers`), its node the one node
+    or the gang's stand-in (the newest slice's id: an attempt on an older set of slices is
+    not this node's), and `last`'s number when `last` was made on that node. None: nothing
+    to probe yet."""
+    ready = whole(live, expected)
+    if ready is None or any(i.id not in with_workers for i in ready):
+        return None
+    node = ready[0]
+    if expected > 1:
+        gang = Gang(name, expected, ready, {i.id: i.phase for i in ready}, {})
+        node = gang.stand_in() or node
+    on_node = last is not None and last.incarnation_id == node.id
+    return ProbeTarget(node, ready, last.number if last is not None and on_node else None)

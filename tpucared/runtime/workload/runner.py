@@ -40,7 +40,7 @@ from tpucared.core.vocab.actions import Action
 from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.snapshot import SlotKey
 from tpucared.core.workload.actions import WORKLOAD_ACTIONS
-from tpucared.core.workload.gang import Gang, whole
+from tpucared.core.workload.gang import probe_target
 from tpucared.core.workload.inputs import SlotProbe, TickSnapshot, Unclean, WorkerProbe, track
 from tpucared.core.workload.launch_gate import secrets_present
 from tpucared.ports.launcher import (
@@ -202,21 +202,17 @@ class WorkloadRunner:
         last: WorkloadAttemptRecord | None,
         run_id: str,
     ) -> ProbeJob | None:
-        """The slot's probe job when it is whole (every slice READY: core/workload/gang.py
-        `whole`) with workers recorded on every slice."""
+        """The slot's probe job when it is whole with workers recorded on every slice, at
+        the node core/workload/gang.py `probe_target` names (the gang's stand-in for several
+        slices)."""
         spec = self._workloads.get(key[0])
         expected = self._slice_counts.get(key[0], 1)
-        ready = whole(incs, expected)
-        if spec is None or ready is None or any(not workers.get(i.id) for i in ready):
+        recorded = {i for i, w in workers.items() if w}
+        target = probe_target(f"{key[0]}-{key[1]}", incs, expected, recorded, last)
+        if spec is None or target is None:
             return None
-        node = ready[0]
-        if expected > 1:
-            gang = Gang(f"{key[0]}-{key[1]}", expected, ready, {i.id: i.phase for i in ready}, {})
-            node = gang.stand_in() or node
-        on_node = last is not None and last.incarnation_id == node.id
-        number = last.number if last is not None and on_node else None
-        parts = tuple((i, workers[i.id]) for i in ready)
-        return ProbeJob(key, node, number, spec, numbered(parts), run_id, parts)
+        parts = tuple((i, workers[i.id]) for i in target.slices)
+        return ProbeJob(key, target.node, target.attempt, spec, numbered(parts), run_id, parts)
 
     async def probe_job(self, incarnation_id: int) -> ProbeJob | None:
         """The probe of one incarnation's slot as the store has it now (None unless it is
