@@ -183,6 +183,9 @@ class NodeRow(Base):
     maintenance: Mapped[MaintenanceWindow | None] = mapped_column(MaintenanceText)
     # Why it was lost, core/model/causes.py `LossCause` (0012); NULL: not lost.
     loss_cause: Mapped[LossCause | None] = mapped_column(StrEnumType(LossCause, 32))
+    # When the cloud itself lost it, where it says (a preemption record's time, 0016); NULL:
+    # not lost, or no time given (the ledger then starts the loss at dead_at).
+    cloud_lost_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # What `on_maintenance` did about a window (0013): the window start it acted on, when the
     # workload got its stop signal, when the cloud was asked to start the maintenance now.
     maintenance_handled_for: Mapped[datetime | None] = mapped_column(UTCDateTime)

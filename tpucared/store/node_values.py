@@ -73,6 +73,7 @@ def transition_values(
     operation: str | Keep | None,
     cloud: CloudFacts | None,
     cause: LossCause | None = None,
+    lost_at: datetime | None = None,
 ) -> dict[str, object]:
     """The columns `transition` writes (see its docstring)."""
     values = entering(current, new, now)
@@ -82,6 +83,8 @@ def transition_values(
         values.update(cloud_values(cloud))
     if cause is not None:
         values["loss_cause"] = cause
+    if lost_at is not None:
+        values["cloud_lost_at"] = lost_at
     return values
 
 
@@ -111,6 +114,12 @@ def cause_details(current: IncarnationRecord, cause: LossCause | None) -> dict[s
     if cause is None or cause == current.loss_cause:
         return {}
     return {"cause": cause.value}
+
+
+def lost_details(lost_at: datetime | None) -> dict[str, object]:
+    """`{"lost_at": ...}` for the event of a write that records the cloud's own time of a
+    loss (ISO 8601, UTC); empty when it records none."""
+    return {} if lost_at is None else {"lost_at": lost_at.isoformat()}
 
 
 def check_slot_update(current: IncarnationRecord, slot_update: SlotUpdate | None) -> None:

@@ -44,6 +44,7 @@ from tpucared.store.node_values import (
     check_slot_update,
     cloud_values,
     deleting_values,
+    lost_details,
     same_cloud,
     transition_values,
 )
@@ -71,6 +72,7 @@ WRITTEN: Final = (
     "run_ends_at",
     "maintenance",
     "loss_cause",
+    "cloud_lost_at",
     "delete_calls",
     "last_delete_at",
 )
@@ -163,7 +165,14 @@ class ManyNodeWrites(NodeWrites):
             check_slot_update(current, action.slot_update)
             end_reason = action.end_reason if action.end_reason is not None else KEEP
             values = transition_values(
-                current, action.new, now, end_reason, KEEP, action.cloud, action.cause
+                current,
+                action.new,
+                now,
+                end_reason,
+                KEEP,
+                action.cloud,
+                action.cause,
+                action.lost_at,
             )
         else:
             values = deleting_values(current, action.expected, now, action.end_reason, action.cause)
@@ -222,7 +231,7 @@ class ManyNodeWrites(NodeWrites):
         end_reason = action.end_reason if action.end_reason is not None else KEEP
         self._transition_events(
             inc, action.expected, action.new, now, action.reason, end_reason, KEEP,
-            action.cloud, action.slot_update, cause,
+            action.cloud, action.slot_update, {**cause, **lost_details(action.lost_at)},
         )  # fmt: skip
         self._maintenance_event(before, inc, now)
 

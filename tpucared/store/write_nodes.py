@@ -43,6 +43,7 @@ from tpucared.store.node_values import (
     check_slot_update,
     cloud_values,
     deleting_values,
+    lost_details,
     same_cloud,
     transition_values,
 )
@@ -157,10 +158,12 @@ class NodeWrites(WorkerWrites):
         cloud: CloudFacts | None = None,
         slot_update: SlotUpdate | None = None,
         cause: LossCause | None = None,
+        lost_at: datetime | None = None,
     ) -> IncarnationRecord:
         """Move an incarnation from `expected` to `new` (compare-and-set) and append a
         `node.<new>` event whose message is `reason`; `cause` (a loss's) is written to
-        `loss_cause` and, when it changes it, put in the event's details.
+        `loss_cause` and, when it changes it, put in the event's details; `lost_at` (the
+        cloud's own time of the loss, where it says) to `cloud_lost_at` and the event.
 
         Also: `<new>_at` and `phase_since` = now (and `dead_at` on entering DELETING if
         unset); `error` cleared (the planner has decided on it); `operation` cleared on
@@ -172,7 +175,7 @@ class NodeWrites(WorkerWrites):
         check_transition(expected, new)
         current = await self._require_incarnation(incarnation_id)
         check_slot_update(current, slot_update)
-        values = transition_values(current, new, now, end_reason, operation, cloud, cause)
+        values = transition_values(current, new, now, end_reason, operation, cloud, cause, lost_at)
         inc = await self._cas(incarnation_id, expected, values)
         if cloud is not None and cloud.endpoints is not None:
             await self.set_workers(inc.id, cloud.endpoints)
@@ -180,7 +183,7 @@ class NodeWrites(WorkerWrites):
             await self.apply_slot_update(slot_update)
         self._transition_events(
             inc, expected, new, now, reason, end_reason, operation, cloud, slot_update,
-            cause_details(current, cause),
+            {**cause_details(current, cause), **lost_details(lost_at)},
         )  # fmt: skip
         self._maintenance_event(current, inc, now)
         return inc

@@ -259,6 +259,8 @@ def histories(draw: st.DrawFn) -> tuple[SlotHistory, datetime]:
         if not times and draw(st.booleans()):
             t += draw(gap)
             times["failed_at"] = t
+        if "dead_at" in times and draw(st.booleans()):  # the cloud's time: any, even skewed
+            times["cloud_lost_at"] = draw(st.floats(min_value=0, max_value=t + 600))
         nodes.append(node(i, start, **times, loss_cause=draw(_CAUSES)))
         creates.append(
             create(start, draw(st.sampled_from(["ok", "capacity", "quota", "transient"])), i)

@@ -158,6 +158,8 @@ def test_its_preempted_operation_says_preempted_and_when() -> None:
         f"preempted at 2025-06-01T11:59:18Z (its compute.instances.preempted operation "
         f"{RECORD}); terminated"
     )
+    assert t.lost_at == at  # the cloud's own instant, for the ledger (nodes.cloud_lost_at)
+    assert p.to_json()  # renders with it (tpucared plan --json)
     assert t.slot_update is not None
     assert t.slot_update.add_preemptions == 1
     # Everything else in the plan is as without records.
@@ -171,6 +173,9 @@ def test_a_record_without_an_id_is_matched_by_name() -> None:
     found = PreemptionRecord(name=f"{FLEET}-0", at=ago(seconds=5), record=RECORD)
     p = plan_lost(InstanceStatus.STOPPING, found=records(found))
     assert dead(p).end_reason == "preempted"
+    # A record's time after the tick is no evidence (a clock gone wrong): not kept.
+    late = replace(found, at=T0 + timedelta(seconds=5))
+    assert dead(plan_lost(InstanceStatus.STOPPING, found=records(late))).lost_at is None
 
 
 def test_a_spot_vm_with_no_operation_counts_as_preempted_and_says_so() -> None:
@@ -190,6 +195,7 @@ def test_a_spot_vm_with_no_operation_counts_as_preempted_and_says_so() -> None:
 
 def test_unreadable_records_still_count_a_spot_vm_and_say_they_were_unread() -> None:
     t = dead(plan_lost(InstanceStatus.TERMINATED, found=records(error="HTTP 503: backend error")))
+    assert t.lost_at is None  # nothing says when: the ledger starts the loss at dead_at
     assert t.end_reason == "terminated: counted as preempted"
     assert "its compute.instances.preempted operation could not be read (HTTP 503" in t.reason
 

@@ -77,6 +77,9 @@ class NodeTimes:
     end_reason: str | None = None
     loss_cause: LossCause | None = None
     slice: int = 0
+    # When the cloud itself lost it, where it says (nodes.cloud_lost_at); `dead_at` is when
+    # the daemon noticed. None: unknown (the TPU API gives no time), or not lost.
+    cloud_lost_at: datetime | None = None
 
     @classmethod
     def of(
@@ -103,17 +106,25 @@ class NodeTimes:
             end_reason=inc.end_reason,
             loss_cause=inc.loss_cause,
             slice=inc.slice,
+            cloud_lost_at=inc.cloud_lost_at,
         )
 
     @property
     def lost_at(self) -> datetime | None:
-        """When it was lost. The store sets `dead_at` on entering DELETING too (store
-        write_nodes.py `transition`), so a death recorded only by our own delete (at the
-        same instant, with no cause: a scale-down, `down`, a spec change) is no loss."""
+        """When it was lost: the cloud's own time where it says (`cloud_lost_at`) and it
+        falls in the node's READY life up to `dead_at` (outside it, a clock disagrees with
+        the records: not used), else when the daemon noticed (`dead_at`). The store sets
+        `dead_at` on entering DELETING too (store node_values.py `entering`), so a death
+        recorded only by our own delete (at the same instant, with no cause: a scale-down,
+        `down`, a spec change) is no loss."""
         if self.dead_at is None:
             return None
         if self.loss_cause is None and self.dead_at == self.deleting_at:
             return None
+        cloud = self.cloud_lost_at
+        floor = self.ready_at or self.requested_at
+        if cloud is not None and floor <= cloud <= self.dead_at:
+            return cloud
         return self.dead_at
 
     @property
@@ -122,8 +133,9 @@ class NodeTimes:
         return self.deleted_at or self.failed_at
 
     def usable_until(self) -> datetime | None:
-        """End of its READY life: its death, else its deletion."""
-        return self.dead_at or self.deleting_at or self.gone_at
+        """End of its READY life: its loss (the cloud's time where known), else its death,
+        else its deletion."""
+        return self.lost_at or self.dead_at or self.deleting_at or self.gone_at
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ How an instant is classified:
    the bring-up after its latest disruption only: the records do not say when it became
    done, and an earlier bring-up was one (so a closed day stays as kept: kept.py).
 3. The sub-phase is what the records say at that instant: the lost node still alive in our
-   records (detection), a node READY (setup), a node asked for or creating (provisioning),
+   records (detection: from the cloud's own time of the loss, where it says, to when the
+   daemon marked it dead), a node READY (setup), a node asked for or creating (provisioning),
    a dead node being deleted (delete), no node and the last create failed for capacity or
    quota (capacity_wait).
 
@@ -265,6 +266,7 @@ def _bounds(
                 n.creating_at,
                 n.ready_at,
                 n.dead_at,
+                n.lost_at,
                 n.deleting_at,
                 n.deleted_at,
                 n.failed_at,

@@ -108,6 +108,10 @@ class IncarnationRecord:
     maintenance: MaintenanceWindow | None = None
     # Why it was lost (core/model/causes.py, migration 0012); None: not lost (yet).
     loss_cause: LossCause | None = None
+    # When the cloud itself lost it, where the cloud says (a Compute Engine preemption or
+    # host-maintenance record's time, migration 0016); `dead_at` is when the daemon noticed.
+    # None: not lost, or the cloud gave no time (a TPU API node's PREEMPTED state).
+    cloud_lost_at: datetime | None = None
     # What the fleet's `on_maintenance` did about a window (core/workload/maintenance.py,
     # migration 0013): the window start it acted on, when the workload got its stop signal,
     # when the cloud was asked to start the maintenance now. None: nothing (yet).

@@ -17,18 +17,19 @@ from datetime import datetime
 from tpucared.core.model.causes import LossCause
 from tpucared.core.model.durations import fmt as _fmt
 from tpucared.core.model.lifecycle import PENDING_PHASES
-from tpucared.core.model.observed import MaintenanceWindow, StateClass
+from tpucared.core.model.observed import LossRecords, MaintenanceWindow, StateClass
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, ErrorKind
 from tpucared.core.nodes import create_backoff as budget
 from tpucared.core.nodes import flex
 from tpucared.core.nodes.cloud import ABSENT, is_unhealthy, queued_pseudo_state
 from tpucared.core.nodes.losses import in_window, seen_cause
-from tpucared.core.nodes.preemption import loss_of, worded
+from tpucared.core.nodes.preemption import loss_of, record_of, worded
 from tpucared.core.vocab.actions import (
     Action,
     CloudFacts,
     DeleteNode,
+    Loss,
     Notice,
     RecordCloud,
     Severity,
@@ -66,6 +67,7 @@ class Step:
         cloud: CloudFacts | None = None,
         slot_update: SlotUpdate | None = None,
         cause: LossCause | None = None,
+        lost_at: datetime | None = None,
     ) -> None:
         self.actions.append(
             Transition(
@@ -78,6 +80,7 @@ class Step:
                 cloud=None if self._recorded else cloud,
                 slot_update=slot_update,
                 cause=cause,
+                lost_at=lost_at,
             )
         )
         self._recorded = self._recorded or cloud is not None
@@ -165,17 +168,21 @@ def die(
     `worded`; the runtime read them for the `suspects`), unless it
     is a flex-start run's end (core/nodes/flex.py): neither a preemption nor a failure.
     `cause`: the loss's cause when the caller knows it (STUCK); else what the lists tell
-    (core/nodes/losses.py `seen_cause`)."""
+    (core/nodes/losses.py `seen_cause`). Where the record found says when the cloud lost the
+    node, the Transition carries that instant (`lost_at`, nodes.cloud_lost_at): the ledger
+    starts the loss there, not at this tick."""
     if not (lost and _run_ended(step, P.DEAD, reason, facts)):
         if cause is None:
             window = _window(step, facts)
             cause = seen_cause(window, s.node, facts.health, _lost_at(step, facts))
         end_reason, why = reason, reason
+        lost_at = None
         loss = loss_of(step.view, step.inc, reason) if lost else None
         if loss is not None:  # worded by the cloud's records, where they were read
             found = step.view.loss_records(loss.project, loss.zone)
             cloud = step.view.abilities(loss.api)
             end_reason, why, cause = worded(loss, reason, cause, found, cloud)
+            lost_at = _cloud_lost_at(step, loss, found)
         step.move(
             P.DEAD,
             why,
@@ -183,6 +190,7 @@ def die(
             cloud=facts,
             slot_update=budget.node_died(step.view, step.inc),
             cause=cause,
+            lost_at=lost_at,
         )
     if s.gone:
         step.move(P.DELETED, "nothing left to delete")
@@ -249,6 +257,19 @@ def _window(step: Step, facts: CloudFacts) -> MaintenanceWindow | None:
     """The maintenance window a loss is judged by: as listed now, else as recorded before
     (the cloud may stop announcing a window once it has begun)."""
     return facts.maintenance or step.inc.maintenance
+
+
+def _cloud_lost_at(step: Step, loss: Loss, found: LossRecords | None) -> datetime | None:
+    """When the cloud says it lost the node: the time of its record of this node (Compute
+    Engine: the operation's insertTime, gcp/compute/cloud.py `preemptions`). None when no
+    record was read or found, it gives no time, or one after this tick (a clock gone wrong
+    is no evidence)."""
+    if found is None or found.error is not None:
+        return None
+    record = record_of(loss, found.records)
+    if record is None or record.at is None or record.at > step.now:
+        return None
+    return record.at
 
 
 def _lost_at(step: Step, facts: CloudFacts) -> datetime:

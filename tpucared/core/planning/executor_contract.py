@@ -192,6 +192,8 @@ class _Store:
             inc = replace(inc, end_reason=action.end_reason)
         if action.cause is not None:
             inc = replace(inc, loss_cause=action.cause)
+        if action.lost_at is not None:
+            inc = replace(inc, cloud_lost_at=action.lost_at)
         if action.cloud is not None:
             inc = _with_facts(inc, action.cloud)
         self.incs[inc.id] = inc

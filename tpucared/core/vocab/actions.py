@@ -311,6 +311,9 @@ class Transition(Action):
     # Why the node is lost (core/model/causes.py), recorded as nodes.loss_cause; None for a
     # move that loses nothing, or ends the node by our own choice.
     cause: LossCause | None = None
+    # When the cloud itself lost the node, where its records say (core/nodes/preemption.py);
+    # recorded as nodes.cloud_lost_at, where the ledger starts the loss. None: unknown.
+    lost_at: datetime | None = None
 
     def subject(self) -> str:
         return self.node_name

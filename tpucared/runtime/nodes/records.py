@@ -70,6 +70,7 @@ async def record(tx: Tx, action: Action, now: datetime) -> Outcome:
                 cloud=action.cloud,
                 slot_update=action.slot_update,
                 cause=action.cause,
+                lost_at=action.lost_at,
             )
         case HoldSlices():
             await tx.update_slot(
