@@ -28,9 +28,8 @@ single-action transactions.
 
 The execution is bounded: once its budget has passed (the daemon gives it the poll interval,
 `EXECUTE_BUDGET_S` by default), the batches left are not started (their actions are
-"postponed: the tick's budget"), but for the plan's creates: the next tick plans again from
-what the lists show, so a burst holds observation up by at most about one poll, and the
-creates a fleet's recovery waits for are never starved by it.
+"postponed: the tick's budget"), but for the plan's creates: the rule and its reasons are
+core/planning/budget.py `budget_cut`.
 
 core/planning/executor_contract.py `apply_intent` is the same contract as a pure function; the
 runtime tests compare the two. Every action gets one canonical log line: what, why, and how it
@@ -50,6 +49,7 @@ from tpucared.core.model.lifecycle import IllegalTransition
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.nodes.create_rate import CreatesSent
 from tpucared.core.nodes.slots import DeletesInFlight
+from tpucared.core.planning.budget import budget_cut
 from tpucared.core.vocab.actions import (
     Action,
     Adopt,
@@ -153,17 +153,12 @@ class Executor:
         started = self._monotonic()
         at = 0
         while at < len(actions):
-            if at and self._monotonic() - started > self._budget:
-                # The creates still run: few (the create limits bound them), they are what a
-                # fleet's recovery waits for, and they come last in a plan, so a storm whose
-                # deletes and transitions fill every tick's budget would starve them.
-                left = actions[at:]
-                creates: list[Action] = [a for a in left if isinstance(a, CreateNode)]
-                kept = {id(a) for a in creates}
-                result.outcomes += [(a, OVER_BUDGET) for a in left if id(a) not in kept]
-                log.info(
-                    "execution.over_budget", budget_s=self._budget, left=len(left) - len(creates)
-                )
+            elapsed = self._monotonic() - started
+            cut = budget_cut(actions[at:], elapsed=elapsed, budget=self._budget, applied_any=at > 0)
+            if cut is not None:  # the creates still run (core/planning/budget.py)
+                result.outcomes += [(a, OVER_BUDGET) for a in cut.postponed]
+                log.info("execution.over_budget", budget_s=self._budget, left=len(cut.postponed))
+                creates = list(cut.run)
                 while creates:
                     outcomes = await self._record_batch(creates, plan.now, live or {})
                     result.outcomes += outcomes
