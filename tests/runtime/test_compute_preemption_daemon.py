@@ -4,17 +4,21 @@ VMs stop when preempted (TERMINATED) and one whose VMs are deleted (they vanish)
 preempted VM's end is "preempted", and its `node.dead` event names the time of its
 `compute.instances.preempted` zone operation; a spot VM that vanishes with no such operation
 counts as a preemption too, and its event says no operation named it. The records are read
-only in the ticks that lost a VM: one zoneOperations.list per lost VM's zone and tick.
+only in the ticks that lost a VM: one zoneOperations.list per lost VM's zone and tick. The
+operation's time is the loss's instant (issue 42): kept as `nodes.cloud_lost_at`, and the
+slot's ledger (`tpucared goodput --json`) begins its recovery there, with the detection the
+daemon took to notice; the vanished VM, with no record, starts it when the daemon saw it.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_support import SLOW, Control, Daemon, compute_fleet, query, wait_for
+from runtime_support import SLOW, Control, Daemon, compute_fleet, query, tpucared, wait_for
 
 from bench import daemon_config
 from bench.daemon_config import PROJECT, ZONE
@@ -42,8 +46,8 @@ def ready(db: Path) -> dict[str, Any]:
     return {r["node_name"]: r for r in rows}
 
 
-async def preempted_at(control: Control, name: str) -> str:
-    """When the emulator preempted VM `name`, as its preempted operation says (seconds, Z)."""
+async def preempted_time(control: Control, name: str) -> datetime:
+    """When the emulator preempted VM `name`: its preempted operation's insertTime."""
     url = control.emulator.url + OPERATIONS
     params = {"filter": 'operationType="compute.instances.preempted"'}
     async with control.session.get(url, params=params) as response:
@@ -51,7 +55,32 @@ async def preempted_at(control: Control, name: str) -> str:
     [op] = [o for o in ops if o["targetLink"].endswith(f"/instances/{name}")]
     at = parse_time(op["insertTime"])
     assert at is not None
+    return at
+
+
+async def preempted_at(control: Control, name: str) -> str:
+    """When the emulator preempted VM `name`, as its preempted operation says (seconds, Z)."""
+    at = await preempted_time(control, name)
     return at.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _at(text: str) -> datetime:
+    """A time from SQLite (stored in UTC, maybe without the offset) or from the JSON."""
+    at = datetime.fromisoformat(text)
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+async def recovery_start(db: Path, slot: str) -> dict[str, Any]:
+    """The first interval of `slot`'s ledger after its productive time, by `tpucared goodput`."""
+    code, out, err = await tpucared("goodput", "--db", str(db), slot, "--json")
+    assert code == 0, err
+    [fleet] = json.loads(out)["fleets"]
+    [found] = fleet["slots"]
+    intervals: list[dict[str, Any]] = found["intervals"]
+    lost = [i for i in intervals if i["category"] == "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION"]
+    assert lost, intervals
+    assert intervals[intervals.index(lost[0]) - 1]["category"] == "productive"
+    return lost[0]
 
 
 async def test_preempted_vms_say_when_and_a_vanished_spot_vm_counts_too(
@@ -95,6 +124,23 @@ async def test_preempted_vms_say_when_and_a_vanished_spot_vm_counts_too(
         if r["id"] in first.values()
     }
     assert causes == {"iron-0": "preempted", "gone-0": "preempted", "iron-1": "unknown"}
+    # The loss's instant (issue 42): the operation's own time, not when the daemon noticed.
+    rows = {
+        r["node_name"]: r for r in query(db, "SELECT * FROM nodes") if r["id"] in first.values()
+    }
+    for name, slot in (("iron-0", "iron/0"), ("gone-0", "gone/0")):
+        at = await preempted_time(control, name)
+        assert _at(rows[name]["cloud_lost_at"]) == at
+        assert at <= _at(rows[name]["dead_at"])
+        recovery = await recovery_start(db, slot)
+        assert _at(recovery["start"]) == at  # productive up to the cloud's loss
+        assert (recovery["phase"], recovery["cause"], recovery["node"]) == (
+            "detection", "preempted", name,
+        )  # fmt: skip
+        assert _at(recovery["end"]) == _at(rows[name]["dead_at"])  # noticed then
+    assert rows["iron-1"]["cloud_lost_at"] is None  # no record: the loss is when it was seen
+    vanished = await recovery_start(db, "iron/1")
+    assert _at(vanished["start"]) == _at(rows["iron-1"]["dead_at"])
     dead = {
         r["node"]: r["message"]
         for r in query(db, "SELECT node, node_id, message FROM events WHERE kind = 'node.dead'")
