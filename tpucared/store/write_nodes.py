@@ -107,24 +107,12 @@ class NodeWrites(WorkerWrites):
                 f" slice {slice_index}" if slice_index else ""
             )
             raise LiveIncarnationExists(what, None, live[0].id)
-        stmt = (
-            insert(NodeRow)
-            .values(
-                fleet=fleet,
-                slot=slot,
-                node_name=node_name,
-                zone=zone,
-                accelerator_type=accelerator_type,
-                phase=NodePhase.REQUESTED,
-                phase_since=now,
-                requested_at=now,
-                queued_resource=queued_resource,
-                project=project,
-                slice=slice_index,
-                api=api,
-            )
-            .returning(*NodeRow.__table__.c)
-        )
+        stmt = insert(NodeRow).values(
+            fleet=fleet, slot=slot, node_name=node_name, zone=zone,
+            accelerator_type=accelerator_type, phase=NodePhase.REQUESTED, phase_since=now,
+            requested_at=now, queued_resource=queued_resource, project=project,
+            slice=slice_index, api=api,
+        ).returning(*NodeRow.__table__.c)  # fmt: skip
         try:
             row = (await self._conn.execute(stmt)).mappings().one()
         except IntegrityError as exc:
