@@ -10,8 +10,11 @@ a node that is found gone this tick is recreated in the same plan. Rules:
   yet); the zone to try was not listed successfully this tick (no creates blind); the name
   is taken in every zone by something we must not touch; the create limits are reached
   (Policy.max_creates, max_creates_per_fleet in flight; Policy.creates_per_minute sent, per
-  cloud API and project: core/nodes/create_rate.py); or a delete of the name it would create
-  is still in flight (`delete_in_flight`). Each such case is a Hold, for people;
+  cloud API and project: core/nodes/create_rate.py); the zone is out of capacity for the
+  fleet and another slot's probe is in flight there, or the probe's pace has not passed
+  (core/nodes/hunt.py: one probe at a time per zone, the others follow its success); or
+  a delete of the name it would create is still in flight (`delete_in_flight`). Each such case
+  is a Hold, for people;
 - zones are tried from the slot's `next_zone` (core/nodes/create_backoff.py rotates it on
   stockouts), skipping zones where the name is held by a resource we must not touch;
 - lower slots first, fleets interleaved in config order, so every fleet gets its slot 0
@@ -52,6 +55,7 @@ from tpucared.core.model.specs import (
     location_name,
 )
 from tpucared.core.nodes.create_rate import NO_CREATES_SENT, CreateRate, CreatesSent
+from tpucared.core.nodes.hunt import ZoneHunt
 from tpucared.core.vocab.actions import (
     Action,
     CreateNode,
@@ -148,6 +152,7 @@ def plan_creates(
     holds: list[Hold] = []
     total = sum(in_flight.values())
     rate = CreateRate(view.policy.creates_per_minute, sent, view.now)
+    probes = ZoneHunt(view, claimed, slots)
     wanted = sorted(
         (index, view.order(spec.name), spec)
         for spec in view.specs.values()
@@ -165,16 +170,11 @@ def plan_creates(
             if why_not is None:
                 why_not, until = rate.why_not((spec.api, spec.project))
             zone, note = (None, "") if why_not else _pick_zone(view, spec, slot, name, claimed)
+            if zone is not None:
+                why_not, until = probes.why_not(spec, slot, zone)
+                zone = None if why_not else zone
             if zone is None:
-                holds.append(
-                    Hold(
-                        fleet=spec.name,
-                        slot=index,
-                        node_name=name,
-                        reason=why_not or note,
-                        until=until,
-                    )
-                )
+                holds.append(_hold(spec, index, name, why_not or note, until))
                 continue
             create = _create(view, spec, slot, (index, piece), name, zone, note)
             waits = delete_in_flight(create, deleting) if deleting else None
@@ -187,8 +187,13 @@ def plan_creates(
             in_flight[spec.name] += 1
             total += 1
             rate.count((spec.api, spec.project))
+            probes.count(spec, slot, zone)
             actions.append(create)
     return actions, holds
+
+
+def _hold(spec: FleetSpec, index: int, name: str, why: str, until: datetime | None) -> Hold:
+    return Hold(fleet=spec.name, slot=index, node_name=name, reason=why, until=until)
 
 
 def _slices_to_create(spec: FleetSpec, index: int, claimed: Mapping[NodeKey, str]) -> list[int]:
