@@ -36,7 +36,7 @@ from tpucared.store.migrate import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAD = "0016"
+HEAD = "0017"
 NOT_OURS = "refusing to migrate into it; set daemon.db to another file"
 CORRUPT = "restore it from a backup, or move it away to start afresh"
 

@@ -110,7 +110,7 @@ async def test_nodes_recorded_before_0008_were_made_by_the_tpu_api(migrated: Pat
             await tx.request_node("sweep", 0, "sweep-0", "us-central1-c", "tpu7x-standard-4t", T0,
                                   api="compute")  # fmt: skip
     assert await downgrade_to(migrated, "0007") == "0007"
-    assert await upgrade_to_head(migrated) == "0016"
+    assert await upgrade_to_head(migrated) == "0017"
     async with Store.open(migrated) as store:
         [inc] = (await store.load_snapshot()).nodes.values()
     assert (inc.node_name, inc.api) == ("sweep-0", "tpu")
@@ -135,7 +135,7 @@ async def test_a_flex_start_node_s_run_end_survives_0009(migrated: Path):
         ("sweep-1", None),
     ]
     assert await downgrade_to(migrated, "0008") == "0008"
-    assert await upgrade_to_head(migrated) == "0016"
+    assert await upgrade_to_head(migrated) == "0017"
     async with Store.open(migrated) as store:
         nodes = (await store.load_snapshot()).nodes.values()
     assert {n.run_ends_at for n in nodes} == {None}
@@ -156,7 +156,7 @@ async def test_a_maintenance_window_survives_0011(migrated: Path):
         [inc] = (await store.load_snapshot()).nodes.values()
     assert inc.maintenance == window
     assert await downgrade_to(migrated, "0010") == "0010"
-    assert await upgrade_to_head(migrated) == "0016"
+    assert await upgrade_to_head(migrated) == "0017"
     async with Store.open(migrated) as store:
         [inc] = (await store.load_snapshot()).nodes.values()
     assert (inc.node_name, inc.maintenance) == ("sweep-0", None)
@@ -169,7 +169,7 @@ async def test_a_failed_migration_leaves_nothing_behind(
     scripts = tmp_path / "migrations"
     shutil.copytree(migrations_dir(), scripts, ignore=shutil.ignore_patterns("__pycache__"))
     (scripts / "versions" / "0099_broken.py").write_text(
-        'revision = "0099"\ndown_revision = "0016"\nbranch_labels = None\ndepends_on = None\n'
+        'revision = "0099"\ndown_revision = "0017"\nbranch_labels = None\ndepends_on = None\n'
         "from alembic import op\n"
         "def upgrade():\n"
         '    op.execute("CREATE TABLE half_done (x INTEGER)")\n'
@@ -186,7 +186,7 @@ def test_migrations_are_found_and_linear():
     # In the source tree tpucared/migrations is a link to the top-level migrations/ (the wheel
     # ships it as package data): both name the same files.
     assert migrations_dir().resolve() == (ROOT / "migrations").resolve()
-    assert head_revision() == "0016"
+    assert head_revision() == "0017"
 
 
 def test_missing_migrations_are_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
@@ -223,7 +223,7 @@ async def test_two_processes_migrating_at_once_both_succeed(db_path: Path):
         assert out.decode().strip() == head_revision()
     assert schema(db_path)["table"] == TABLES | {"alembic_version"}
     conn = open_raw(db_path)
-    assert [tuple(r) for r in conn.execute("SELECT * FROM alembic_version")] == [("0016",)]
+    assert [tuple(r) for r in conn.execute("SELECT * FROM alembic_version")] == [("0017",)]
     conn.close()
 
 
@@ -256,7 +256,7 @@ def test_module_entry_point_for_ci_and_operators(
     assert migrate.main(["upgrade", db]) == 0
     assert migrate.main(["current", db]) == 0
     assert migrate.main(["check", db]) == 0
-    assert capsys.readouterr().out.splitlines() == ["0016", "0016", "models and migrations agree"]
+    assert capsys.readouterr().out.splitlines() == ["0017", "0017", "models and migrations agree"]
     assert migrate.main(["nonsense"]) == 2
 
 

@@ -140,6 +140,8 @@ class NodeRow(Base):
         # A node name is unique in its zone in the cloud, so it must be among live records too.
         Index("uq_nodes_live_name", "zone", "node_name", unique=True, **_partial(LIVE_NODE_SQL)),
         Index("ix_nodes_fleet_slot_id", "fleet", "slot", "id"),
+        # A slot's first create, one seek (store/ledger_reads.py, migration 0017).
+        Index("ix_nodes_fleet_slot_requested_at", "fleet", "slot", "requested_at"),
         {"sqlite_autoincrement": True},  # ids appear in logs and events: never reuse one
     )
 
@@ -222,6 +224,8 @@ class WorkloadAttemptRow(Base):
             unique=True,
             **_partial("ended_at IS NULL"),
         ),
+        # The ledger's per-slot reads from a time on (store/ledger_reads.py, migration 0017).
+        Index("ix_workload_attempts_fleet_slot_ended_at", "fleet", "slot", "ended_at"),
         {"sqlite_autoincrement": True},
     )
 
@@ -255,6 +259,8 @@ class CreateAttemptRow(Base):
         ForeignKeyConstraint(["fleet", "slot"], ["slots.fleet", "slots.slot"]),
         Index("ix_create_attempts_fleet_slot_id", "fleet", "slot", "id"),
         Index("ix_create_attempts_zone_started_at", "zone", "started_at"),
+        # The ledger's per-slot reads from a time on (store/ledger_reads.py, migration 0017).
+        Index("ix_create_attempts_fleet_slot_started_at", "fleet", "slot", "started_at"),
         {"sqlite_autoincrement": True},
     )
 
