@@ -7,11 +7,13 @@ container tests fail, never skip.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,6 +26,9 @@ IMAGE_SH = REPO / "deploy" / "image.sh"
 IMAGE = "localhost/tpucared:test"
 EMULATOR_IMAGE = "localhost/tpucared:test-emulator"  # with the `emulator` extra (conftest.py)
 PODMAN = "podman"
+# Test processes (pytest-xdist workers) build the images one at a time: the second finds them in
+# podman's cache instead of building the same tag beside the first.
+BUILD_LOCK = Path(tempfile.gettempdir()) / "tpucared-test-image-build.lock"
 # As deploy/README.md runs it: runc (crun refuses on hosts like CI's), and rlimits at most the
 # host's (raising them is not permitted there).
 RUN = ["--runtime", "runc", "--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
@@ -48,11 +53,13 @@ def build(tag: str, *options: str) -> float:
     if missing:
         pytest.fail(f"not installed: {' '.join(missing)} (apt-get install podman runc mmdebstrap)")
     started = time.monotonic()
-    out = subprocess.run(
-        ["bash", str(IMAGE_SH), tag, *options], cwd=REPO,
-        env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True,
-        timeout=800, check=False,
-    )  # fmt: skip
+    with BUILD_LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        out = subprocess.run(
+            ["bash", str(IMAGE_SH), tag, *options], cwd=REPO,
+            env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True,
+            timeout=800, check=False,
+        )  # fmt: skip
     assert out.returncode == 0, f"deploy/image.sh: {out.stdout[-4000:]}\n{out.stderr[-4000:]}"
     return time.monotonic() - started
 

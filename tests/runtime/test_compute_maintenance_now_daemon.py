@@ -90,7 +90,9 @@ async def test_now_starts_a_vms_maintenance_at_the_checkpoint_and_resumes_before
     start = announced + START_IN
 
     async def signalled() -> bool:
-        return await asyncio.to_thread((results / "term-1").exists)
+        # The trap's redirection makes the file before `date` writes into it: wait for the text.
+        term = results / "term-1"
+        return await asyncio.to_thread(lambda: term.exists() and term.read_text().strip() != "")
 
     await wait_for(signalled, SLOW, "the stop signal before the window")
     at = float((results / "term-1").read_text())

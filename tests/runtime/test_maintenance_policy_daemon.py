@@ -62,7 +62,8 @@ async def _started(results: Path, n: int) -> bool:
 
 
 async def _exists(path: Path) -> bool:
-    return await asyncio.to_thread(path.exists)
+    """The file is there with its text: the trap's redirection makes it before `date` writes."""
+    return await asyncio.to_thread(lambda: path.exists() and path.read_text().strip() != "")
 
 
 def _starts(results: Path) -> list[tuple[int, int, float, int]]:
