@@ -1,21 +1,17 @@
 """Decision tables for one live incarnation (core/nodes/incarnations.py), one row per situation:
 DEAD / DELETING, the delete until the node is gone.
 
-Each row: the incarnation as recorded, what the zone's list shows, and the phase edges,
-deletes and other actions the plan must hold for it. kopf-style: the table is the spec.
+A row (nodes_support.Row) and the other actions its test checks are the spec, kopf-style.
 """
 
 from __future__ import annotations
 
-import pytest
-
-from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import IncarnationRecord
 from tpucared.core.model.specs import ErrorKind
 from tpucared.core.vocab.actions import DeleteNode, Notice
 
-from ..core_support import Z1, Z2, ago, deletes, edges, failed, inc, listed, node, world
-from .nodes_support import C, P, plan_for
+from ..core_support import Z1, Z2, ago, deletes, failed, inc, listed, node, world
+from .nodes_support import C, P, Row, by_row, check_row, plan_for
 
 
 def deleting(**kw: object) -> IncarnationRecord:
@@ -24,7 +20,7 @@ def deleting(**kw: object) -> IncarnationRecord:
     return inc(1, 0, P.DELETING, **base)  # type: ignore[arg-type]
 
 
-DELETE_ROWS = [
+DELETE_ROWS: list[Row] = [
     ("dead-listed", inc(1, 0, P.DEAD), world(node(state=C.PREEMPTED)), [], ["sweep-0"]),
     ("dead-gone", inc(1, 0, P.DEAD), world(), [("dead", "deleted")], []),
     ("dead-blind", inc(1, 0, P.DEAD), [failed(Z1), listed(Z2)], [], ["sweep-0"]),
@@ -83,22 +79,11 @@ DELETE_ROWS = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("record", "observations", "want_edges", "want_deletes"),
-    [row[1:] for row in DELETE_ROWS],
-    ids=[row[0] for row in DELETE_ROWS],
-)
-def test_dead_and_deleting(
-    record: IncarnationRecord,
-    observations: list[ZoneObservation],
-    want_edges: list[tuple[str, str]],
-    want_deletes: list[str],
-) -> None:
-    p = plan_for(record, observations)
-    assert edges(p, 1) == want_edges
-    assert deletes(p) == want_deletes
+@by_row(DELETE_ROWS)
+def test_dead_and_deleting(row: Row) -> None:
+    p = check_row(row)
     for d in p.of(DeleteNode):
-        assert d.expected is record.phase
+        assert d.expected is row[1].phase
 
 
 def test_a_delete_that_keeps_failing_is_told_once() -> None:

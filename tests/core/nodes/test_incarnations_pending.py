@@ -1,8 +1,7 @@
 """Decision tables for one live incarnation (core/nodes/incarnations.py), one row per situation:
 REQUESTED / CREATING, the create's outcome, the list-after-create window, stuck creates.
 
-Each row: the incarnation as recorded, what the zone's list shows, and the phase edges,
-deletes and other actions the plan must hold for it. kopf-style: the table is the spec.
+A row (nodes_support.Row) and the other actions its test checks are the spec, kopf-style.
 """
 
 from __future__ import annotations
@@ -12,8 +11,7 @@ from datetime import timedelta
 
 import pytest
 
-from tpucared.core.model.observed import ObservedNode, ZoneObservation
-from tpucared.core.model.records import IncarnationRecord
+from tpucared.core.model.observed import ObservedNode
 from tpucared.core.model.specs import ErrorKind
 from tpucared.core.nodes.cloud import ABSENT
 from tpucared.core.vocab.actions import CreateNode, Notice, Transition
@@ -33,11 +31,11 @@ from ..core_support import (
     snapshot,
     world,
 )
-from .nodes_support import SPEC, C, P, pending, plan_for
+from .nodes_support import SPEC, C, P, Row, by_row, check_row, pending, plan_for
 
 M = timedelta(minutes=1)
 
-PENDING_ROWS = [
+PENDING_ROWS: list[Row] = [
     # id, record, observations, expected edges, expected deletes
     ("requested-waiting", pending(P.REQUESTED), world(), [], []),
     ("requested-unconfirmed", pending(P.REQUESTED, 6 * M), world(), [("requested", "failed")], []),
@@ -221,20 +219,9 @@ PENDING_ROWS = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("record", "observations", "want_edges", "want_deletes"),
-    [row[1:] for row in PENDING_ROWS],
-    ids=[row[0] for row in PENDING_ROWS],
-)
-def test_pending(
-    record: IncarnationRecord,
-    observations: list[ZoneObservation],
-    want_edges: list[tuple[str, str]],
-    want_deletes: list[str],
-) -> None:
-    p = plan_for(record, observations)
-    assert edges(p, 1) == want_edges
-    assert deletes(p) == want_deletes
+@by_row(PENDING_ROWS)
+def test_pending(row: Row) -> None:
+    check_row(row)
 
 
 @pytest.mark.parametrize(

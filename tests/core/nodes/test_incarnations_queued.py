@@ -2,40 +2,20 @@
 queued resources, from the accepted queue entry to a READY node, and the entry deleted
 with its node.
 
-Each row: the incarnation as recorded, what the zone's list shows, and the phase edges,
-deletes and other actions the plan must hold for it. kopf-style: the table is the spec.
+A row (nodes_support.Row) and the other actions its test checks are the spec, kopf-style.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-
-from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import ErrorKind, Provisioning
 from tpucared.core.vocab.actions import DeleteNode, Transition
 from tpucared.gcp.tpu.states import QueuedState
 
-from ..core_support import (
-    T0,
-    Z1,
-    Z2,
-    ago,
-    deletes,
-    edges,
-    inc,
-    listed,
-    node,
-    qr,
-    run,
-    seen,
-    snapshot,
-    spec,
-    world,
-)
-from .nodes_support import P
+from ..core_support import T0, Z1, Z2, ago, inc, listed, node, qr, run, seen, snapshot, spec, world
+from .nodes_support import P, Row, by_row, check_row
 
 QSPEC = spec(size=1, provisioning=Provisioning.QUEUED)
 
@@ -44,7 +24,7 @@ def qinc(phase: NodePhase, **kw: object) -> IncarnationRecord:
     return inc(1, 0, phase, queued_resource="sweep-0", **kw)  # type: ignore[arg-type]
 
 
-QUEUED_ROWS = [
+QUEUED_ROWS: list[Row] = [
     (
         "accepted-waiting",
         qinc(P.REQUESTED, since=ago(minutes=1)),
@@ -126,20 +106,9 @@ QUEUED_ROWS = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("record", "observations", "want_edges", "want_deletes"),
-    [row[1:] for row in QUEUED_ROWS],
-    ids=[row[0] for row in QUEUED_ROWS],
-)
-def test_queued(
-    record: IncarnationRecord,
-    observations: list[ZoneObservation],
-    want_edges: list[tuple[str, str]],
-    want_deletes: list[str],
-) -> None:
-    p = run([QSPEC], observations, snapshot(record, specs=[QSPEC]))
-    assert edges(p, 1) == want_edges
-    assert deletes(p) == want_deletes
+@by_row(QUEUED_ROWS)
+def test_queued(row: Row) -> None:
+    p = check_row(row, QSPEC)
     for d in p.of(DeleteNode):
         assert d.queued_resource == "sweep-0"  # the queued resource goes, with its node
 

@@ -1,8 +1,7 @@
 """Decision tables for one live incarnation (core/nodes/incarnations.py), one row per situation:
 READY, when a usable node counts as dead, and what is never ours to adopt or touch.
 
-Each row: the incarnation as recorded, what the zone's list shows, and the phase edges,
-deletes and other actions the plan must hold for it. kopf-style: the table is the spec.
+A row (nodes_support.Row) and the other actions its test checks are the spec, kopf-style.
 """
 
 from __future__ import annotations
@@ -10,10 +9,6 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-import pytest
-
-from tpucared.core.model.observed import ZoneObservation
-from tpucared.core.model.records import IncarnationRecord
 from tpucared.core.nodes.cloud import ABSENT
 from tpucared.core.vocab.actions import (
     Adopt,
@@ -31,8 +26,6 @@ from ..core_support import (
     Z1,
     Z2,
     ago,
-    deletes,
-    edges,
     failed,
     inc,
     listed,
@@ -43,14 +36,14 @@ from ..core_support import (
     snapshot,
     world,
 )
-from .nodes_support import READY_NODE, SPEC, C, P, pending, plan_for, ready
+from .nodes_support import READY_NODE, SPEC, C, P, Row, by_row, check_row, pending, plan_for, ready
 
 DEAD_DELETE = [("ready", "dead")]
 
 # ---------------------------------------------------------------------------------------------
 # READY: when does a usable node count as dead?
 
-READY_ROWS = [
+READY_ROWS: list[Row] = [
     # id, record, observations, expected edges, expected deletes
     ("healthy", ready(READY_NODE), world(READY_NODE), [], []),
     ("preempted", ready(READY_NODE), world(node(state=C.PREEMPTED)), DEAD_DELETE, ["sweep-0"]),
@@ -181,20 +174,9 @@ READY_ROWS = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("record", "observations", "want_edges", "want_deletes"),
-    [row[1:] for row in READY_ROWS],
-    ids=[row[0] for row in READY_ROWS],
-)
-def test_ready(
-    record: IncarnationRecord,
-    observations: list[ZoneObservation],
-    want_edges: list[tuple[str, str]],
-    want_deletes: list[str],
-) -> None:
-    p = plan_for(record, observations)
-    assert edges(p, 1) == want_edges
-    assert deletes(p) == want_deletes
+@by_row(READY_ROWS)
+def test_ready(row: Row) -> None:
+    check_row(row)
 
 
 def test_preemption_counts_and_recreates_at_once() -> None:
