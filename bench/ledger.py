@@ -14,7 +14,7 @@ categories add up to its wall time.
 Then the daemon's maintenance pass keeps every slot's closed days (runtime/ledger_days.py, as
 `tpucared run` does at its start and every 10 minutes; timed: `keep_s`), and the same cases
 run again (`kept`): `goodput` now sums the kept days and tiles only each slot's open tail. The
-whole-history document is checked to give every slot the same figures as before the pass.
+figures (whole history and the last 7 days) are checked to be every slot's full recompute.
 
 The tools we compare with keep no ledger to time (tpucare, SkyPilot and Levanter's babysit
 script record nothing per slot; Google's ml-goodput-measurement computes from Cloud Logging
@@ -190,14 +190,20 @@ async def keep_days(db: Path) -> int:
 
 
 async def same_figures(db: Path) -> bool:
-    """Every slot's figures from the kept days and the tail equal a full recompute's, at the
-    same instant (in-process: the CLI's `now` is its own)."""
+    """Every slot's figures from the kept days and the tail, over the whole history and over
+    the last 7 days (head, kept days, tail), equal a full recompute's (every row tiled, then
+    clipped), at the same instant (in-process: the CLI's `now` is its own)."""
     now = datetime.now(UTC)
+    since = now - timedelta(days=7)
     async with Store.open(db, read_only=True) as store, store.read() as r:
-        full = ledgers(await r.ledger(kept=False), Prices(), now, None)
-        kept = ledgers(await r.ledger(), Prices(), now, None)
-    summaries = [[row.summary for f in fleets for row in f.slots] for fleets in (full, kept)]
-    return len(summaries[0]) > 0 and summaries[0] == summaries[1]
+        every = await r.ledger(kept=False)
+        full = [ledgers(every, Prices(), now, s) for s in (None, since)]
+        kept = [ledgers(await r.ledger(since=s), Prices(), now, s) for s in (None, since)]
+    for a, b in zip(full, kept, strict=True):
+        summaries = [[row.summary for f in fleets for row in f.slots] for fleets in (a, b)]
+        if not summaries[0] or summaries[0] != summaries[1]:
+            return False
+    return True
 
 
 def cases(config: Path, slots: int, repeats: int, start: datetime) -> list[dict[str, Any]]:
