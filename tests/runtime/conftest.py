@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from leader_support import LEASE_S, POLL_S, Pair
 from postgres_support import PostgresServer
-from runtime_support import Control, Daemon, write_config
+from runtime_support import Control, Daemon, Rig, write_config
 
 from bench.common import free_port
 from tpucared.emulator import EmulatorServer
@@ -40,6 +40,13 @@ async def daemons(tmp_path: Path) -> AsyncIterator[Callable[[Path], Daemon]]:
     yield make
     for daemon in made:
         await daemon.kill()
+
+
+@pytest.fixture
+def rig(
+    emulator: EmulatorServer, control: Control, daemons: Callable[[Path], Daemon], tmp_path: Path
+) -> Rig:
+    return Rig(emulator, control, daemons, tmp_path)
 
 
 @pytest.fixture

@@ -318,6 +318,34 @@ def workload_config(
     return daemon_config.write(tmp_path / "fleet.toml", config)
 
 
+@dataclass
+class Rig:
+    """What an end-to-end workload test stands on (the `rig` fixture): the emulator, its control
+    API, the test's daemons, and where the workload writes (`results`) and the daemon its state."""
+
+    emulator: EmulatorServer
+    control: Control
+    daemons: Callable[[Path], Daemon]
+    tmp_path: Path
+
+    @property
+    def results(self) -> Path:
+        return self.tmp_path / "results"
+
+    @property
+    def db(self) -> Path:
+        return self.tmp_path / "state.db"
+
+    def config(self, **fleet: Any) -> Path:
+        """`workload_config` of `fleet`'s keywords, with RESULTS (created) = `self.results`."""
+        self.results.mkdir(exist_ok=True)
+        return workload_config(self.tmp_path, self.emulator, results=self.results, **fleet)
+
+    async def start(self, **fleet: Any) -> Daemon:
+        """A daemon started on `self.config(**fleet)`."""
+        return await self.daemons(self.config(**fleet)).start()
+
+
 # ---------------------------------------------------------------------------------------------
 # Compute Engine fleets (`api = "compute"`): one instance per slot.
 

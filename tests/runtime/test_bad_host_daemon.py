@@ -10,24 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_support import (
-    PROJECT,
-    SLOW,
-    ZONE,
-    Control,
-    Daemon,
-    hosts_emulator_options,
-    query,
-    wait_for,
-    workload_config,
-)
-
-from tpucared.emulator import EmulatorServer
+from runtime_support import PROJECT, SLOW, ZONE, Rig, hosts_emulator_options, query, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -45,20 +32,12 @@ def emulator_options(emulator_options: dict[str, Any], tmp_path: Path) -> dict[s
     return hosts_emulator_options(emulator_options, tmp_path)
 
 
-async def test_a_held_accelerator_is_freed_and_a_stubborn_one_recycles_the_node(
-    emulator: EmulatorServer,
-    control: Control,
-    daemons: Callable[[Path], Daemon],
-    tmp_path: Path,
-) -> None:
-    results = tmp_path / "results"
-    results.mkdir()
-    config = workload_config(
-        tmp_path, emulator, fleet=FLEET, accelerator_type="v4-16", run=RUN, results=results,
-        poll="1s", workload='restart = "always"\nhealth_check = "true"\nmax_failures = 0',
+async def test_a_held_accelerator_is_freed_and_a_stubborn_one_recycles_the_node(rig: Rig) -> None:
+    control, results, db = rig.control, rig.results, rig.db
+    await rig.start(
+        fleet=FLEET, accelerator_type="v4-16", run=RUN, poll="1s",
+        workload='restart = "always"\nhealth_check = "true"\nmax_failures = 0',
     )  # fmt: skip
-    db = tmp_path / "state.db"
-    await daemons(config).start()
 
     async def ran(n: int) -> bool:
         files = [results / f"attempts-{w}" for w in range(WORKERS)]

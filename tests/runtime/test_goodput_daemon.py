@@ -19,17 +19,15 @@ from runtime_support import (
     SLOW,
     Control,
     Daemon,
+    Rig,
     converged,
     hosts_emulator_options,
     live_nodes,
     query,
     tpucared,
     wait_for,
-    workload_config,
     write_config,
 )
-
-from tpucared.emulator import EmulatorServer
 
 pytestmark = pytest.mark.slow
 
@@ -122,18 +120,10 @@ def _goodput_slot(out: str) -> dict[str, Any]:
 
 
 async def test_a_workloads_progress_file_measures_the_progress_a_preemption_wasted(
-    tmp_path: Path,
-    emulator: EmulatorServer,
-    control: Control,
-    daemons: Callable[[Path], Daemon],
+    rig: Rig,
 ) -> None:
-    results = tmp_path / "results"
-    results.mkdir()
-    config = workload_config(
-        tmp_path, emulator, fleet="sweep", accelerator_type="v4-8", run=TRAIN, results=results
-    )
-    db = tmp_path / "state.db"
-    daemon = await daemons(config).start()
+    control, db = rig.control, rig.db
+    daemon = await rig.start(fleet="sweep", accelerator_type="v4-8", run=TRAIN)
 
     def recorded() -> sqlite3.Row | None:
         rows = query(db, "SELECT * FROM workload_attempts WHERE number = 1")

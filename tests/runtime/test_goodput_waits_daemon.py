@@ -17,19 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_support import (
-    SLOW,
-    Control,
-    Daemon,
-    hosts_emulator_options,
-    query,
-    tpucared,
-    wait_for,
-    workload_config,
-)
+from runtime_support import SLOW, Rig, hosts_emulator_options, query, tpucared, wait_for
 
 from bench.daemon_config import ZONE
-from tpucared.emulator import EmulatorServer
 
 pytestmark = pytest.mark.slow
 
@@ -50,20 +40,14 @@ def _at(text: str) -> datetime:
 
 
 async def test_a_stockout_wait_and_a_crash_in_the_ledger(
-    tmp_path: Path,
-    emulator: EmulatorServer,
-    control: Control,
-    daemons: Callable[[Path], Daemon],
+    rig: Rig,
 ) -> None:
-    results = tmp_path / "results"
-    results.mkdir()
-    config = workload_config(
-        tmp_path, emulator, fleet="sweep", accelerator_type="v4-8", run=RUN, results=results,
+    control, db = rig.control, rig.db
+    await control.capacity(0)  # the zone is stocked out
+    daemon = await rig.start(
+        fleet="sweep", accelerator_type="v4-8", run=RUN,
         tables='[policy]\ncapacity_backoff = "1s"\ncapacity_backoff_cap = "1s"\n',
     )  # fmt: skip
-    db = tmp_path / "state.db"
-    await control.capacity(0)  # the zone is stocked out
-    daemon = await daemons(config).start()
 
     async def stockouts() -> int:
         return len(query(db, "SELECT id FROM create_attempts WHERE outcome = 'capacity'"))

@@ -13,22 +13,11 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_support import (
-    PROJECT,
-    SLOW,
-    ZONE,
-    Control,
-    Daemon,
-    hosts_emulator_options,
-    query,
-    wait_for,
-    workload_config,
-)
+from runtime_support import PROJECT, SLOW, ZONE, Rig, hosts_emulator_options, query, wait_for
 
 from tpucared.config import load_config
 from tpucared.runtime.workload.by_hand import exec_command, logs
@@ -102,26 +91,15 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("provisioning", ["direct", "queued"])
 async def test_a_multislice_slot_runs_on_every_worker_of_every_slice_through_a_preemption(
-    emulator: Any,
-    control: Control,
-    daemons: Callable[[Path], Daemon],
-    tmp_path: Path,
-    provisioning: str,
+    rig: Rig, provisioning: str
 ) -> None:
-    results = tmp_path / "results"
-    results.mkdir()
-    config = workload_config(
-        tmp_path,
-        emulator,
-        fleet=FLEET,
-        accelerator_type="v4-16",
-        run=RUN,
-        results=results,
+    control, results, db = rig.control, rig.results, rig.db
+    config = rig.config(
+        fleet=FLEET, accelerator_type="v4-16", run=RUN,
         fleet_lines=f'slices = {SLICES}\nprovisioning = "{provisioning}"',
         tables='[policy]\ncreate_grace = "10s"\nvanish_grace = "2s"',
-    )
-    db = tmp_path / "state.db"
-    await daemons(config).start()
+    )  # fmt: skip
+    await rig.daemons(config).start()
 
     async def everywhere(attempts: list[int]) -> bool:
         return _attempts(results) == [attempts] * (SLICES * WORKERS)
@@ -200,24 +178,15 @@ NOTICED_RUN = (
 )
 
 
-async def test_a_notice_on_one_slice_stops_the_whole_job_as_one(
-    emulator: Any,
-    control: Control,
-    daemons: Callable[[Path], Daemon],
-    tmp_path: Path,
-) -> None:
+async def test_a_notice_on_one_slice_stops_the_whole_job_as_one(rig: Rig) -> None:
     # The notice reaches only slice 1's VMs; the daemon sends slice 0's workers the same
     # signal, so every process checkpoints; the attempt is preempted (not failed), slice 1
     # alone is replaced before the API says PREEMPTED, and attempt 2 runs everywhere.
-    results = tmp_path / "results"
-    results.mkdir()
-    config = workload_config(
-        tmp_path, emulator, fleet=FLEET, accelerator_type="v4-16", run=NOTICED_RUN,
-        results=results, poll="2s", workload='stop_grace = "10s"',
-        fleet_lines=f"slices = {SLICES}",
+    control, results, db = rig.control, rig.results, rig.db
+    await rig.start(
+        fleet=FLEET, accelerator_type="v4-16", run=NOTICED_RUN, poll="2s",
+        workload='stop_grace = "10s"', fleet_lines=f"slices = {SLICES}",
     )  # fmt: skip
-    db = tmp_path / "state.db"
-    await daemons(config).start()
     keys = [f"{s}-{w}" for s in range(SLICES) for w in range(WORKERS)]
 
     def attempts(key: str) -> list[int]:

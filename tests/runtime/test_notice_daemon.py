@@ -8,24 +8,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_support import (
-    PROJECT,
-    SLOW,
-    ZONE,
-    Control,
-    Daemon,
-    hosts_emulator_options,
-    query,
-    wait_for,
-    workload_config,
-)
-
-from tpucared.emulator import EmulatorServer
+from runtime_support import PROJECT, SLOW, ZONE, Rig, hosts_emulator_options, query, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -54,20 +41,11 @@ def _envs(results: Path) -> list[list[str]]:
     return [f.read_text().splitlines() if f.exists() else [] for f in files]
 
 
-async def test_a_notice_stops_the_workload_and_replaces_the_node_before_preempted(
-    emulator: EmulatorServer,
-    control: Control,
-    daemons: Callable[[Path], Daemon],
-    tmp_path: Path,
-) -> None:
-    results = tmp_path / "results"
-    results.mkdir()
-    config = workload_config(
-        tmp_path, emulator, fleet=FLEET, accelerator_type="v4-16", run=RUN, results=results,
-        poll="2s", workload='stop_grace = "10s"',
-    )  # fmt: skip
-    db = tmp_path / "state.db"
-    await daemons(config).start()
+async def test_a_notice_stops_the_workload_and_replaces_the_node_before_preempted(rig: Rig) -> None:
+    control, results, db = rig.control, rig.results, rig.db
+    await rig.start(
+        fleet=FLEET, accelerator_type="v4-16", run=RUN, poll="2s", workload='stop_grace = "10s"'
+    )
 
     async def attempt(n: int, preemptions: int) -> bool:
         return all(f"{n} {preemptions} 0" in lines for lines in _envs(results))

@@ -10,24 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 import pytest
-from runtime_support import (
-    OWNER,
-    PROJECT,
-    SLOW,
-    Control,
-    Daemon,
-    hosts_emulator_options,
-    wait_for,
-    workload_config,
-)
+from runtime_support import OWNER, PROJECT, SLOW, Rig, hosts_emulator_options, wait_for
 
-from tpucared.emulator import EmulatorServer
 from tpucared.emulator.oslogin import posix_username
 from tpucared.runtime.startup import public_key_line
 
@@ -44,16 +33,10 @@ def emulator_options(emulator_options: dict[str, Any], tmp_path: Path) -> dict[s
     return hosts_emulator_options(emulator_options, tmp_path, os_login=True)
 
 
-async def test_the_daemon_logs_in_through_os_login(
-    emulator: EmulatorServer,
-    control: Control,
-    daemons: Callable[[Path], Daemon],
-    tmp_path: Path,
-) -> None:
-    results = tmp_path / "results"
-    results.mkdir()
-    config = workload_config(
-        tmp_path, emulator, fleet=FLEET, accelerator_type="v4-16", run=RUN, results=results,
+async def test_the_daemon_logs_in_through_os_login(rig: Rig) -> None:
+    emulator, control, results = rig.emulator, rig.control, rig.results
+    config = rig.config(
+        fleet=FLEET, accelerator_type="v4-16", run=RUN,
         ssh=f'os_login = true\nos_login_account = "{ACCOUNT}"',
     )  # fmt: skip
     registry = emulator.os_login
@@ -61,7 +44,7 @@ async def test_the_daemon_logs_in_through_os_login(
     registry.import_key(ACCOUNT, {"key": public_key_line(stale, OWNER)})
     registry.import_key(ACCOUNT, {"key": public_key_line(others, "another-daemon")})
 
-    await daemons(config).start()
+    await rig.daemons(config).start()
     user = posix_username(ACCOUNT)
 
     def users() -> list[str]:
