@@ -4,7 +4,8 @@ SkyPilot's and tpucare's retry schedules replayed against the same emulator in t
 `python -m bench.run --only capacity [--quick]` (or `python -m bench.capacity [--quick]`);
 `python -m bench.capacity --model` prints the simulated trade-off table of docs/daemon.md;
 `python -m bench.capacity --queued --queued-serve at-once|scan [--only-group KEY] [--samples N]`
-the daemon's hunt against a queued fleet's (issue 44).
+the daemon's hunt against a queued fleet's (issue 44); `--suffix=-x` names the result file
+`<name>-x.json`, so a before/after pair leaves the recorded run alone.
 
 Method. One emulator runs in this process (its own thread; a create takes 2 s, a delete 1 s).
 Every participant hunts in a zone of its own, so all of them run at once and each has its own
@@ -277,6 +278,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY",
         help="run only this group of the preset (repeatable), e.g. tpucared-queued-16",
     )
+    parser.add_argument(
+        "--suffix",
+        default="",
+        help="appended to the result's name (bench/results/<name><suffix>.json), so that a "
+        "before/after pair does not overwrite the recorded run",
+    )
     args = parser.parse_args(argv)
     if args.model:
         print(model_table(args.runs))
@@ -300,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         name = f"capacity-hunt-{args.capacity_judged}"
     elif args.queued:
         name = f"capacity-queued-{args.queued_serve}-{args.capacity_judged}"
+    name += args.suffix
     path, envelope = harness.run_one(name, judged, quick=args.quick, output_dir=common.RESULTS_DIR)
     print(render(envelope["result"]))
     print(f"written to {path}")
