@@ -19,7 +19,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 from aiohttp import web
+
+
+class EmulatorControl:
+    """The emulator's control API (/_emulator/v1) over a session; tests subclass it with the
+    controls they use."""
+
+    def __init__(self, url: str, session: aiohttp.ClientSession) -> None:
+        self.base = f"{url}/_emulator/v1"
+        self.session = session
+
+    async def send(self, method: str, path: str, body: Any = None) -> Any:
+        async with self.session.request(method, self.base + path, json=body) as response:
+            text = await response.text()
+            assert response.status < 300, (method, path, response.status, text)
+            return json.loads(text) if text.strip() else None
 
 
 class Sleeps:

@@ -15,7 +15,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from gcp_fakes import Sleeps
+from gcp_fakes import EmulatorControl, Sleeps
 
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind, ErrorKind
 from tpucared.gcp.errors import (
@@ -40,21 +40,11 @@ LABELS = {FLEET_LABEL: "sweep", OWNER_LABEL: "daemon-1"}
 POLL = 0.02
 
 
-class Control:
+class Control(EmulatorControl):
     """The emulator's control API (/_emulator/v1), over its own session."""
 
-    def __init__(self, url: str, session: aiohttp.ClientSession) -> None:
-        self.base = f"{url}/_emulator/v1"
-        self.session = session
-
-    async def _send(self, method: str, path: str, body: Any = None) -> Any:
-        async with self.session.request(method, self.base + path, json=body) as response:
-            assert response.status < 300, (method, path, response.status, await response.text())
-            text = await response.text()
-            return await response.json() if text.strip() else None
-
     async def faults(self, **config: Any) -> None:
-        await self._send("PUT", "/faults", config)
+        await self.send("PUT", "/faults", config)
 
     async def script(self, *kinds: str | dict[str, Any], paths: list[str] | None = None) -> None:
         entries = [{"kind": k} if isinstance(k, str) else k for k in kinds]
@@ -65,20 +55,20 @@ class Control:
 
     async def capacity(self, zone: str, accelerator_type: str, available: int) -> None:
         body = {"zone": zone, "accelerator_type": accelerator_type, "available": available}
-        await self._send("PUT", "/capacity", body)
+        await self.send("PUT", "/capacity", body)
 
     async def preempt(self, node_id: str) -> None:
-        await self._send("POST", f"/projects/{P}/locations/{ZONE}/nodes/{node_id}:preempt")
+        await self.send("POST", f"/projects/{P}/locations/{ZONE}/nodes/{node_id}:preempt")
 
     async def reset(self) -> None:
-        await self._send("POST", "/reset")
+        await self.send("POST", "/reset")
 
     async def requests(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = await self._send("GET", "/requests")
+        result: list[dict[str, Any]] = await self.send("GET", "/requests")
         return result
 
     async def reset_requests(self) -> None:
-        await self._send("DELETE", "/requests")
+        await self.send("DELETE", "/requests")
 
 
 @pytest.fixture

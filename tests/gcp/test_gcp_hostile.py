@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from gcp_fakes import Sleeps
+from gcp_fakes import EmulatorControl, Sleeps
 
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind, ErrorKind
@@ -38,25 +38,16 @@ SIZE = 3
 ATTEMPTS = RetryPolicy().max_attempts
 
 
-class Control:
-    def __init__(self, url: str, session: aiohttp.ClientSession) -> None:
-        self.base = f"{url}/_emulator/v1"
-        self.session = session
-
-    async def call(self, method: str, path: str, body: Any = None) -> Any:
-        async with self.session.request(method, self.base + path, json=body) as response:
-            assert response.status == 200, await response.text()
-            return await response.json()
-
+class Control(EmulatorControl):
     async def hostile(self, mode: str, **fields: Any) -> None:
         """Every node GET from now on meets `mode`; the request log starts empty."""
         config = {"error_rate": 1.0, "kinds": ["malformed"], "mode": mode, **fields}
-        await self.call("PUT", "/faults", {**config, "paths": ["/nodes"], "methods": ["GET"]})
-        await self.call("DELETE", "/requests")
+        await self.send("PUT", "/faults", {**config, "paths": ["/nodes"], "methods": ["GET"]})
+        await self.send("DELETE", "/requests")
 
     async def lists(self) -> list[dict[str, Any]]:
         """The node lists the emulator answered, in order."""
-        log = await self.call("GET", "/requests")
+        log = await self.send("GET", "/requests")
         return [r for r in log if r["method"] == "GET" and r["path"] == NODES]
 
 

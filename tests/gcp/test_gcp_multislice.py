@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from gcp_fakes import EmulatorControl
 
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind
 from tpucared.emulator import EmulatorServer
@@ -147,17 +148,8 @@ def emulator_options(emulator_options: dict[str, Any]) -> dict[str, Any]:
     return {**emulator_options, "create_seconds": 0.6}
 
 
-class Control:
+class Control(EmulatorControl):
     """The emulator's control API (/_emulator/v1)."""
-
-    def __init__(self, url: str, session: aiohttp.ClientSession) -> None:
-        self.base = f"{url}/_emulator/v1"
-        self.session = session
-
-    async def send(self, method: str, path: str, body: Any = None) -> Any:
-        async with self.session.request(method, self.base + path, json=body) as response:
-            assert response.status < 300, (method, path, response.status, await response.text())
-            return await response.json()
 
     async def capacity(self, available: int) -> None:
         body = {"zone": ZONE, "accelerator_type": TYPE, "available": available}

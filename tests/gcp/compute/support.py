@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import aiohttp
+from gcp_fakes import EmulatorControl
 
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind
 from tpucared.gcp.compute import ComputeCloud
@@ -40,18 +40,8 @@ async def finished(cloud: ComputeCloud, op: OperationState, within: float = 15.0
     return op
 
 
-class Control:
+class Control(EmulatorControl):
     """The emulator's control API (/_emulator/v1) for Compute Engine, over its own session."""
-
-    def __init__(self, url: str, session: aiohttp.ClientSession) -> None:
-        self.base = f"{url}/_emulator/v1"
-        self.session = session
-
-    async def send(self, method: str, path: str, body: Any = None) -> Any:
-        async with self.session.request(method, self.base + path, json=body) as response:
-            text = await response.text()
-            assert response.status < 300, (method, path, response.status, text)
-            return await response.json() if text.strip() else None
 
     async def capacity(self, available: int, zone: str = ZONE, machine: str = MACHINE) -> None:
         body = {"zone": zone, "machine_type": machine, "available": available}
