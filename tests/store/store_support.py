@@ -13,7 +13,7 @@ import pytest
 
 from tpucared.core.model.lifecycle import LIVE_PHASES, TRANSITIONS
 from tpucared.core.model.observed import WorkerEndpoint
-from tpucared.core.model.records import NodePhase
+from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.vocab.actions import CloudFacts, SlotUpdate
 from tpucared.store import Store
 
@@ -30,6 +30,17 @@ async def seed(store: Store, fleet: str, size: int, now: datetime) -> None:
     async with store.write() as tx:
         await tx.record_fleet(fleet, f"hash-{fleet}", json.dumps({"name": fleet}), now)
         await tx.ensure_slots(fleet, size, now)
+
+
+async def ready_nodes(store: Store, size: int = 2, at: datetime = T0) -> list[IncarnationRecord]:
+    """Fleet "f" of `size` slots (seeded), each with a node requested at T0 and READY `at`."""
+    await seed(store, "f", size, T0)
+    async with store.write() as tx:
+        incs = [await tx.request_node("f", s, f"f-{s}", "z-a", "v4-8", T0) for s in range(size)]
+        for inc in incs:
+            await tx.transition(inc.id, P.REQUESTED, P.CREATING, T0)
+            await tx.transition(inc.id, P.CREATING, P.READY, at, cloud=facts())
+    return incs
 
 
 def facts(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from store_support import ENGINES, T0, facts, seed
+from store_support import ENGINES, T0, ready_nodes
 
 from tpucared.core.ledger.categories import Category, Phase, SlotHistory
 from tpucared.core.ledger.tiling import slot_ledger
@@ -27,13 +27,7 @@ def engine_kind(request: pytest.FixtureRequest) -> str:
 
 
 async def _ready(store: Store, size: int = 2) -> list[IncarnationRecord]:
-    await seed(store, "f", size, T0)
-    async with store.write() as tx:
-        incs = [await tx.request_node("f", s, f"f-{s}", "z-a", "v4-8", T0) for s in range(size)]
-        for inc in incs:
-            await tx.transition(inc.id, P.REQUESTED, P.CREATING, T0)
-            await tx.transition(inc.id, P.CREATING, P.READY, T0 + M, cloud=facts())
-    return incs
+    return await ready_nodes(store, size, T0 + M)
 
 
 async def _row(store: Store, incarnation_id: int) -> IncarnationRecord:
