@@ -12,15 +12,11 @@ import pytest
 from tpucared.core.model.records import IncarnationRecord, NodePhase, WorkloadAttemptRecord
 from tpucared.core.workload.gang import acting_on, all_or_none, probe_target
 
+from .workload_support import slice_node
+
 P = NodePhase
 T0 = datetime(2026, 11, 29, 6, 0, tzinfo=UTC)
-
-
-def inc(id: int, index: int, phase: NodePhase = P.READY) -> IncarnationRecord:
-    return IncarnationRecord(
-        id=id, fleet="ms", slot=0, slice=index, node_name=f"ms-0-{index}", zone="z",
-        accelerator_type="v4-16", phase=phase, phase_since=T0, requested_at=T0,
-    )  # fmt: skip
+inc = slice_node
 
 
 @pytest.mark.parametrize(

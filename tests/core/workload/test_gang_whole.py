@@ -4,22 +4,15 @@ stand-in names (core/workload/gang.py `whole`, `newest`): the rule the runtime's
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.workload.gang import Gang, newest, whole
 
+from .workload_support import slice_node
+
 P = NodePhase
-T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
-
-
-def inc(id: int, index: int, phase: NodePhase = P.READY) -> IncarnationRecord:
-    return IncarnationRecord(
-        id=id, fleet="ms", slot=0, slice=index, node_name=f"ms-0-{index}", zone="z",
-        accelerator_type="v4-16", phase=phase, phase_since=T0, requested_at=T0,
-    )  # fmt: skip
+inc = slice_node
 
 
 @pytest.mark.parametrize(

@@ -59,6 +59,14 @@ def node(phase: NodePhase = P.READY, id: int = NODE_ID) -> IncarnationRecord:
     )
 
 
+def slice_node(id: int, index: int, phase: NodePhase = P.READY) -> IncarnationRecord:
+    """Slice `index` of a multislice slot (fleet "ms", v4-16 slices), incarnation `id`."""
+    return IncarnationRecord(
+        id=id, fleet="ms", slot=0, slice=index, node_name=f"ms-0-{index}", zone="z",
+        accelerator_type="v4-16", phase=phase, phase_since=T0, requested_at=T0,
+    )  # fmt: skip
+
+
 def slot(attempts: int = 3, failures: int = 0, run_id: str = "sweep-0-r", **kw: Any) -> SlotRecord:
     return SlotRecord(fleet=FLEET, index=0, run_id=run_id, attempts=attempts,
                       failures=failures, **kw)  # fmt: skip
