@@ -65,7 +65,8 @@ def _data(folder: Path) -> dict[str, bytes]:
     return {name: data for name, data in files.items() if data or not name.endswith("-wal")}
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m tpucared ARGS` from the repository, in `env` (None: this process's)."""
     return subprocess.run(
         [sys.executable, "-m", "tpucared", *args],
         capture_output=True,
@@ -73,6 +74,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
         cwd=REPO,
         timeout=60,
         check=False,
+        env=env,
     )
 
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from test_inspect_broken_db import _at_revision, _foreign, _garbage, _ours, _truncated
+from test_inspect_broken_db import _cli as broken_cli
 
 from bench import daemon_config
 
@@ -67,15 +67,7 @@ def _config(directory: Path, db: Path) -> Path:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tpucared", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-        check=False,
-        env={"PATH": "/usr/bin:/bin"},
-    )
+    return broken_cli(*args, env={"PATH": "/usr/bin:/bin"})
 
 
 def _digest(path: Path) -> str | None:
