@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from inspect_support import preempted
 from runtime_support import (
     REPO,
     SLOW,
@@ -26,7 +27,6 @@ from runtime_support import (
 )
 
 from tpucared.core.model.records import NodePhase as P
-from tpucared.core.vocab.actions import SlotUpdate
 from tpucared.inspect.status import status_document
 from tpucared.store import Store
 from tpucared.store.migrate import upgrade_to_head
@@ -86,19 +86,6 @@ async def test_preempted_and_terminated_count_the_same_everywhere(
     assert "sweep: 2/2 ready, 0 running, 2 preemptions, 0 failures" in text, text
 
 
-def _died(fleet: str, slot: int) -> SlotUpdate:
-    """What `budget.node_died` records for any loss of a serving node."""
-    return SlotUpdate(
-        fleet=fleet,
-        slot=slot,
-        create_failures=0,
-        next_create_at=None,
-        next_zone=None,
-        last_error=None,
-        add_preemptions=1,
-    )
-
-
 async def test_every_kind_of_loss_counts_and_planned_ends_do_not(tmp_path: Path) -> None:
     """Store level, every path that counts: a preempted, a terminated, a vanished node and
     one deleted outside tpucared count; a planned delete and a failed create do not."""
@@ -115,7 +102,7 @@ async def test_every_kind_of_loss_counts_and_planned_ends_do_not(tmp_path: Path)
                 await tx.transition(n.id, P.REQUESTED, P.READY, t)
                 t += timedelta(minutes=1)
                 await tx.transition(
-                    n.id, P.READY, P.DEAD, t, end_reason=reason, slot_update=_died("f", slot)
+                    n.id, P.READY, P.DEAD, t, end_reason=reason, slot_update=preempted("f", slot)
                 )
                 await tx.transition(n.id, P.DEAD, P.DELETED, t)
             n = await tx.request_node("f", 2, "f-2", "z", "v4-8", t)
@@ -126,7 +113,7 @@ async def test_every_kind_of_loss_counts_and_planned_ends_do_not(tmp_path: Path)
                 P.DELETING,
                 t,
                 end_reason="deleted outside tpucared",
-                slot_update=_died("f", 2),
+                slot_update=preempted("f", 2),
             )
             await tx.transition(n.id, P.DELETING, P.DELETED, t)
             n = await tx.request_node("f", 2, "f-2", "z", "v4-8", t)

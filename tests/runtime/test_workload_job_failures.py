@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import structlog
-from runtime_support import free_port, query
+from runtime_support import hosts_emulator_options, query
 from test_workload_jobs import FLEET, InProcess, eventually, inprocess
 
 from tpucared.core.workload.actions import LaunchWorkload
@@ -34,14 +34,7 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture
 def emulator_options(emulator_options: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
-    return {
-        **emulator_options,
-        "create_seconds": 0.2,
-        "delete_seconds": 0.1,
-        "ssh_hosts": True,
-        "ssh_port": free_port(),
-        "hosts_dir": str(tmp_path / "hosts"),
-    }
+    return hosts_emulator_options(emulator_options, tmp_path)
 
 
 def _events(h: InProcess, kind: str) -> list[dict[str, Any]]:
