@@ -3,6 +3,7 @@ in between, so assertions are about exactly what the emulator sent."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
@@ -26,3 +27,12 @@ class Http:
         status, payload = await self(method, path, body, **params)
         assert status == 200, payload
         return payload
+
+    async def operation(self, op: dict[str, Any]) -> dict[str, Any]:
+        """The TPU operation `op` as last seen, polled every 20 ms until done (2 s at most)."""
+        for _ in range(100):
+            op = await self.ok("GET", f"/v2/{op['name']}")
+            if op.get("done"):
+                break
+            await asyncio.sleep(0.02)
+        return op

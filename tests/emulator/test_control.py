@@ -103,11 +103,7 @@ async def test_capacity_put_get_and_enforcement(http: Http) -> None:
     await ready_node(http, "first")
     await http.ok("POST", f"{CONTROL_NODES}/first:preempt")  # still holds its slot
     op = await http.ok("POST", NODES, SPEC, nodeId="second")
-    for _ in range(100):
-        op = await http.ok("GET", f"/v2/{op['name']}")
-        if op.get("done"):
-            break
-        await asyncio.sleep(0.02)
+    op = await http.operation(op)
     assert op["error"]["code"] == 8
     assert "There is no more capacity in the zone" in op["error"]["message"]
     capacity = await http.ok("GET", "/_emulator/v1/capacity")

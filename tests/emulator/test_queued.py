@@ -83,11 +83,7 @@ async def test_preemption_suspends_and_delete_needs_force(http: Http) -> None:
     op = await http.ok("DELETE", f"{QRS}/q2", force="true")
     assert op["metadata"]["verb"] == "delete"
     assert (await http.ok("GET", f"/v2/{PARENT}/nodes/slice-0"))["state"] == "DELETING"
-    for _ in range(100):
-        op = await http.ok("GET", f"/v2/{op['name']}")
-        if op.get("done"):
-            break
-        await asyncio.sleep(0.02)
+    op = await http.operation(op)
     assert op["response"] == {"@type": "type.googleapis.com/google.protobuf.Empty"}
     assert (await http("GET", f"{QRS}/q2"))[0] == 404
     assert (await http("GET", f"/v2/{PARENT}/nodes/slice-0"))[0] == 404

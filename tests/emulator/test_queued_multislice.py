@@ -118,11 +118,7 @@ async def test_preempting_one_slice_suspends_and_force_delete_takes_both(http: H
     assert (status, body["error"]["status"]) == (400, "FAILED_PRECONDITION")
     op = await http.ok("DELETE", f"{QRS}/s", force="true")
     assert await node_states(http) == {"s-0": "DELETING", "s-1": "DELETING"}
-    for _ in range(100):
-        op = await http.ok("GET", f"/v2/{op['name']}")
-        if op.get("done"):
-            break
-        await asyncio.sleep(0.02)
+    op = await http.operation(op)
     assert op["response"] == {"@type": "type.googleapis.com/google.protobuf.Empty"}
     assert (await http("GET", f"{QRS}/s"))[0] == 404
     assert await node_states(http) == {}

@@ -20,6 +20,7 @@ from google.api_core.extended_operation import ExtendedOperation
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
+from tpucared import ssh
 from tpucared.emulator import EmulatorServer, running_emulator
 
 P, Z = "proof", "us-central1-c"
@@ -30,6 +31,17 @@ IMAGE = (
     "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accel-2404-amd64-tpu-tpu7x"
 )
 T = TypeVar("T")
+
+# The SSH side of the hosts tests (test_compute_hosts, test_mig_hosts): the login, a patient
+# retry while a VM's sshd comes up, and a command that prints one key of the instance's metadata
+# server (argv[1]) as the guest sees it.
+USER = "tester"
+FAST_RETRY = ssh.RetryPolicy(attempts=50, initial_delay=0.02, max_delay=0.1, jitter=0.0)
+METADATA = (
+    'python3 -c "import os, sys, urllib.request as u; '
+    "r = u.Request('http://' + os.environ['GCE_METADATA_HOST'] + '/computeMetadata/v1/instance/' "
+    "+ sys.argv[1], headers={'Metadata-Flavor': 'Google'}); print(u.urlopen(r).read().decode())\" "
+)
 
 
 def clients(

@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncssh
 import pytest
-from compute_support import CONTROL, ZONE, running, wait_status
+from compute_support import CONTROL, FAST_RETRY, METADATA, USER, ZONE, running, wait_status
 from emulator_http import Http
 
 from bench.common import free_port
@@ -22,14 +22,6 @@ from tpucared.ssh import (
     host_keys_from_guest_attributes,
     run_on_all,
     ssh_keys_metadata_entry,
-)
-
-USER = "tester"
-FAST_RETRY = RetryPolicy(attempts=50, initial_delay=0.02, max_delay=0.1, jitter=0.0)
-METADATA = (
-    'python3 -c "import os, sys, urllib.request as u; '
-    "r = u.Request('http://' + os.environ['GCE_METADATA_HOST'] + '/computeMetadata/v1/instance/' "
-    "+ sys.argv[1], headers={'Metadata-Flavor': 'Google'}); print(u.urlopen(r).read().decode())\" "
 )
 
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import asyncssh
-from compute_support import P, Z, call
+from compute_support import FAST_RETRY, METADATA, USER, P, Z, call
 from google.cloud import compute_v1
 from mig_support import all_running, make_mig, make_policy, official, template_body
 from mig_support import insert as insert_op
 
 from bench.common import free_port
 from tpucared.ssh import (
-    RetryPolicy,
     Target,
     WorkerResult,
     host_keys_from_guest_attributes,
@@ -23,13 +22,6 @@ from tpucared.ssh import (
     ssh_keys_metadata_entry,
 )
 
-USER = "tester"
-FAST_RETRY = RetryPolicy(attempts=50, initial_delay=0.02, max_delay=0.1, jitter=0.0)
-METADATA = (
-    'python3 -c "import os, sys, urllib.request as u; '
-    "r = u.Request('http://' + os.environ['GCE_METADATA_HOST'] + '/computeMetadata/v1/instance/' "
-    "+ sys.argv[1], headers={'Metadata-Flavor': 'Google'}); print(u.urlopen(r).read().decode())\" "
-)
 ZONE = f"/compute/v1/projects/{P}/zones/{Z}"
 
 
