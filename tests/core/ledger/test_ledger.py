@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,11 +17,7 @@ from hypothesis import strategies as st
 from tpucared.core.ledger.categories import Category, Interval, NodeTimes, Phase, SlotHistory
 from tpucared.core.ledger.tiling import clipped, slot_ledger
 from tpucared.core.model.causes import LossCause
-from tpucared.core.model.records import (
-    AttemptOutcome,
-    CreateAttemptRecord,
-    WorkloadAttemptRecord,
-)
+from tpucared.core.model.records import AttemptOutcome, CreateAttemptRecord, WorkloadAttemptRecord
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 C = Category
@@ -52,6 +49,20 @@ def create(start: float, outcome: str, inc: int | None = None) -> CreateAttemptR
     )
 
 
+def slot_history(**parts: Any) -> SlotHistory:
+    """Slot 0 of fleet "f" with these parts (nodes, attempts, creates, ...)."""
+    return SlotHistory("f", 0, **parts)
+
+
+def preempted_and_replaced() -> list[NodeTimes]:
+    """Node 1 READY at 100 and preempted at 1000 (deleted by 1100); node 2 READY at 1400."""
+    return [
+        node(1, 0, creating_at=10, ready_at=100, dead_at=1000, deleting_at=1035, deleted_at=1100,
+             loss_cause=LossCause.PREEMPTED),
+        node(2, 1100, creating_at=1110, ready_at=1400),
+    ]  # fmt: skip
+
+
 def table(intervals: list[Interval]) -> list[tuple[float, float, Category, Phase | None]]:
     return [
         ((i.start - T0).total_seconds(), (i.end - T0).total_seconds(), i.category, i.phase)
@@ -60,22 +71,8 @@ def table(intervals: list[Interval]) -> list[tuple[float, float, Category, Phase
 
 
 def test_a_preemption_costs_delete_provisioning_and_setup_from_the_clouds_loss() -> None:
-    history = SlotHistory(
-        "f",
-        0,
-        nodes=[
-            node(
-                1,
-                0,
-                creating_at=10,
-                ready_at=100,
-                dead_at=1000,
-                deleting_at=1035,
-                deleted_at=1100,
-                loss_cause=LossCause.PREEMPTED,
-            ),
-            node(2, 1100, creating_at=1110, ready_at=1400),
-        ],
+    history = slot_history(
+        nodes=preempted_and_replaced(),
         attempts=[
             attempt(1, 1, 130, 1030, AttemptOutcome.PREEMPTED),
             attempt(2, 2, 1450),
@@ -100,9 +97,7 @@ def test_a_preemption_costs_delete_provisioning_and_setup_from_the_clouds_loss()
 
 
 def test_the_attempt_ending_before_the_node_is_marked_dead_is_detection() -> None:
-    history = SlotHistory(
-        "f",
-        0,
+    history = slot_history(
         nodes=[node(1, 0, ready_at=10, dead_at=100, deleted_at=120)],
         attempts=[attempt(1, 1, 10, 90, AttemptOutcome.PREEMPTED)],
     )
@@ -115,9 +110,7 @@ def test_the_attempt_ending_before_the_node_is_marked_dead_is_detection() -> Non
 
 
 def test_a_stockout_at_the_first_create_is_a_capacity_wait_not_a_recovery() -> None:
-    history = SlotHistory(
-        "f",
-        0,
+    history = slot_history(
         nodes=[
             node(1, 0, failed_at=5),
             node(2, 60, failed_at=65),
@@ -135,9 +128,7 @@ def test_a_stockout_at_the_first_create_is_a_capacity_wait_not_a_recovery() -> N
 
 
 def test_a_stockout_after_a_preemption_is_part_of_the_recovery() -> None:
-    history = SlotHistory(
-        "f",
-        0,
+    history = slot_history(
         nodes=[
             node(1, 0, ready_at=0, dead_at=100, deleted_at=110, loss_cause=LossCause.PREEMPTED),
             node(2, 110, failed_at=111),
@@ -156,9 +147,7 @@ def test_a_stockout_after_a_preemption_is_part_of_the_recovery() -> None:
 
 
 def test_a_crash_is_a_crash_restart_until_the_next_attempt_runs() -> None:
-    history = SlotHistory(
-        "f",
-        0,
+    history = slot_history(
         nodes=[node(1, 0, ready_at=0)],
         attempts=[attempt(1, 1, 0, 100, AttemptOutcome.FAILED), attempt(2, 1, 130)],
     )
@@ -178,9 +167,7 @@ def test_loss_causes_pick_the_category_and_none_is_a_recovery() -> None:
         (LossCause.STUCK, C.RECOVERY),
         (None, C.RECOVERY),
     ):
-        history = SlotHistory(
-            "f",
-            0,
+        history = slot_history(
             nodes=[node(1, 0, ready_at=0, dead_at=100, deleted_at=150, loss_cause=cause)],
             attempts=[attempt(1, 1, 0, 100, AttemptOutcome.PREEMPTED)],
         )
@@ -226,7 +213,7 @@ def test_without_a_workload_a_ready_node_is_productive() -> None:
 
 def test_nothing_before_the_first_create_and_since_clips() -> None:
     assert slot_ledger(SlotHistory("f", 0), at(10)) == []
-    history = SlotHistory("f", 0, nodes=[node(1, 5, ready_at=10)], attempts=[attempt(1, 1, 10)])
+    history = slot_history(nodes=[node(1, 5, ready_at=10)], attempts=[attempt(1, 1, 10)])
     assert slot_ledger(history, at(5)) == []
     assert table(clipped(slot_ledger(history, at(100)), at(7))) == [
         (7, 10, C.STARTUP, P.PROVISIONING),
@@ -300,9 +287,7 @@ def test_the_intervals_tile_first_create_to_now_exactly(case: tuple[SlotHistory,
 
 def test_a_death_recorded_only_by_our_own_delete_is_no_loss() -> None:
     # `down`: the store sets dead_at on entering DELETING; with no cause that is our delete.
-    history = SlotHistory(
-        "f",
-        0,
+    history = slot_history(
         nodes=[node(1, 0, ready_at=0, dead_at=50, deleting_at=50, deleted_at=70)],
         attempts=[attempt(1, 1, 0, 50, AttemptOutcome.CANCELLED)],
         done=True,

@@ -11,7 +11,17 @@ from itertools import pairwise
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.core.ledger.test_ledger import T0, at, attempt, create, histories, node, table
+from tests.core.ledger.test_ledger import (
+    T0,
+    at,
+    attempt,
+    create,
+    histories,
+    node,
+    preempted_and_replaced,
+    slot_history,
+    table,
+)
 from tpucared.core.ledger.categories import Category as C
 from tpucared.core.ledger.categories import Phase as P
 from tpucared.core.ledger.categories import SlotHistory
@@ -35,22 +45,8 @@ def told(a: WorkloadAttemptRecord, first: float, step: int, step_at: float,
 
 
 def test_a_preemption_wastes_the_progress_since_the_last_checkpoint() -> None:
-    history = SlotHistory(
-        "f",
-        0,
-        nodes=[
-            node(
-                1,
-                0,
-                creating_at=10,
-                ready_at=100,
-                dead_at=1000,
-                deleting_at=1035,
-                deleted_at=1100,
-                loss_cause=LossCause.PREEMPTED,
-            ),
-            node(2, 1100, creating_at=1110, ready_at=1400),
-        ],
+    history = slot_history(
+        nodes=preempted_and_replaced(),
         attempts=[
             told(attempt(1, 1, 130, 1030, AttemptOutcome.PREEMPTED), 200, 95, 990, 80, 800),
             told(attempt(2, 2, 1450), 1500, 120, 1900),
@@ -79,9 +75,7 @@ def test_a_preemption_wastes_the_progress_since_the_last_checkpoint() -> None:
 
 
 def test_a_crash_wastes_since_the_first_step_without_a_checkpoint() -> None:
-    history = SlotHistory(
-        "f",
-        0,
+    history = slot_history(
         nodes=[node(1, 0, ready_at=100)],
         attempts=[
             told(attempt(1, 1, 100, 500, AttemptOutcome.FAILED), 150, 40, 480),
