@@ -22,6 +22,7 @@ from tpucared.emulator import EmulatorServer
 from tpucared.emulator.hosts import SshWorkerHosts
 from tpucared.launch import (
     LaunchState,
+    ProbeResult,
     RunState,
     launch_script,
     parse_launch,
@@ -149,6 +150,17 @@ class Cloud:
     async def probe(self, targets: list[Target], run_dir: str) -> list[RunState]:
         results = await self.run(targets, sh_command(probe_script(run_dir)))
         return [parse_probe(r.stdout_tail).state for r in results]
+
+    async def exited(self, targets: list[Target], run_dir: str = "~/run") -> list[ProbeResult]:
+        """Every worker's probe of `run_dir`, polled every 50 ms (100 times at most) until each
+        run has EXITED: the last probes."""
+        for _ in range(100):
+            results = await self.run(targets, sh_command(probe_script(run_dir)))
+            probes = [parse_probe(r.stdout_tail) for r in results]
+            if all(p.state is RunState.EXITED for p in probes):
+                break
+            await asyncio.sleep(0.05)
+        return probes
 
     async def control(self, node_id: str, action: str, body: Any = None) -> Any:
         return await self.http.ok("POST", f"{CONTROL}/{node_id}:{action}", body)

@@ -19,8 +19,6 @@ from tpucared.launch import (
     RunState,
     notice_wait_script,
     parse_notice_wait,
-    parse_probe,
-    probe_script,
 )
 from tpucared.ssh import sh_command
 
@@ -71,12 +69,9 @@ async def test_a_maintenance_notice_stops_the_workload_as_a_preemption_notice_do
     for w in range(2):
         notice = (out / f"file-{w}").read_text().strip()
         assert float(read(notice))  # the notice's format: the epoch seconds
-    for _ in range(100):  # it exited 0, noticed, before the window (workers off) opens
-        results = await cloud.run(targets, sh_command(probe_script("~/run")))
-        probes = [parse_probe(r.stdout_tail) for r in results]
-        if all(p.state is RunState.EXITED for p in probes):
-            break
-        await asyncio.sleep(0.05)
+    probes = await cloud.exited(
+        targets
+    )  # it exited 0, noticed, before the window (workers off) opens
     assert [(p.state, p.exit_code) for p in probes] == [(RunState.EXITED, 0)] * 2
     assert all(p.notice_at is not None for p in probes)
     assert [p.notice_kind for p in probes] == ["maintenance"] * len(probes)  # probe.sh says which

@@ -46,12 +46,7 @@ async def test_a_notice_signals_every_worker_while_the_node_stays_ready(
     await eventually(lambda: len(list(out.glob("term-*"))) == 2, "SIGTERM on every worker", 1.5)
     assert (await cloud.http.ok("GET", f"{NODES}/noticed"))["state"] == "READY"
 
-    for _ in range(100):  # the workload checkpoints for 0.3 s, then exits 0
-        results = await cloud.run(targets, sh_command(probe_script("~/run")))
-        probes = [parse_probe(r.stdout_tail) for r in results]
-        if all(p.state is RunState.EXITED for p in probes):
-            break
-        await asyncio.sleep(0.05)
+    probes = await cloud.exited(targets)  # the workload checkpoints for 0.3 s, then exits 0
     assert [(p.state, p.exit_code) for p in probes] == [(RunState.EXITED, 0)] * 2
     assert all(p.notice_at is not None for p in probes)
     assert [p.notice_kind for p in probes] == ["preempted"] * len(probes)
