@@ -11,6 +11,7 @@ import shutil
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -44,6 +45,12 @@ def sh(script: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> st
     )
     assert done.returncode == 0, done.stderr.decode()
     return done.stdout.decode()
+
+
+def _env(**over: Any) -> dict[str, str]:
+    """workload_environment for attempt 1 of a one-worker slot 0 of fleet "f", but `over`."""
+    base: dict[str, Any] = dict(fleet="f", slot=0, node="n", worker=0, num_workers=1, run_id="r")
+    return workload_environment(**(base | dict(attempt=1, preemptions=0, failures=0) | over))
 
 
 def all_scripts() -> dict[str, str]:
@@ -108,17 +115,7 @@ def test_secrets_file_sources_to_exact_values(
 
 def test_secret_values_never_in_generated_scripts() -> None:
     secret = "s3cr3t-value-xyz"
-    env = workload_environment(
-        fleet="f",
-        slot=0,
-        node="f-0",
-        worker=0,
-        num_workers=1,
-        run_id="r",
-        attempt=1,
-        preemptions=0,
-        failures=0,
-    )
+    env = _env(node="f-0")
     script = launch_script("~/runs/1", "python3 train.py", env, "~/.tpucared/secrets")
     assert secret not in script
     assert secret.encode() in secrets_file_contents({"WANDB_API_KEY": secret})
@@ -174,43 +171,11 @@ def test_workload_environment_contract() -> None:
         "TPUCARED_NUM_SLICES": "1",
     }
     with pytest.raises(ValueError, match="reserved"):
-        workload_environment(
-            fleet="f",
-            slot=0,
-            node="n",
-            worker=0,
-            num_workers=1,
-            run_id="r",
-            attempt=1,
-            preemptions=0,
-            failures=0,
-            env={"TPUCARED_SLOT": "9"},
-        )
+        _env(env={"TPUCARED_SLOT": "9"})
     with pytest.raises(ValueError, match="invalid environment variable name"):
-        workload_environment(
-            fleet="f",
-            slot=0,
-            node="n",
-            worker=0,
-            num_workers=1,
-            run_id="r",
-            attempt=1,
-            preemptions=0,
-            failures=0,
-            env={"A-B": "1"},
-        )
+        _env(env={"A-B": "1"})
     with pytest.raises(ValueError, match="out of range"):
-        workload_environment(
-            fleet="f",
-            slot=0,
-            node="n",
-            worker=4,
-            num_workers=4,
-            run_id="r",
-            attempt=1,
-            preemptions=0,
-            failures=0,
-        )
+        _env(worker=4, num_workers=4)
 
 
 def test_write_file_script_is_atomic_sized_and_private(tmp_path: Path) -> None:
