@@ -1,5 +1,6 @@
-"""Fixtures for the runtime tests: the emulator's control API, and real daemon processes that
-are always reaped (kill -9) when a test ends, whatever happened."""
+"""Fixtures for the runtime tests: the emulator's control API, real daemon processes that are
+always reaped (kill -9) when a test ends, whatever happened, the `rig` the workload's
+end-to-end tests stand on, and in-process workload harnesses (`make`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from leader_support import LEASE_S, POLL_S, Pair
 from postgres_support import PostgresServer
 from runtime_support import Control, Daemon, Rig, write_config
+from workload_harness import Make, harnesses
 
 from bench.common import free_port
 from tpucared.emulator import EmulatorServer
@@ -47,6 +49,14 @@ def rig(
     emulator: EmulatorServer, control: Control, daemons: Callable[[Path], Daemon], tmp_path: Path
 ) -> Rig:
     return Rig(emulator, control, daemons, tmp_path)
+
+
+@pytest.fixture
+async def make(emulator: EmulatorServer, tmp_path: Path) -> AsyncIterator[Make]:
+    """`make(...)` builds an in-process workload harness (workload_harness.Harness) on the
+    test's emulator; all are closed at teardown."""
+    async with harnesses(emulator, tmp_path) as build:
+        yield build
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from runtime_support import PROJECT, free_port, query, wait_for, write_config
+from workload_harness import daemon_in_process
 
 from tpucared.config import load_config
 from tpucared.core.model.abilities import NO_ABILITIES
@@ -32,13 +33,7 @@ from tpucared.emulator.resources import Node
 from tpucared.emulator.topology import parse_accelerator_type
 from tpucared.emulator.workers import LoopbackAllocator, Worker
 from tpucared.ports.cloud import CloudError, NodeShape, OperationState, PublishedHostKeys
-from tpucared.runtime.clouds import CloudMap
 from tpucared.runtime.daemon import Daemon
-from tpucared.runtime.startup import node_template
-from tpucared.runtime.workload.launchers import guest_attribute_host_keys
-from tpucared.runtime.workload.runner import WorkloadRunner
-from tpucared.store import Store
-from tpucared.store.migrate import upgrade_to_head
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -190,17 +185,9 @@ async def daemon_on(
         ssh=replace(config.ssh, port=cloud.hosts.port),
         fleets=tuple(replace(f, api=api) for f in config.fleets),
     )
-    await upgrade_to_head(config.daemon.db)
-    store = Store.open(config.daemon.db)
-    clouds = {api: cloud}  # the registration: the daemon's clouds, by api
-    fetch = guest_attribute_host_keys(CloudMap(clouds, config.fleets), PROJECT)
-    runner = WorkloadRunner.from_config(config, store, fetch_host_keys=fetch)
-    daemon = Daemon(config, store, clouds, node_template(config), workloads=runner)
-    try:
+    # The registration: the daemon's clouds, by api.
+    async with daemon_in_process(config, {api: cloud}, PROJECT) as daemon:
         yield daemon
-    finally:
-        await runner.close()
-        await store.close()
 
 
 async def relaunched_after(

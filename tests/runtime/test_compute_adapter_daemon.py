@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from runtime_support import PROJECT, ZONE, hosts_emulator_options, query, wait_for, write_config
+from workload_harness import daemon_in_process
 
 from tpucared.config import load_config
 from tpucared.emulator import EmulatorServer
@@ -27,13 +28,7 @@ from tpucared.emulator.hosts import SshWorkerHosts
 from tpucared.gcp import NoAuth
 from tpucared.gcp.compute import ComputeClient, ComputeCloud
 from tpucared.gcp.tpu import TpuClient, TpuCloud
-from tpucared.runtime.clouds import CloudMap
 from tpucared.runtime.daemon import Daemon
-from tpucared.runtime.startup import node_template
-from tpucared.runtime.workload.launchers import guest_attribute_host_keys
-from tpucared.runtime.workload.runner import WorkloadRunner
-from tpucared.store import Store
-from tpucared.store.migrate import upgrade_to_head
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -62,20 +57,14 @@ async def daemon_on(emulator: EmulatorServer, tmp_path: Path) -> AsyncIterator[D
             for f in config.fleets
         ),
     )
-    await upgrade_to_head(config.daemon.db)
-    store = Store.open(config.daemon.db)
     compute = ComputeCloud(
         ComputeClient(emulator.url, token_source=NoAuth()), owner=config.daemon.owner
     )
     clouds = {"tpu": TpuCloud(TpuClient(emulator.url, token_source=NoAuth())), "compute": compute}
-    fetch = guest_attribute_host_keys(CloudMap(clouds, config.fleets), PROJECT)
-    runner = WorkloadRunner.from_config(config, store, fetch_host_keys=fetch)
-    daemon = Daemon(config, store, clouds, node_template(config), workloads=runner)
     try:
-        yield daemon
+        async with daemon_in_process(config, clouds, PROJECT) as daemon:
+            yield daemon
     finally:
-        await runner.close()
-        await store.close()
         for cloud in clouds.values():
             await cloud.aclose()
 

@@ -15,7 +15,6 @@ import os
 import secrets
 import signal
 import subprocess
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,6 @@ from workload_harness import (
     alive,
     all_cmdlines,
     eventually,
-    harnesses,
     kinds,
     secret_free,
     ssh_emulator,
@@ -42,7 +40,6 @@ from tpucared.core.model.records import AttemptOutcome, NodePhase
 from tpucared.core.vocab.actions import DeleteNode, Notice
 from tpucared.core.workload.actions import CHARGED_OUTCOMES, FinishAttempt, LaunchWorkload
 from tpucared.core.workload.inputs import WorkerState
-from tpucared.emulator import EmulatorServer
 from tpucared.store.write_workloads import FAILURE_OUTCOMES
 
 pytestmark = pytest.mark.timeout(60)
@@ -63,12 +60,6 @@ SETUP = 'echo "setup in $PWD" >> "$HOME/setups"'
 @pytest.fixture
 def emulator_options(emulator_options: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
     return {**emulator_options, **ssh_emulator(tmp_path)}
-
-
-@pytest.fixture
-async def make(emulator: EmulatorServer, tmp_path: Path) -> AsyncIterator[Make]:
-    async with harnesses(emulator, tmp_path) as build:
-        yield build
 
 
 async def started(h: Harness, attempt: int = 1) -> Any:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,6 @@ from workload_harness import (
     alive,
     apply_node_actions,
     eventually,
-    harnesses,
     kinds,
     ssh_emulator,
     workload,
@@ -33,7 +31,6 @@ from tpucared.core.vocab.actions import Notice
 from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.policy import Policy
 from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload
-from tpucared.emulator import EmulatorServer
 from tpucared.ports.launcher import CleanupResult, HealthCheck, Launcher, Place, Reply, Run
 from tpucared.runtime.workload.launchers import ssh_launcher
 from tpucared.runtime.workload.runner import WorkloadRunner
@@ -46,12 +43,6 @@ RUN = 'echo "$TPUCARED_ATTEMPT" >> "$HOME/attempts"; exec sleep 300'
 @pytest.fixture
 def emulator_options(emulator_options: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
     return {**emulator_options, **ssh_emulator(tmp_path)}
-
-
-@pytest.fixture
-async def make(emulator: EmulatorServer, tmp_path: Path) -> AsyncIterator[Make]:
-    async with harnesses(emulator, tmp_path) as build:
-        yield build
 
 
 async def plan_only(h: Harness) -> Plan:

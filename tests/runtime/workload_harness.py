@@ -5,7 +5,8 @@ the workers (`WorkloadRunner.probe`), plan (`core.workload_tick.plan_tick`: the 
 and the workload planner), then carry out the node actions with `apply_node_actions` (a
 minimal stand-in for the daemon's executor, enough for adopting, transitions and deletes) and
 the workload actions with the real runner. Named test_workload* to stay among the files of
-the workload work; pytest collects nothing from it.
+the workload work; pytest collects nothing from it. `daemon_in_process`: the real daemon in
+this process over the clouds a test gives it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import asyncssh
 from proc_support import alive, listening  # noqa: F401 (alive: for the tests that import it here)
 
 from bench.common import free_port
-from tpucared.config import SshConfig
+from tpucared.config import Config, SshConfig
 from tpucared.core.model.backoff import BackoffRule
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.records import SlotRecord, WorkloadAttemptRecord
@@ -55,7 +56,10 @@ from tpucared.gcp.errors import ApiError
 from tpucared.gcp.tpu import TpuClient, TpuCloud
 from tpucared.gcp.tpu.bodies import NodeShape
 from tpucared.gcp.tpu.convert import node_from_json
+from tpucared.ports.cloud import Clouds
 from tpucared.runtime.clouds import CloudMap
+from tpucared.runtime.daemon import Daemon
+from tpucared.runtime.startup import node_template
 from tpucared.runtime.workload.hosts import HostKeyFetcher
 from tpucared.runtime.workload.launchers import guest_attribute_host_keys, ssh_launcher
 from tpucared.runtime.workload.runner import WorkloadRunner
@@ -316,3 +320,19 @@ def all_cmdlines() -> list[bytes]:
 
 def workload(run: str, **kw: Any) -> WorkloadSpec:
     return WorkloadSpec(run=run, **kw)
+
+
+@contextlib.asynccontextmanager
+async def daemon_in_process(config: Config, clouds: Clouds, project: str) -> AsyncIterator[Daemon]:
+    """The real daemon (runtime.daemon.Daemon) in this process over `clouds` (by api), with its
+    workload runner (host keys from `project`'s guest attributes), on the config's database
+    (upgraded first); runner and store closed after."""
+    await upgrade_to_head(config.daemon.db)
+    store = Store.open(config.daemon.db)
+    fetch = guest_attribute_host_keys(CloudMap(clouds, config.fleets), project)
+    runner = WorkloadRunner.from_config(config, store, fetch_host_keys=fetch)
+    try:
+        yield Daemon(config, store, clouds, node_template(config), workloads=runner)
+    finally:
+        await runner.close()
+        await store.close()
