@@ -13,7 +13,14 @@ import pytest
 from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from gcp_fakes import FakeApi, Sleeps, TokenServer, serve, service_account_info
+from gcp_fakes import (
+    FakeApi,
+    Sleeps,
+    TokenServer,
+    serve,
+    service_account_info,
+    serving_token_server,
+)
 
 from tpucared.emulator import EmulatorServer
 from tpucared.gcp import NoAuth
@@ -32,13 +39,8 @@ async def fake_api() -> AsyncIterator[FakeApi]:
 
 @pytest.fixture
 async def token_server() -> AsyncIterator[TokenServer]:
-    server = TokenServer()
-    app = web.Application()
-    app.router.add_post("/token", server.handle)
-    runner, base = await serve(app)
-    server.url = f"{base}/token"
-    yield server
-    await runner.cleanup()
+    async with serving_token_server() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -13,9 +13,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,3 +156,17 @@ def service_account_info(private_key_pem: str, token_uri: str) -> dict[str, str]
         "client_id": "1234567890",
         "token_uri": token_uri,
     }
+
+
+@contextlib.asynccontextmanager
+async def serving_token_server() -> AsyncIterator[TokenServer]:
+    """A `TokenServer` answering POST /token on loopback (its `url`), for as long as the block."""
+    server = TokenServer()
+    app = web.Application()
+    app.router.add_post("/token", server.handle)
+    runner, base = await serve(app)
+    server.url = f"{base}/token"
+    try:
+        yield server
+    finally:
+        await runner.cleanup()

@@ -10,13 +10,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from preflight_support import Control, load
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "gcp"))
-from gcp_fakes import TokenServer, serve, service_account_info
+from gcp_fakes import TokenServer, service_account_info, serving_token_server
 
 from tpucared.emulator import EmulatorThread
 from tpucared.gcp import GoogleTokenSource
@@ -28,13 +27,8 @@ ACCOUNT = "tpucared@test-project.iam.gserviceaccount.com"  # gcp_fakes' key
 
 @pytest.fixture
 async def token_server() -> AsyncIterator[TokenServer]:
-    server = TokenServer()
-    app = web.Application()
-    app.router.add_post("/token", server.handle)
-    runner, base = await serve(app)
-    server.url = f"{base}/token"
-    yield server
-    await runner.cleanup()
+    async with serving_token_server() as server:
+        yield server
 
 
 @pytest.fixture
