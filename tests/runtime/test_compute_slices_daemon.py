@@ -28,18 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_support import (
-    PROJECT,
-    SLOW,
-    Control,
-    Daemon,
-    hosts_emulator_options,
-    query,
-    tpucared,
-    wait_for,
-)
+from runtime_support import SLOW, Control, Daemon, hosts_emulator_options, query, tpucared, wait_for
 
 from bench import daemon_config
+from bench.daemon_config import PROJECT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

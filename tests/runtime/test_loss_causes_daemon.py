@@ -8,24 +8,13 @@ recorded as itself (`nodes.loss_cause`, the `cause` of the one event recording t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_support import (
-    PROJECT,
-    SLOW,
-    ZONE,
-    Control,
-    Daemon,
-    converged,
-    free_port,
-    query,
-    tpucared,
-    wait_for,
-    write_config,
-)
+from runtime_support import SLOW, Rig, converged, query, tpucared, wait_for, write_config
+
+from bench.common import free_port
+from bench.daemon_config import PROJECT, ZONE
 
 pytestmark = pytest.mark.slow
 
@@ -36,9 +25,8 @@ def emulator_options(emulator_options: dict[str, Any]) -> dict[str, Any]:
     return {**emulator_options, "delete_seconds": 2.0}
 
 
-async def test_a_preemption_and_an_outside_delete_are_each_recorded_as_themselves(
-    tmp_path: Path, control: Control, daemons: Callable[[Path], Daemon]
-) -> None:
+async def test_a_preemption_and_an_outside_delete_are_each_recorded_as_themselves(rig: Rig) -> None:
+    tmp_path, control, daemons = rig.tmp_path, rig.control, rig.daemons
     db, port = tmp_path / "state.db", free_port()
     config = write_config(tmp_path, control.emulator.url, size=2, http_port=port)
     await daemons(config).start()

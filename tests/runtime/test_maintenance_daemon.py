@@ -8,33 +8,21 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 
 import pytest
-from runtime_support import (
-    PROJECT,
-    SLOW,
-    ZONE,
-    Control,
-    Daemon,
-    converged,
-    free_port,
-    query,
-    tpucared,
-    wait_for,
-    write_config,
-)
+from runtime_support import SLOW, Rig, converged, query, tpucared, wait_for, write_config
+
+from bench.common import free_port
+from bench.daemon_config import PROJECT, ZONE
 
 pytestmark = pytest.mark.slow
 
 DAYS_3 = 3 * 86400
 
 
-async def test_a_scheduled_window_is_seen_shown_counted_and_told_once(
-    tmp_path: Path, control: Control, daemons: Callable[[Path], Daemon]
-) -> None:
+async def test_a_scheduled_window_is_seen_shown_counted_and_told_once(rig: Rig) -> None:
+    tmp_path, control, daemons = rig.tmp_path, rig.control, rig.daemons
     db, port = tmp_path / "state.db", free_port()
     config = write_config(tmp_path, control.emulator.url, size=1, http_port=port)
     daemon = await daemons(config).start()

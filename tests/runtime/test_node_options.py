@@ -10,17 +10,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from runtime_support import (
-    PROJECT,
-    SLOW,
-    ZONE,
-    Control,
-    Daemon,
-    converged,
-    query,
-    wait_for,
-    write_config,
-)
+from runtime_support import SLOW, Control, Daemon, converged, query, wait_for, write_config
+
+from bench.daemon_config import PROJECT, ZONE
 
 pytestmark = pytest.mark.slow
 
