@@ -20,11 +20,10 @@ from typing import Any
 
 import pytest
 from runtime_support import PROJECT, ZONE, hosts_emulator_options, query, wait_for, write_config
-from workload_harness import daemon_in_process
+from workload_harness import daemon_in_process, ssh_hosts
 
 from tpucared.config import load_config
 from tpucared.emulator import EmulatorServer
-from tpucared.emulator.hosts import SshWorkerHosts
 from tpucared.gcp import NoAuth
 from tpucared.gcp.compute import ComputeClient, ComputeCloud
 from tpucared.gcp.tpu import TpuClient, TpuCloud
@@ -76,9 +75,7 @@ def attempts(emulator: EmulatorServer, name: str) -> list[int]:
     inst = book.instances.get(key)
     if inst is None or inst.status != "RUNNING":
         return []
-    hosts = emulator.worker_hosts
-    assert isinstance(hosts, SshWorkerHosts)
-    path = hosts.home(inst.host, 0) / "attempts"
+    path = ssh_hosts(emulator).home(inst.host, 0) / "attempts"
     return [int(x) for x in path.read_text().split()] if path.exists() else []
 
 

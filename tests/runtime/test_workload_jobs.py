@@ -29,6 +29,7 @@ from runtime_support import (
     hosts_emulator_options,
     query,
 )
+from workload_harness import ssh_hosts
 
 from bench import daemon_config
 from tpucared.config import load_config
@@ -84,9 +85,7 @@ class InProcess:
 
     @property
     def hosts(self) -> SshWorkerHosts:
-        hosts = self.emulator.worker_hosts
-        assert isinstance(hosts, SshWorkerHosts)
-        return hosts
+        return ssh_hosts(self.emulator)
 
     @property
     def jobs(self) -> WorkloadJobs:

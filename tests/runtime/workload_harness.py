@@ -94,6 +94,13 @@ def fleet(workload: WorkloadSpec, size: int = 1) -> FleetSpec:
     )
 
 
+def ssh_hosts(emulator: EmulatorServer) -> SshWorkerHosts:
+    """The emulator's worker hosts, which these tests start as SSH hosts."""
+    hosts = emulator.worker_hosts
+    assert isinstance(hosts, SshWorkerHosts)
+    return hosts
+
+
 @dataclass
 class Harness:
     emulator: EmulatorServer
@@ -107,9 +114,7 @@ class Harness:
 
     @property
     def hosts(self) -> SshWorkerHosts:
-        hosts = self.emulator.worker_hosts
-        assert isinstance(hosts, SshWorkerHosts)
-        return hosts
+        return ssh_hosts(self.emulator)
 
     @property
     def ssh(self) -> SshConfig:
