@@ -280,6 +280,15 @@ CASES: dict[str, Case] = {
 }
 
 
+async def _made(name: str, tmp_path: Path) -> tuple[Case, Path]:
+    """Case `name` and its database, made (not yet broken) in a folder of its own."""
+    case = CASES[name]
+    db = tmp_path / "state" / "state.db"
+    db.parent.mkdir()
+    await case.make(db)
+    return case, db
+
+
 def _state(path: Path) -> object:
     """What must not change: the file's bytes and mtime; a directory's listing."""
     if path.is_dir():
@@ -298,10 +307,7 @@ def test_every_case_is_checked_against_the_current_head() -> None:
 async def test_a_broken_database_is_refused_in_one_line_and_left_as_it_was(
     tmp_path: Path, name: str
 ) -> None:
-    case = CASES[name]
-    db = tmp_path / "state" / "state.db"
-    db.parent.mkdir()
-    await case.make(db)
+    case, db = await _made(name, tmp_path)
     with case.broken(db):
         before = _state(db)
         started = time.monotonic()
@@ -366,10 +372,7 @@ def _tpucared(*args: str) -> subprocess.CompletedProcess[str]:
 async def test_tpucared_run_on_a_broken_database_prints_one_line_and_exits_2(
     tmp_path: Path, name: str
 ) -> None:
-    case = CASES[name]
-    db = tmp_path / "state" / "state.db"
-    db.parent.mkdir()
-    await case.make(db)
+    case, db = await _made(name, tmp_path)
     config = _config(tmp_path, db)
     with case.broken(db):
         before = _state(db)
