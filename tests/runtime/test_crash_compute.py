@@ -16,30 +16,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from crash_support import CHAOS_POLICY, Chaos, check_invariants, counters, kill_rounds
 from runtime_support import (
     OWNER,
     PROJECT,
-    REPO,
     SLOW,
     Control,
     Daemon,
     live_nodes,
-    query,
     tpucared,
     wait_for,
 )
 
 from bench import daemon_config
-
-sys.path.insert(0, str(REPO / "tests" / "store"))
-from store_support import check_invariants
 
 pytestmark = pytest.mark.slow
 
@@ -63,13 +57,7 @@ def _config(tmp_path: Path, control: Control, topology: str | None) -> Path:
         control.emulator.url,
         fleet,
         poll="200ms",
-        policy={
-            "vanish_grace": "500ms",
-            "capacity_backoff": "200ms",
-            "capacity_backoff_cap": "500ms",
-            "transient_backoff": "200ms",
-            "transient_backoff_cap": "500ms",
-        },
+        policy=CHAOS_POLICY,
     )
     return daemon_config.write(tmp_path / "fleet.toml", config)
 
@@ -153,14 +141,6 @@ async def _capacity(control: Control, available: int | None) -> None:
     await control._call("PUT", "/capacity", body)
 
 
-def _counters(db: Path) -> dict[str, int]:
-    slots = query(db, "SELECT slot, preemptions FROM slots ORDER BY slot")
-    out = {f"preemptions/{r['slot']}": r["preemptions"] for r in slots}
-    for table in ("events", "create_attempts", "nodes"):
-        out[table] = query(db, f"SELECT count(*) AS n FROM {table}")[0]["n"]
-    return out
-
-
 @pytest.mark.parametrize("topology", [None, SLICE_TOPOLOGY], ids=["vm", "slice"])
 async def test_kill_9_at_random_moments_a_compute_fleet_converges(
     tmp_path: Path, control: Control, daemons: Callable[[Path], Daemon], topology: str | None
@@ -168,32 +148,26 @@ async def test_kill_9_at_random_moments_a_compute_fleet_converges(
     rng = random.Random(SEED)
     db = tmp_path / "state.db"
     config = _config(tmp_path, control, topology)
-    started = time.monotonic()
-    seen: dict[str, int] = {}
-    rounds = 0
-    while rounds < ROUNDS and (rounds < MIN_ROUNDS or time.monotonic() - started < BUDGET_S):
-        rounds += 1
-        daemon = await daemons(config).start()
-        await wait_for(
-            lambda: _converged(control, db, topology), SLOW, f"convergence after restart {rounds}"
-        )
+
+    async def no_shared_resources() -> None:
         # A slice fleet's convergence includes its template and its policies: any other the
         # kills left behind was swept (_converged); a fleet of single VMs makes none.
         if topology is None:
             assert await _shared(control) == (0, 0)
-        if rng.random() < 0.3:
-            await _capacity(control, rng.choice([0, 1]))  # some recreates hit a stockout
-        chaos = asyncio.create_task(_chaos(control, rng))
-        await asyncio.sleep(rng.uniform(0.05, 1.2))
-        await daemon.kill()
-        await chaos
-        await _capacity(control, None)
 
-        check_invariants(db)
-        now = _counters(db)
-        for key, value in seen.items():
-            assert now.get(key, 0) >= value, f"round {rounds}: {key} went down"
-        seen = now
+    async def capacity(available: int | None) -> None:
+        await _capacity(control, available)
+
+    chaos = Chaos(
+        converged=lambda: _converged(control, db, topology),
+        break_things=lambda rng: _chaos(control, rng),
+        capacity=capacity,
+        stockout_p=0.3,
+        after_convergence=no_shared_resources,
+    )
+    rounds = await kill_rounds(
+        daemons, config, db, chaos, rng, rounds=ROUNDS, min_rounds=MIN_ROUNDS, budget_s=BUDGET_S
+    )
 
     daemon = await daemons(config).start()
     await wait_for(
@@ -202,7 +176,7 @@ async def test_kill_9_at_random_moments_a_compute_fleet_converges(
     await daemon.kill()
     check_invariants(db)
     assert rounds >= MIN_ROUNDS
-    assert _counters(db)["nodes"] > SIZE + rounds  # every round replaced at least one VM
+    assert counters(db)["nodes"] > SIZE + rounds  # every round replaced at least one VM
     # Nothing leaked: `down` removes every instance, MIG, template and policy of ours.
     code, _, err = await tpucared("down", "-c", str(config), "--yes")
     assert code == 0, err
