@@ -5,23 +5,30 @@
 # Debian one on a machine that cannot pull the official image.
 ARG BASE=python:3.11-slim
 # EXTRAS: the wheel's extras to install, none by default: the daemon needs none. "emulator"
-# adds Google's own API types, which `tpucared emulator` checks every request body with
-# (tests/deploy builds such an image to run the emulator in a container beside the daemon's).
+# adds the emulator, a distribution of its own (emulator/, with Google's API types it checks
+# every request body with): tests/deploy builds such an image to run the emulator in a container
+# beside the daemon's. Without it the image holds no emulator code at all.
 ARG EXTRAS=""
 FROM ${BASE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md alembic.ini ./
 COPY tpucared ./tpucared
 COPY migrations ./migrations
-RUN pip wheel --no-deps --wheel-dir /wheels .
+COPY emulator ./emulator
+RUN pip wheel --no-deps --wheel-dir /wheels . \
+    && pip wheel --no-deps --wheel-dir /extra ./emulator
 
 FROM ${BASE}
 RUN useradd --system --create-home --home-dir /var/lib/tpucared --shell /usr/sbin/nologin tpucared
 COPY --from=build /wheels /wheels
+COPY --from=build /extra /extra
 ARG EXTRAS
+# The emulator's wheel goes in the same pip call when asked for, so the `emulator` extra's
+# requirement (tpucared-emulator) is met from it, not from an index.
 RUN python -m venv /opt/tpucared \
-    && /opt/tpucared/bin/pip install --no-cache-dir "$(echo /wheels/*.whl)${EXTRAS:+[$EXTRAS]}" \
-    && rm -rf /wheels
+    && emulator="" && case ",$EXTRAS," in *,emulator,*) emulator="$(echo /extra/*.whl)";; esac \
+    && /opt/tpucared/bin/pip install --no-cache-dir "$(echo /wheels/*.whl)${EXTRAS:+[$EXTRAS]}" $emulator \
+    && rm -rf /wheels /extra
 ENV PATH=/opt/tpucared/bin:$PATH \
     TPUCARED_CONFIG=/etc/tpucared/config.toml \
     TPUCARED_DB=/var/lib/tpucared/state.db \

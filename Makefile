@@ -8,10 +8,11 @@ IMAGE ?= localhost/tpucared:latest
 
 .PHONY: demo test lint typecheck pytest bench bench-quick image clean
 
-$(STAMP): pyproject.toml
+# The emulator is its own distribution (emulator/): one pip call installs both from this clone.
+$(STAMP): pyproject.toml emulator/pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e ./emulator -e '.[test]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -40,4 +41,4 @@ image:
 	bash deploy/image.sh $(IMAGE)
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info emulator/build emulator/*.egg-info .mypy_cache .ruff_cache .pytest_cache

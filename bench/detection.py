@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Self
 from bench import common, daemon_config
 
 if TYPE_CHECKING:
-    from tpucared.emulator.state import EmulatorState
+    from tpucared_emulator.state import EmulatorState
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "bench-project"
@@ -67,7 +67,7 @@ class Cloud:
     """The emulator in a background thread; reads and control through its own loop."""
 
     def __init__(self, settings: Settings | None = None, **options: Any) -> None:
-        from tpucared.emulator import EmulatorOptions, EmulatorThread
+        from tpucared_emulator import EmulatorOptions, EmulatorThread
 
         settings = settings or Settings(detection_samples={})
         self.thread = EmulatorThread(

@@ -300,7 +300,7 @@ def operation_end(
     operations: Sequence[Mapping[str, Any]], verb: str, after: float, node: str = NODE
 ) -> float:
     """The end of the first `verb` operation on `node` created at or after `after`."""
-    from tpucared.emulator.clock import parse_rfc3339
+    from tpucared_emulator.clock import parse_rfc3339
 
     found = []
     for op in operations:

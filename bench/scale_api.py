@@ -96,7 +96,7 @@ def fleet_keys(api: str) -> dict[str, Any]:
 def seed_compute(server: Any, nodes: int, ssh_keys: str) -> int:
     """`nodes` RUNNING spot instances over fleet_layout's fleets (the emulator's create time
     must be 0); returns how many are RUNNING."""
-    from tpucared.emulator.compute import ComputeRequests
+    from tpucared_emulator.compute import ComputeRequests
 
     requests = ComputeRequests(server.compute)
     for fleet, zone, slots in fleet_layout(nodes):

@@ -121,10 +121,10 @@ def add_emulator_command(sub: Any) -> None:
 
 async def serve_emulator(args: argparse.Namespace) -> None:
     """The emulator process: seed, serve, report readiness on stdout, run until SIGTERM."""
-    from tpucared.emulator import EmulatorOptions
-    from tpucared.emulator.hosts import SshWorkerHosts
-    from tpucared.emulator.server import EmulatorServer
     from tpucared.logsetup import configure_logging
+    from tpucared_emulator import EmulatorOptions
+    from tpucared_emulator.hosts import SshWorkerHosts
+    from tpucared_emulator.server import EmulatorServer
 
     # stdout carries the readiness line; the emulator's own logs go to stderr (a file).
     configure_logging(level="warning", json=True, stream=sys.stderr)

@@ -41,7 +41,7 @@ if str(Path(__file__).parents[1]) not in sys.path:
 
 from postgres_support import PostgresError, PostgresServer
 
-from tpucared.emulator import EmulatorOptions, EmulatorServer, EmulatorThread, running_emulator
+from tpucared_emulator import EmulatorOptions, EmulatorServer, EmulatorThread, running_emulator
 
 FAST_EMULATOR: dict[str, Any] = {
     "create_seconds": 0.2,

@@ -30,7 +30,7 @@ from tpucared.demo.babysit import (
     exit_status,
     split_command,
 )
-from tpucared.emulator import EmulatorServer
+from tpucared_emulator import EmulatorServer
 
 TPUCARED = [sys.executable, "-m", "tpucared"]
 ZONE = "us-central2-b"

@@ -31,11 +31,11 @@ from tpucared.demo.scenario import (
     drive,
     schedule,
 )
-from tpucared.emulator import EmulatorServer
 from tpucared.gcp import NoAuth
 from tpucared.gcp.compute import ComputeClient, ComputeCloud
 from tpucared.gcp.tpu import TpuClient
 from tpucared.gcp.tpu.bodies import NodeShape
+from tpucared_emulator import EmulatorServer
 
 TOY = EXAMPLES / "toy_train.py"
 PROJECT, ZONE = "tpucared-demo", "us-central2-b"

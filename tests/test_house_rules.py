@@ -1,7 +1,7 @@
 """House rules for the repository's Python: no module over 500 lines.
 
 A module past the limit is split by concern (a package, or modules named for what each
-holds), not trimmed. Every .py file under the checked directories counts: the daemon, the
+holds), not trimmed. Every .py file under the checked directories counts: the daemon, the emulator,
 benchmarks, the tests and the migrations.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKED_DIRS = ("tpucared", "bench", "tests", "migrations")
+CHECKED_DIRS = ("tpucared", "emulator", "bench", "tests", "migrations")
 MAX_LINES = 500
 
 # Modules allowed over the limit for now, each with the reason. An entry that is no longer

@@ -1,13 +1,14 @@
 """House rules for the daemon's code beyond module length (test_house_rules.py):
 
-- functions stay short: at most `MAX_LONG` functions of tpucared over `LONG_LINES` lines, none
-  over `MAX_FUNCTION_LINES` (a long function is split where its steps are, not squeezed);
+- functions stay short: at most `MAX_LONG` functions of each package (tpucared, and the
+  emulator's own distribution, tpucared_emulator) over `LONG_LINES` lines, none over
+  `MAX_FUNCTION_LINES` (a long function is split where its steps are, not squeezed);
 - every log event has a stable dotted name (`zone.list_failed`) and is listed in docs/logs.md,
   and everything listed there is logged;
 - names in docstrings and comments do not lie: a `something.py` / `.sh` file they mention
   exists in the repository, and a backticked dotted path into a tpucared package
-  (`core.planning.tick`, `tpucared.inspect.status.status_lines`) resolves to a module, or
-  to a module and one of its names.
+  (`core.planning.tick`, `tpucared.inspect.status.status_lines`, `tpucared_emulator.server`)
+  resolves to a module, or to a module and one of its names.
 
 Both are checked on the source text, so a module renamed without its mentions fails here.
 """
@@ -18,18 +19,24 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "tpucared"
+# The emulator is a distribution of its own (emulator/), held to the same rules.
+EMULATOR = ROOT / "emulator" / "tpucared_emulator"
+PACKAGES = (PACKAGE, EMULATOR)
 
 LONG_LINES = 60
 MAX_LONG = 5
 MAX_FUNCTION_LINES = 80
 
-TOP_PACKAGES = "cli|config|core|demo|emulator|gcp|inspect|launch|notify|ports|runtime|ssh|store"
+TOP_PACKAGES = "cli|config|core|demo|gcp|inspect|launch|notify|ports|runtime|ssh|store"
 # `core.planning.tick` or `tpucared.core.planning.tick.plan_tick`, in backticks; config keys
 # such as `ssh.probe_rate` or `gcp.project` are spelled the same way, hence the key list.
 DOTTED = re.compile(
-    rf"`(?:tpucared\.)?((?:{TOP_PACKAGES})(?:\.[a-z_][a-z0-9_]*)+)(?![a-z0-9_])(?<!\.py)(?<!\.sh)"
+    rf"`(?:tpucared\.)?((?:{TOP_PACKAGES}|tpucared_emulator)(?:\.[a-z_][a-z0-9_]*)+)"
+    r"(?![a-z0-9_])(?<!\.py)(?<!\.sh)"
 )
 FILE_NAME = re.compile(r"\b([a-z_][a-z0-9_]*\.(?:py|sh))\b")
 # Config sections whose keys read like module paths (`ssh.probe_rate`, `gcp.project`).
@@ -50,8 +57,9 @@ def long_functions(root: Path = PACKAGE) -> dict[str, int]:
     return found
 
 
-def test_functions_are_short() -> None:
-    long = long_functions()
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.name)
+def test_functions_are_short(package: Path) -> None:
+    long = long_functions(package)
     too_long = {name: n for name, n in long.items() if n > MAX_FUNCTION_LINES}
     assert not too_long, f"functions over {MAX_FUNCTION_LINES} lines: {too_long}"
     assert len(long) <= MAX_LONG, (
@@ -60,9 +68,12 @@ def test_functions_are_short() -> None:
 
 
 def _module_names(root: Path = PACKAGE) -> set[str]:
+    """tpucared's modules by their path inside it (`core.tick`); another package's by its full
+    dotted name (`tpucared_emulator.server`)."""
     names: set[str] = set()
+    prefix = () if root.name == "tpucared" else (root.name,)
     for path in root.rglob("*.py"):
-        parts = path.relative_to(root).with_suffix("").parts
+        parts = prefix + path.relative_to(root).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
         names.add(".".join(parts))
@@ -77,11 +88,11 @@ def resolves(dotted: str, modules: set[str]) -> bool:
     return head in modules and head != dotted.split(".")[0]
 
 
-def stale_mentions(root: Path = PACKAGE) -> list[str]:
-    modules = _module_names(root)
+def stale_mentions(roots: tuple[Path, ...] = PACKAGES) -> list[str]:
+    modules = set().union(*(_module_names(root) for root in roots))
     files = {p.name for p in ROOT.rglob("*") if ".venv" not in p.parts and ".git" not in p.parts}
     stale: list[str] = []
-    for path in sorted(root.rglob("*.py")):
+    for path in sorted(path for root in roots for path in root.rglob("*.py")):
         text = path.read_text()
         where = path.relative_to(ROOT).as_posix()
         stale += [
@@ -144,9 +155,17 @@ def _is_logger_call(func: ast.expr, level_names: set[str]) -> bool:
     )
 
 
-def logged_events(root: Path = PACKAGE) -> dict[str, set[str]]:
-    """Every event the code logs: name (or the expression naming it) -> modules."""
+def logged_events(*roots: Path) -> dict[str, set[str]]:
+    """Every event the code logs (of both packages by default): name (or the expression naming
+    it) -> modules."""
     found: dict[str, set[str]] = {}
+    for root in roots or PACKAGES:
+        found_in(root, found)
+    return found
+
+
+def found_in(root: Path, found: dict[str, set[str]]) -> None:
+    """Adds the events logged under `root` to `found`."""
     for path in sorted(root.rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
         # Names bound to a level method (`level = log.info if ok else log.warning`) or to a
@@ -163,7 +182,6 @@ def logged_events(root: Path = PACKAGE) -> dict[str, set[str]]:
                 first = node.args[0]
                 name = first.value if isinstance(first, ast.Constant) else ast.unparse(first)
                 found.setdefault(str(name), set()).add(path.relative_to(root).as_posix())
-    return found
 
 
 def test_log_events_are_dotted_names_and_documented() -> None:

@@ -229,7 +229,7 @@ def _start_emulator(directory: Path) -> tuple[subprocess.Popen[bytes], int, int]
     ssh_port = common.free_port("0.0.0.0")  # free on every address (only probed, never listened)
     argv = [
         sys.executable, "-c",
-        "import sys; from tpucared.emulator.server import main; sys.exit(main(sys.argv[1:]))",
+        "import sys; from tpucared_emulator.server import main; sys.exit(main(sys.argv[1:]))",
         "--port", str(api_port), "--ssh-port", str(ssh_port), "--create-seconds", "0.05",
         "--delete-seconds", "0.05", "--hosts-dir", str(directory / "hosts"),
     ]  # fmt: skip

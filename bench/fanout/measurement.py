@@ -23,8 +23,8 @@ from bench.fanout.settings import (
     WORKLOAD_APPEAR_S,
     Settings,
 )
-from tpucared.emulator.hosts.processes import find_tagged, kill_tagged
 from tpucared.ssh import Target
+from tpucared_emulator.hosts.processes import find_tagged, kill_tagged
 
 
 @dataclass

@@ -235,6 +235,10 @@ def test_the_image_is_small_and_holds_no_tests_caches_or_git(image: str) -> None
     assert "src" not in listing.stdout.split()
     assert ".cache" not in listing.stdout.split()
     assert "tests" not in listing.stdout.split()
+    # The emulator is a distribution of its own, installed only in the emulator's image.
+    packages = podman("run", "--rm", "--network", "none", *RUN, "--entrypoint", "sh", image,
+                      "-c", "ls /opt/tpucared/lib/python3*/site-packages")  # fmt: skip
+    assert not [name for name in packages.stdout.split() if "emulator" in name]
 
 
 def test_the_build_context_is_what_the_dockerfile_copies(image: str) -> None:

@@ -1,8 +1,10 @@
 """The Dockerfile's install path, without a container engine (test_container.py builds the
 image itself with podman; this one is quicker to read when only the wheel is wrong).
 
-Does what the image build does: `pip wheel --no-deps .`, then a fresh venv with only that
-wheel (and its dependencies) installed, outside the source tree. From that install:
+Does what the image build does: `pip wheel --no-deps .` (and `./emulator`, the emulator's own
+distribution), then a fresh venv with only those wheels (and their dependencies) installed,
+outside the source tree. The daemon's wheel holds no emulator, and the core is its largest
+package (issue 40). From that install:
 `tpucared --version`, `tpucared db upgrade` (the migrations must ship inside the wheel), and
 a short smoke run: the installed emulator and daemon bring one v4-8 node up to READY, and
 SIGTERM stops the daemon with exit 0.
@@ -17,6 +19,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+import zipfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -39,17 +43,54 @@ def _run(*cmd: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The bin directory of a fresh venv holding only the built wheel and its dependencies,
-    with its `emulator` extra (Google's types, which the installed emulator checks every
-    request body with: the smoke run below runs it)."""
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The daemon's wheel and the emulator's, built as the Dockerfile builds them."""
+    root = tmp_path_factory.mktemp("wheels")
+    for source in (REPO, REPO / "emulator"):
+        _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", root, source,
+             cwd=root)  # fmt: skip
+    (daemon,) = root.glob("tpucared-*.whl")
+    (emulator,) = root.glob("tpucared_emulator-*.whl")
+    return daemon, emulator
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory, wheels: tuple[Path, Path]) -> Path:
+    """The bin directory of a fresh venv holding only the built wheels and their dependencies:
+    the daemon's with its `emulator` extra, met by the emulator's wheel in the same pip call
+    (the smoke run below runs the installed emulator)."""
     root = tmp_path_factory.mktemp("wheel")
-    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", root / "dist", REPO,
-         cwd=root)  # fmt: skip
-    (wheel,) = (root / "dist").glob("tpucared-*.whl")
+    daemon, emulator = wheels
     _run(sys.executable, "-m", "venv", root / "venv", cwd=root)
-    _run(root / "venv" / "bin" / "pip", "install", "-q", f"{wheel}[emulator]", cwd=root)
+    _run(root / "venv" / "bin" / "pip", "install", "-q", f"{daemon}[emulator]", emulator,
+         cwd=root)  # fmt: skip
     return root / "venv" / "bin"
+
+
+def _python_lines(wheel: Path) -> Counter[str]:
+    """Lines of Python in a wheel, by package below the import package (`tpucared/core/...`
+    counts for "core"; the import package's own modules for "")."""
+    lines: Counter[str] = Counter()
+    with zipfile.ZipFile(wheel) as archive:
+        for name in archive.namelist():
+            parts = name.split("/")
+            if name.endswith(".py"):
+                lines[parts[1] if len(parts) > 2 else ""] += archive.read(name).count(b"\n")
+    return lines
+
+
+def test_the_daemons_wheel_holds_no_emulator_and_core_is_its_largest_package(
+    wheels: tuple[Path, Path],
+) -> None:
+    daemon, emulator = wheels
+    with zipfile.ZipFile(daemon) as archive:
+        names = archive.namelist()
+    assert not [name for name in names if "emulator" in name]  # no module, data file, script
+    lines = _python_lines(daemon)
+    largest = max((package for package in lines if package), key=lines.__getitem__)
+    assert largest == "core", lines.most_common(3)
+    # What left the daemon's wheel: the emulator's 9k+ lines, all in its own wheel.
+    assert sum(_python_lines(emulator).values()) > 9000
 
 
 def _env() -> dict[str, str]:

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from emulator_http import Http
 
-from tpucared.emulator import EmulatorServer
+from tpucared_emulator import EmulatorServer
 
 
 @pytest.fixture

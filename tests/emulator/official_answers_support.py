@@ -17,10 +17,10 @@ from typing import Any
 from google.longrunning import operations_pb2
 from google.protobuf import json_format
 
-from tpucared.emulator.compute import official
-from tpucared.emulator.errors import ApiError
-from tpucared.emulator.official_tpu import check as tpu_check
-from tpucared.emulator.projects import project_number
+from tpucared_emulator.compute import official
+from tpucared_emulator.errors import ApiError
+from tpucared_emulator.official_tpu import check as tpu_check
+from tpucared_emulator.projects import project_number
 
 P = "answers-project"
 ZONE = "us-central1-c"

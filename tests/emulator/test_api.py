@@ -14,10 +14,10 @@ import pytest
 from emulator_http import Http
 
 from tpucared.core.model.specs import ErrorKind
-from tpucared.emulator import EmulatorServer, running_emulator
-from tpucared.emulator.clock import ManualClock
-from tpucared.emulator.resources import Node
 from tpucared.gcp.errors import classify_http
+from tpucared_emulator import EmulatorServer, running_emulator
+from tpucared_emulator.clock import ManualClock
+from tpucared_emulator.resources import Node
 
 P, Z = "api-proj", "us-central2-b"
 NODES = f"/v2/projects/{P}/locations/{Z}/nodes"

@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from emulator_http import Http
 
-from tpucared.emulator import EmulatorServer
+from tpucared_emulator import EmulatorServer
 
 P, Z, T = "ctl", "us-central2-b", "v4-8"
 NODES = f"/v2/projects/{P}/locations/{Z}/nodes"

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from emulator_http import Http
 
-from tpucared.emulator import EmulatorServer
-from tpucared.emulator.errors import ApiError
-from tpucared.emulator.fields import PartialMemo, apply, parse
 from tpucared.gcp.tpu.observe import NODE_LIST_FIELDS
+from tpucared_emulator import EmulatorServer
+from tpucared_emulator.errors import ApiError
+from tpucared_emulator.fields import PartialMemo, apply, parse
 
 P, Z = "fields-proj", "us-central2-b"
 NODES = f"/v2/projects/{P}/locations/{Z}/nodes"

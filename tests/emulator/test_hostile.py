@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 from emulator_http import Http
 
-from tpucared.emulator import EmulatorServer
-from tpucared.emulator.hostile import DEEP_JSON_PAIRS
+from tpucared_emulator import EmulatorServer
+from tpucared_emulator.hostile import DEEP_JSON_PAIRS
 
 P, Z, T = "hostile", "us-central2-b", "v4-8"
 NODES = f"/v2/projects/{P}/locations/{Z}/nodes"

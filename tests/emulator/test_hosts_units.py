@@ -15,9 +15,10 @@ from emulator_http import Http
 from proc_support import group_members
 
 from bench.common import free_port
-from tpucared.emulator import EmulatorOptions, EmulatorServer
-from tpucared.emulator.host_hook import NoWorkerHosts
-from tpucared.emulator.hosts import (
+from tpucared.ssh import NO_RETRY, SshErrorKind, Target, run_on_all, ssh_keys_metadata_entry
+from tpucared_emulator import EmulatorOptions, EmulatorServer
+from tpucared_emulator.host_hook import NoWorkerHosts
+from tpucared_emulator.hosts import (
     TAG_HOSTS,
     TAG_NODE,
     HostStartError,
@@ -26,11 +27,10 @@ from tpucared.emulator.hosts import (
     find_tagged,
     is_authorized,
 )
-from tpucared.emulator.hosts.processes import kill_tagged
-from tpucared.emulator.server import DEFAULT_SSH_PORT, build_parser
-from tpucared.emulator.state import EmulatorState
-from tpucared.emulator.topology import parse_accelerator_type
-from tpucared.ssh import NO_RETRY, SshErrorKind, Target, run_on_all, ssh_keys_metadata_entry
+from tpucared_emulator.hosts.processes import kill_tagged
+from tpucared_emulator.server import DEFAULT_SSH_PORT, build_parser
+from tpucared_emulator.state import EmulatorState
+from tpucared_emulator.topology import parse_accelerator_type
 
 KEY = asyncssh.generate_private_key("ssh-ed25519")
 OTHER = asyncssh.generate_private_key("ssh-ed25519")

@@ -15,9 +15,9 @@ import aiohttp
 import pytest
 from emulator_http import Http
 
-from tpucared.emulator import EmulatorServer, running_emulator
-from tpucared.emulator.hosts.metadata import MAINTENANCE_EVENT, MetadataServer
-from tpucared.emulator.server import build_parser
+from tpucared_emulator import EmulatorServer, running_emulator
+from tpucared_emulator.hosts.metadata import MAINTENANCE_EVENT, MetadataServer
+from tpucared_emulator.server import build_parser
 
 P, Z = "upkeep", "us-central2-b"
 NODES = f"/v2/projects/{P}/locations/{Z}/nodes"

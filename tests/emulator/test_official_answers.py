@@ -11,11 +11,12 @@ TPU node and a queued resource through the TPU API, with operations, guest attri
 catalog reads. Then each 2xx answer is checked:
 
 - Compute Engine: `google.cloud.compute_v1`'s message for that method, by the emulator's own
-  strict walk (tpucared/emulator/compute/official.py: unknown names, JSON types, enum values)
+  strict walk (emulator/tpucared_emulator/compute/official.py: unknown names, JSON types, enum
+  values)
   and `from_json(..., ignore_unknown_fields=False)`; plus the output fields Google always
   fills for that resource (kind, id as a decimal string, selfLink, creationTimestamp, ...).
 - TPU API: the v2 discovery document's response schema and google-cloud-tpu's message
-  (tpucared/emulator/official_tpu.py), long-running operations also as
+  (emulator/tpucared_emulator/official_tpu.py), long-running operations also as
   `google.longrunning.Operation` with their metadata and response `Any`s resolved.
 
 Each type the scenario should produce must have been seen at least once, so a route that
@@ -50,13 +51,13 @@ from official_answers_support import (
 
 from tpucared.core.model.observed import StateClass
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind
-from tpucared.emulator import EmulatorServer
-from tpucared.emulator.options import EmulatorOptions
 from tpucared.gcp import NoAuth
 from tpucared.gcp.compute import ComputeClient, ComputeCloud
 from tpucared.gcp.tpu import TpuClient
 from tpucared.gcp.tpu.cloud import TpuCloud
 from tpucared.ports.cloud import NodeShape, OperationState
+from tpucared_emulator import EmulatorServer
+from tpucared_emulator.options import EmulatorOptions
 
 
 class RecordingEmulator(EmulatorServer):

@@ -20,7 +20,7 @@ from google.api_core.future import polling
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 
-from tpucared.emulator import EmulatorServer
+from tpucared_emulator import EmulatorServer
 
 PROJECT = "fidelity"
 ZONE = "us-central2-b"

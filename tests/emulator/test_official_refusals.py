@@ -1,6 +1,6 @@
 """The emulator refuses what Google refuses (issue 39): every request body is checked with
-Google's own types before anything else reads it (tpucared/emulator/compute/official.py,
-tpucared/emulator/official_tpu.py), and the bodies tpucared's own builders make pass.
+Google's own types before anything else reads it (emulator/tpucared_emulator/compute/official.py,
+emulator/tpucared_emulator/official_tpu.py), and the bodies tpucared's own builders make pass.
 
 For each body type: tpucared's body accepted; the same body with an unknown name (at the top
 and nested) a 400 `Invalid JSON payload received. Unknown name "..." at '...': Cannot find

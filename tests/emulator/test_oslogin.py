@@ -16,8 +16,6 @@ import pytest
 from emulator_http import Http
 
 from bench.common import free_port
-from tpucared.emulator import EmulatorServer
-from tpucared.emulator.oslogin import posix_username
 from tpucared.ssh import (
     RetryPolicy,
     Target,
@@ -25,6 +23,8 @@ from tpucared.ssh import (
     run_on_all,
     ssh_keys_metadata_entry,
 )
+from tpucared_emulator import EmulatorServer
+from tpucared_emulator.oslogin import posix_username
 
 P, Z = "oslogin-proj", "us-central2-b"
 NODES = f"/v2/projects/{P}/locations/{Z}/nodes"

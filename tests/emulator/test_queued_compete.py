@@ -19,9 +19,9 @@ import aiohttp
 import pytest
 from emulator_http import Http
 
-from tpucared.emulator import EmulatorOptions, running_emulator
-from tpucared.emulator.clock import ManualClock
-from tpucared.emulator.server import build_parser
+from tpucared_emulator import EmulatorOptions, running_emulator
+from tpucared_emulator.clock import ManualClock
+from tpucared_emulator.server import build_parser
 
 P, Z, T = "qc", "us-central2-b", "v4-8"
 PARENT = f"projects/{P}/locations/{Z}"

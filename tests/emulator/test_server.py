@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 import requests
 
-from tpucared.emulator import EmulatorOptions, EmulatorServer, EmulatorThread
+from tpucared_emulator import EmulatorOptions, EmulatorServer, EmulatorThread
 
 NODES = "/v2/projects/cli/locations/us-central1-a/nodes"
 SPEC = {"acceleratorType": "v2-8", "runtimeVersion": "tpu-vm-base"}
@@ -38,7 +38,7 @@ async def test_server_lifecycle() -> None:
 
 
 async def _start_cli(*args: str) -> tuple[asyncio.subprocess.Process, str]:
-    code = "import sys; from tpucared.emulator.server import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from tpucared_emulator.server import main; sys.exit(main(sys.argv[1:]))"
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-u", "-c", code, "--port", "0", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,

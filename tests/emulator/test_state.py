@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from tpucared.emulator.clock import ManualClock
-from tpucared.emulator.errors import ApiError
-from tpucared.emulator.options import EmulatorOptions
-from tpucared.emulator.persistence import load_state, save_state
-from tpucared.emulator.state import EmulatorState
+from tpucared_emulator.clock import ManualClock
+from tpucared_emulator.errors import ApiError
+from tpucared_emulator.options import EmulatorOptions
+from tpucared_emulator.persistence import load_state, save_state
+from tpucared_emulator.state import EmulatorState
 
 P, Z, T = "proj", "us-central2-b", "v4-8"
 CREATE, DELETE = 10.0, 5.0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tpucared.emulator.catalog import DEFAULT_ACCELERATOR_TYPES, Catalog
-from tpucared.emulator.topology import (
+from tpucared_emulator.catalog import DEFAULT_ACCELERATOR_TYPES, Catalog
+from tpucared_emulator.topology import (
     from_accelerator_config,
     parse_accelerator_type,
     workers_for,

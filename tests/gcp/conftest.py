@@ -22,9 +22,9 @@ from gcp_fakes import (
     serving_token_server,
 )
 
-from tpucared.emulator import EmulatorServer
 from tpucared.gcp import NoAuth
 from tpucared.gcp.tpu import TpuClient
+from tpucared_emulator import EmulatorServer
 
 
 @pytest.fixture

@@ -22,13 +22,13 @@ from gcp_fakes import EmulatorControl, Sleeps
 
 from tpucared.core.model.observed import ZoneObservation
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind, ErrorKind
-from tpucared.emulator import EmulatorServer
 from tpucared.gcp.auth import NoAuth
 from tpucared.gcp.retry import RetryPolicy
 from tpucared.gcp.tpu.bodies import NodeShape
 from tpucared.gcp.tpu.client import MAX_LIST_PAGES, TpuClient
 from tpucared.gcp.tpu.observe import NodeCache, observe_zone
 from tpucared.gcp.tpu.states import NodeState
+from tpucared_emulator import EmulatorServer
 
 P = "hostile-project"
 ZONE = "us-central2-b"

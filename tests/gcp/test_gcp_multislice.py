@@ -15,7 +15,6 @@ import pytest
 from gcp_fakes import EmulatorControl
 
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind
-from tpucared.emulator import EmulatorServer
 from tpucared.gcp.auth import NoAuth
 from tpucared.gcp.errors import AlreadyExistsError, InvalidRequestError, NotFoundError
 from tpucared.gcp.tpu import bodies, names
@@ -24,6 +23,7 @@ from tpucared.gcp.tpu.client import TpuClient
 from tpucared.gcp.tpu.convert import MalformedResource, node_from_json, queued_resource_from_json
 from tpucared.gcp.tpu.observe import observe_zone
 from tpucared.gcp.tpu.states import NodeState, QueuedState
+from tpucared_emulator import EmulatorServer
 
 P, ZONE, TYPE = "ms-project", "us-central2-b", "v4-8"
 PARENT = names.location(P, ZONE)

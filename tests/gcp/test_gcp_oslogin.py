@@ -15,8 +15,6 @@ import pytest
 from bench import daemon_config
 from tpucared.config import load_config
 from tpucared.core.model.specs import ErrorKind
-from tpucared.emulator import EmulatorServer
-from tpucared.emulator.oslogin import posix_username
 from tpucared.gcp import ApiError, NoAuth, RetryPolicy
 from tpucared.gcp.tpu import TpuClient
 from tpucared.gcp.tpu.oslogin import OSLOGIN_ENDPOINT, OsLoginClient, endpoint_for
@@ -24,6 +22,8 @@ from tpucared.runtime.clock import SystemClock
 from tpucared.runtime.errors import StartupError
 from tpucared.runtime.oslogin import OsLoginKeeper, account_of, start_os_login
 from tpucared.runtime.startup import public_key_line
+from tpucared_emulator import EmulatorServer
+from tpucared_emulator.oslogin import posix_username
 
 SA = "tpucared@oslogin-proj.iam.gserviceaccount.com"
 OWNER = "lab"

@@ -13,10 +13,10 @@ import pytest
 
 from tpucared.core.model.observed import StateClass
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind, ErrorKind
-from tpucared.emulator import EmulatorServer
 from tpucared.gcp.auth import NoAuth
 from tpucared.gcp.tpu.cloud import TpuCloud
 from tpucared.ports.cloud import Cloud, CloudError, NodeShape, OperationState
+from tpucared_emulator import EmulatorServer
 
 P = "emu-project"
 ZONE = "us-central2-b"

@@ -20,11 +20,11 @@ from gcp_fakes import FakeApi, Reply
 
 from tpucared.core.model.observed import MaintenanceWindow, ObservedNode
 from tpucared.core.model.specs import FLEET_LABEL, OWNER_LABEL, CapacityKind, ErrorKind
-from tpucared.emulator import EmulatorServer
 from tpucared.gcp.auth import NoAuth
 from tpucared.gcp.tpu import TpuClient
 from tpucared.gcp.tpu.cloud import TpuCloud
 from tpucared.ports.cloud import CloudError, NodeShape, OperationState
+from tpucared_emulator import EmulatorServer
 
 P = "emu-project"
 ZONE = "us-central2-b"

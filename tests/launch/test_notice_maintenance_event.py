@@ -6,7 +6,7 @@ TERMINATE_ON_HOST_MAINTENANCE (the notice: stop signal, `notice`, `notice_kind` 
 The emulator's worker hosts never live-migrate (TPU VMs cannot), so the server here is a small
 real one on loopback, speaking the metadata protocol the scripts use (Metadata-Flavor header,
 `wait_for_change` held until the value's ETag differs from `last_etag`, `timeout_sec`), as
-compute/docs/metadata/getting-live-migration-notice and tpucared/emulator/hosts/metadata.py
+compute/docs/metadata/getting-live-migration-notice and emulator/tpucared_emulator/hosts/metadata.py
 describe it. The scripts run through a local `sh`, as a worker runs them.
 """
 

@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from preflight_support import Control, RunCheck, emulator_call, load
 
-from tpucared.emulator import EmulatorOptions, EmulatorThread
 from tpucared.preflight import CheckResult, check_config
+from tpucared_emulator import EmulatorOptions, EmulatorThread
 
 
 @pytest.fixture(scope="module")

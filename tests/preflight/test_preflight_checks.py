@@ -11,9 +11,9 @@ from preflight_support import Control, RunCheck, compute_fleet, emulator_call, l
 
 from bench import daemon_config
 from tpucared.config import load_config
-from tpucared.emulator import EmulatorThread
 from tpucared.preflight import CheckResult, Status, check_config
 from tpucared.preflight.permissions import GROUPS
+from tpucared_emulator import EmulatorThread
 
 P = daemon_config.PROJECT
 ZONE = daemon_config.ZONE

@@ -12,7 +12,7 @@ from pathlib import Path
 from preflight_support import Control, compute_fleet, write_config
 
 from bench import daemon_config
-from tpucared.emulator import EmulatorThread
+from tpucared_emulator import EmulatorThread
 
 LINE = re.compile(r"(ok|WARN|FAIL) [a-z_]+(\[[^\]]+\])?: .+")
 

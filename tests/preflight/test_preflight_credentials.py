@@ -17,10 +17,10 @@ from preflight_support import Control, load
 sys.path.insert(0, str(Path(__file__).parents[1] / "gcp"))
 from gcp_fakes import TokenServer, service_account_info, serving_token_server
 
-from tpucared.emulator import EmulatorThread
 from tpucared.gcp import GoogleTokenSource
 from tpucared.gcp.auth import load_key_file
 from tpucared.preflight import Status, render, run_checks
+from tpucared_emulator import EmulatorThread
 
 ACCOUNT = "tpucared@test-project.iam.gserviceaccount.com"  # gcp_fakes' key
 

@@ -13,9 +13,9 @@ from preflight_support import Control, compute_fleet, load
 from structlog.testing import capture_logs
 
 from bench import daemon_config
-from tpucared.emulator import EmulatorThread
 from tpucared.runtime.daemon import run_daemon
 from tpucared.runtime.reconciler import Tick
+from tpucared_emulator import EmulatorThread
 
 
 async def test_the_daemon_logs_failed_checks_and_keeps_running(

@@ -20,7 +20,7 @@ from runtime_support import Control, Daemon, Rig, write_config
 from workload_harness import Make, harnesses
 
 from bench.common import free_port
-from tpucared.emulator import EmulatorServer
+from tpucared_emulator import EmulatorServer
 
 
 @pytest.fixture

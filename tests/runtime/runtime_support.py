@@ -21,7 +21,7 @@ import aiohttp
 from bench import daemon_config
 from bench.common import free_port
 from bench.daemon_config import OWNER, PROJECT, ZONE
-from tpucared.emulator import EmulatorServer
+from tpucared_emulator import EmulatorServer
 
 # Bound on waits for things that involve starting a daemon or letting it converge. Generous:
 # a Python process importing aiohttp, SQLAlchemy and Alembic on a loaded 2-core machine can

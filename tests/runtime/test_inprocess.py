@@ -1,8 +1,8 @@
 """The daemon's parts in this process, against the emulator and a real SQLite file, one tick at a
-time: the executor records exactly what core/planning/executor_contract.py's `apply_intent` says
-and before any cloud call; nodes found with our labels are adopted, never recreated; the operation
-watcher records a create's fate as a fact, only on the phase it belongs to; calls cut short by a
-stop get their outcome recorded at the next start."""
+time: the executor records exactly what tests/tests/core/planning/executor_contract.py's `apply_intent`
+says and before any cloud call; nodes found with our labels are adopted, never recreated; the
+operation watcher records a create's fate as a fact, only on the phase it belongs to; calls cut
+short by a stop get their outcome recorded at the next start."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from runtime_support import OWNER, PROJECT, ZONE, Control, query, write_config
 
+from tests.core.planning.executor_contract import apply_intent
 from tpucared.config import load_config
 from tpucared.core.model.records import NodePhase
 from tpucared.core.model.specs import CapacityKind, ErrorKind, Provisioning
-from tpucared.core.planning.executor_contract import apply_intent
 from tpucared.core.vocab.actions import Adopt, CreateNode, DeleteNode, OpenSlot, Transition
 from tpucared.core.vocab.plan import Plan
 from tpucared.gcp import NoAuth

@@ -31,7 +31,7 @@ from runtime_support import (
     workload_config,
 )
 
-from tpucared.emulator import EmulatorServer
+from tpucared_emulator import EmulatorServer
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -18,13 +18,13 @@ from tpucared.core.model.specs import (
     ErrorKind,
     FleetSpec,
 )
-from tpucared.emulator import EmulatorServer
 from tpucared.gcp import NoAuth
 from tpucared.gcp.compute import ComputeClient, ComputeCloud
 from tpucared.gcp.tpu import TpuClient, TpuCloud
 from tpucared.ports.cloud import NodeShape
 from tpucared.runtime.clouds import CloudMap
 from tpucared.runtime.nodes.observer import Observer, by_location, zones_to_observe
+from tpucared_emulator import EmulatorServer
 
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 SWEEP = FleetSpec("sweep", (ZONE,), "v4-8", 1, {"runtime_version": "tpu-ubuntu2204-base"})

@@ -17,7 +17,7 @@ import asyncssh
 import pytest
 from runtime_support import OWNER, PROJECT, SLOW, Rig, hosts_emulator_options, wait_for
 
-from tpucared.emulator.oslogin import posix_username
+from tpucared_emulator.oslogin import posix_username
 from tpucared.runtime.startup import public_key_line
 
 pytestmark = pytest.mark.timeout(240)

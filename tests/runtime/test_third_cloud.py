@@ -34,8 +34,6 @@ from tpucared.config import Config, ConfigError, load_config
 from tpucared.config.apis import APIS, ApiRules
 from tpucared.core.model.abilities import CloudAbilities
 from tpucared.core.model.observed import ObservedNode, PreemptionRecord
-from tpucared.emulator import EmulatorServer
-from tpucared.emulator.hosts import SshWorkerHosts
 from tpucared.gcp import NoAuth
 from tpucared.ports.cloud import Cloud, TokenSource
 from tpucared.preflight import Status, run_checks
@@ -46,6 +44,8 @@ from tpucared.runtime.workload.launchers import guest_attribute_host_keys
 from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.store import Store
 from tpucared.store.migrate import upgrade_to_head
+from tpucared_emulator import EmulatorServer
+from tpucared_emulator.hosts import SshWorkerHosts
 
 pytestmark = pytest.mark.timeout(90)
 

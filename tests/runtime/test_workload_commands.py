@@ -31,7 +31,6 @@ from bench import daemon_config
 from tpucared.config import Config, DaemonConfig, GcpConfig
 from tpucared.core.vocab.policy import Policy
 from tpucared.core.workload.actions import LaunchWorkload
-from tpucared.emulator import EmulatorServer
 from tpucared.runtime.workload.by_hand import (
     CommandError,
     Where,
@@ -44,6 +43,7 @@ from tpucared.runtime.workload.by_hand import (
     parse_workers,
 )
 from tpucared.store import Snapshot
+from tpucared_emulator import EmulatorServer
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -24,10 +24,10 @@ from test_workload_jobs import FLEET, InProcess, eventually, inprocess
 
 from tpucared.core.workload.actions import LaunchWorkload
 from tpucared.core.workload.job_failures import JOB_RETRY
-from tpucared.emulator import EmulatorServer
 from tpucared.inspect.status import status_document, status_lines
 from tpucared.runtime.workload.executor import WorkloadExecutor
 from tpucared.runtime.workload.runner import WorkloadRunner
+from tpucared_emulator import EmulatorServer
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -35,8 +35,6 @@ from bench import daemon_config
 from tpucared.config import load_config
 from tpucared.core.vocab.actions import DeleteNode
 from tpucared.core.workload.actions import LaunchWorkload
-from tpucared.emulator import EmulatorServer
-from tpucared.emulator.hosts import SshWorkerHosts
 from tpucared.gcp import NoAuth
 from tpucared.gcp.tpu import TpuClient, TpuCloud
 from tpucared.ports.launcher import WorkerLost
@@ -49,6 +47,8 @@ from tpucared.runtime.workload.launchers import guest_attribute_host_keys
 from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.store import Store
 from tpucared.store.migrate import upgrade_to_head
+from tpucared_emulator import EmulatorServer
+from tpucared_emulator.hosts import SshWorkerHosts
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -49,8 +49,6 @@ from tpucared.core.vocab.actions import (
 from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.policy import Policy
 from tpucared.core.workload.planner import WorkloadPolicy
-from tpucared.emulator import EmulatorServer
-from tpucared.emulator.hosts import SshWorkerHosts
 from tpucared.gcp.auth import load_token_source
 from tpucared.gcp.errors import ApiError
 from tpucared.gcp.tpu import TpuClient, TpuCloud
@@ -66,6 +64,8 @@ from tpucared.runtime.workload.runner import WorkloadRunner
 from tpucared.ssh import ssh_keys_metadata_entry
 from tpucared.store import KEEP, Store, Tx
 from tpucared.store.migrate import upgrade_to_head
+from tpucared_emulator import EmulatorServer
+from tpucared_emulator.hosts import SshWorkerHosts
 
 PROJECT, ZONE, OWNER, USER = "wl-project", "us-central2-b", "tests", "tpucared"
 FLEET = "sweep"

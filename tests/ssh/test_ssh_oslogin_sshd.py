@@ -23,7 +23,6 @@ import pytest
 from ssh_sshd import OpenSshServer
 from ssh_targets import targets_of
 
-from tpucared.emulator import EmulatorServer
 from tpucared.gcp import NoAuth
 from tpucared.gcp.tpu import TpuClient
 from tpucared.gcp.tpu.oslogin import OsLoginClient
@@ -31,6 +30,7 @@ from tpucared.runtime.clock import SystemClock
 from tpucared.runtime.oslogin import OsLoginKeeper
 from tpucared.runtime.startup import public_key_line
 from tpucared.ssh import RetryPolicy, run_on_all
+from tpucared_emulator import EmulatorServer
 
 ACCOUNT = "trainer@oslogin-sshd.iam.gserviceaccount.com"
 ADDRESSES = ["127.88.3.1", "127.88.3.2"]

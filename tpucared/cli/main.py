@@ -1,9 +1,10 @@
 """The `tpucared` command line: parses arguments and hands each command to its layer.
 
 Every command's implementation lives with the layer it belongs to (the daemon in runtime/, the
-emulator in emulator/, database commands in store/); this module only parses, configures
-logging once, and maps failures to exit codes: 0 ok, 1 runtime failure, 2 bad usage or config
-or a database tpucared must not use (one line each, no traceback).
+emulator in its own distribution, emulator/tpucared_emulator/, database commands in store/);
+this module only parses, configures logging once, and maps failures to exit codes: 0 ok,
+1 runtime failure, 2 bad usage or config or a database tpucared must not use (one line each,
+no traceback).
 Imports are lazy so `tpucared --version` and read-only commands start fast.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -42,11 +44,21 @@ def _db_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+EMULATOR_MISSING = (
+    "the emulator is not installed: it is a distribution of its own (tpucared-emulator, the "
+    "emulator/ folder of tpucared's repository), which the daemon does not need; from a clone, "
+    "`pip install ./emulator` (`make demo` installs both)"
+)
+
+
 def _emulator_types() -> None:
-    """The emulator checks request bodies with Google's own types (the `emulator` extra): say
-    so in one line, not a traceback, where they are not installed (the daemon's image)."""
-    from tpucared.emulator import official_tpu
-    from tpucared.emulator.compute import official
+    """The emulator is its own distribution (emulator/), absent from the daemon's wheel and image,
+    and checks request bodies with Google's own types: say what is missing in one line, not a
+    traceback. Called before anything imports tpucared_emulator (the demo does at its top)."""
+    if importlib.util.find_spec("tpucared_emulator") is None:
+        raise UsageError(EMULATOR_MISSING)
+    from tpucared_emulator import official_tpu
+    from tpucared_emulator.compute import official
 
     try:
         official.require()
@@ -57,7 +69,7 @@ def _emulator_types() -> None:
 
 def _cmd_emulator(args: argparse.Namespace) -> int:
     _emulator_types()
-    from tpucared.emulator.server import main as emulator_main
+    from tpucared_emulator.server import main as emulator_main
 
     return emulator_main(args.passthrough_args)
 
@@ -175,9 +187,9 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--seed", type=int, default=1, help="which preemptions, and when (default 1)")
 
     def handler(args: argparse.Namespace) -> int:
+        _emulator_types()
         from tpucared.demo.run import DemoError, demo_command
 
-        _emulator_types()
         try:
             return demo_command(args)
         except DemoError as exc:
@@ -256,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     emulator = sub.add_parser(
         "emulator", help="the local TPU API emulator with simulated workers", add_help=False
     )
-    # The emulator parses its own options (tpucared.emulator.server.build_parser).
+    # The emulator parses its own options (tpucared_emulator.server.build_parser).
     emulator.set_defaults(handler=_cmd_emulator, passthrough=True)
     _add_run(sub)
     _add_plan(sub)

@@ -52,10 +52,10 @@ from tpucared.demo.presenter import (
     summarize,
 )
 from tpucared.demo.scenario import Injector, SlotKey, drive, schedule
-from tpucared.emulator import running_emulator
 from tpucared.logsetup import configure_logging
 from tpucared.runtime.startup import StartupError
 from tpucared.store import Store
+from tpucared_emulator import running_emulator
 
 REFRESH_S = 1.0
 RIPE_STEPS = 3  # steps a run makes before the scenario preempts it

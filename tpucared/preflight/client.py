@@ -7,7 +7,7 @@ every call is a GET, or a POST that Google documents as a read (`testIamPermissi
 Against Google each API has its own host; against an emulator (`gcp.endpoint` not Google's
 TPU API) every one of them is the emulator's own address, as gcp/compute/names.py
 `endpoint_for` does for Compute Engine (the emulator serves them all on one port,
-tpucared/emulator/preflight.py). The calls and their sources:
+emulator/tpucared_emulator/preflight.py). The calls and their sources:
 
 - Cloud Resource Manager v1 `projects.get` (`GET /v1/projects/{p}`: `lifecycleState`,
   `projectNumber`) and `projects.testIamPermissions` (`POST /v1/projects/{p}:

@@ -21,6 +21,7 @@ from datetime import timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.core.planning.executor_contract import apply_intent
 from tpucared.core.model.lifecycle import LIVE_PHASES
 from tpucared.core.model.observed import (
     ObservedNode,
@@ -40,7 +41,6 @@ from tpucared.core.model.specs import (
 )
 from tpucared.core.nodes.cloud import ABSENT
 from tpucared.core.nodes.incarnations import SERVING
-from tpucared.core.planning.executor_contract import apply_intent
 from tpucared.core.vocab.actions import Adopt, CreateNode, DeleteNode, RecordCloud, Transition
 from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.snapshot import PlainSnapshot

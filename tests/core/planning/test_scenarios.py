@@ -1,6 +1,6 @@
 """Whole stories over many ticks: the planner, the executor contract
-(core/planning/executor_contract.py) and a scripted cloud, with the clock moved by hand. Nothing
-sleeps; nothing does I/O.
+(tests/tests/core/planning/executor_contract.py) and a scripted cloud, with the clock moved by hand.
+Nothing sleeps; nothing does I/O.
 
 `Cloud` is the smallest cloud that answers creates and deletes the way the TPU API does
 (a create in a zone without capacity fails with CAPACITY; a node is READY one tick after
@@ -14,9 +14,9 @@ import itertools
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
+from tests.core.planning.executor_contract import apply_intent, record_outcome
 from tpucared.core.model.observed import ObservedNode, ZoneObservation
 from tpucared.core.model.specs import ErrorKind, FleetSpec
-from tpucared.core.planning.executor_contract import apply_intent, record_outcome
 from tpucared.core.planning.planner import plan
 from tpucared.core.vocab.actions import CreateNode, DeleteNode, Notice
 from tpucared.core.vocab.plan import Plan

@@ -21,7 +21,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
 from tpucared import ssh
-from tpucared.emulator import EmulatorServer, running_emulator
+from tpucared_emulator import EmulatorServer, running_emulator
 
 P, Z = "proof", "us-central1-c"
 MT = "tpu7x-standard-4t"

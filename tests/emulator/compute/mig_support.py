@@ -17,7 +17,7 @@ from emulator_http import Http
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
-from tpucared.emulator import EmulatorServer, running_emulator
+from tpucared_emulator import EmulatorServer, running_emulator
 
 R = "us-central1"
 MIGS = f"/compute/v1/projects/{P}/zones/{Z}/instanceGroupManagers"

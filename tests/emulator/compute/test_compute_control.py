@@ -11,8 +11,8 @@ import pytest
 from compute_support import CONTROL, MT, ZONE, P, Z, body, emulator_with, running, wait_status
 from emulator_http import Http
 
-from tpucared.emulator import EmulatorServer
-from tpucared.emulator.clock import ManualClock
+from tpucared_emulator import EmulatorServer
+from tpucared_emulator.clock import ManualClock
 
 OP = ZONE + "/operations"
 PREEMPTED = 'operationType="compute.instances.preempted"'

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tpucared.emulator.compute.errors import ComputeError
-from tpucared.emulator.compute.filters import parse
+from tpucared_emulator.compute.errors import ComputeError
+from tpucared_emulator.compute.filters import parse
 
 LINK = "https://www.googleapis.com/compute/v1/projects/p/zones/z/instances/iron-0"
 VM: dict[str, Any] = {

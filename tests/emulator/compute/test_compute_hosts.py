@@ -14,7 +14,6 @@ from compute_support import CONTROL, FAST_RETRY, METADATA, USER, ZONE, running, 
 from emulator_http import Http
 
 from bench.common import free_port
-from tpucared.emulator import EmulatorServer
 from tpucared.ssh import (
     RetryPolicy,
     Target,
@@ -23,6 +22,7 @@ from tpucared.ssh import (
     run_on_all,
     ssh_keys_metadata_entry,
 )
+from tpucared_emulator import EmulatorServer
 
 
 @pytest.fixture(scope="module")

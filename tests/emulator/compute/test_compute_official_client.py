@@ -14,7 +14,7 @@ from emulator_http import Http
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
-from tpucared.emulator import EmulatorServer
+from tpucared_emulator import EmulatorServer
 
 API = "https://www.googleapis.com/compute/v1"
 

@@ -21,7 +21,7 @@ from emulator_http import Http
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
-from tpucared.emulator import EmulatorServer, running_emulator
+from tpucared_emulator import EmulatorServer, running_emulator
 
 OP = f"{ZONE}/operations"
 CAPACITY = "/_emulator/v1/capacity"

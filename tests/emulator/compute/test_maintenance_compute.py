@@ -15,8 +15,8 @@ import pytest
 from compute_support import CONTROL, ZONE, P, Z, body, emulator_with, running, wait_status
 from emulator_http import Http
 
-from tpucared.emulator import EmulatorServer
-from tpucared.emulator.hosts.metadata import MAINTENANCE_EVENT, MetadataServer
+from tpucared_emulator import EmulatorServer
+from tpucared_emulator.hosts.metadata import MAINTENANCE_EVENT, MetadataServer
 
 OPS = ZONE + "/operations"
 TERMINATE_OP = "compute.instances.terminateOnHostMaintenance"

@@ -16,10 +16,10 @@ from compute_support import CONTROL, ZONE, running
 from emulator_http import Http
 from official_answers_support import tpu_problems
 
-from tpucared.emulator import EmulatorServer
-from tpucared.emulator.compute import official
-from tpucared.emulator.hosts.metadata import UPCOMING_MAINTENANCE, MetadataServer
-from tpucared.emulator.maintenance import NONE_BODY
+from tpucared_emulator import EmulatorServer
+from tpucared_emulator.compute import official
+from tpucared_emulator.hosts.metadata import UPCOMING_MAINTENANCE, MetadataServer
+from tpucared_emulator.maintenance import NONE_BODY
 
 TP, TZ = "ctl", "us-central2-b"
 NODES = f"/v2/projects/{TP}/locations/{TZ}/nodes"

@@ -31,7 +31,7 @@ from mig_support import (
     until,
 )
 
-from tpucared.emulator.server import build_parser
+from tpucared_emulator.server import build_parser
 
 CONTROL = f"/_emulator/v1/projects/{P}/zones/{Z}/instances"
 

@@ -30,8 +30,8 @@ from mig_support import (
     until,
 )
 
-from tpucared.emulator.clock import ManualClock
-from tpucared.emulator.projects import project_number
+from tpucared_emulator.clock import ManualClock
+from tpucared_emulator.projects import project_number
 
 API = "https://www.googleapis.com/compute/v1"
 GROUP = f"projects/{P}/zones/{Z}/instanceGroupManagers/iron-0"

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from hosts_support import Cloud, cloud_of, hosts_options
 
-from tpucared.emulator import EmulatorServer
+from tpucared_emulator import EmulatorServer
 
 
 @pytest.fixture(scope="module")

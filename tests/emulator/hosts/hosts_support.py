@@ -18,8 +18,6 @@ from emulator_http import Http
 from proc_support import alive, group_members, listening  # noqa: F401 (theirs too)
 
 from bench.common import free_port
-from tpucared.emulator import EmulatorServer
-from tpucared.emulator.hosts import SshWorkerHosts
 from tpucared.launch import (
     LaunchState,
     ProbeResult,
@@ -38,6 +36,8 @@ from tpucared.ssh import (
     sh_command,
     ssh_keys_metadata_entry,
 )
+from tpucared_emulator import EmulatorServer
+from tpucared_emulator.hosts import SshWorkerHosts
 
 P, Z = "hosts", "us-central2-b"
 NODES = f"/v2/projects/{P}/locations/{Z}/nodes"

@@ -30,8 +30,6 @@ from hosts_support import (
 )
 
 from bench.common import free_port
-from tpucared.emulator import running_emulator
-from tpucared.emulator.hosts import TAG_HOSTS, find_tagged
 from tpucared.launch import (
     CleanupState,
     RunState,
@@ -49,6 +47,8 @@ from tpucared.ssh import (
     ssh_keys_metadata_entry,
     upload,
 )
+from tpucared_emulator import running_emulator
+from tpucared_emulator.hosts import TAG_HOSTS, find_tagged
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,8 @@ import pytest
 from hosts_support import NODES, Cloud, eventually, hosts_options
 from proc_support import listening
 
-from tpucared.emulator.hosts.metadata import MAINTENANCE_EVENT
 from tpucared.launch import RunState
+from tpucared_emulator.hosts.metadata import MAINTENANCE_EVENT
 
 HEADERS = {"Metadata-Flavor": "Google"}
 

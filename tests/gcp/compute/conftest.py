@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from tpucared.emulator import EmulatorServer
 from tpucared.gcp import NoAuth
 from tpucared.gcp.compute import ComputeClient, ComputeCloud
+from tpucared_emulator import EmulatorServer
 
 from .support import OWNER, Control
 
