@@ -27,6 +27,26 @@ def test_unknown_arguments_are_a_usage_error() -> None:
     assert "invalid choice: 'emulator-typo'" in out.stderr
 
 
+# The daemon's install without the emulator (its own distribution, emulator/): a None in
+# sys.modules makes `import tpucared_emulator` fail as it does where it is not installed.
+WITHOUT_EMULATOR = (
+    "import sys; sys.modules['tpucared_emulator'] = None; "
+    "from tpucared.cli.main import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def test_emulator_and_demo_say_how_to_install_the_emulator_where_it_is_missing() -> None:
+    for command in (["emulator", "--port", "0"], ["demo", "--duration", "1"]):
+        out = subprocess.run(
+            [sys.executable, "-c", WITHOUT_EMULATOR, *command],
+            capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        assert out.returncode == 2, out.stderr
+        assert "the emulator is not installed" in out.stderr
+        assert "pip install ./emulator" in out.stderr
+        assert "Traceback" not in out.stderr
+
+
 def test_emulator_options_reach_the_emulator_and_sigterm_stops_it() -> None:
     port = free_port()
     proc = subprocess.Popen(

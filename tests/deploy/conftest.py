@@ -16,9 +16,10 @@ def image() -> str:
 
 @pytest.fixture(scope="session")
 def emulator_image(image: str) -> str:
-    """The same Dockerfile with the `emulator` extra (Google's API types, which the emulator
-    checks every request body with): the emulator's container runs it; the daemon's runs the
-    product image, which has no extra. Built after `image`, so only its last layer differs."""
+    """The same Dockerfile with the `emulator` extra (the emulator's own wheel, emulator/, and
+    Google's API types it checks every request body with): the emulator's container runs it;
+    the daemon's runs the product image, which has no emulator. Built after `image`, so only
+    its last layer differs."""
     seconds = build(EMULATOR_IMAGE, "--build-arg", "EXTRAS=emulator")
     print(f"emulator image built in {seconds:.1f} s")
     return EMULATOR_IMAGE

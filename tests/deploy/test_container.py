@@ -1,8 +1,8 @@
 """The container, built and run by a real engine (podman), the way deploy/README.md says.
 
 `deploy/image.sh` (what `make image` runs) builds the repository's Dockerfile; the image then
-runs the emulator in one container (the image with the `emulator` extra: Google's API types,
-which the emulator checks request bodies with; the product image has none) and the daemon in
+runs the emulator in one container (the image with the `emulator` extra: the emulator's own
+wheel, emulator/, with Google's API types; the product image has neither) and the daemon in
 another that joins its network namespace (loopback only: no host port, so the HEALTHCHECK's
 fixed 9464 collides with nothing),
 with the config mounted read-only and the state on a named volume. Checked: nodes created,
@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 from container_support import REPO, RUN, STOP_TIMEOUT, build, podman, podman_names, wait
+
+from tpucared.cli.main import EMULATOR_MISSING
 
 MAX_IMAGE_BYTES = 450_000_000  # 378 MB on the local Debian base (248 MB of it the base)
 EMULATOR = "http://127.0.0.1:8471"
@@ -269,15 +271,13 @@ def test_deploy_readme_builds_and_runs_the_image_as_the_tests_do() -> None:
     assert "build_args=(--isolation chroot --network host --format docker" in script
 
 
-def test_the_product_image_says_the_emulator_needs_its_extra(image: str) -> None:
-    """The daemon's image has none of Google's API types; `tpucared emulator` there says, in
-    one line, which extra it needs (the emulator checks every request body with them)."""
+def test_the_product_image_says_the_emulator_is_not_installed(image: str) -> None:
+    """The daemon's image has no emulator (its own distribution, emulator/, installed only in
+    the emulator's image); `tpucared emulator` there says so, and how to install it, in one
+    line."""
     out = podman("run", "--rm", "--network", "none", *RUN, image, "emulator", "--no-ssh-hosts",
                  check=False)  # fmt: skip
     assert out.returncode == 2, out.stdout + out.stderr
     lines = [line for line in out.stderr.splitlines() if line.startswith("tpucared")]
-    assert lines == [
-        "tpucared: the emulator checks request bodies with Google's own types: install them "
-        "with pip install 'tpucared[emulator]' (google-cloud-compute, google-cloud-tpu)"
-    ], out.stderr
+    assert lines == [f"tpucared: {EMULATOR_MISSING}"], out.stderr
     assert "Traceback" not in out.stderr

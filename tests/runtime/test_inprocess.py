@@ -1,5 +1,5 @@
 """The daemon's parts in this process, against the emulator and a real SQLite file, one tick at a
-time: the executor records exactly what tests/tests/core/planning/executor_contract.py's `apply_intent`
+time: the executor records exactly what tests/core/planning/executor_contract.py's `apply_intent`
 says and before any cloud call; nodes found with our labels are adopted, never recreated; the
 operation watcher records a create's fate as a fact, only on the phase it belongs to; calls cut
 short by a stop get their outcome recorded at the next start."""

@@ -1,5 +1,5 @@
 """Whole stories over many ticks: the planner, the executor contract
-(tests/tests/core/planning/executor_contract.py) and a scripted cloud, with the clock moved by hand.
+(tests/core/planning/executor_contract.py) and a scripted cloud, with the clock moved by hand.
 Nothing sleeps; nothing does I/O.
 
 `Cloud` is the smallest cloud that answers creates and deletes the way the TPU API does

@@ -11,10 +11,11 @@ sub-planner (`core/workload/`), which never import this package: the words they 
                        the previous lists instead of listing again.
 - `zone_health`        whether each zone can be listed: when `zone.unreachable` is told,
                        which fleets /healthz reports.
-- `executor_contract`  the record-level effect of a plan as a pure function: the executor's
-                       contract, executable (the tests check the real executor against it).
 - `drift`              nodes made otherwise than their fleet's spec asks now.
 - `stockout`           which slots wait for capacity: the rule of `status` and of the
                        stockout news.
 - `down`               when `tpucared down` is done: the rule its loop stops on.
+
+The executor's contract as a pure function (the record-level effect of a plan) is a test
+oracle: tests/core/planning/executor_contract.py.
 """

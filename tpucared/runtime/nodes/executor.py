@@ -31,9 +31,9 @@ The execution is bounded: once its budget has passed (the daemon gives it the po
 "postponed: the tick's budget"), but for the plan's creates: the rule and its reasons are
 core/planning/budget.py `budget_cut`.
 
-tests/tests/core/planning/executor_contract.py `apply_intent` is the same contract as a pure function; the
-runtime tests compare the two. Every action gets one canonical log line: what, why, and how it
-ended.
+tests/core/planning/executor_contract.py `apply_intent` is the same contract as a pure function;
+the runtime tests compare the two. Every action gets one canonical log line: what, why, and how
+it ended.
 """
 
 from __future__ import annotations
