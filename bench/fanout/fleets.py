@@ -32,7 +32,8 @@ SSHD = "/usr/sbin/sshd"
 # sshd refuses more ListenAddress sockets than this (MAX_LISTEN_SOCKS in OpenSSH's sshd.c).
 SSHD_MAX_LISTEN = 16
 # Loopback block of the sshd fleet: 127.66.<i // 250>.<i % 250 + 1>; the emulator allocates
-# from 127.1.0.1 up, the test suites use 127.88.x.y.
+# from a random point of 127.1-127.63 (emulator/tpucared_emulator/workers.py), the test suites
+# use 127.88.x.y.
 SSHD_BLOCK = "127.66"
 EMULATOR_PROJECT, EMULATOR_ZONE = "bench", "us-central2-b"
 EMULATOR_USER = "bench"

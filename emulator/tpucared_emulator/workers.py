@@ -11,6 +11,8 @@ The hook that brings the workers' simulated hosts up and down is `host_hook.py`'
 
 from __future__ import annotations
 
+import secrets
+
 import asyncssh
 
 TPU_RUNTIME_PORT = 8470  # NetworkEndpoint.port is the TPU runtime port, not SSH
@@ -51,15 +53,19 @@ class Worker:
 
 
 class LoopbackAllocator:
-    """Hands out 127.x.y.z addresses (x >= 1, z in 1..254), never two live ones alike.
+    """Hands out 127.x.y.z addresses (x in 1..63, z in 1..254), never two live ones alike.
 
     Addresses are handed out round-robin rather than lowest-free-first so a recreated node gets
-    new addresses, as on GCP; stale clients talking to an old address then fail loudly."""
+    new addresses, as on GCP; stale clients talking to an old address then fail loudly. The
+    round starts at a random point, so two emulators on one machine (two test processes, a
+    demo beside a test run) do not both give their first worker 127.1.0.1 and fight over its
+    SSH port. x stays below 64: the test suites' own sshd servers use 127.88/16 and the fan-out
+    benchmark's 127.66/16."""
 
-    _SPAN = 254 * 256 * 254  # x in 1..254, y in 0..255, z in 1..254
+    _SPAN = 63 * 256 * 254  # x in 1..63, y in 0..255, z in 1..254
 
-    def __init__(self) -> None:
-        self._next = 0
+    def __init__(self, first: int | None = None) -> None:
+        self._next = secrets.randbelow(self._SPAN) if first is None else first % self._SPAN
         self._in_use: set[str] = set()
 
     def _address(self, n: int) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -115,8 +116,9 @@ async def test_a_worker_that_cannot_bind_fails_the_start_but_not_its_peers(tmp_p
     spec = {"metadata": {"ssh-keys": ssh_keys_metadata_entry("u", KEY)}}
     node = state.spawn_node("p", "us-central2-b", "n", spec, parse_accelerator_type("v4-16"))
     hosts = SshWorkerHosts(tmp_path, port=port)
+    taken = re.escape(node.workers[1].ip)
     with _listen(node.workers[1].ip, port):
-        with pytest.raises(HostStartError, match=r"1 of 2 workers .*127\.1\.0\.2"):
+        with pytest.raises(HostStartError, match=rf"1 of 2 workers .*{taken}"):
             await hosts.start(node)
         assert hosts.running(node)  # registered anyway, so stop() cleans up
         targets = [Target(worker=w.index, host=w.ip, port=port, user="u") for w in node.workers]
