@@ -2,9 +2,9 @@
 
 `FakeCloud` is a plain object keeping nodes in a dict, with state names and a state table of
 its own (no HTTP, no TPU API anywhere: the daemon's map holds only it, under api "fake"). Its
-nodes' workers are the emulator's simulated SSH hosts (emulator/tpucared_emulator/hosts), started when
-a node comes up and stopped when it is preempted or deleted, so the real workload runner
-launches over real SSH. The real daemon (`Daemon.run`, its loop, planner, executor, cloud
+nodes' workers are the emulator's simulated SSH hosts (emulator/tpucared_emulator/hosts),
+started when a node comes up and stopped when it is preempted or deleted, so the real workload
+runner launches over real SSH. The real daemon (`Daemon.run`, its loop, planner, executor, cloud
 calls, operation watcher and workload jobs) creates the slot's node, launches the workload,
 sees the node PREEMPTED, deletes it, creates it again and relaunches with the next
 TPUCARED_ATTEMPT.
@@ -28,12 +28,12 @@ from tpucared.config import load_config
 from tpucared.core.model.abilities import NO_ABILITIES
 from tpucared.core.model.observed import ObservedNode, StateClass, WorkerEndpoint, ZoneObservation
 from tpucared.core.model.specs import ErrorKind
+from tpucared.ports.cloud import CloudError, NodeShape, OperationState, PublishedHostKeys
+from tpucared.runtime.daemon import Daemon
 from tpucared_emulator.hosts import SshWorkerHosts
 from tpucared_emulator.resources import Node
 from tpucared_emulator.topology import parse_accelerator_type
 from tpucared_emulator.workers import LoopbackAllocator, Worker
-from tpucared.ports.cloud import CloudError, NodeShape, OperationState, PublishedHostKeys
-from tpucared.runtime.daemon import Daemon
 
 pytestmark = pytest.mark.timeout(90)
 

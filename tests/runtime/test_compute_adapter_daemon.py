@@ -23,11 +23,11 @@ from runtime_support import PROJECT, ZONE, hosts_emulator_options, query, wait_f
 from workload_harness import daemon_in_process, ssh_hosts
 
 from tpucared.config import load_config
-from tpucared_emulator import EmulatorServer
 from tpucared.gcp import NoAuth
 from tpucared.gcp.compute import ComputeClient, ComputeCloud
 from tpucared.gcp.tpu import TpuClient, TpuCloud
 from tpucared.runtime.daemon import Daemon
+from tpucared_emulator import EmulatorServer
 
 pytestmark = pytest.mark.timeout(120)
 

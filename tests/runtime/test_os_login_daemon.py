@@ -17,8 +17,8 @@ import asyncssh
 import pytest
 from runtime_support import OWNER, PROJECT, SLOW, Rig, hosts_emulator_options, wait_for
 
-from tpucared_emulator.oslogin import posix_username
 from tpucared.runtime.startup import public_key_line
+from tpucared_emulator.oslogin import posix_username
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -41,7 +41,6 @@ from tpucared.core.vocab.actions import DeleteNode, Notice
 from tpucared.core.workload.actions import CHARGED_OUTCOMES, FinishAttempt, LaunchWorkload
 from tpucared.core.workload.inputs import WorkerState
 from tpucared.store.write_workloads import FAILURE_OUTCOMES
-from tpucared_emulator import EmulatorServer
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -34,7 +34,6 @@ from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload
 from tpucared.ports.launcher import CleanupResult, HealthCheck, Launcher, Place, Reply, Run
 from tpucared.runtime.workload.launchers import ssh_launcher
 from tpucared.runtime.workload.runner import WorkloadRunner
-from tpucared_emulator import EmulatorServer
 
 pytestmark = pytest.mark.timeout(60)
 
