@@ -46,7 +46,7 @@ PACKAGE_OF = {
     "mount": "mount",  # a small tmpfs that fills up (tests/runtime/test_database_outage.py)
     "umount": "mount",
     "dd": "coreutils",
-    "chromium": "chromium",  # the page's browser test (tests/runtime/test_page_browser.py)
+    "chromium": "chromium",  # the page's browser test (tests/runtime/page/test_page_browser.py)
     "chromedriver": "chromium-driver",
 }
 

@@ -21,7 +21,7 @@ import pytest
 from bench import common, fanout
 from bench import run as harness
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 

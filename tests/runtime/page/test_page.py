@@ -31,7 +31,7 @@ from tpucared.runtime.telemetry.metrics import DaemonMetrics
 from tpucared.runtime.telemetry.server import Health, HttpServer, start_http, store_status
 from tpucared.store import Store
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SLOTS = 10_000
 TOKEN = "s3cret-token-for-tests"
 HOSTILE = '<img src=x onerror="alert(1)"><b>bold</b>'

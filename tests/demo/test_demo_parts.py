@@ -1,6 +1,6 @@
 """The demo's parts, each alone and fast: the story's schedule, the example config pointed at
 the demo's own places, the toy workload's checkpoints and resume, what the summary says, and
-the scenario's calls against a real emulator (tests/test_demo.py runs the whole demo)."""
+the scenario's calls against a real emulator (tests/demo/test_demo.py runs the whole demo)."""
 
 from __future__ import annotations
 

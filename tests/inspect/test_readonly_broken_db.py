@@ -1,7 +1,7 @@
 """Every command that only reads the database (`status`, `events`, `logs`, `exec`, `cp`) on one
 it must not read: one line on stderr, exit 2, no traceback, and the database file's bytes as
 they were (a missing one is not created). Besides the files refused before reading
-(tests/test_inspect_broken_db.py), a corrupt page that only a read of its table meets: the
+(tests/inspect/test_inspect_broken_db.py), a corrupt page that only a read of its table meets: the
 check skips `quick_check` to stay quick, so the read itself must say it in one line.
 
 `logs`, `exec` and `cp` take the config (for the SSH key); they stop at the database, before
@@ -22,7 +22,7 @@ from test_inspect_broken_db import _cli as broken_cli
 
 from bench import daemon_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _corrupt_events_page(path: Path) -> None:

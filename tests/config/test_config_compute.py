@@ -404,7 +404,7 @@ def test_bad_compute_config(tmp_path: Path, text: str, expected: list[str]) -> N
 def test_the_gce_example_s_issue_28_fleets_load(tmp_path: Path) -> None:
     """deploy/examples/gce.toml's commented multi-host and flex-start fleets, uncommented
     with the guard widened as their comment says, load as they claim."""
-    example = Path(__file__).parent.parent / "deploy" / "examples" / "gce.toml"
+    example = Path(__file__).parents[2] / "deploy" / "examples" / "gce.toml"
     head, _, tail = example.read_text().partition("# Issue 28, commented out")
     # Only the commented TOML lines (tables, keys), not the prose around them.
     fleets = "\n".join(

@@ -18,7 +18,7 @@ import yaml
 
 from tpucared.runtime.telemetry.metrics import DaemonMetrics
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "tpucared-alerts.yml"
 RULE_TESTS = ROOT / "deploy" / "prometheus" / "tpucared-alerts.test.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "tpucared-dashboard.json"

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+DOCS = Path(__file__).resolve().parents[3] / "docs"
 HOSTILE = '<img src=x onerror="window.__pwned=1"><b>bold</b> & more'
 
 

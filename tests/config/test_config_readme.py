@@ -11,7 +11,7 @@ import pytest
 
 from tpucared.config.schema import DaemonTable, GcpTable, Table
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 ROW = re.compile(r"^\| `([a-z_]+)\.([a-z_]+)` \|", re.M)
 
 

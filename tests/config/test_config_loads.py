@@ -13,7 +13,7 @@ from tpucared.config import ENV_VAR, ConfigError, load_config, resolve_config_pa
 from tpucared.core.model.specs import CapacityKind, OnSuccess, Provisioning, RestartPolicy
 from tpucared.core.vocab.policy import Policy
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "deploy" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 
 
 @pytest.mark.parametrize("name", ["emulator.toml", "gce.toml", "standby/standby.toml"])

@@ -13,7 +13,7 @@ import pytest
 
 from tpucared.store.migrate import head_revision, upgrade
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _ours(path: Path) -> None:
