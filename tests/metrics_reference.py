@@ -1,9 +1,9 @@
-"""The per-tick metrics refresh as it was before it became incremental (tpucared 1bf0e9a), kept
-as the oracle of tests/runtime/telemetry/test_metrics_refresh.py: a full refresh that rewrites every series of
-`set_nodes` through `prometheus_client` families every tick, fed by the goodput tracker of the
-time (each interval's float seconds added to each slot's counters). Copied (less the tracker's
-parse cache, which changes no figure), not imported, so that a change to the daemon's code
-cannot change the reference with it."""
+"""The per-tick metrics refresh as it was before it became incremental (tpucared 1bf0e9a), kept as
+the oracle of tests/runtime/telemetry/test_metrics_refresh.py: a full refresh that rewrites
+every series of `set_nodes` through `prometheus_client` families every tick, fed by the goodput
+tracker of the time (each interval's float seconds added to each slot's counters). Copied (less
+the tracker's parse cache, which changes no figure), not imported, so that a change to the
+daemon's code cannot change the reference with it."""
 
 from __future__ import annotations
 

@@ -8,11 +8,13 @@ pyproject.toml and tests/core/test_purity.py enforce it. The rooms, in the order
 - `model/`     the values every layer shares: specs (what the user asked for), observations
                (what the cloud lists), records (what the store remembers) and their phase
                table, durations, backoff, the adapters' retry rule.
-- `vocab/`     the words the planners share: the read-only view and snapshot, the action
-               types and the executor's contract for each, the plan, the planner's tunables
-               and stuck timeouts.
+- `vocab/`     the words the planners share: the snapshot, the action types and the
+               executor's contract for each, the plan, the planner's tunables and stuck
+               timeouts.
+- `view.py`    the read-only indexes over one tick's specs, records and observations
+               (`View`), which every sub-planner reads.
 - `planning/`  one tick's plan: the entry points `planner.plan` (nodes) and `tick.plan_tick`
-               (nodes, then workloads), the executor's contract as a pure function.
+               (nodes, then workloads), the execution budget's cut, zone health.
 - `nodes/`     node decisions: what a cloud state means, one incarnation's next step (a
                preempted node's delete is decided in `nodes/incarnations.py`), strays, slots
                and their create backoff.

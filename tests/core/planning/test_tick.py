@@ -27,10 +27,10 @@ from tpucared.core.model.specs import OnSuccess, WorkloadSpec
 from tpucared.core.planning import planner
 from tpucared.core.planning.planner import NodesOutcome
 from tpucared.core.planning.tick import nodes_outcome, plan_tick
+from tpucared.core.view import View
 from tpucared.core.vocab.actions import Action, DeleteNode, Notice, Transition
 from tpucared.core.vocab.plan import Plan
 from tpucared.core.vocab.policy import Policy
-from tpucared.core.vocab.view import View
 from tpucared.core.workload.actions import FinishAttempt, LaunchWorkload, MarkSlotDone
 from tpucared.core.workload.inputs import SlotProbe, WorkerProbe, WorkloadSnapshot
 from tpucared.gcp.tpu.states import NodeState

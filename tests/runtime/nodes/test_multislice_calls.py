@@ -3,9 +3,9 @@
 Its slices share one queued resource, so every slice's delete is that queued resource's
 forced delete. While one is in flight the others wait (`CloudCalls.name_busy`): a second
 delete sent meanwhile met 409 CONFLICT, was retried after the slot's new queued resource (same
-name) had been queued, and deleted it (found by tests/runtime/workload/test_multislice_daemon.py under
-load). Here every queued resource delete takes a second, so the second slice's delete always
-meets the first in flight.
+name) had been queued, and deleted it (found by
+tests/runtime/workload/test_multislice_daemon.py under load). Here every queued resource delete
+takes a second, so the second slice's delete always meets the first in flight.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Each cloud adapter (tpucared/gcp/tpu/cloud.py, tpucared/gcp/compute/cloud.py, a test's own)
 holds one `CloudAbilities` (`Cloud.abilities`, ports/cloud.py); the runtime's observer stamps
 it on every list that cloud answers (`ZoneObservation.abilities`), so it reaches the planner
-with the observations (core/vocab/view.py `View.abilities`, by the API that listed a node).
+with the observations (core/view.py `View.abilities`, by the API that listed a node).
 A rule that depends on the cloud asks "can this cloud ...", e.g. core/nodes/preemption.py:
 "does it keep records of preemptions its node states do not show, and what are they called".
 The defaults are a cloud that can do none of the optional things.

@@ -20,8 +20,8 @@ from datetime import timedelta
 from tpucared.core.model.backoff import delay, jitter
 from tpucared.core.model.records import IncarnationRecord
 from tpucared.core.model.specs import ErrorKind
+from tpucared.core.view import View
 from tpucared.core.vocab.actions import SlotUpdate
-from tpucared.core.vocab.view import View
 
 
 def _zones(view: View, inc: IncarnationRecord) -> tuple[str, ...]:

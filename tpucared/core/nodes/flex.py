@@ -17,8 +17,8 @@ from datetime import datetime, timedelta
 
 from tpucared.core.model.records import IncarnationRecord
 from tpucared.core.model.specs import FleetSpec
+from tpucared.core.view import View
 from tpucared.core.vocab.actions import SlotUpdate
-from tpucared.core.vocab.view import View
 
 # The end reason (and the store's event `node.run_ended`) of a flex-start run's end.
 RUN_ENDED = "run ended"

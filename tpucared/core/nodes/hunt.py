@@ -32,8 +32,8 @@ from datetime import datetime
 from tpucared.core.model.lifecycle import PENDING_PHASES
 from tpucared.core.model.records import NodePhase, SlotRecord
 from tpucared.core.model.specs import FleetSpec, Provisioning
+from tpucared.core.view import View
 from tpucared.core.vocab.snapshot import NodeKey
-from tpucared.core.vocab.view import View
 
 
 @dataclass

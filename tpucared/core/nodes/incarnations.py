@@ -1,7 +1,7 @@
 """The node sub-planner: one live incarnation, what the lists show of it -> its next steps.
 
 For each incarnation in a LIVE phase of a managed fleet, `plan_incarnation` reads the
-incarnation's `Sighting` (core/vocab/view.py) and its recorded call outcome (`error`,
+incarnation's `Sighting` (core/view.py) and its recorded call outcome (`error`,
 `operation`) and returns the actions that move it along its lifecycle (core/model/lifecycle.py),
 plus the phase it will be in once they are applied. Rules, by phase:
 
@@ -56,10 +56,10 @@ from tpucared.core.nodes.step import (
     stuck_reason,
     with_retry,
 )
+from tpucared.core.view import Sighting, View
 from tpucared.core.vocab.actions import Action, CloudFacts, Severity
 from tpucared.core.vocab.policy import DEFECT_NOTICE_AFTER
 from tpucared.core.vocab.stuck import QUEUED_RULE
-from tpucared.core.vocab.view import Sighting, View
 
 P = NodePhase
 K = StateClass

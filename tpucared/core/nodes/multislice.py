@@ -28,9 +28,9 @@ from datetime import datetime, timedelta
 from tpucared.core.model.lifecycle import SERVING_PHASES
 from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import FleetSpec, Provisioning
+from tpucared.core.view import View
 from tpucared.core.vocab.actions import Action, DeleteNode, HoldSlices, Transition
 from tpucared.core.vocab.plan import Hold
-from tpucared.core.vocab.view import View
 
 P = NodePhase
 RELEASED = "released: multislice hold"

@@ -56,8 +56,8 @@ from tpucared.core.model.records import IncarnationRecord, NodePhase
 from tpucared.core.model.specs import CapacityKind, FleetSpec
 from tpucared.core.nodes import flex
 from tpucared.core.nodes.cloud import ABSENT
+from tpucared.core.view import View
 from tpucared.core.vocab.actions import Loss
-from tpucared.core.vocab.view import View
 
 P = NodePhase
 

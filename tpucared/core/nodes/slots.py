@@ -56,6 +56,7 @@ from tpucared.core.model.specs import (
 )
 from tpucared.core.nodes.create_rate import NO_CREATES_SENT, CreateRate, CreatesSent
 from tpucared.core.nodes.hunt import ZoneHunt
+from tpucared.core.view import View
 from tpucared.core.vocab.actions import (
     Action,
     CreateNode,
@@ -66,7 +67,6 @@ from tpucared.core.vocab.actions import (
 )
 from tpucared.core.vocab.plan import Hold
 from tpucared.core.vocab.snapshot import NodeKey
-from tpucared.core.vocab.view import View
 
 # What a create or delete call reaches: (project, zone, its queued resource or else its node).
 CallTarget = tuple[str, str, str]

@@ -25,6 +25,7 @@ from tpucared.core.nodes import flex
 from tpucared.core.nodes.cloud import ABSENT, is_unhealthy, queued_pseudo_state
 from tpucared.core.nodes.losses import in_window, seen_cause
 from tpucared.core.nodes.preemption import loss_of, record_of, worded
+from tpucared.core.view import Sighting, View
 from tpucared.core.vocab.actions import (
     Action,
     CloudFacts,
@@ -37,7 +38,6 @@ from tpucared.core.vocab.actions import (
     Transition,
 )
 from tpucared.core.vocab.policy import HARD_ERRORS
-from tpucared.core.vocab.view import Sighting, View
 
 P = NodePhase
 PENDING = PENDING_PHASES

@@ -33,9 +33,9 @@ from tpucared.core.nodes.cloud import (
     queued_pseudo_state,
     unrecognized_notice,
 )
+from tpucared.core.view import Resource, View, slice_of, slot_of
 from tpucared.core.vocab.actions import Action, Adopt, CloudFacts, Notice, Severity
 from tpucared.core.vocab.snapshot import NodeKey
-from tpucared.core.vocab.view import Resource, View, slice_of, slot_of
 
 P = NodePhase
 SERVING = SERVING_PHASES

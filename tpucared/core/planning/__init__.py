@@ -2,7 +2,8 @@
 
 The top of the core: it composes the node sub-planners (`core/nodes/`) and the workload
 sub-planner (`core/workload/`), which never import this package: the words they share
-(snapshot, view, policy, actions, plan) are `core/vocab/`'s.
+(snapshot, policy, actions, plan) are `core/vocab/`'s, the tick's read-only view
+`core/view.py`.
 
 - `planner`            `plan`: the node planner's entry point (slots, incarnations, strays).
 - `tick`               `plan_tick`: what the daemon calls each tick; the node plan, then the
@@ -15,6 +16,8 @@ sub-planner (`core/workload/`), which never import this package: the words they 
 - `stockout`           which slots wait for capacity: the rule of `status` and of the
                        stockout news.
 - `down`               when `tpucared down` is done: the rule its loop stops on.
+- `budget`             where a plan's execution stops when its time budget runs out (the
+                       creates still run).
 
 The executor's contract as a pure function (the record-level effect of a plan) is a test
 oracle: tests/core/planning/executor_contract.py.

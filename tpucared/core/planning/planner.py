@@ -5,7 +5,7 @@ every zone (one paginated list per project and zone) and loading the store snaps
 executes the returned actions in order (core/vocab/actions.py has the executor's contract).
 `tpucared plan` calls it too and prints `Plan.render()`, changing nothing.
 
-It composes sub-planners over one shared `View` (core/vocab/view.py), each seeing what the
+It composes sub-planners over one shared `View` (core/view.py), each seeing what the
 previous ones decided:
 1. core/nodes/slots.py `fleet_records`: fleet and slot records for the config;
 2. core/nodes/incarnations.py: each live incarnation of a managed fleet along its lifecycle;
@@ -46,6 +46,7 @@ from tpucared.core.nodes.slots import (
 )
 from tpucared.core.nodes.strays import plan_strays
 from tpucared.core.planning import drift
+from tpucared.core.view import View
 from tpucared.core.vocab.actions import (
     Action,
     Adopt,
@@ -57,7 +58,6 @@ from tpucared.core.vocab.actions import (
 from tpucared.core.vocab.plan import Hold, Plan
 from tpucared.core.vocab.policy import HARD_ERRORS, Policy
 from tpucared.core.vocab.snapshot import NodeKey, PlannerSnapshot
-from tpucared.core.vocab.view import View
 
 P = NodePhase
 NO_OPTIONS = NodeOptions()

@@ -25,11 +25,11 @@ from tpucared.core.nodes import multislice
 from tpucared.core.nodes.create_rate import NO_CREATES_SENT, CreatesSent
 from tpucared.core.nodes.slots import NO_DELETES, DeletesInFlight
 from tpucared.core.planning.planner import NodesOutcome, plan_view
+from tpucared.core.view import View
 from tpucared.core.vocab.actions import Action, Adopt, DeleteNode, Notice, Transition
 from tpucared.core.vocab.plan import Hold, Plan
 from tpucared.core.vocab.policy import Policy
 from tpucared.core.vocab.snapshot import SlotKey
-from tpucared.core.vocab.view import View
 from tpucared.core.workload.gang import Gang
 from tpucared.core.workload.inputs import SlotProbe, TickSnapshot, WorkloadRecords
 from tpucared.core.workload.planner import SlotPlan, plan_slot

@@ -6,7 +6,6 @@ any of the three, so the planners import it and never each other in a circle.
 
 - `snapshot`  what the store remembers, as the planner needs it: one value per tick
               (`PlannerSnapshot`, and `PlainSnapshot` for tests and tools).
-- `view`      the read-only indexes over specs, records and observations for a tick.
 - `policy`    the planner's tunables: budgets, backoffs, graces, stuck timeouts.
 - `stuck`     timeouts for states that should end by themselves, as one table (`policy`
               holds the effective values).

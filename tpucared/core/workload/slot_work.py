@@ -63,7 +63,7 @@ class SlotWork:
     workers: int  # workers recorded for `node`
     last: WorkloadAttemptRecord | None  # the slot's newest attempt
     probe: SlotProbe | None  # this tick's probe of `node` (tracked), if any
-    unwanted: str | None  # why the slot should have no node (core/vocab/view.py), or None
+    unwanted: str | None  # why the slot should have no node (core/view.py), or None
     now: datetime
     # A multislice slot's slices (core/workload/gang.py); `node`, `phase_after` and `workers`
     # are then the gang's stand-in, its phase and its workers. None for a single slice.

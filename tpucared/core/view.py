@@ -4,7 +4,9 @@
 core/nodes/strays.py, core/nodes/slots.py). It answers the questions they all ask: which zones were
 listed successfully, what a list showed for one incarnation (a `Sighting`), which observed
 resources no live incarnation accounts for, which slot a node name belongs to, and whether a
-slot is still wanted. It makes no decisions.
+slot is still wanted. It makes no decisions, but it is code, not words: it sits beside
+`vocab/` (which it reads: the snapshot and the policy) rather than in it, and below the
+sub-planners of `nodes/`, `workload/` and `planning/`, which read it.
 """
 
 from __future__ import annotations
