@@ -16,7 +16,8 @@ last refresh (not the scrape), the series of every slot of the last snapshot in 
 slots first appeared, removed when a slot leaves the database (a fleet removed, a slot beyond
 a shrunk size) and starting again from zero if it comes back, and each counter's `_created`
 (the time of the refresh that first saw the slot, like a labelled child's creation time).
-tests/runtime/telemetry/test_metrics_refresh.py compares the exposition with the families it replaces.
+tests/runtime/telemetry/test_metrics_refresh.py compares the exposition with the families it
+replaces.
 
 `collect` runs on the event loop (the /metrics handler) like the refresh, never in between a
 refresh's writes.
