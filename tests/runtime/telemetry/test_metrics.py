@@ -153,7 +153,7 @@ def _ledger_records(snap: Snapshot) -> LedgerRecords:
 
 
 def test_docs_list_exactly_the_families_with_their_types_and_labels() -> None:
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "metrics.md").read_text()
     rows = re.findall(r"^\| `(tpucared_\w+)` \| (\w+) \|([^|]*)\|", doc, re.M)
     documented = {name: (kind, re.findall(r"`(\w+)`", labels)) for name, kind, labels in rows}
     m = DaemonMetrics(prices=Prices({("v4", "spot"): 1.0}))
