@@ -4,7 +4,8 @@ SkyPilot's and tpucare's retry schedules replayed against the same emulator in t
 `python -m bench.run --only capacity [--quick]` (or `python -m bench.capacity [--quick]`);
 `python -m bench.capacity --model` prints the simulated trade-off table of docs/daemon.md;
 `python -m bench.capacity --queued --queued-serve at-once|scan [--only-group KEY] [--samples N]`
-the daemon's hunt against a queued fleet's (issue 44); `--suffix=-x` names the result file
+the daemon's hunt against a queued fleet's (issue 44); `--api compute` runs any preset on
+Compute Engine (result `<name>-compute.json`); `--suffix=-x` names the result file
 `<name>-x.json`, so a before/after pair leaves the recorded run alone.
 
 Method. One emulator runs in this process (its own thread; a create takes 2 s, a delete 1 s).
@@ -27,6 +28,21 @@ minute, so the groups interleave and none of them owns a quiet or a busy phase o
 The cost: every request to the zone from `count_from` seconds into the stockout until capacity
 returns, per minute, by kind; per slot is that divided by the fleet's slots. Every instant
 comes from the emulator's clock (control calls, request arrival times).
+
+On Compute Engine (`--api compute`, bench/capacity/compute.py) every zone offers one machine
+type, tpu7x-standard-4t (one host: a slot is one VM); the daemon's fleet is `api = "compute"`
+of spot VMs (`on_preemption = "stop"`: a preempted VM is TERMINATED and keeps its name until
+deleted), or, where the TPU preset has a queued fleet, `capacity = "flex-start"` (a bulk MIG
+of one VM per slot, 10-minute runs, which waits for capacity on the cloud's side); tpucare's
+loop becomes the same loop with `gcloud compute instances create` (bench/replay_compute.py:
+insert, then gcloud's waiter, `zoneOperations.wait` with sleeps of 1, 2, ... 5 s after a wait
+that came back early, and `instances.get` after a win; source: google-cloud-sdk
+api_lib/compute/waiters.py); SkyPilot's replay is left out. A stockout is the zone's capacity
+of the machine type at 0 and its RUNNING VMs preempted; READY is RUNNING; the winning insert
+is read from the service's insert operations (the request log has no VM names), and with
+`--capacity-judged end` an insert is judged when it leaves PROVISIONING, half the create time
+after its POST, so the first insert posted up to 1 s before capacity came back may win.
+Requests are counted by Compute Engine method (instances.insert, zoneOperations.wait, ...).
 
 Statistics are over a handful of samples per group (bench/common.py): quote the median.
 """
@@ -59,8 +75,10 @@ from bench.capacity.settings import (
     QUICK,
     Group,
     Settings,
+    on_compute,
 )
 from bench.detection import TYPE, Cloud
+from bench.replay_compute import MACHINE, GcloudComputeWaiter
 
 # bench.run's hooks (run, render), the CLI (main) and what the tests and docs name.
 __all__ = [
@@ -80,6 +98,7 @@ __all__ = [
     "chosen",
     "main",
     "model_table",
+    "on_compute",
     "poll_times",
     "render",
     "run",
@@ -110,6 +129,7 @@ def run(
         Cloud(
             settings.timing,
             offerings={zone: (TYPE,) for zone in zones},
+            compute_offerings={zone: (MACHINE,) for zone in zones},
             request_log_size=5_000_000,
             capacity_judged=settings.capacity_judged,
             queued_serve=settings.queued_serve,
@@ -165,6 +185,7 @@ def run(
     return {
         "method": __doc__.split("Method.", 1)[1].split("Statistics")[0].strip() if __doc__ else "",
         "parameters": {
+            "api": settings.api,
             "stockout_s": settings.stockout,
             "requests_counted_from_s": settings.count_from,
             "stagger_s": settings.stagger,
@@ -181,6 +202,8 @@ def run(
                 "gcloud_start_s": settings.tpucare.gcloud_start,
                 "gcloud_waiter": vars(settings.tpucare.waiter),
             },
+            "gcloud_compute_waiter": vars(GcloudComputeWaiter()),
+            "compute_machine_type": MACHINE,
             "seed": seed,
         },
         "budget": {
@@ -260,6 +283,12 @@ def main(argv: list[str] | None = None) -> int:
         "--samples", type=int, default=0, help="stockouts per participant (0: the preset's)"
     )
     parser.add_argument(
+        "--api",
+        choices=("tpu", "compute"),
+        default="tpu",
+        help="the cloud API every participant hunts on: TPU API nodes or Compute Engine VMs",
+    )
+    parser.add_argument(
         "--queued",
         action="store_true",
         help="the daemon's hunt, the tight loop and a queued fleet, 1 and 16 slots (issue 44)",
@@ -291,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     from bench import run as harness
 
     base = QUEUED if args.queued else HUNT if args.hunt else QUICK if args.quick else FULL
+    if args.api == "compute":
+        base = on_compute(base)
     settings = chosen(base, args.only_group, args.samples)
     settings = dataclasses.replace(
         settings,
@@ -305,8 +336,12 @@ def main(argv: list[str] | None = None) -> int:
     name = "capacity"
     if args.hunt:
         name = f"capacity-hunt-{args.capacity_judged}"
+    elif args.queued and args.api == "compute":
+        name = f"capacity-queued-{args.capacity_judged}"  # queued_serve is the TPU API's
     elif args.queued:
         name = f"capacity-queued-{args.queued_serve}-{args.capacity_judged}"
+    if args.api == "compute":
+        name += "-compute"  # beside the TPU API's results, never over them
     name += args.suffix
     path, envelope = harness.run_one(name, judged, quick=args.quick, output_dir=common.RESULTS_DIR)
     print(render(envelope["result"]))

@@ -1,5 +1,6 @@
-"""The participants of the capacity benchmark: the real daemon (its fleet direct or queued)
-or a replayed schedule, each hunting in a zone of its own through its own stockouts."""
+"""The participants of the capacity benchmark: the real daemon (its fleet direct or queued;
+on Compute Engine spot or flex-start) or a replayed schedule, each hunting in a zone of its
+own through its own stockouts, on the TPU API or on Compute Engine (bench/capacity/compute.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench import common, daemon_config, replay
+from bench import common, daemon_config, replay, replay_compute
+from bench.capacity import compute
 from bench.capacity.settings import POLL, Group, Settings
 from bench.detection import PROJECT, ROOT, TYPE, Cloud, DaemonProcess, recorded_ready
 
@@ -58,7 +60,8 @@ class ReplayLoop:
 
 class FleetDaemon(DaemonProcess):
     """bench/detection.py's daemon, with the fleet's `provisioning` said: "queued" makes one
-    spot queued resource per slot, which the cloud provisions when capacity frees."""
+    spot queued resource per slot, which the cloud provisions when capacity frees; on
+    Compute Engine (`api`), a fleet of VMs of the `capacity` given (compute.fleet_keys)."""
 
     def __init__(
         self,
@@ -70,6 +73,8 @@ class FleetDaemon(DaemonProcess):
         owner: str,
         policy: str,
         provisioning: str,
+        api: str = "tpu",
+        capacity: str = "spot",
     ) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
@@ -82,6 +87,8 @@ class FleetDaemon(DaemonProcess):
             capacity="spot",
             provisioning=provisioning,
         )
+        if api == "compute":
+            fleet = daemon_config.laid_over(fleet, compute.fleet_keys(capacity))
         config = daemon_config.against_emulator(
             endpoint, fleet, project=PROJECT, owner=owner, poll=f"{POLL:g}s", policy=policy or None
         )
@@ -118,9 +125,59 @@ class Participant:
         return f"{self.group.key}-{self.zone}"
 
 
-def zone_ready(cloud: Cloud, zone: str, size: int) -> bool:
+def zone_ready(cloud: Cloud, zone: str, size: int, api: str = "tpu") -> bool:
+    """Every slot up: `size` nodes READY (TPU API), or `size` VMs RUNNING (Compute Engine)."""
+    if api == "compute":
+        return compute.zone_running(cloud, zone, size)
     states = cloud.nodes(zone)
     return len(states) == size and all(s == "READY" for s in states.values())
+
+
+def stock_out(cloud: Cloud, zone: str, api: str) -> float:
+    """The zone's capacity to 0 and its slots preempted, so that every slot must hunt; the
+    emulator's time of the stockout."""
+    if api == "compute":
+        stocked_out = compute.set_capacity(cloud, zone, 0)
+        compute.preempt_running(cloud, zone)
+        return stocked_out
+    stocked_out = cloud.set_capacity(0, zone)
+    for node, state in cloud.nodes(zone).items():
+        if state == "READY":
+            cloud.preempt(node, zone)
+    return stocked_out
+
+
+Client = replay.Replay | replay_compute.ComputeReplay
+
+
+def replay_clients(p: Participant, cloud: Cloud, replays: ReplayLoop) -> list[Client]:
+    """The replayed tool's slots, made (and waited for) before the first stockout."""
+    g = p.group
+    clients: list[Client] = []
+    for slot in range(g.slots):
+        name = f"{g.tool}-{slot}"
+        if g.tool == "gcloud":
+            vm = replay_compute.ComputeReplay(
+                replays.session, cloud.url, PROJECT, p.zone, name, p.rng
+            )
+            replays.submit(vm.create()).result(60)
+            clients.append(vm)
+        else:
+            node = replay.Replay(replays.session, cloud.url, PROJECT, p.zone, name, p.rng)
+            replays.submit(node.create(replay.GcloudWaiter().sleeps(p.rng))).result(60)
+            clients.append(node)
+    return clients
+
+
+def recovery(g: Group, clients: list[Client], settings: Settings) -> Coroutine[Any, Any, None]:
+    """The replayed tool's recovery of every slot, from the preemption on."""
+    if g.tool == "gcloud":
+        vms = [c for c in clients if isinstance(c, replay_compute.ComputeReplay)]
+        return replay_compute.gcloud_loop_fleet(vms, settings.tpucare)
+    nodes = [c for c in clients if isinstance(c, replay.Replay)]
+    if g.tool == "skypilot":
+        return replay.skypilot_jobs(nodes, settings.skypilot)
+    return replay.tpucare_fleet(nodes, settings.tpucare)
 
 
 def run_participant(
@@ -132,68 +189,68 @@ def run_participant(
     log: Callable[[str], None],
 ) -> None:
     g = p.group
+    api = settings.api
     daemon: DaemonProcess | None = None
-    clients: list[replay.Replay] = []
-    if g.tool == "tpucared":
-        daemon = FleetDaemon(
-            scratch / p.name,
-            cloud.url,
-            size=g.slots,
-            zone=p.zone,
-            owner=f"bench{p.index}",
-            policy=g.policy,
-            provisioning=g.provisioning,
-        )
-        d = daemon
-
-        def ready() -> bool:
-            return zone_ready(cloud, p.zone, g.slots) and recorded_ready(d, g.slots)
-    else:
-        for slot in range(g.slots):
-            node = f"{g.tool}-{slot}"
-            clients.append(replay.Replay(replays.session, cloud.url, PROJECT, p.zone, node, p.rng))
-        for client in clients:  # the fleet exists before the first stockout
-            replays.submit(client.create(replay.GcloudWaiter().sleeps(p.rng))).result(60)
-
-        def ready() -> bool:
-            return zone_ready(cloud, p.zone, g.slots)
-
+    clients: list[Client] = []
     try:
+        if g.tool == "tpucared":
+            daemon = FleetDaemon(
+                scratch / p.name,
+                cloud.url,
+                size=g.slots,
+                zone=p.zone,
+                owner=f"bench{p.index}",
+                policy=g.policy,
+                provisioning=g.provisioning,
+                api=api,
+                capacity=g.capacity,
+            )
+            d = daemon
+
+            def ready() -> bool:
+                return zone_ready(cloud, p.zone, g.slots, api) and recorded_ready(d, g.slots)
+        else:
+            clients = replay_clients(p, cloud, replays)
+
+            def ready() -> bool:
+                return zone_ready(cloud, p.zone, g.slots, api)
+
         common.wait_until(ready, 180, f"{p.name} READY")
         time.sleep(p.rng.uniform(0, settings.stagger))
         for i in range(g.samples):
             if i:
                 time.sleep(p.rng.uniform(*settings.pause))
-            stocked_out = cloud.set_capacity(0, p.zone)
-            for node, state in cloud.nodes(p.zone).items():
-                if state == "READY":
-                    cloud.preempt(node, p.zone)  # every slot must now hunt for capacity
+            stocked_out = stock_out(cloud, p.zone, api)
             hunt: concurrent.futures.Future[None] | None = None
             if clients:
-                recover = (
-                    replay.skypilot_jobs(clients, settings.skypilot)
-                    if g.tool == "skypilot"
-                    else replay.tpucare_fleet(clients, settings.tpucare)
-                )
-                hunt = replays.submit(recover)
+                hunt = replays.submit(recovery(g, clients, settings))
             time.sleep(settings.stockout)
-            restored = cloud.set_capacity(None, p.zone)
+            if api == "compute":
+                restored = compute.set_capacity(cloud, p.zone, None)
+            else:
+                restored = cloud.set_capacity(None, p.zone)
             if hunt is not None:
                 hunt.result(1200)
             common.wait_until(ready, 1200, f"{p.name} READY again")
-            p.samples.append(
-                {
-                    "group": g.label,
-                    "tool": g.tool,
-                    "slots": g.slots,
-                    "zone": p.zone,
-                    "stocked_out": stocked_out,
-                    "restored": restored,
-                    "ready_nodes": sorted(cloud.nodes(p.zone)),
-                    "provisioning": g.provisioning,
-                    "created_at": created_at(cloud, p.zone),
-                }
-            )
+            sample = {
+                "group": g.label,
+                "tool": g.tool,
+                "slots": g.slots,
+                "zone": p.zone,
+                "api": api,
+                "stocked_out": stocked_out,
+                "restored": restored,
+                "provisioning": g.provisioning,
+                "capacity": g.capacity,
+            }
+            if api == "compute":
+                sample["ready_nodes"] = sorted(compute.instances(cloud, p.zone))
+                sample["created_at"] = compute.created_at(cloud, p.zone)
+                sample["inserts"] = compute.inserts(cloud, p.zone, stocked_out)
+            else:
+                sample["ready_nodes"] = sorted(cloud.nodes(p.zone))
+                sample["created_at"] = created_at(cloud, p.zone)
+            p.samples.append(sample)
             log(f"{g.label} x{g.slots} {p.zone}: sample {i + 1}/{g.samples} done")
     except Exception as exc:  # reported in the result, and the run fails at the end
         p.error = f"{type(exc).__name__}: {exc}"

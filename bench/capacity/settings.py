@@ -1,10 +1,11 @@
-"""The capacity benchmark's groups of participants, its presets (full, quick, hunt), the
-budget the default policy must keep and the capacity waits it is compared with."""
+"""The capacity benchmark's groups of participants, its presets (full, quick, hunt, queued)
+and their Compute Engine forms (`on_compute`), the budget the default policy must keep and
+the capacity waits it is compared with."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from bench import replay
@@ -49,7 +50,7 @@ def _describe(rule: BackoffRule | None) -> str:
 class Group:
     """`count` participants (each in its own zone) of one tool and fleet size."""
 
-    tool: str  # "tpucared", "skypilot" or "tpucare"
+    tool: str  # "tpucared", "skypilot", "tpucare" or "gcloud" (the loop on Compute Engine)
     label: str
     slots: int
     count: int
@@ -59,6 +60,9 @@ class Group:
     # tpucared: the fleet's `provisioning`: "direct" (nodes.create, hunted by the daemon) or
     # "queued" (one queued resource per slot: the cloud waits for capacity on its behalf).
     provisioning: str = "direct"
+    # tpucared: the fleet's `capacity`: "spot", or "flex-start" (Compute Engine only: a bulk
+    # MIG of one VM that the cloud provisions when capacity frees).
+    capacity: str = "spot"
 
     @property
     def key(self) -> str:
@@ -84,6 +88,8 @@ class Settings:
     # at scans every `queued_scan_seconds`. Nobody knows which the real API does: run both.
     queued_serve: str = "at-once"
     queued_scan_seconds: float = 10.0
+    # The cloud API every participant hunts on: "tpu" (nodes) or "compute" (VMs; on_compute).
+    api: str = "tpu"
     # None: a fresh seed each run (recorded in the result), so that two runs are two
     # independent draws of the replays' schedules and the stockouts' phases.
     seed: int | None = None
@@ -93,6 +99,8 @@ _DEFAULT = _describe(CAPACITY_BACKOFF)
 _SKY = "60 s x1.6 +-40 % (kept), cap 300 s; FAILOVER: 3 attempts, then a fresh backoff"
 _TIGHT = "tight loop: gcloud start 1 s + create + gcloud's operation waiter"
 _QUEUED = "one queued resource per slot (spot); the cloud provisions it when capacity frees"
+_LOOP = "tight loop: gcloud start 1 s + insert + gcloud's zoneOperations.wait waiter"
+_FLEX = "flex-start: a bulk MIG of one VM per slot; the cloud provisions it when capacity frees"
 
 FULL = Settings(
     groups=(
@@ -164,3 +172,24 @@ QUEUED = Settings(
     pause=(5.0, 10.0),
     model_runs=0,
 )
+
+
+def on_compute(settings: Settings) -> Settings:
+    """`settings` with every participant on Compute Engine (`--api compute`): the daemon's
+    fleets become `api = "compute"` fleets of spot tpu7x-standard-4t VMs, tpucare's loop the
+    same loop with `gcloud compute instances create` (bench/replay_compute.py), a queued fleet
+    a flex-start one (the cloud's queue on Compute Engine); SkyPilot's replay, a TPU API
+    schedule, is left out."""
+    groups = []
+    for g in settings.groups:
+        if g.tool == "skypilot":
+            continue
+        if g.tool == "tpucare":
+            schedule = _LOOP + g.schedule.removeprefix(_TIGHT)
+            groups.append(replace(g, tool="gcloud", label="gcloud loop replay", schedule=schedule))
+        elif g.provisioning == "queued":
+            flex = replace(g, label="tpucared flex-start", schedule=_FLEX, provisioning="direct")
+            groups.append(replace(flex, capacity="flex-start"))
+        else:
+            groups.append(g)
+    return replace(settings, groups=tuple(groups), api="compute")
