@@ -266,8 +266,8 @@ def _on(d: _Slots, table: Any) -> ColumnElement[bool]:
 # table builds its column collection again (the metrics refresh reads slots one by one at
 # every tick: that alone was ~15 ms a tick at 10,000 slots).
 _ALIASES = {
-    table: table.alias(f"{table.name}_before")
-    for table in (WorkloadAttemptRow.__table__, CreateAttemptRow.__table__)
+    WorkloadAttemptRow.__table__: WorkloadAttemptRow.__table__.alias("attempts_before"),
+    CreateAttemptRow.__table__: CreateAttemptRow.__table__.alias("creates_before"),
 }
 _RAN = WorkloadAttemptRow.__table__.alias("ran")
 
