@@ -3,7 +3,8 @@ SkyPilot's and tpucare's retry schedules replayed against the same emulator in t
 
 `python -m bench.run --only capacity [--quick]` (or `python -m bench.capacity [--quick]`);
 `python -m bench.capacity --model` prints the simulated trade-off table of docs/daemon.md;
-`python -m bench.capacity --queued --queued-serve at-once|scan [--only-group KEY] [--samples N]`
+`python -m bench.capacity --queued --queued-serve at-once|scan [--only-group KEY] [--samples N]
+[--participants N]`
 the daemon's hunt against a queued fleet's (issue 44); `--api compute` runs any preset on
 Compute Engine (result `<name>-compute.json`); `--suffix=-x` names the result file
 `<name>-x.json`, so a before/after pair leaves the recorded run alone.
@@ -283,6 +284,13 @@ def main(argv: list[str] | None = None) -> int:
         "--samples", type=int, default=0, help="stockouts per participant (0: the preset's)"
     )
     parser.add_argument(
+        "--participants",
+        type=int,
+        default=0,
+        help="participants (zones) per group (0: the preset's): n = participants x samples in "
+        "about samples x 80 s, where more samples alone take longer",
+    )
+    parser.add_argument(
         "--api",
         choices=("tpu", "compute"),
         default="tpu",
@@ -322,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     base = QUEUED if args.queued else HUNT if args.hunt else QUICK if args.quick else FULL
     if args.api == "compute":
         base = on_compute(base)
-    settings = chosen(base, args.only_group, args.samples)
+    settings = chosen(base, args.only_group, args.samples, args.participants)
     settings = dataclasses.replace(
         settings,
         capacity_judged=args.capacity_judged,
@@ -349,8 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def chosen(base: Settings, only: Sequence[str], samples: int) -> Settings:
-    """`base` with only the groups named by key (all if none), `samples` stockouts each if > 0."""
+def chosen(base: Settings, only: Sequence[str], samples: int, participants: int = 0) -> Settings:
+    """`base` with only the groups named by key (all if none), `samples` stockouts each if > 0,
+    `participants` zones each if > 0."""
     keys = [g.key for g in base.groups]
     unknown = sorted(set(only) - set(keys))
     if unknown:
@@ -358,4 +367,6 @@ def chosen(base: Settings, only: Sequence[str], samples: int) -> Settings:
     groups = tuple(g for g in base.groups if not only or g.key in only)
     if samples > 0:
         groups = tuple(dataclasses.replace(g, samples=samples) for g in groups)
+    if participants > 0:
+        groups = tuple(dataclasses.replace(g, count=participants) for g in groups)
     return dataclasses.replace(base, groups=groups)

@@ -231,6 +231,11 @@ def test_the_queued_preset_has_each_cell_and_runs_one_alone() -> None:
     ]
     one = capacity.chosen(capacity.QUEUED, ["tpucared-queued-16"], 15)
     assert [(g.key, g.samples) for g in one.groups] == [("tpucared-queued-16", 15)]
+    two = capacity.chosen(capacity.QUEUED, ["tpucared-default-16", "tpucare-replay-1"], 15, 2)
+    assert [(g.key, g.count, g.samples) for g in two.groups] == [
+        ("tpucare-replay-1", 2, 15),
+        ("tpucared-default-16", 2, 15),
+    ]
     assert capacity.chosen(capacity.QUEUED, [], 0) == capacity.QUEUED
     with pytest.raises(SystemExit, match="unknown group"):
         capacity.chosen(capacity.QUEUED, ["tpucared-queued-4"], 0)
