@@ -143,12 +143,21 @@ class RestClient:
         params: Mapping[str, str] | None = None,
         body: Mapping[str, Any] | None = None,
         read: Callable[..., JSON] = read_body,
+        hold: float | None = None,
     ) -> JSON:
         """`read`: how the answer is read (`read_body`, or a list page's `PageMemo.read`).
-        Every attempt sends the same `params` and `body` (a create's requestId included)."""
+        Every attempt sends the same `params` and `body` (a create's requestId included).
+        `hold`: a request the server answers only after up to this many seconds (a long
+        wait, zoneOperations.wait): its total and its read bounds are that long instead of
+        the client's own, which would cut it."""
         payload = json.dumps(body).encode() if body is not None else None
+        bounds = None
+        if hold is not None:
+            bounds = aiohttp.ClientTimeout(
+                total=hold, connect=min(CONNECT_TIMEOUT_S, hold), sock_read=hold
+            )
         return await call_with_retry(
-            lambda: self._send(call, method, url, params, payload, read),
+            lambda: self._send(call, method, url, params, payload, read, bounds),
             policy=self._retry,
             sleep=self._sleep,
             rng=self._rng,
@@ -177,7 +186,10 @@ class RestClient:
         params: Mapping[str, str] | None,
         payload: bytes | None,
         read: Callable[..., JSON] = read_body,
+        bounds: aiohttp.ClientTimeout | None = None,
     ) -> JSON:
+        """One request (and its one refresh after a 401); `bounds`: its phases' bounds when
+        not the client's own."""
         session = self._get_session()
         for round_ in (1, 2):
             authorization = await self._tokens.authorization()
@@ -192,7 +204,7 @@ class RestClient:
                     params=params,
                     data=payload,
                     headers=headers,
-                    timeout=self._timeout,
+                    timeout=bounds or self._timeout,
                     allow_redirects=False,  # the API never redirects; another host is not it
                 ) as response:
                     status = response.status

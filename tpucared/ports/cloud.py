@@ -17,7 +17,10 @@ terminate, errors as data), and no more than the runtime calls today:
 - `abilities`  what the cloud can do (`CloudAbilities`, core/model/abilities.py): the runtime
                stamps it on each observation, and the core decides on it, never on API names.
 
-Optional, beside the port: `PreemptionRecords.preemptions`, the cloud's records that it
+Optional, beside the port: `OperationWaits`, for a cloud whose abilities say `operation_wait`:
+`wait` answers an operation's state when it ends (or when the cloud stops holding the request),
+and `waits_on` says which of its operations it can wait on (runtime/nodes/op_waits.py).
+`PreemptionRecords.preemptions`, the cloud's records that it
 preempted nodes, for a cloud whose node states do not say so (Compute Engine; the TPU API's
 nodes say PREEMPTED and it has no such method). The runtime reads them only in a tick whose
 plan lost such a node (core/nodes/preemption.py).
@@ -274,6 +277,22 @@ class Cloud(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class OperationWaits(Protocol):
+    """A cloud that can wait on its operations (`CloudAbilities.operation_wait`): one
+    request the cloud holds until the operation ends, instead of polls (module docstring)."""
+
+    def waits_on(self, operation: str) -> bool:
+        """Whether `wait` fits this operation (not every operation of such a cloud ends
+        with the state the runtime waits for: a Compute Engine slice's create does not)."""
+        ...
+
+    async def wait(self, operation: str) -> OperationState:
+        """The operation's state once it ended, or once the cloud stopped holding the request
+        (not done then: ask again). Raises CloudError, NOT_FOUND for an unknown operation."""
+        ...
 
 
 @runtime_checkable

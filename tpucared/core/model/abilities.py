@@ -39,6 +39,11 @@ class CloudAbilities:
     os_login: bool = False
     # Flex-start capacity (a run bounded by `max_run_duration`).
     flex_start: bool = False
+    # Its operations can be waited on: one request the cloud answers when the operation ends
+    # (Compute Engine's zoneOperations.wait), instead of polls on a schedule; the port's
+    # `OperationWaits` (ports/cloud.py). The TPU API has none: its discovery document's
+    # operations methods are get, list, cancel and delete.
+    operation_wait: bool = False
 
     @property
     def keeps_loss_records(self) -> bool:

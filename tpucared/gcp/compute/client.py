@@ -38,6 +38,10 @@ from tpucared.gcp.rest import JSON, RestClient
 MAX_RESULTS = 500
 # What a compute v1 list page may carry besides its `items`.
 PAGE_FIELDS = frozenset({"kind", "id", "nextPageToken", "selfLink", "warning"})
+# How long a zoneOperations.wait request may be held: Google holds one "no more than the 2
+# minutes" (research §2.6); half a minute more for the answer to arrive. The caller's own
+# deadline (ANSWER_BY) may cut it sooner.
+WAIT_HOLD_S = 150.0
 
 
 class ComputeClient(RestClient):
@@ -61,8 +65,9 @@ class ComputeClient(RestClient):
         params: Mapping[str, str] | None = None,
         body: Mapping[str, Any] | None = None,
         scope: str | None = None,
+        hold: float | None = None,
     ) -> Operation:
-        data = await self._call(call, method, url, params=params, body=body)
+        data = await self._call(call, method, url, params=params, body=body, hold=hold)
         try:
             return Operation.from_json(data, project, zone, scope=scope)
         except ValueError as exc:
@@ -171,9 +176,13 @@ class ComputeClient(RestClient):
         return await self._operation("zoneOperations.get", "GET", url, project, zone)
 
     async def wait_operation(self, project: str, zone: str, name: str) -> Operation:
-        """zoneOperations.wait: returns within about 2 minutes, DONE or not (callers loop)."""
+        """zoneOperations.wait: returns when the operation is DONE or within about 2 minutes,
+        DONE or not, possibly at once (research §2.6; callers loop). Its request may be held
+        `WAIT_HOLD_S`, past the client's own read bound (30 s), which would cut it."""
         url = self._url(names.operation_path(project, zone, name), "wait")
-        return await self._operation("zoneOperations.wait", "POST", url, project, zone)
+        return await self._operation(
+            "zoneOperations.wait", "POST", url, project, zone, hold=WAIT_HOLD_S
+        )
 
     async def list_operations(
         self,

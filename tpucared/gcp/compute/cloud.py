@@ -12,6 +12,10 @@ of a single VM is one or two client calls, nothing decided here:
 - `poll` is zoneOperations.get of the operation's path (the name `create` / `delete` hand
   out is `projects/P/zones/Z/operations/O`, names.py), read into the port's
   `OperationState`: a failed one carries its classified error (CAPACITY for a stockout);
+- `wait` (the optional `OperationWaits`; `ABILITIES.operation_wait`) is zoneOperations.wait
+  of such a path, which Google answers when the operation is DONE or after about 2 minutes
+  (research §2.6): one request where polls took several. `waits_on` is False for a
+  slice's operation: its create ends when the MIG's members are made, which no wait says;
 - `host_keys` reads the instance's `hostkeys/` guest attributes: one worker, index 0;
   nothing yet (NOT_FOUND, until the guest agent publishes them) is no keys;
 - `oslogin` is the OS Login v1 client on the same request path (tpu/oslogin.py).
@@ -79,6 +83,7 @@ ABILITIES = CloudAbilities(
     host_keys=True,
     os_login=True,
     flex_start=True,
+    operation_wait=True,
 )
 
 
@@ -248,6 +253,20 @@ class ComputeCloud:
             # Not an operation this cloud handed out: nothing it could ever answer.
             raise NotFoundError(str(exc)) from exc
         return operation_state(await self.client.get_operation(project, zone, name))
+
+    def waits_on(self, operation: str) -> bool:
+        """A single VM's create or delete, or a slice's delete (all zone operations); not a
+        slice's create (`_poll_slice`: done when its members are, after the MIG's insert)."""
+        return "/instanceGroupManagers/" not in operation
+
+    async def wait(self, operation: str) -> OperationState:
+        if not self.waits_on(operation):
+            raise ApiError.of(ErrorKind.INVALID, f"{operation}: a slice's create is polled")
+        try:
+            project, zone, name = names.operation_place(operation)
+        except ValueError as exc:
+            raise NotFoundError(str(exc)) from exc
+        return operation_state(await self.client.wait_operation(project, zone, name))
 
     async def _poll_slice(self, operation: str) -> OperationState:
         try:

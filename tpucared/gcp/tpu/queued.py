@@ -33,6 +33,7 @@ class QueuedResourceCalls:
             params: Mapping[str, str] | None = None,
             body: Mapping[str, Any] | None = None,
             read: Callable[..., JSON] = ...,
+            hold: float | None = None,
         ) -> JSON: ...
 
         async def _operation(

@@ -20,6 +20,12 @@ are picked up from each tick's snapshot (`adopt`). Nothing here decides anything
 Each poll runs on its own, within a deadline (runtime/deadlines.py): a poll that hangs (one
 zone's API stalls) delays only its own operation, never the others' outcomes; cut at the
 deadline, it counts as a failed poll and is tried again later.
+
+An operation of a cloud that can wait on it (Compute Engine's zoneOperations.wait:
+runtime/nodes/op_waits.py) is waited on instead: the first wait goes at once (no learnt
+delay), under `WAIT_DEADLINE_S`; an answer not DONE is followed by another wait, paced; a wait
+cut or failed counts as a failed poll. At most `MAX_HELD_WAITS` operations are waited on at
+once; beyond it they are polled as above until a place frees.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ from tpucared.ports.cloud import CloudError, OperationState
 from tpucared.runtime.clock import Clock
 from tpucared.runtime.clouds import CloudMap
 from tpucared.runtime.deadlines import answered_within
+from tpucared.runtime.nodes import op_waits
+from tpucared.runtime.nodes.op_waits import WAIT_DEADLINE_S, WaitPlaces, next_wait_in, waiter
 from tpucared.runtime.wakeup import Wakeup
 from tpucared.store import KEEP, Store, Tx
 
@@ -96,6 +104,7 @@ class Watched:
     target: tuple[str, str, str] = ("", "", "")
     api: str = DEFAULT_API  # the cloud that handed it out: the node's (IncarnationRecord.api)
     queued: bool = False  # it acts on a queued resource (shared by a multislice's slices)
+    waits: int = 0  # waits that answered it not DONE (op_waits.py)
 
 
 class OperationWatcher:
@@ -108,7 +117,9 @@ class OperationWatcher:
         schedule: PollSchedule | None = None,
         on_attempt: Callable[[CreateAttemptRecord], None] | None = None,
         deadline: float = 10.0,
+        max_waits: int | None = None,
     ) -> None:
+        """`max_waits`: operations waited on at once (op_waits.py; None: `MAX_HELD_WAITS`)."""
         self._clouds = clouds
         self._on_attempt = on_attempt
         self._store = store
@@ -125,6 +136,8 @@ class OperationWatcher:
         self._changed = Wakeup()
         self._deadline = deadline  # seconds an operations.get may take, retries included
         self._polling: dict[str, asyncio.Task[None]] = {}  # by operation name
+        # The operations followed with the cloud's wait (op_waits.py), at most so many.
+        self._waits = WaitPlaces(op_waits.MAX_HELD_WAITS if max_waits is None else max_waits)
 
     def __len__(self) -> int:
         return len(self._watched)
@@ -141,7 +154,10 @@ class OperationWatcher:
         """Poll `operation` until done (idempotent per operation name)."""
         if operation.name in self._watched or operation.name in self._finished_set:
             return
-        first = 0.0 if operation.done else self._first_poll(inc, verb, started)
+        # Waited on: the first wait at once, the cloud answers when it ends. Else (or no
+        # place free) the first poll, learnt.
+        waits = not operation.done and self._can_wait(inc.api, operation.name)
+        first = 0.0 if operation.done or waits else self._first_poll(inc, verb, started)
         self._watched[operation.name] = Watched(
             name=operation.name,
             incarnation_id=inc.id,
@@ -222,6 +238,8 @@ class OperationWatcher:
                 waiting = [w for w in self._watched.values() if w.name not in self._polling]
                 for w in waiting:
                     if w.next_poll <= now:
+                        # A place freed since it was watched: this poll is a wait.
+                        self._can_wait(w.api, w.name)
                         task = asyncio.create_task(self._poll(w), name=f"poll {w.name}")
                         self._polling[w.name] = task
                         task.add_done_callback(partial(self._poll_ended, w.name))
@@ -248,10 +266,23 @@ class OperationWatcher:
                 if failure is not None:
                     raise failure
 
+    def _can_wait(self, api: str, name: str) -> bool:
+        """Whether operation `name` of cloud `api` is waited on: its cloud can, and it holds
+        (or now takes) one of the watcher's wait places."""
+        if name in self._waits:
+            return True
+        cloud = self._clouds.clouds.get(api)  # none: its poll says so, as before waits
+        return cloud is not None and waiter(cloud, name) is not None and self._waits.take(name)
+
     async def _poll(self, w: Watched) -> None:
+        sent = self._clock.monotonic()
+        cloud = self._clouds.of(w.api)
+        waits = waiter(cloud, w.name) if w.name in self._waits else None
         try:
-            cloud = self._clouds.of(w.api)
-            op = await answered_within(self._deadline, f"poll {w.name}", cloud.poll(w.name))
+            if waits is not None:
+                op = await answered_within(WAIT_DEADLINE_S, f"wait {w.name}", waits.wait(w.name))
+            else:
+                op = await answered_within(self._deadline, f"poll {w.name}", cloud.poll(w.name))
         except CloudError as error:
             if error.kind is ErrorKind.NOT_FOUND:
                 # The API forgot it (operations expire): its outcome is unknowable; the
@@ -271,7 +302,14 @@ class OperationWatcher:
                 kind=error.kind.value,
                 error=str(error),
                 failures=w.failures,
+                waited=waits is not None,
             )
+            return
+        if not op.done and waits is not None:
+            # The cloud stopped holding it (its limit, or early): wait again, paced.
+            w.waits += 1
+            now = self._clock.monotonic()
+            w.next_poll = now + next_wait_in(w.waits, now - sent)
             return
         if not op.done:
             w.polls += 1
@@ -363,6 +401,7 @@ class OperationWatcher:
     def _forget(self, name: str) -> None:
         """Stop watching `name`, and remember it so that a stale snapshot cannot revive it."""
         del self._watched[name]
+        self._waits.release(name)
         if len(self._finished) == self._finished.maxlen:
             self._finished_set.discard(self._finished[0])
         self._finished.append(name)
