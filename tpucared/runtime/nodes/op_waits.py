@@ -2,8 +2,10 @@
 
 A cloud whose abilities say `operation_wait` (Compute Engine: zoneOperations.wait) answers
 one request when the operation ends: a failing create's outcome is seen at once, with one
-request, where the poll schedule (0.5, 1.5, 3.5 s..., or the learnt first poll) cost ~2.3
-`zoneOperations.get` per failing insert and saw it up to a poll late. The operation watcher
+request, where the poll schedule cost up to three `zoneOperations.get` (0.5, 1.5, 3.5 s) until
+the zone's first poll was learnt (core/nodes/op_timing.py; again after each success), about
+one after that, and saw each outcome up to a poll late (measured: the same ~16 requests a
+hunting minute either way, docs/daemon.md "API requests"). The operation watcher
 (runtime/nodes/operations.py) asks `waiter` whether an operation can be waited on, holds a
 `WaitPlaces` place for each one it waits on, cuts each wait at `WAIT_DEADLINE_S`, and sends
 the next wait, after an answer that was not DONE, no sooner than `next_wait_in` says.
