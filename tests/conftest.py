@@ -39,9 +39,25 @@ sys.path.insert(0, str(Path(__file__).parent))
 if str(Path(__file__).parents[1]) not in sys.path:
     sys.path.insert(0, str(Path(__file__).parents[1]))
 
+import structlog
 from postgres_support import PostgresError, PostgresServer
 
 from tpucared_emulator import EmulatorOptions, EmulatorServer, EmulatorThread, running_emulator
+
+# The daemon's log setup (tpucared/logsetup.py, run by every test that starts the CLI in this
+# process) caches each logger on first use, with the processors of that setup. Once a later
+# test sets logging up again, those loggers keep the old processors, and structlog's
+# `capture_logs` (which swaps the current ones) captures nothing from them: with two test
+# processes shuffling the order, test_preflight_start once saw no reconcile.tick. In the tests
+# loggers are never cached; the daemon's own setup is unchanged.
+_configure = structlog.configure
+
+
+def _configure_uncached(*args: Any, **kwargs: Any) -> None:
+    _configure(*args, **{**kwargs, "cache_logger_on_first_use": False})
+
+
+structlog.configure = _configure_uncached
 
 FAST_EMULATOR: dict[str, Any] = {
     "create_seconds": 0.2,
