@@ -32,9 +32,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -200,16 +200,43 @@ async def tpucare_recover(
 ) -> None:
     """From the preemption to a create that found capacity, in tpucare's loop; `creating`
     is the semaphore the slots of one tpucare process share around their create loops."""
+    await tight_loop(
+        replay,
+        schedule,
+        lambda: replay.delete(schedule.waiter.sleeps(replay.rng)),
+        lambda: replay.create(schedule.waiter.sleeps(replay.rng)),
+        creating,
+    )
+
+
+class LoopClient(Protocol):
+    """What tpucare's loop needs of a replayed client, whatever its API."""
+
+    rng: random.Random
+    sleep: Callable[[float], Any]
+
+    async def list_names(self) -> list[str]: ...
+
+
+async def tight_loop(
+    replay: LoopClient,
+    schedule: TpucareSchedule,
+    delete: Callable[[], Awaitable[None]],
+    create: Callable[[], Awaitable[None]],
+    creating: asyncio.Semaphore | None = None,
+) -> None:
+    """tpucare's recovery of one slot, whatever the API (`delete`, `create`: one synchronous
+    gcloud call each, `create` raising CapacityError on a stockout)."""
     await replay.sleep(schedule.detection(replay.rng))
-    await replay.list_names()  # the refreshed list that shows the node PREEMPTED
+    await replay.list_names()  # the refreshed list that shows the node preempted
     await replay.sleep(schedule.gcloud_start)
-    await replay.delete(schedule.waiter.sleeps(replay.rng))
+    await delete()
     await replay.list_names()  # `while host in tpu_names(...)`: gone
     async with creating or contextlib.nullcontext():
         while True:
             await replay.sleep(schedule.gcloud_start)
             try:
-                await replay.create(schedule.waiter.sleeps(replay.rng))
+                await create()
                 return
             except CapacityError:
                 continue  # `do echo; done`

@@ -25,7 +25,6 @@ bounds.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.replay import CapacityError, TpucareSchedule
+from bench.replay import CapacityError, TpucareSchedule, tight_loop
 from tpucared.gcp.compute.bodies import boot_disk_type, default_image
 
 MACHINE = "tpu7x-standard-4t"
@@ -166,20 +165,9 @@ async def gcloud_loop_recover(
     replay: ComputeReplay, schedule: TpucareSchedule, creating: asyncio.Semaphore | None = None
 ) -> None:
     """From the preemption to an insert that found capacity, in tpucare's loop on Compute
-    Engine; `creating` is the semaphore the slots of one process share around their loops."""
-    await replay.sleep(schedule.detection(replay.rng))
-    await replay.list_names()  # the refreshed list that shows the VM TERMINATED
-    await replay.sleep(schedule.gcloud_start)
-    await replay.delete()  # a stopped spot VM keeps its name until deleted
-    await replay.list_names()  # gone
-    async with creating or contextlib.nullcontext():
-        while True:
-            await replay.sleep(schedule.gcloud_start)
-            try:
-                await replay.create()
-                return
-            except CapacityError:
-                continue  # `do echo; done`
+    Engine (a stopped spot VM keeps its name until deleted); `creating` is the semaphore the
+    slots of one process share around their loops."""
+    await tight_loop(replay, schedule, replay.delete, replay.create, creating)
 
 
 async def gcloud_loop_fleet(replays: Sequence[ComputeReplay], schedule: TpucareSchedule) -> None:
