@@ -18,8 +18,9 @@ from tpucared.core.model.observed import ObservedNode, StateClass
 from tpucared.core.model.specs import CapacityKind, ErrorKind
 from tpucared.gcp.compute import ComputeClient, ComputeCloud
 from tpucared.gcp.errors import ApiError
+from tpucared.ports.cloud import OperationState
 
-from .support import ZONE, Control, P, finished, shape
+from .support import ZONE, Control, P, shape
 
 NOW = datetime(2026, 11, 26, tzinfo=UTC)
 
@@ -51,6 +52,18 @@ async def until(cloud: ComputeCloud, name: str, state: str | None) -> ObservedNo
     raise AssertionError(f"{name} never {state or 'gone'}")
 
 
+async def finished_observed(cloud: ComputeCloud, op: OperationState) -> OperationState:
+    """Poll `op` until done, the zone observed between polls, as the daemon does: a waiting
+    flex-start slice is read again when the zone's MIG list shows it moved (waiting.py)."""
+    for _ in range(300):
+        await observed(cloud, "-")
+        op = await cloud.poll(op.name)
+        if op.done:
+            return op
+        await asyncio.sleep(0.03)
+    raise AssertionError(f"{op.name} still running")
+
+
 async def test_a_flex_vm_waits_runs_with_its_end_and_ends(
     cloud: ComputeCloud, control: Control
 ) -> None:
@@ -71,7 +84,7 @@ async def test_a_flex_vm_waits_runs_with_its_end_and_ends(
     assert "resourcePolicies" not in group  # one VM: no workload policy
 
     await control.capacity(1)
-    done = await finished(cloud, op)
+    done = await finished_observed(cloud, op)
     assert done.error is None
     running = await until(cloud, "iron-0", "RUNNING")
     assert running is not None

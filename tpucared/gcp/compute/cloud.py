@@ -34,7 +34,9 @@ bulk MIG without a workload policy, issue 39): one zonal MIG per node (slices.py
   every member is past its making (RUNNING, or lost already), CAPACITY / QUOTA when a
   member's or the bulk check's errors say so.
   So a slice's poll costs 1 request while the insert runs, then 2 until it is provisioned
-  (3 at the poll that finds the insert done; after a restart, 3 at the first).
+  (3 at the poll that finds the insert done; after a restart, 3 at the first). A flex-start
+  slice that waits for capacity is read again only when the zone's MIG list shows it moved,
+  or a minute after its last read (waiting.py): none between, where a poll answers running.
 - `delete` is instanceGroupManagers.delete for a name that was a MIG at the zone's last
   observation; for a name it has not seen, instances.delete, then on NOT_FOUND
   instanceGroupManagers.delete (a name is never both: the zone would be unreadable).
@@ -60,6 +62,7 @@ from tpucared.gcp.compute import slices as slice_rules
 from tpucared.gcp.compute.client import ComputeClient
 from tpucared.gcp.compute.observe import INSTANCE_LIST_FIELDS, observe_zone
 from tpucared.gcp.compute.operation import PREEMPTED, RECORD_KINDS, RECORDS_FILTER, Operation
+from tpucared.gcp.compute.waiting import REREAD_S, WaitingSlices
 from tpucared.gcp.errors import ApiError, NotFoundError
 from tpucared.gcp.fields import parse_time
 from tpucared.gcp.observing import NodeCache
@@ -96,10 +99,12 @@ class ComputeCloud:
         oslogin_endpoint: str | None = None,
         boot_disk_gb: int = bodies.BOOT_DISK_GB,
         list_fields: str | None = INSTANCE_LIST_FIELDS,
+        waiting_reread_s: float = REREAD_S,
     ) -> None:
         """`owner`: the `tpucared-owner` label value whose instances `observe` lists (None:
         every instance). `oslogin_endpoint`: OS Login's (default: Google's for Google's
-        Compute Engine, else the client's own server, an emulator)."""
+        Compute Engine, else the client's own server, an emulator). `waiting_reread_s`: the
+        longest a waiting flex-start slice goes unread (waiting.py)."""
         self.client = client
         self.owner = owner
         if oslogin_endpoint is None:
@@ -114,6 +119,7 @@ class ComputeCloud:
         self._ran: dict[tuple[str, str], dict[str, dict[str, str | None]]] = {}  # slices.py
         self._flex: set[str] = set()  # slice operations of flex-start MIGs (they wait)
         self._inserted: set[str] = set()  # slice operations whose MIG insert is done
+        self._waiting = WaitingSlices(waiting_reread_s)  # when a waiting slice is worth a read
 
     @classmethod
     def connect(
@@ -147,7 +153,8 @@ class ComputeCloud:
         self, project: str, zone: str, now: datetime, *, queued_resources: bool
     ) -> ZoneObservation:
         where = (project, zone)
-        return await observe_zone(
+        progress: dict[str, str] = {}
+        observation = await observe_zone(
             self.client,
             project,
             zone,
@@ -159,7 +166,11 @@ class ComputeCloud:
             pages=self._pages.setdefault(where, PageMemo()),
             slices=self._slices.setdefault(where, set()),
             ran=self._ran.setdefault(where, {}),
+            progress=progress,
         )
+        if observation.error is None:
+            self._waiting.listed(where, progress)
+        return observation
 
     async def create(
         self,
@@ -281,12 +292,18 @@ class ComputeCloud:
                     operation, state.done, state.error, "create", state.duration_s
                 )
             self._inserted.add(operation)
+        if self._waiting.unchanged(operation):
+            return OperationState(operation, done=False, error=None, verb="create")
+        self._waiting.forget(operation)  # read below; remembered again if it still waits
         group = await self.client.get_mig(project, zone, mig)
         members = await self.client.list_managed_instances(project, zone, mig)
-        done, error = slice_rules.provisioning(group, members, flex_start=operation in self._flex)
+        flex = operation in self._flex or slice_rules.is_flex_start(group)
+        done, error = slice_rules.provisioning(group, members, flex_start=flex)
         if done:
             self._flex.discard(operation)
             self._inserted.discard(operation)
+        elif flex:
+            self._waiting.read(operation, (project, zone), mig, group)
         return OperationState(operation, done=done, error=error, verb="create")
 
     async def start_maintenance(self, project: str, zone: str, name: str) -> OperationState:

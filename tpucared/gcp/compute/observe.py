@@ -24,7 +24,9 @@ metadata names a MIG of the zone (hence `metadata(items)` in the instance fields
 never a node of its own; a member of a MIG that is not ours, or not listed (being deleted
 with it), is left out. A MIG without members yet is a node too (SLICE_CREATING or PENDING).
 `slices`: the names of the zone's MIGs at the last successful observation, for `delete`;
-`ran`: each RUNNING slice's members, to tell a member the MIG recreated (slices.py).
+`ran`: each RUNNING slice's members, to tell a member the MIG recreated (slices.py);
+`progress`: what each of our MIGs' summaries say, for waiting.py (a waiting flex-start slice
+is read again only when they move).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from tpucared.core.model.specs import OWNER_LABEL, ErrorKind
 from tpucared.gcp.compute import slices as slice_rules
 from tpucared.gcp.compute.client import MAX_RESULTS
 from tpucared.gcp.compute.convert import instance_from_json
+from tpucared.gcp.compute.waiting import progress_of
 from tpucared.gcp.errors import ApiError
 from tpucared.gcp.observing import NodeCache, convert_cached, refuse_duplicates
 from tpucared.gcp.responses import PageMemo
@@ -82,10 +85,12 @@ async def observe_zone(
     pages: PageMemo | None = None,
     slices: set[str] | None = None,
     ran: dict[str, dict[str, str | None]] | None = None,
+    progress: dict[str, str] | None = None,
 ) -> ZoneObservation:
     """List the zone's instances of `owner` (every instance when None). `cache`: this zone's
     instances as converted at its previous successful list (updated here); `pages`: the
-    list's pages as last read (updated by the client)."""
+    list's pages as last read (updated by the client); `progress`: each of our MIGs'
+    `waiting.progress_of` (filled after a successful list only)."""
     try:
         raw = await client.list_instances(
             project,
@@ -123,6 +128,8 @@ async def observe_zone(
         slices.update(str(m.get("name")) for m in migs)
     if ran is not None:
         _remember(ran, ours, made, members)
+    if progress is not None:
+        progress.update((str(m.get("name")), progress_of(m)) for m in ours)
     return ZoneObservation(
         zone=zone, observed_at=now, nodes=nodes, queued_resources=() if queued_resources else None
     )
