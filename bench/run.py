@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -56,6 +57,17 @@ def result_path(output_dir: Path, name: str, quick: bool) -> Path:
     return output_dir / (f"{name}-quick.json" if quick else f"{name}.json")
 
 
+def invoked_as(name: str, quick: bool) -> str:
+    """The command that makes this result again: this process's own command line when it is
+    a benchmark's module (`python -m bench.capacity --api compute --suffix=-n30`: its options
+    decide the result), else bench.run's for the benchmark."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    module = spec.name.removesuffix(".__main__") if spec is not None else ""
+    if module.startswith("bench.") and module != "bench.run":
+        return shlex.join(["python", "-m", module, *sys.argv[1:]])
+    return "python -m bench.run" + (" --quick" if quick else "") + f" --only {name}"
+
+
 def run_one(
     name: str,
     run: RunFunction,
@@ -72,7 +84,7 @@ def run_one(
     envelope = {
         "benchmark": name,
         "mode": "quick" if quick else "full",
-        "command": "python -m bench.run" + (" --quick" if quick else "") + f" --only {name}",
+        "command": invoked_as(name, quick),
         "started": started_at,
         "finished": common.now_utc(),
         "duration_s": round(time.monotonic() - started, 1),

@@ -13,7 +13,9 @@ import os
 import subprocess
 import sys
 from functools import partial
+from importlib.machinery import ModuleSpec
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -100,3 +102,17 @@ def test_statistics() -> None:
     assert common.summarize([]) == {"n": 0}
     assert common.ratio(1.0, 4.0) == 0.25
     assert common.ratio(None, 1.0) is None
+
+
+def test_a_result_names_the_command_that_made_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A benchmark run through its own module records that command line (its options decide
+    the result), anything else bench.run's."""
+    main = ModuleType("__main__")
+    main.__spec__ = ModuleSpec("bench.capacity.__main__", None)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    monkeypatch.setattr(sys, "argv", ["capacity", "--api", "compute", "--suffix=-n30"])
+    assert harness.invoked_as("capacity-queued-end-compute-n30", False) == (
+        "python -m bench.capacity --api compute --suffix=-n30"
+    )
+    main.__spec__ = ModuleSpec("bench.run", None)
+    assert harness.invoked_as("capacity", True) == "python -m bench.run --quick --only capacity"
