@@ -16,6 +16,15 @@ from tpucared.ports.cloud import NodeShape, OperationState
 P = "lab-project"
 ZONE = "us-central1-c"
 OWNER = "lab"
+# The emulator for flex-start tests: quick creates, one-second runs allowed (a test knob), the
+# bulk MIG looking for capacity every 0.1 s, and no flex-start VM outside a MIG.
+FLEX_OPTIONS: dict[str, Any] = {
+    "create_seconds": 0.1,
+    "delete_seconds": 0.05,
+    "compute_flex_min_run_seconds": 1,
+    "compute_mig_retry_seconds": 0.1,
+    "compute_tpu_flex_instances": "refuse",
+}
 MACHINE = "tpu7x-standard-4t"
 
 

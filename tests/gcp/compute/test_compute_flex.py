@@ -20,21 +20,14 @@ from tpucared.gcp.compute import ComputeClient, ComputeCloud
 from tpucared.gcp.errors import ApiError
 from tpucared.ports.cloud import OperationState
 
-from .support import ZONE, Control, P, shape
+from .support import FLEX_OPTIONS, ZONE, Control, P, shape
 
 NOW = datetime(2026, 11, 26, tzinfo=UTC)
 
 
 @pytest.fixture
 def emulator_options(emulator_options: dict[str, Any]) -> dict[str, Any]:
-    return {
-        **emulator_options,
-        "create_seconds": 0.1,
-        "delete_seconds": 0.05,
-        "compute_flex_min_run_seconds": 1,
-        "compute_mig_retry_seconds": 0.1,
-        "compute_tpu_flex_instances": "refuse",
-    }
+    return {**emulator_options, **FLEX_OPTIONS}
 
 
 async def observed(cloud: ComputeCloud, name: str) -> ObservedNode | None:

@@ -15,7 +15,7 @@ from tpucared.gcp.compute import ComputeClient, ComputeCloud
 from tpucared.gcp.compute.waiting import WaitingSlices, progress_of
 from tpucared.ports.cloud import OperationState
 
-from .support import OWNER, ZONE, Control, P, shape
+from .support import FLEX_OPTIONS, OWNER, ZONE, Control, P, shape
 
 READS = ("instanceGroupManagers.get", "instanceGroupManagers.listManagedInstances")
 WAITING = {"targetSize": 1, "currentActions": {"creating": 1, "none": 0}, "status": {}}
@@ -24,14 +24,7 @@ MADE = {"targetSize": 1, "currentActions": {"creating": 0, "none": 1}, "status":
 
 @pytest.fixture
 def emulator_options(emulator_options: dict[str, Any]) -> dict[str, Any]:
-    return {
-        **emulator_options,
-        "create_seconds": 0.1,
-        "delete_seconds": 0.05,
-        "compute_flex_min_run_seconds": 1,
-        "compute_mig_retry_seconds": 0.1,
-        "compute_tpu_flex_instances": "refuse",
-    }
+    return {**emulator_options, **FLEX_OPTIONS}
 
 
 async def listed(cloud: ComputeCloud) -> None:
