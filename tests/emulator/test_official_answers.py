@@ -189,8 +189,10 @@ async def compute_scenario(cloud: ComputeCloud, call: Control) -> None:
     await call(
         "PUT", "/_emulator/v1/capacity", {"zone": ZONE, "machine_type": MACHINE, "available": 8}
     )
-    await finished(cloud.poll, waiting)
+    # Listed running first, as the daemon's ticks list it: a waiting flex-start slice is read
+    # again only when its zone's MIG list shows it moved (gcp/compute/waiting.py).
     await until(lambda: usable("iron-2"), "iron-2 running")
+    await finished(cloud.poll, waiting)
     for managed in await cloud.client.list_managed_instances(P, ZONE, "iron-2"):
         await cloud.client.get_instance(P, ZONE, str(managed["name"]))
     await finished(cloud.poll, await cloud.delete(P, ZONE, "iron-2"))
