@@ -117,7 +117,6 @@ class ComputeCloud:
         self._pages: dict[tuple[str, str], PageMemo] = {}  # its list's pages as last read
         self._slices: dict[tuple[str, str], set[str]] = {}  # its MIGs at the last observation
         self._ran: dict[tuple[str, str], dict[str, dict[str, str | None]]] = {}  # slices.py
-        self._flex: set[str] = set()  # slice operations of flex-start MIGs (they wait)
         self._inserted: set[str] = set()  # slice operations whose MIG insert is done
         self._waiting = WaitingSlices(waiting_reread_s)  # when a waiting slice is worth a read
 
@@ -236,8 +235,6 @@ class ComputeCloud:
                     raise ApiError.of(ErrorKind.TRANSIENT, str(error)) from error
         self._slices.setdefault((project, zone), set()).add(name)
         path = names.slice_operation_path(project, zone, name, op.name)
-        if shape.capacity is CapacityKind.FLEX_START:
-            self._flex.add(path)
         return OperationState(name=path, done=op.failed, error=op.exception(), verb="create")
 
     async def delete(
@@ -297,12 +294,10 @@ class ComputeCloud:
         self._waiting.forget(operation)  # read below; remembered again if it still waits
         group = await self.client.get_mig(project, zone, mig)
         members = await self.client.list_managed_instances(project, zone, mig)
-        flex = operation in self._flex or slice_rules.is_flex_start(group)
-        done, error = slice_rules.provisioning(group, members, flex_start=flex)
+        done, error = slice_rules.provisioning(group, members)  # flex-start: by its description
         if done:
-            self._flex.discard(operation)
             self._inserted.discard(operation)
-        elif flex:
+        elif slice_rules.is_flex_start(group):
             self._waiting.read(operation, (project, zone), mig, group)
         return OperationState(operation, done=done, error=error, verb="create")
 
